@@ -1,0 +1,61 @@
+// mdring/collective/all_reduce.hpp
+//
+//   all_reduce(comm, sendbuf, recvbuf, count, op)   out of place
+//   all_reduce(comm, buf, count, op)                in place
+//
+// Postcondition: on every rank, recvbuf[i] = sendbuf_0[i] op ... op sendbuf_{P-1}[i],
+// bitwise identical on all ranks (each element is reduced once, by its owner, and
+// copied). Stages: reduce-scatter in dimensions 0..k-1, all-gather in k-1..0.
+// sendbuf and recvbuf must be the same pointer or not overlap at all.
+// Example, 4 ranks, sum, rank r passes {r, 10r}: every rank gets {6, 60}.
+#pragma once
+
+#include "../config.hpp"
+#include "run.hpp"
+
+#include <span>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+template <class C, class T, class Op>
+void all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op, std::optional<arg_error> pre) {
+  detail::static_checks<C, T, Op>();
+  constexpr const char* name = "all_reduce";
+  const std::size_t bytes = count * sizeof(T);
+  auto err = detail::first_error(
+      std::move(pre),
+      detail::check_null(name, "sendbuf", sendbuf, count, detail::arg_sendbuf),
+      detail::check_null(name, "recvbuf", recvbuf, count, detail::arg_recvbuf),
+      detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice"));
+  detail::run_collective<T>(comm, name, op, std::move(err), count, 0,
+                            [&](auto& e) { e.all_reduce(sendbuf, recvbuf, count); });
+}
+}  // namespace detail
+
+template <bound_communicator C, class T, class Op = sum_t>
+void all_reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op = {}) {
+  detail::all_reduce_impl(comm, sendbuf, recvbuf, count, op, std::nullopt);
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+void all_reduce(C& comm, T* buf, std::size_t count, Op op = {}) {
+  all_reduce(comm, static_cast<const T*>(buf), buf, count, op);
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+void all_reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
+  std::optional<detail::arg_error> pre;
+  if (sendbuf.size() != recvbuf.size())
+    pre = detail::arg_error{"recvbuf", "mdring::all_reduce: recvbuf has " + std::to_string(recvbuf.size()) +
+                                           " elements but sendbuf has " + std::to_string(sendbuf.size()),
+                            detail::arg_count};
+  detail::all_reduce_impl(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), op, std::move(pre));
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+void all_reduce(C& comm, std::span<T> buf, Op op = {}) {
+  all_reduce(comm, static_cast<const T*>(buf.data()), buf.data(), buf.size(), op);
+}
+
+MDRING_NAMESPACE_END

@@ -1,0 +1,33 @@
+// mdring/collective/broadcast.hpp
+//
+//   broadcast(comm, buf, count, root)
+//
+// Postcondition: every rank's buf equals root's. Stages: the root's data is
+// scattered along dimensions 0..k-1 (each stage only on the ranks that hold the
+// range), then all-gathered along k-1..0, so every link carries each byte about
+// once, as in van de Geijn's scatter + all-gather broadcast.
+#pragma once
+
+#include "../config.hpp"
+#include "run.hpp"
+
+#include <span>
+
+MDRING_NAMESPACE_BEGIN
+
+template <bound_communicator C, class T>
+void broadcast(C& comm, T* buf, std::size_t count, std::size_t root) {
+  detail::static_checks<C, T, sum_t>();
+  constexpr const char* name = "broadcast";
+  auto err = detail::first_error(detail::check_root(name, root, comm.size()),
+                                 detail::check_null(name, "buf", buf, count, detail::arg_sendbuf));
+  detail::run_collective<T>(comm, name, sum_t{}, std::move(err), count, root,
+                            [&](auto& e) { e.broadcast(buf, count, root); });
+}
+
+template <bound_communicator C, class T>
+void broadcast(C& comm, std::span<T> buf, std::size_t root) {
+  broadcast(comm, buf.data(), buf.size(), root);
+}
+
+MDRING_NAMESPACE_END

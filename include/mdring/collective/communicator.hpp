@@ -1,0 +1,307 @@
+// mdring/collective/communicator.hpp: a topology bound to a transport.
+//
+//   auto comm = mdring::bind(topo, MPI_COMM_WORLD);   // or a threads::endpoint, or a
+//                                                     // boost::mpi::communicator
+//   mdring::all_reduce(comm, buf, n, mdring::sum);    // as often as you like
+//
+// bind() resolves the dynamic extent from the transport's size (a mismatch throws
+// topology_error on every rank, before any message), builds one channel per
+// dimension, picks each dimension's algorithm, and allocates the request slots.
+// Calls then allocate nothing except scratch that grows to the largest call
+// (reserve() pre-sizes it), from options::memory.
+//
+// After any error inside a collective (timeout, a peer's failure, a bad argument,
+// a transport error) the communicator is unusable on every rank: later calls
+// throw communicator_error. Bind a new one.
+#pragma once
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../options.hpp"
+#include "../plan/blocks.hpp"
+#include "../plan/cost.hpp"
+#include "../plan/plan.hpp"
+#include "../reduce/ops.hpp"
+#include "../reduce/types.hpp"
+#include "../topology/coordinates.hpp"
+#include "../topology/ring.hpp"
+#include "../topology/runtime.hpp"
+#include "../transport/transport.hpp"
+
+#include <cstddef>
+#include <memory>
+#include <memory_resource>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+
+// Scratch memory: one block from the user's memory_resource that grows to the
+// largest request and is then reused.
+class workspace {
+public:
+  explicit workspace(std::pmr::memory_resource* mr) : mr_(mr ? mr : std::pmr::get_default_resource()) {}
+  workspace(workspace&& o) noexcept : mr_(o.mr_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  workspace& operator=(workspace&& o) noexcept {
+    if (this != &o) {
+      release();
+      mr_ = o.mr_;
+      p_ = std::exchange(o.p_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  ~workspace() { release(); }
+
+  void* get(std::size_t bytes) {
+    if (bytes > bytes_) {
+      release();
+      const std::size_t rounded = (bytes + 4095) / 4096 * 4096;
+      p_ = mr_->allocate(rounded, alignment);
+      bytes_ = rounded;
+    }
+    return p_;
+  }
+  std::size_t capacity() const noexcept { return bytes_; }
+  std::pmr::memory_resource* resource() const noexcept { return mr_; }
+
+  static constexpr std::size_t alignment = 64;
+
+private:
+  void release() noexcept {
+    if (p_) mr_->deallocate(p_, bytes_, alignment);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  std::pmr::memory_resource* mr_;
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+template <class Topology>
+runtime_topology to_runtime(const Topology& t) {
+  if constexpr (std::is_same_v<std::remove_cv_t<Topology>, runtime_topology>) return t;
+  else return describe(t);
+}
+
+// A compile-time topology has a ring-only dimension (a link that is not fully
+// connected): non-commutative ops cannot run on it.
+template <class Topology>
+constexpr bool has_ring_only_dimension() {
+  if constexpr (static_topology<Topology>) {
+    return []<class... R>(detail::type_list<R...>) {
+      return (!link_traits<typename R::link_type>::fully_connected || ...);
+    }(typename Topology::rings{});
+  } else {
+    return false;
+  }
+}
+
+template <class Topology>
+struct first_ring_only_link {
+  using type = void;
+};
+template <class... R>
+struct first_ring_only_link<topology<R...>> {
+  template <class...>
+  struct pick {
+    using type = void;
+  };
+  template <class H, class... Tl>
+  struct pick<H, Tl...> {
+    using type = std::conditional_t<!link_traits<typename H::link_type>::fully_connected,
+                                    typename H::link_type, typename pick<Tl...>::type>;
+  };
+  using type = typename pick<R...>::type;
+};
+template <class L, std::size_t N>
+struct first_ring_only_link<ring_t<L, N>> : first_ring_only_link<topology<ring_t<L, N>>> {};
+
+// Instantiated only to fail: the compiler prints Link (the offending link tag) and
+// Op in the "required from" lines beneath this message.
+template <class Link, class Op>
+constexpr bool non_commutative_op_on_ring_dimension() {
+  static_assert(sizeof(Link) == 0,
+                "mdring: this op is not commutative, but the topology has a ring-only dimension "
+                "(Link below has link_traits::fully_connected == false). A ring folds blocks in "
+                "rotated order, so only commutative ops may run on it; use a commutative op or a "
+                "fully connected link.");
+  return false;
+}
+
+}  // namespace detail
+
+template <class Topology, transport Transport>
+class communicator {
+public:
+  using topology_type = Topology;
+  using transport_type = Transport;
+
+  communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
+      : static_topo_(topo), tr_(std::move(tr)), opts_(std::move(opts)), ws_(opts_.memory) {
+    detail::validate(opts_);
+    size_ = tr_->size();
+    rank_ = tr_->rank();
+    topo_ = detail::to_runtime(topo).resolve(size_);
+    if (opts_.algorithms.size() > topo_.ndims())
+      throw invalid_argument("options.algorithms",
+                             "mdring::bind: options.algorithms has " + std::to_string(opts_.algorithms.size()) +
+                                 " entries but the topology \"" + topo_.to_string() + "\" has " +
+                                 std::to_string(topo_.ndims()) + " dimensions");
+    extents_ = topo_.extents();
+    coords_ = topo_.coordinates(rank_);
+    const std::size_t k = extents_.size();
+    std::size_t pmax = 1;
+    for (std::size_t d = 0; d < k; ++d) {
+      dims_.emplace_back();
+      auto& dim = dims_.back();
+      dim.extent = extents_[d];
+      dim.coord = coords_[d];
+      dim.link = topo_.dim(d).link;
+      const algorithm requested = d < opts_.algorithms.size() ? opts_.algorithms[d] : algorithm::automatic;
+      dim.requested = requested;
+      dim.algo = choose_algorithm(requested, dim.link, dim.extent, opts_.tune, true);
+      dim.members = topo_.peers(rank_, d);
+      if (dim.extent > 1) dim.ch = tr_->make_channel(d, dim.members, dim.coord);
+      pmax = dim.extent > pmax ? dim.extent : pmax;
+    }
+    nreq_ = 2 * pmax + 2;
+    reqs_.reset(new typename Transport::request[nreq_]);
+    req_info_.resize(nreq_);
+    ptrs_.resize(pmax);
+    root_coords_.resize(k);
+    ranges_.resize(k);
+  }
+
+  communicator(communicator&&) noexcept = default;
+  communicator& operator=(communicator&&) noexcept = default;
+
+  std::size_t size() const noexcept { return size_; }
+  std::size_t rank() const noexcept { return rank_; }
+  std::size_t ndims() const noexcept { return extents_.size(); }
+  const std::vector<std::size_t>& coordinates() const noexcept { return coords_; }
+  const std::vector<std::size_t>& extents() const noexcept { return extents_; }
+  // The resolved topology (dynamic extent filled in).
+  const runtime_topology& topology() const noexcept { return topo_; }
+  const options& get_options() const noexcept { return opts_; }
+  Transport& get_transport() noexcept { return *tr_; }
+  const Transport& get_transport() const noexcept { return *tr_; }
+  // The algorithm dimension d runs for commutative ops (non-commutative: direct).
+  algorithm algorithm_of(std::size_t d) const { return dims_.at(d).algo; }
+
+  bool usable() const noexcept { return !broken_; }
+  const std::string& failure() const noexcept { return broken_why_; }
+
+  // Pre-sizes scratch so that calls up to `count` elements of T allocate nothing.
+  // (An all_reduce needs at most about 2 count / p0 elements; reduce_scatter,
+  // all_gather and reduce can need up to about 4 count / p0 on multi-dimensional
+  // topologies with a direct first dimension.)
+  template <class T>
+  void reserve(std::size_t count) {
+    ws_.get(4 * (count / (extents_.empty() ? 1 : first_extent()) + 1) * sizeof(T) + 4 * detail::workspace::alignment);
+  }
+  std::size_t scratch_bytes() const noexcept { return ws_.capacity(); }
+
+  // What the call would do on this rank (see plan.hpp).
+  template <class T = float, class Op = sum_t>
+  plan make_plan(std::size_t count, collective kind = collective::all_reduce, Op = {}, std::size_t root = 0) const {
+    std::vector<algorithm> al(dims_.size());
+    for (std::size_t d = 0; d < dims_.size(); ++d)
+      al[d] = choose_algorithm(dims_[d].requested, dims_[d].link, dims_[d].extent, opts_.tune,
+                               op_traits<Op>::commutative);
+    return mdring::make_plan(kind, topo_, rank_, count, sizeof(T), al, opts_.tune, root, type_name<T>(),
+                             op_traits<Op>::name());
+  }
+  template <class T = float, class Op = sum_t>
+  std::string explain(std::size_t count, collective kind = collective::all_reduce, Op op = {},
+                      std::size_t root = 0) const {
+    return make_plan<T>(count, kind, op, root).to_string();
+  }
+
+  // ---- for the collectives (collective/engine.hpp) -------------------------
+  struct dim_state {
+    std::size_t extent = 1, coord = 0;
+    link_info link;
+    algorithm requested = algorithm::automatic;
+    algorithm algo = algorithm::ring;
+    std::vector<std::size_t> members;
+    typename Transport::channel ch{};
+    // Non-commutative ops run direct everywhere: only it combines in rank order.
+    algorithm algo_for(bool commutative) const noexcept { return commutative ? algo : algorithm::direct; }
+  };
+  struct request_info {
+    std::size_t dim = 0, peer = 0;
+    bool is_send = false;
+  };
+  std::vector<dim_state>& dims() noexcept { return dims_; }
+  typename Transport::request* requests() noexcept { return reqs_.get(); }
+  std::size_t request_slots() const noexcept { return nreq_; }
+  std::vector<request_info>& request_infos() noexcept { return req_info_; }
+  std::vector<const void*>& pointer_slots() noexcept { return ptrs_; }
+  std::vector<std::size_t>& root_coordinates() noexcept { return root_coords_; }
+  std::vector<block_range>& range_slots() noexcept { return ranges_; }
+  detail::workspace& scratch() noexcept { return ws_; }
+  void mark_broken(const std::string& why) {
+    if (!broken_) broken_why_ = why;
+    broken_ = true;
+  }
+  const Topology& static_topology_value() const noexcept { return static_topo_; }
+
+private:
+  std::size_t first_extent() const noexcept {
+    for (auto e : extents_)
+      if (e > 1) return e;
+    return 1;
+  }
+
+  Topology static_topo_;
+  std::unique_ptr<Transport> tr_;
+  options opts_;
+  detail::workspace ws_;
+  runtime_topology topo_;
+  std::size_t size_ = 0, rank_ = 0;
+  std::vector<std::size_t> extents_, coords_, root_coords_;
+  std::vector<block_range> ranges_;
+  std::vector<dim_state> dims_;
+  std::unique_ptr<typename Transport::request[]> reqs_;
+  std::size_t nreq_ = 0;
+  std::vector<request_info> req_info_;
+  std::vector<const void*> ptrs_;
+  bool broken_ = false;
+  std::string broken_why_;
+};
+
+template <class C>
+concept bound_communicator = requires(C& c) {
+  typename C::topology_type;
+  typename C::transport_type;
+  { c.size() } -> std::convertible_to<std::size_t>;
+  { c.dims() };
+};
+
+// explain() without binding: the plan of `count` elements of T on `rank` of a
+// topology (a compile-time one without dynamic extent, or a resolved runtime one).
+template <class T = float, class Op = sum_t, class Topology>
+std::string explain(const Topology& topo, std::size_t count, collective kind = collective::all_reduce,
+                    std::size_t rank = 0, Op = {}, const options& opts = {}, std::size_t root = 0) {
+  const runtime_topology rt = detail::to_runtime(topo);
+  if (!rt.is_static())
+    throw topology_error("topology", "mdring::explain: \"" + rt.to_string() +
+                                         "\" has a dynamic extent; resolve() it with the number of ranks first");
+  if (rank >= rt.size())
+    throw invalid_argument("rank", "mdring::explain: rank " + std::to_string(rank) + " is not below the size " +
+                                       std::to_string(rt.size()) + " of \"" + rt.to_string() + "\"");
+  std::vector<algorithm> al(rt.ndims());
+  for (std::size_t d = 0; d < rt.ndims(); ++d)
+    al[d] = choose_algorithm(d < opts.algorithms.size() ? opts.algorithms[d] : algorithm::automatic,
+                             rt.dim(d).link, rt.extent(d), opts.tune, op_traits<Op>::commutative);
+  return make_plan(kind, rt, rank, count, sizeof(T), al, opts.tune, root, type_name<T>(), op_traits<Op>::name())
+      .to_string();
+}
+
+MDRING_NAMESPACE_END

@@ -1,0 +1,540 @@
+// mdring/collective/engine.hpp: executes the stages of plan.hpp on one rank.
+//
+// The engine is written once against the transport concept. A stage is a few
+// nonblocking sends and receives on one dimension's channel, one wait with a
+// deadline, and one fused reduction pass. Buffer roles:
+//
+//   src   where the rank's own contributions are read (the user's sendbuf in the
+//         first stage; reduce_scatter reads it through a block permutation, below)
+//   mid   a buffer covering the whole range of the stage, where a ring keeps its
+//         partial results (all_reduce uses recvbuf itself: no scratch for them)
+//   out   where the rank's fully reduced block goes
+//   R0/R1 two scratch blocks: the receive buffer, and the ring's partial results
+//         when there is no mid (double-buffered, so a block can be sent while the
+//         next one arrives)
+//   Q     p-1 receive slots for the direct algorithm
+//   W     the rank's share after the first stage, when recvbuf cannot hold it
+//
+// Block order. The stages cut the buffer in nested order: stage 0 splits it into
+// p0 blocks and rank c keeps block c0, stage 1 splits that, and so on. So the rank
+// at coordinates (c0, c1, ...) ends with nested block q = ((c0 p1 + c1) p2 + c2)...,
+// while MPI's reduce_scatter and all_gather put block r at rank r. With two or more
+// non-trivial dimensions the engine therefore reads reduce_scatter's sendbuf and
+// writes all_gather's recvbuf through that permutation (rank-sized runs, no extra
+// pass); with one non-trivial dimension the two orders coincide.
+#pragma once
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../plan/blocks.hpp"
+#include "../plan/cost.hpp"
+#include "../reduce/host.hpp"
+#include "communicator.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <span>
+#include <string>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+
+// Element x of the nested order lives at ptr + (x - origin), or, when permuted,
+// block q = x / blk lives at rank rank_of_nested(q)'s position.
+template <class T>
+struct view {
+  T* ptr = nullptr;
+  std::size_t origin = 0;
+  std::size_t blk = 0;  // elements per rank block, when permuted
+  bool permuted = false;
+  std::span<const std::size_t> extents{};
+
+  // f(pointer, offset relative to lo, length) for each contiguous piece of [lo, lo+n).
+  template <class F>
+  void runs(std::size_t lo, std::size_t n, F&& f) const {
+    if (n == 0) return;
+    if (!permuted) return f(ptr + (lo - origin), std::size_t(0), n);
+    std::size_t x = lo;
+    const std::size_t end = lo + n;
+    while (x < end) {
+      const std::size_t q = x / blk, off = x % blk;
+      const std::size_t len = blk - off < end - x ? blk - off : end - x;
+      f(ptr + rank_of_nested(q, extents) * blk + off, x - lo, len);
+      x += len;
+    }
+  }
+  bool contiguous() const noexcept { return !permuted; }
+  T* at(std::size_t x) const noexcept { return ptr + (x - origin); }
+};
+
+// Scratch sizes in elements, one region each, 64-byte aligned.
+struct scratch_sizes {
+  std::size_t r = 0;     // R0 (and R1 when two_r)
+  bool two_r = false;
+  std::size_t q = 0;     // Q
+  std::size_t pack = 0;  // packing permuted blocks for direct sends
+  std::size_t w = 0;     // W
+};
+
+inline std::size_t align_up(std::size_t bytes) {
+  return (bytes + workspace::alignment - 1) / workspace::alignment * workspace::alignment;
+}
+
+template <class T, class Op, class Comm>
+class engine {
+public:
+  using transport_t = typename Comm::transport_type;
+
+  engine(Comm& c, const char* name, Op op, bool commutative)
+      : c_(c), tr_(c.get_transport()), red_(op, c.size()), name_(name), dims_(c.dims()),
+        ext_(c.extents()), coords_(c.coordinates()), reqs_(c.requests()), infos_(c.request_infos()),
+        commutative_(commutative) {}
+
+  // ---- the five collectives (arguments already checked) ---------------------
+
+  void all_reduce(const T* send, T* recv, std::size_t n) {
+    auto& rg = ranges(n);
+    const int first = first_dim(), last = last_dim();
+    if (first < 0) return red_.finalize(recv, send, n, true);
+    reserve(n, sizes_rs(n, false, true, false));
+    view<const T> src{send};
+    for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d) {
+      if (ext_[d] == 1) continue;
+      const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
+      reduce_scatter_stage(d, r, src, recv + r.offset, recv + r.offset + b.offset, int(d) == last);
+      src = view<const T>{recv};
+    }
+    for (std::size_t d = std::size_t(last) + 1; d-- > std::size_t(first);)
+      if (ext_[d] > 1) all_gather_stage(d, rg[d], recv + rg[d].offset);
+  }
+
+  void reduce_scatter(const T* send, T* recv, std::size_t rc) {
+    const std::size_t n = rc * c_.size();
+    auto& rg = ranges(n);
+    const int first = first_dim(), last = last_dim();
+    if (first < 0) return red_.finalize(recv, send, rc, true);
+    const bool permuted = nontrivial_dims() > 1;
+    reserve(n, sizes_rs(n, permuted, false, first != last));
+    view<const T> src{send, 0, rc, permuted, ext_};
+    const block_range r1 = rg[first], b1 = block_of(r1.count, ext_[first], coords_[first]);
+    const std::size_t w_lo = r1.offset + b1.offset;
+    for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d) {
+      if (ext_[d] == 1) continue;
+      const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
+      const bool is_last = int(d) == last;
+      if (int(d) == first) {
+        reduce_scatter_stage(d, r, src, nullptr, is_last ? recv : W_, is_last);
+      } else {
+        T* mid = W_ + (r.offset - w_lo);
+        reduce_scatter_stage(d, r, view<const T>{W_, w_lo}, mid, is_last ? recv : mid + b.offset, is_last);
+      }
+    }
+  }
+
+  void all_gather(const T* send, T* recv, std::size_t sc) {
+    const std::size_t n = sc * c_.size();
+    auto& rg = ranges(n);
+    const int first = first_dim(), last = last_dim();
+    T* own = recv + c_.rank() * sc;
+    if (first < 0) {
+      if (send != recv) std::memmove(recv, send, sc * sizeof(T));
+      return;
+    }
+    if (first == last) {  // one ring: nested order is rank order
+      if (send != own) std::memcpy(own, send, sc * sizeof(T));
+      reserve(n, sizes_ag(n, false));
+      all_gather_stage(std::size_t(first), rg[first], recv);
+      return;
+    }
+    reserve(n, sizes_ag(n, true));
+    const block_range r1 = rg[first], b1 = block_of(r1.count, ext_[first], coords_[first]);
+    const std::size_t w_lo = r1.offset + b1.offset;
+    const std::size_t q = nested_index(ext_, coords_);
+    std::memcpy(W_ + (q * sc - w_lo), send, sc * sizeof(T));
+    for (std::size_t d = std::size_t(last); d > std::size_t(first); --d)
+      if (ext_[d] > 1) all_gather_stage(d, rg[d], W_ + (rg[d].offset - w_lo));
+    all_gather_unpack_stage(std::size_t(first), r1, W_, view<T>{recv, 0, sc, true, ext_});
+  }
+
+  void broadcast(T* buf, std::size_t n, std::size_t root) {
+    auto& rg = ranges(n);
+    const int first = first_dim(), last = last_dim();
+    if (first < 0) return;
+    auto& rc = root_coords(root);
+    for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d)
+      if (ext_[d] > 1 && line_of_root(d, rc)) scatter_stage(d, rg[d], buf + rg[d].offset, rc[d]);
+    for (std::size_t d = std::size_t(last) + 1; d-- > std::size_t(first);)
+      if (ext_[d] > 1) all_gather_stage(d, rg[d], buf + rg[d].offset);
+  }
+
+  void reduce(const T* send, T* recv, std::size_t n, std::size_t root) {
+    auto& rg = ranges(n);
+    const int first = first_dim(), last = last_dim();
+    const bool is_root = c_.rank() == root;
+    if (first < 0) return red_.finalize(recv, send, n, true);
+    auto& rc = root_coords(root);
+    if (is_root) {
+      all_reduce_scatter_into(send, recv, n, first, last);
+    } else {
+      reserve(n, sizes_rs(n, false, false, true));
+      const block_range r1 = rg[first], b1 = block_of(r1.count, ext_[first], coords_[first]);
+      const std::size_t w_lo = r1.offset + b1.offset;
+      for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d) {
+        if (ext_[d] == 1) continue;
+        const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
+        if (int(d) == first) {
+          reduce_scatter_stage(d, r, view<const T>{send}, nullptr, W_, int(d) == last);
+        } else {
+          T* mid = W_ + (r.offset - w_lo);
+          reduce_scatter_stage(d, r, view<const T>{W_, w_lo}, mid, mid + b.offset, int(d) == last);
+        }
+      }
+      w_lo_ = w_lo;
+    }
+    for (std::size_t d = std::size_t(last) + 1; d-- > std::size_t(first);) {
+      if (ext_[d] == 1 || !line_of_root(d, rc)) continue;
+      const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
+      T* whole = is_root ? recv + r.offset : (coords_[d] == rc[d] ? W_ + (r.offset - w_lo_) : nullptr);
+      const T* own = is_root ? recv + r.offset + b.offset : W_ + (r.offset + b.offset - w_lo_);
+      gather_stage(d, r, whole, own, rc[d]);
+    }
+  }
+
+  // Scratch bytes a call of this kind and count needs (for communicator::reserve).
+  std::size_t scratch_bytes(collective kind, std::size_t count) {
+    const std::size_t n = (kind == collective::reduce_scatter || kind == collective::all_gather) ? count * c_.size() : count;
+    ranges(n);
+    const bool multi = nontrivial_dims() > 1;
+    scratch_sizes s;
+    switch (kind) {
+      case collective::all_reduce: s = sizes_rs(n, false, true, false); break;
+      case collective::reduce_scatter: s = sizes_rs(n, multi, false, multi); break;
+      case collective::all_gather: s = sizes_ag(n, multi); break;
+      case collective::reduce: s = sizes_rs(n, false, false, true); break;  // a non-root rank
+      default: break;
+    }
+    return total_bytes(s);
+  }
+
+private:
+  // ---- messages -------------------------------------------------------------
+
+  static int tag_of(phase ph, std::size_t step) { return (int(ph) << 13) | int(step & 0x1fff); }
+
+  void post_recv(std::size_t d, T* p, std::size_t n, std::size_t peer_coord, phase ph, std::size_t step) {
+    if (n == 0) return;
+    infos_[nreq_] = {d, dims_[d].members[peer_coord], false};
+    tr_.irecv(dims_[d].ch, p, n * sizeof(T), peer_coord, tag_of(ph, step), reqs_[nreq_++]);
+  }
+  void post_send(std::size_t d, const T* p, std::size_t n, std::size_t peer_coord, phase ph, std::size_t step) {
+    if (n == 0) return;
+    infos_[nreq_] = {d, dims_[d].members[peer_coord], true};
+    tr_.isend(dims_[d].ch, p, n * sizeof(T), peer_coord, tag_of(ph, step), reqs_[nreq_++]);
+  }
+
+  void wait(phase ph, std::size_t d, std::size_t step) {
+    if (nreq_ == 0) return;
+    std::span<typename transport_t::request> rs(reqs_, nreq_);
+    const auto deadline = deadline_clock::now() + c_.get_options().timeout;
+    wait_status st;
+    try {
+      st = tr_.wait_all(rs, deadline);
+    } catch (...) {
+      tr_.cancel_all(rs);
+      nreq_ = 0;
+      throw;
+    }
+    if (st.kind == wait_status::done) {
+      nreq_ = 0;
+      return;
+    }
+    tr_.cancel_all(rs);
+    nreq_ = 0;
+    if (st.kind == wait_status::timeout) {
+      const auto& info = infos_[st.index];
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.3g", std::chrono::duration<double>(c_.get_options().timeout).count());
+      const std::string what = std::string("mdring::") + name_ + ": timed out after " + secs + " s in dimension " +
+                               std::to_string(info.dim) + " (" + dims_[info.dim].link.name + ":" +
+                               std::to_string(dims_[info.dim].extent) + "), " + std::string(to_string(ph)) +
+                               " step " + std::to_string(step) + ", waiting for rank " + std::to_string(info.peer) +
+                               (info.is_send ? " to receive what rank " : " to send to rank ") +
+                               std::to_string(c_.rank()) + " (" + tr_.name() + " transport)";
+      throw timeout_error(what, name_, info.dim, std::string(to_string(ph)), step, info.peer);
+    }
+    throw remote_error(std::string("mdring::") + name_ + ": rank " + std::to_string(st.failed_rank) +
+                           " failed, so rank " + std::to_string(c_.rank()) + " stopped waiting in dimension " +
+                           std::to_string(d) + ", " + std::string(to_string(ph)) + " step " + std::to_string(step) +
+                           ": " + st.reason,
+                       st.failed_rank);
+  }
+
+  // ---- stages ---------------------------------------------------------------
+
+  // Reduce-scatter in dimension d over range r (see the buffer roles at the top).
+  void reduce_scatter_stage(std::size_t d, block_range r, const view<const T>& src, T* mid, T* out, bool final) {
+    const std::size_t p = ext_[d], c = coords_[d], n = r.count;
+    if (n == 0) return;
+    if (dims_[d].algo_for(commutative_) == algorithm::direct) {
+      const std::size_t mb = max_block(n, p);
+      const block_range bc = block_of(n, p, c);
+      auto slot = [&](std::size_t j) { return (j < c ? j : j - 1) * mb; };
+      for (std::size_t j = 0; j < p; ++j)
+        if (j != c) post_recv(d, Q_ + slot(j), bc.count, j, phase::reduce_scatter, 0);
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == c) continue;
+        const block_range bj = block_of(n, p, j);
+        post_send(d, contiguous_or_pack(src, r.offset + bj.offset, bj.count, P_ + slot(j)), bj.count, j,
+                  phase::reduce_scatter, 0);
+      }
+      wait(phase::reduce_scatter, d, 0);
+      auto& ptrs = c_.pointer_slots();
+      src.runs(r.offset + bc.offset, bc.count, [&](const T* own, std::size_t rel, std::size_t len) {
+        for (std::size_t j = 0; j < p; ++j) ptrs[j] = j == c ? own : Q_ + slot(j) + rel;
+        red_.combine_n(out + rel, reinterpret_cast<const T* const*>(ptrs.data()), p, len, final);
+      });
+      return;
+    }
+    for (std::size_t s = 0; s + 1 < p; ++s) {
+      const block_range bs = block_of(n, p, ring_rs_send_block(c, s, p));
+      const block_range br = block_of(n, p, ring_rs_recv_block(c, s, p));
+      const bool last = s + 2 == p;
+      const T* sp;
+      if (s == 0) sp = contiguous_or_pack(src, r.offset + bs.offset, bs.count, R_[1]);
+      else sp = mid ? mid + bs.offset : R_[(s - 1) % 2];
+      T* rp = mid ? R_[0] : R_[s % 2];
+      post_recv(d, rp, br.count, (c + p - 1) % p, phase::reduce_scatter, s);
+      post_send(d, sp, bs.count, (c + 1) % p, phase::reduce_scatter, s);
+      wait(phase::reduce_scatter, d, s);
+      T* dst = last ? out : (mid ? mid + br.offset : rp);
+      // The partial from the left (ranks c-1, c-2, ...) first, this rank's input second.
+      src.runs(r.offset + br.offset, br.count, [&](const T* own, std::size_t rel, std::size_t len) {
+        red_.combine(dst + rel, rp + rel, own, len, last && final);
+      });
+    }
+  }
+
+  // All-gather in dimension d; buf holds the stage's whole range, own block present.
+  void all_gather_stage(std::size_t d, block_range r, T* buf) {
+    const std::size_t p = ext_[d], c = coords_[d], n = r.count;
+    if (n == 0) return;
+    if (dims_[d].algo_for(commutative_) == algorithm::direct) {
+      const block_range bc = block_of(n, p, c);
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == c) continue;
+        const block_range bj = block_of(n, p, j);
+        post_recv(d, buf + bj.offset, bj.count, j, phase::all_gather, 0);
+      }
+      for (std::size_t j = 0; j < p; ++j)
+        if (j != c) post_send(d, buf + bc.offset, bc.count, j, phase::all_gather, 0);
+      wait(phase::all_gather, d, 0);
+      return;
+    }
+    for (std::size_t s = 0; s + 1 < p; ++s) {
+      const block_range bs = block_of(n, p, ring_ag_send_block(c, s, p));
+      const block_range br = block_of(n, p, ring_ag_recv_block(c, s, p));
+      post_recv(d, buf + br.offset, br.count, (c + p - 1) % p, phase::all_gather, s);
+      post_send(d, buf + bs.offset, bs.count, (c + 1) % p, phase::all_gather, s);
+      wait(phase::all_gather, d, s);
+    }
+  }
+
+  // All-gather in dimension d whose result lands in `out` through the permutation;
+  // `own` holds this rank's block c of the range, contiguous.
+  void all_gather_unpack_stage(std::size_t d, block_range r, const T* own, const view<T>& out) {
+    const std::size_t p = ext_[d], c = coords_[d], n = r.count;
+    auto unpack = [&](const T* from, const block_range& b) {
+      out.runs(r.offset + b.offset, b.count, [&](T* to, std::size_t rel, std::size_t len) {
+        if (to != from + rel) std::memcpy(to, from + rel, len * sizeof(T));
+      });
+    };
+    const block_range bc = block_of(n, p, c);
+    unpack(own, bc);
+    if (n == 0) return;
+    if (dims_[d].algo_for(commutative_) == algorithm::direct) {
+      const std::size_t mb = max_block(n, p);
+      auto slot = [&](std::size_t j) { return Q_ + (j < c ? j : j - 1) * mb; };
+      for (std::size_t j = 0; j < p; ++j)
+        if (j != c) post_recv(d, slot(j), block_of(n, p, j).count, j, phase::all_gather, 0);
+      for (std::size_t j = 0; j < p; ++j)
+        if (j != c) post_send(d, own, bc.count, j, phase::all_gather, 0);
+      wait(phase::all_gather, d, 0);
+      for (std::size_t j = 0; j < p; ++j)
+        if (j != c) unpack(slot(j), block_of(n, p, j));
+      return;
+    }
+    const T* cur = own;
+    for (std::size_t s = 0; s + 1 < p; ++s) {
+      const block_range bs = block_of(n, p, ring_ag_send_block(c, s, p));
+      const block_range br = block_of(n, p, ring_ag_recv_block(c, s, p));
+      T* rp = R_[s % 2];
+      post_recv(d, rp, br.count, (c + p - 1) % p, phase::all_gather, s);
+      post_send(d, cur, bs.count, (c + 1) % p, phase::all_gather, s);
+      wait(phase::all_gather, d, s);
+      unpack(rp, br);
+      cur = rp;
+    }
+  }
+
+  // Broadcast's scatter: the rank at coordinate root_c sends block j to rank j.
+  void scatter_stage(std::size_t d, block_range r, T* buf, std::size_t root_c) {
+    const std::size_t p = ext_[d], c = coords_[d], n = r.count;
+    if (c == root_c) {
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == c) continue;
+        const block_range bj = block_of(n, p, j);
+        post_send(d, buf + bj.offset, bj.count, j, phase::scatter, 0);
+      }
+    } else {
+      const block_range bc = block_of(n, p, c);
+      post_recv(d, buf + bc.offset, bc.count, root_c, phase::scatter, 0);
+    }
+    wait(phase::scatter, d, 0);
+  }
+
+  // Reduce's gather: every rank sends its block to the rank at coordinate root_c,
+  // which receives them into `whole` (its own block is already there).
+  void gather_stage(std::size_t d, block_range r, T* whole, const T* own, std::size_t root_c) {
+    const std::size_t p = ext_[d], c = coords_[d], n = r.count;
+    if (c == root_c) {
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == c) continue;
+        const block_range bj = block_of(n, p, j);
+        post_recv(d, whole + bj.offset, bj.count, j, phase::gather, 0);
+      }
+    } else {
+      post_send(d, own, block_of(n, p, c).count, root_c, phase::gather, 0);
+    }
+    wait(phase::gather, d, 0);
+  }
+
+  // The root of reduce runs all_reduce's reduce-scatter half into its recvbuf.
+  void all_reduce_scatter_into(const T* send, T* recv, std::size_t n, int first, int last) {
+    auto& rg = c_.range_slots();
+    reserve(n, sizes_rs(n, false, true, false));
+    view<const T> src{send};
+    for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d) {
+      if (ext_[d] == 1) continue;
+      const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
+      reduce_scatter_stage(d, r, src, recv + r.offset, recv + r.offset + b.offset, int(d) == last);
+      src = view<const T>{recv};
+    }
+  }
+
+  // ---- helpers --------------------------------------------------------------
+
+  // A pointer to elements [lo, lo+n) of src, packing them into `scratch` if src is permuted.
+  const T* contiguous_or_pack(const view<const T>& src, std::size_t lo, std::size_t n, T* scratch) {
+    if (src.contiguous()) return src.at(lo);
+    src.runs(lo, n, [&](const T* p, std::size_t rel, std::size_t len) { std::memcpy(scratch + rel, p, len * sizeof(T)); });
+    return scratch;
+  }
+
+  std::vector<block_range>& ranges(std::size_t n) {
+    auto& rg = c_.range_slots();
+    stage_ranges(n, ext_, coords_, rg);
+    return rg;
+  }
+  std::vector<std::size_t>& root_coords(std::size_t root) {
+    auto& rc = c_.root_coordinates();
+    to_coordinates(root, ext_, rc);
+    return rc;
+  }
+  // This rank takes part in the scatter/gather of dimension d: its coordinates
+  // above d equal the root's.
+  bool line_of_root(std::size_t d, const std::vector<std::size_t>& rc) const {
+    for (std::size_t e = d + 1; e < ext_.size(); ++e)
+      if (coords_[e] != rc[e]) return false;
+    return true;
+  }
+  int first_dim() const {
+    for (std::size_t d = 0; d < ext_.size(); ++d)
+      if (ext_[d] > 1) return int(d);
+    return -1;
+  }
+  int last_dim() const {
+    for (std::size_t d = ext_.size(); d-- > 0;)
+      if (ext_[d] > 1) return int(d);
+    return -1;
+  }
+  std::size_t nontrivial_dims() const {
+    std::size_t k = 0;
+    for (auto e : ext_) k += e > 1;
+    return k;
+  }
+
+  // Scratch for the reduce-scatter half. mid-less first stage when `need_w`
+  // (reduce_scatter, non-root reduce) or when the source is permuted.
+  scratch_sizes sizes_rs(std::size_t n, bool permuted, bool first_has_mid, bool need_w) {
+    scratch_sizes s;
+    const int first = first_dim();
+    if (first < 0) return s;
+    auto& rg = c_.range_slots();
+    s.r = max_block(rg[first].count, ext_[first]);
+    // Without a mid buffer the ring double-buffers its partials; a permuted source
+    // packs its first send into R1.
+    s.two_r = !first_has_mid || permuted;
+    if (need_w) s.w = s.r;
+    for (std::size_t d = std::size_t(first); d < ext_.size(); ++d) {
+      if (ext_[d] == 1 || dims_[d].algo_for(commutative_) != algorithm::direct) continue;
+      const std::size_t slots = (ext_[d] - 1) * max_block(rg[d].count, ext_[d]);
+      s.q = slots > s.q ? slots : s.q;
+      if (permuted && int(d) == first) s.pack = slots;
+    }
+    (void)n;
+    return s;
+  }
+  scratch_sizes sizes_ag(std::size_t n, bool permuted) {
+    scratch_sizes s;
+    const int first = first_dim();
+    if (first < 0 || !permuted) return s;
+    auto& rg = c_.range_slots();
+    s.r = max_block(rg[first].count, ext_[first]);
+    s.two_r = true;
+    s.w = s.r;
+    if (dims_[first].algo_for(commutative_) == algorithm::direct) s.q = (ext_[first] - 1) * s.r;
+    (void)n;
+    return s;
+  }
+  static std::size_t total_bytes(const scratch_sizes& s) {
+    return (s.two_r ? 2 : 1) * align_up(s.r * sizeof(T)) + align_up(s.q * sizeof(T)) + align_up(s.pack * sizeof(T)) +
+           align_up(s.w * sizeof(T));
+  }
+  void reserve(std::size_t, const scratch_sizes& s) {
+    auto* base = static_cast<unsigned char*>(c_.scratch().get(total_bytes(s)));
+    auto take = [&](std::size_t elems) {
+      T* p = reinterpret_cast<T*>(base);
+      base += align_up(elems * sizeof(T));
+      return p;
+    };
+    R_[0] = take(s.r);
+    R_[1] = s.two_r ? take(s.r) : nullptr;
+    Q_ = take(s.q);
+    P_ = take(s.pack);
+    W_ = take(s.w);
+  }
+
+  Comm& c_;
+  transport_t& tr_;
+  host_reducer<T, Op> red_;
+  const char* name_;
+  std::vector<typename Comm::dim_state>& dims_;
+  const std::vector<std::size_t>& ext_;
+  const std::vector<std::size_t>& coords_;
+  typename transport_t::request* reqs_;
+  std::vector<typename Comm::request_info>& infos_;
+  bool commutative_;
+  std::size_t nreq_ = 0;
+  std::size_t w_lo_ = 0;
+  T* R_[2] = {nullptr, nullptr};
+  T* Q_ = nullptr;
+  T* P_ = nullptr;
+  T* W_ = nullptr;
+};
+
+}  // namespace detail
+
+MDRING_NAMESPACE_END

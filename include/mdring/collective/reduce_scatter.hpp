@@ -1,0 +1,56 @@
+// mdring/collective/reduce_scatter.hpp
+//
+//   reduce_scatter(comm, sendbuf, recvbuf, recvcount, op)
+//
+// MPI_Reduce_scatter_block semantics: sendbuf holds size() * recvcount elements;
+// rank r receives block r, recvbuf[i] = op over all ranks of sendbuf[r*recvcount + i].
+// In place (as NCCL): recvbuf == sendbuf + rank() * recvcount.
+// Example, 2 ranks, sum, recvcount 2, rank r passes {r, r, 10+r, 10+r}:
+// rank 0 gets {1, 1}, rank 1 gets {21, 21}.
+// Stages: reduce-scatter in dimensions 0..k-1 (see engine.hpp for the block order).
+#pragma once
+
+#include "../config.hpp"
+#include "run.hpp"
+
+#include <span>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+template <class C, class T, class Op>
+void reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op,
+                         std::optional<arg_error> pre) {
+  detail::static_checks<C, T, Op>();
+  constexpr const char* name = "reduce_scatter";
+  const std::size_t total = recvcount * comm.size();
+  const bool in_place = addr(recvbuf) == addr(sendbuf) + comm.rank() * recvcount * sizeof(T);
+  auto err = detail::first_error(
+      std::move(pre),
+      detail::check_null(name, "sendbuf", sendbuf, total, detail::arg_sendbuf),
+      detail::check_null(name, "recvbuf", recvbuf, recvcount, detail::arg_recvbuf),
+      detail::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T), in_place,
+                            "recvbuf must be sendbuf + rank() * recvcount"));
+  detail::run_collective<T>(comm, name, op, std::move(err), recvcount, 0,
+                            [&](auto& e) { e.reduce_scatter(sendbuf, recvbuf, recvcount); });
+}
+}  // namespace detail
+
+template <bound_communicator C, class T, class Op = sum_t>
+void reduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op = {}) {
+  detail::reduce_scatter_impl(comm, sendbuf, recvbuf, recvcount, op, std::nullopt);
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+void reduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
+  std::optional<detail::arg_error> pre;
+  if (sendbuf.size() != recvbuf.size() * comm.size())
+    pre = detail::arg_error{"sendbuf",
+                            "mdring::reduce_scatter: sendbuf has " + std::to_string(sendbuf.size()) +
+                                " elements; expected size() * recvbuf.size() = " +
+                                std::to_string(recvbuf.size() * comm.size()),
+                            detail::arg_count};
+  detail::reduce_scatter_impl(comm, sendbuf.data(), recvbuf.data(), recvbuf.size(), op, std::move(pre));
+}
+
+MDRING_NAMESPACE_END

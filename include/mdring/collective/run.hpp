@@ -1,0 +1,209 @@
+// mdring/collective/run.hpp: what every collective does around its stages.
+//
+//   1. compile time: T is trivially copyable, Op can reduce T, and a non-commutative
+//      op meets no ring-only dimension (static_assert, naming the link);
+//   2. run time, locally: the communicator is usable; buffers are not null when
+//      count > 0; send and receive buffers either coincide (in place) or do not
+//      overlap at all; root is a rank; the op fits the chosen algorithms;
+//   3. with check_level::collective: the ranks agree on count, type, op and root
+//      (one small all-reduce); a disagreement or any rank's bad argument makes
+//      every rank throw the same invalid_argument, and the communicator survives;
+//   4. otherwise a rank with a bad argument tells its peers (so no rank waits for
+//      it), marks the communicator unusable and throws;
+//   5. the stages; any failure marks the communicator unusable on this rank and is
+//      announced to the peers, which stop waiting with remote_error.
+#pragma once
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../reduce/ops.hpp"
+#include "communicator.hpp"
+#include "engine.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+
+template <class C, class T, class Op>
+constexpr void static_checks() {
+  static_assert(std::is_trivially_copyable_v<T>, "mdring: the element type must be trivially copyable");
+  static_assert(reduction_for<Op, T>,
+                "mdring: the op cannot reduce this element type. Built-in ops (sum, prod, min, max, avg) take "
+                "arithmetic types, mdring::half and mdring::bfloat16; a user op must be callable as T(T, T).");
+  using topo = typename C::topology_type;
+  if constexpr (!op_traits<Op>::commutative && has_ring_only_dimension<topo>())
+    non_commutative_op_on_ring_dimension<typename first_ring_only_link<topo>::type, Op>();
+}
+
+// A local argument error, before any message: what and which argument.
+struct arg_error {
+  std::string argument;
+  std::string what;
+  int code = 0;  // for the collective agreement
+};
+
+enum arg_code : int { arg_sendbuf = 1, arg_recvbuf, arg_overlap, arg_root, arg_op, arg_count };
+
+inline const char* arg_code_name(int code) {
+  switch (code) {
+    case arg_sendbuf: return "sendbuf";
+    case arg_recvbuf: return "recvbuf";
+    case arg_overlap: return "recvbuf";
+    case arg_root: return "root";
+    case arg_op: return "op";
+    default: return "count";
+  }
+}
+
+inline std::uintptr_t addr(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
+
+// [a, a+an) and [b, b+bn) in bytes overlap.
+inline bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
+  if (!an || !bn) return false;
+  return addr(a) < addr(b) + bn && addr(b) < addr(a) + an;
+}
+
+inline std::string ptr_string(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+template <class Comm>
+std::optional<arg_error> check_op(Comm& comm, bool commutative, const char* name) {
+  if (commutative) return std::nullopt;
+  for (std::size_t d = 0; d < comm.ndims(); ++d) {
+    const auto& dim = comm.dims()[d];
+    if (dim.extent < 2) continue;
+    if (dim.requested == algorithm::ring)
+      return arg_error{"op",
+                       std::string("mdring::") + name + ": options.algorithms[" + std::to_string(d) +
+                           "] is ring, but the op is not commutative; only the direct algorithm combines in rank order",
+                       arg_op};
+    if (!dim.link.fully_connected)
+      return arg_error{"op",
+                       std::string("mdring::") + name + ": the op is not commutative, but dimension " +
+                           std::to_string(d) + " (" + dim.link.name +
+                           ") is ring-only (its link is not fully connected); a ring folds blocks in rotated order",
+                       arg_op};
+  }
+  return std::nullopt;
+}
+
+// One small all-reduce (max) of what every rank passed; afterwards every rank
+// knows whether all agree and who had a bad argument.
+template <class Comm>
+void agree(Comm& comm, const char* name, const std::optional<arg_error>& err, std::int64_t count,
+           std::int64_t type_id, std::int64_t op_id, std::int64_t root);
+
+template <class T, class Op, class Comm, class Body>
+void run_collective(Comm& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
+                    std::size_t root, Body&& body) {
+  if (!comm.usable())
+    throw communicator_error(std::string("mdring::") + name +
+                             ": the communicator is unusable after an earlier error (" + comm.failure() +
+                             "); bind a new one");
+  if (!err) err = check_op(comm, op_traits<Op>::commutative, name);
+  if (comm.get_options().checks == check_level::collective) {
+    const std::int64_t type_id = std::int64_t(sizeof(T)) * 1000 + std::int64_t(std::string_view(type_name<T>()).size()) * 10 +
+                                 std::int64_t(std::is_floating_point_v<accumulator_t<T>>);
+    const std::string_view opn = op_traits<Op>::name();
+    const std::int64_t op_id = std::int64_t(opn.size()) * 256 + (opn.empty() ? 0 : opn[0]);
+    agree(comm, name, err, std::int64_t(count), type_id, op_id, std::int64_t(root));
+  } else if (err) {
+    comm.mark_broken(err->what);
+    comm.get_transport().abort(err->what);
+    throw invalid_argument(err->argument, err->what);
+  }
+  try {
+    engine<T, Op, Comm> e(comm, name, op, op_traits<Op>::commutative);
+    body(e);
+  } catch (const remote_error& e) {
+    comm.mark_broken(e.what());
+    throw;
+  } catch (const std::exception& e) {
+    comm.mark_broken(e.what());
+    comm.get_transport().abort(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
+    throw;
+  }
+}
+
+template <class Comm>
+void agree(Comm& comm, const char* name, const std::optional<arg_error>& err, std::int64_t count,
+           std::int64_t type_id, std::int64_t op_id, std::int64_t root) {
+  // Each pair (x, -x) under max gives the maximum and minus the minimum.
+  std::int64_t v[9] = {err ? std::int64_t(comm.rank() + 1) * 16 + err->code : 0,
+                       count, -count, type_id, -type_id, op_id, -op_id, root, -root};
+  try {
+    engine<std::int64_t, max_t, Comm> e(comm, name, max_t{}, true);
+    e.all_reduce(v, v, 9);
+  } catch (const remote_error& e) {
+    comm.mark_broken(e.what());
+    throw;
+  } catch (const std::exception& e) {
+    comm.mark_broken(e.what());
+    comm.get_transport().abort(e.what());
+    throw;
+  }
+  const std::string fn = std::string("mdring::") + name + ": ";
+  if (err) throw invalid_argument(err->argument, err->what);
+  if (v[0] > 0) {
+    const std::size_t who = std::size_t(v[0] / 16 - 1);
+    const int code = int(v[0] % 16);
+    throw invalid_argument(arg_code_name(code), fn + "rank " + std::to_string(who) + " passed an invalid " +
+                                                    arg_code_name(code) + " (its own exception says which); no data was moved");
+  }
+  auto differ = [&](int i, const char* arg, const char* what) {
+    if (v[i] != -v[i + 1])
+      throw invalid_argument(arg, fn + "the ranks passed different " + what + " (from " + std::to_string(-v[i + 1]) +
+                                      " to " + std::to_string(v[i]) + "); no data was moved");
+  };
+  differ(1, "count", "counts");
+  if (v[3] != -v[4]) throw invalid_argument("T", fn + "the ranks passed different element types; no data was moved");
+  if (v[5] != -v[6]) throw invalid_argument("op", fn + "the ranks passed different ops; no data was moved");
+  differ(7, "root", "roots");
+}
+
+// The local checks shared by the collectives.
+inline std::optional<arg_error> check_null(const char* name, const char* arg, const void* p, std::size_t count,
+                                           int code) {
+  if (count > 0 && p == nullptr)
+    return arg_error{arg, std::string("mdring::") + name + ": " + arg + " is null but count is " + std::to_string(count),
+                     code};
+  return std::nullopt;
+}
+
+inline std::optional<arg_error> check_root(const char* name, std::size_t root, std::size_t size) {
+  if (root >= size)
+    return arg_error{"root", std::string("mdring::") + name + ": root " + std::to_string(root) +
+                                 " is not a rank of this communicator (size " + std::to_string(size) + ")",
+                     arg_root};
+  return std::nullopt;
+}
+
+// send [s, s+sn) and recv [r, r+rn) (bytes) must coincide as described by
+// `in_place_ok` or not overlap at all.
+inline std::optional<arg_error> check_overlap(const char* name, const void* s, std::size_t sn, const void* r,
+                                              std::size_t rn, bool in_place, const char* in_place_rule) {
+  if (in_place || !overlaps(s, sn, r, rn)) return std::nullopt;
+  return arg_error{"recvbuf",
+                   std::string("mdring::") + name + ": sendbuf [" + ptr_string(s) + ", +" + std::to_string(sn) +
+                       " bytes) and recvbuf [" + ptr_string(r) + ", +" + std::to_string(rn) +
+                       " bytes) overlap partially; for in place " + in_place_rule,
+                   arg_overlap};
+}
+
+template <class... E>
+std::optional<arg_error> first_error(E&&... e) {
+  std::optional<arg_error> out;
+  ((out ? void() : void(out = std::move(e))), ...);
+  return out;
+}
+
+}  // namespace detail
+
+MDRING_NAMESPACE_END

@@ -1,0 +1,37 @@
+// mdring/mdring.hpp: the host path in one include. Compiles with a plain C++20
+// compiler: no MPI, no CUDA. For MPI add <mdring/mpi.hpp>, for Boost.MPI
+// <mdring/boost_mpi.hpp>.
+//
+//   constexpr auto topo = mdring::ring<mdring::shm, 2> * mdring::ring<mdring::shm, 4>;
+//   mdring::threads::run(8, [&](mdring::threads::endpoint ep) {
+//     auto comm = mdring::bind(topo, ep);
+//     mdring::all_reduce(comm, buf, n, mdring::sum);
+//   });
+#pragma once
+
+#include "config.hpp"
+#include "error.hpp"
+#include "options.hpp"
+
+#include "topology/coordinates.hpp"
+#include "topology/link.hpp"
+#include "topology/ring.hpp"
+#include "topology/runtime.hpp"
+
+#include "plan/blocks.hpp"
+#include "plan/cost.hpp"
+#include "plan/plan.hpp"
+
+#include "reduce/host.hpp"
+#include "reduce/ops.hpp"
+#include "reduce/types.hpp"
+
+#include "transport/threads.hpp"
+#include "transport/transport.hpp"
+
+#include "collective/all_gather.hpp"
+#include "collective/all_reduce.hpp"
+#include "collective/broadcast.hpp"
+#include "collective/communicator.hpp"
+#include "collective/reduce.hpp"
+#include "collective/reduce_scatter.hpp"

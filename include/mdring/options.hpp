@@ -1,0 +1,118 @@
+// mdring/options.hpp: what a user can set when binding a topology.
+//
+//   mdring::options o;
+//   o.timeout = std::chrono::seconds(30);                 // every wait's deadline
+//   o.algorithms = {mdring::algorithm::direct, mdring::algorithm::ring};  // per dimension
+//   o.memory = &my_pool;                                  // all scratch comes from here
+//   auto comm = mdring::bind(topo, MPI_COMM_WORLD, o);
+//
+// The defaults can also be set from the environment (read when an options object
+// is constructed): MDRING_TIMEOUT=<seconds> and MDRING_CHECKS=local|collective.
+#pragma once
+
+#include "config.hpp"
+#include "error.hpp"
+#include "topology/link.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <memory_resource>
+#include <string>
+#include <string_view>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+// The algorithm of one dimension's stages.
+//   ring    p-1 steps, each sends 1/p of the range to the next rank: bandwidth optimal
+//           on any link, 2(p-1) latencies per all-reduce.
+//   direct  one step: every rank sends block j to rank j and folds the p inputs of its
+//           own block in one n-ary pass; 2 latencies, but (p-1) messages in flight and
+//           (p-1)/p of the range in scratch. For fully connected links (nvlink, shm).
+//   automatic  direct on fully connected links up to tuning::direct_max_extent ranks,
+//           ring otherwise; a non-commutative op always gets direct.
+enum class algorithm { automatic, ring, direct };
+
+constexpr std::string_view to_string(algorithm a) noexcept {
+  switch (a) {
+    case algorithm::ring: return "ring";
+    case algorithm::direct: return "direct";
+    default: return "automatic";
+  }
+}
+
+// How much argument checking a collective does.
+//   local       each rank checks its own arguments (null buffers, overlap, root); a
+//               rank that fails tells its peers, so nobody waits for it.
+//   collective  additionally, the ranks agree on count, element type, op and root
+//               with one small all-reduce per call before moving data, and all of
+//               them throw the same invalid_argument when they differ.
+enum class check_level { local, collective };
+
+// Tuning knobs: a plain aggregate, chosen once per communicator.
+struct tuning {
+  // automatic picks direct on fully connected links up to this many ranks.
+  std::size_t direct_max_extent = 8;
+  // Seconds per byte the host spends folding one input into another (gamma of the
+  // alpha-beta-gamma model); about 1 / (memory bandwidth / 3).
+  double host_gamma = 1.0 / 4e9;
+  // The same on a GPU (fused kernels at HBM speed), for links in device memory.
+  double device_gamma = 1.0 / 1e12;
+
+  double gamma(memory_space s) const noexcept { return s == memory_space::device ? device_gamma : host_gamma; }
+};
+
+namespace detail {
+inline std::chrono::milliseconds default_timeout() {
+  if (const char* s = std::getenv("MDRING_TIMEOUT")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(s, &end);
+    if (end != s && seconds > 0) return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  }
+  return std::chrono::minutes(5);
+}
+inline check_level default_checks() {
+  if (const char* s = std::getenv("MDRING_CHECKS"))
+    if (std::string_view(s) == "collective") return check_level::collective;
+  return check_level::local;
+}
+}  // namespace detail
+
+struct options {
+  // The deadline of every single wait (one step of one stage). Generous by default
+  // (5 minutes, or MDRING_TIMEOUT seconds); when it passes, timeout_error names the
+  // collective, dimension, step and peer that did not answer.
+  std::chrono::milliseconds timeout = detail::default_timeout();
+
+  // Per-dimension algorithm; missing entries mean automatic.
+  std::vector<algorithm> algorithms{};
+
+  // Where all scratch memory comes from (nullptr: std::pmr::get_default_resource()).
+  // Scratch grows to the largest call and is then reused: no allocation per call.
+  std::pmr::memory_resource* memory = nullptr;
+
+  // MPI: messages longer than this are sent as several MPI elements (MPI counts are
+  // int). Must be at least 1.
+  std::size_t max_message_bytes = std::size_t(1) << 30;
+
+  check_level checks = detail::default_checks();
+
+  tuning tune{};
+};
+
+namespace detail {
+inline void validate(const options& o) {
+  if (o.timeout.count() <= 0)
+    throw invalid_argument("options.timeout", "mdring::bind: options.timeout must be positive");
+  if (o.max_message_bytes == 0 || o.max_message_bytes > (std::size_t(1) << 31) - 1)
+    throw invalid_argument("options.max_message_bytes",
+                           "mdring::bind: options.max_message_bytes must be in [1, 2^31 - 1], got " +
+                               std::to_string(o.max_message_bytes));
+  if (o.tune.direct_max_extent < 2)
+    throw invalid_argument("options.tune.direct_max_extent",
+                           "mdring::bind: options.tune.direct_max_extent must be at least 2");
+}
+}  // namespace detail
+
+MDRING_NAMESPACE_END

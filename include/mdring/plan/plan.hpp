@@ -1,0 +1,242 @@
+// mdring/plan/plan.hpp: the stages of a collective, as data, and explain().
+//
+// make_plan() lists what one rank does for one call: which stages, in which
+// dimension, over which link, with which algorithm, on which range, exchanging
+// with which peers, how many bytes, and how long the cost model predicts. The
+// collectives execute exactly these stages (they share blocks.hpp's arithmetic);
+// the plan object itself exists for explain() and for tests.
+//
+//   all_reduce      reduce-scatter in dims 0..k-1, then all-gather in dims k-1..0
+//   reduce_scatter  reduce-scatter in dims 0..k-1
+//   all_gather      all-gather in dims k-1..0
+//   broadcast       scatter from the root in dims 0..k-1, then all-gather k-1..0
+//   reduce          reduce-scatter in dims 0..k-1, then gather to the root k-1..0
+// Dimensions of extent 1 have no stage.
+#pragma once
+
+#include "../config.hpp"
+#include "../options.hpp"
+#include "../topology/coordinates.hpp"
+#include "../topology/runtime.hpp"
+#include "blocks.hpp"
+#include "cost.hpp"
+
+#include <cstddef>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+enum class collective { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
+
+constexpr std::string_view to_string(collective c) noexcept {
+  switch (c) {
+    case collective::all_reduce: return "all_reduce";
+    case collective::reduce_scatter: return "reduce_scatter";
+    case collective::all_gather: return "all_gather";
+    case collective::broadcast: return "broadcast";
+    default: return "reduce";
+  }
+}
+
+struct plan_stage {
+  phase ph = phase::reduce_scatter;
+  std::size_t dim = 0;
+  link_info link;
+  std::size_t extent = 1;
+  std::size_t coordinate = 0;
+  algorithm algo = algorithm::ring;
+  bool participates = true;          // scatter/gather stages involve only the root's line
+  block_range range;                 // elements of the (nested) buffer this stage works on
+  std::size_t steps = 0;             // rounds of messages
+  std::vector<std::size_t> send_to;  // global ranks
+  std::vector<std::size_t> recv_from;
+  std::size_t bytes_sent = 0;        // by this rank
+  std::size_t bytes_received = 0;
+  double seconds = 0;                // predicted for the whole stage
+};
+
+struct plan {
+  collective kind = collective::all_reduce;
+  std::string type;            // element type name
+  std::size_t elem_size = 0;
+  std::size_t count = 0;       // as passed to the collective
+  std::size_t elements = 0;    // elements of the whole buffer the stages cut up
+  std::string op;
+  runtime_topology topology;   // resolved
+  std::size_t rank = 0;
+  std::vector<std::size_t> coords;
+  std::size_t root = 0;
+  std::vector<plan_stage> stages;
+
+  double seconds() const noexcept {
+    double s = 0;
+    for (auto& st : stages) s += st.seconds;
+    return s;
+  }
+  std::size_t bytes_sent() const noexcept {
+    std::size_t b = 0;
+    for (auto& st : stages) b += st.bytes_sent;
+    return b;
+  }
+  std::string to_string() const;
+};
+
+namespace detail {
+
+inline std::string human_bytes(double b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+
+inline std::string human_seconds(double s) {
+  char buf[32];
+  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.2f us", s * 1e6);
+  else if (s < 1) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f s", s);
+  return buf;
+}
+
+inline std::string rank_list(const std::vector<std::size_t>& v) {
+  if (v.empty()) return "-";
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i == 6 && v.size() > 7) return s + ",.. (" + std::to_string(v.size()) + ")";
+    s += (i ? "," : "") + std::to_string(v[i]);
+  }
+  return s;
+}
+
+}  // namespace detail
+
+// The plan of one call on one rank. `count` is what the collective takes (per-rank
+// block for reduce_scatter / all_gather, the whole buffer otherwise); `algos[d]` is
+// the algorithm already chosen for dimension d. topo must be resolved.
+inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
+                      std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune,
+                      std::size_t root = 0, std::string type = "float", std::string op = "sum") {
+  plan pl;
+  pl.kind = kind;
+  pl.type = std::move(type);
+  pl.elem_size = elem_size;
+  pl.count = count;
+  pl.op = (kind == collective::all_gather || kind == collective::broadcast) ? "-" : std::move(op);
+  pl.topology = topo;
+  pl.rank = rank;
+  pl.root = root;
+  const auto ext = topo.extents();
+  const std::size_t k = ext.size(), P = topo.size();
+  pl.coords = topo.coordinates(rank);
+  const auto root_coords = topo.coordinates(root);
+  const bool per_rank = kind == collective::reduce_scatter || kind == collective::all_gather;
+  pl.elements = per_rank ? count * P : count;
+  std::vector<block_range> ranges(k);
+  stage_ranges(pl.elements, ext, pl.coords, ranges);
+
+  auto add = [&](phase ph, std::size_t d) {
+    const std::size_t p = ext[d], c = pl.coords[d];
+    if (p == 1) return;
+    plan_stage st;
+    st.ph = ph;
+    st.dim = d;
+    st.link = topo.dim(d).link;
+    st.extent = p;
+    st.coordinate = c;
+    st.algo = algos[d];
+    st.range = ranges[d];
+    const std::size_t n = st.range.count;
+    auto peer = [&](std::size_t j) { return peer_of(rank, d, j, ext); };
+    auto bytes = [&](std::size_t j) { return block_of(n, p, j).count * elem_size; };
+    if (ph == phase::scatter || ph == phase::gather) {
+      st.algo = algorithm::direct;
+      // Only ranks whose coordinates above d equal the root's take part.
+      for (std::size_t e = d + 1; e < k; ++e) st.participates &= pl.coords[e] == root_coords[e];
+      const bool is_root_side = c == root_coords[d];
+      st.steps = 1;
+      if (st.participates) {
+        const bool sends = (ph == phase::scatter) == is_root_side;
+        for (std::size_t j = 0; j < p; ++j) {
+          if (j == c) continue;
+          if (!is_root_side && j != root_coords[d]) continue;
+          (sends ? st.send_to : st.recv_from).push_back(peer(j));
+          if (sends) st.bytes_sent += bytes(ph == phase::scatter ? j : c);
+          else st.bytes_received += bytes(ph == phase::gather ? j : c);
+        }
+      }
+    } else if (st.algo == algorithm::direct) {
+      st.steps = 1;
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == c) continue;
+        st.send_to.push_back(peer(j));
+        st.recv_from.push_back(peer(j));
+        st.bytes_sent += bytes(ph == phase::reduce_scatter ? j : c);
+        st.bytes_received += bytes(ph == phase::reduce_scatter ? c : j);
+      }
+    } else {
+      st.steps = p - 1;
+      st.send_to.push_back(peer((c + 1) % p));
+      st.recv_from.push_back(peer((c + p - 1) % p));
+      const bool rs = ph == phase::reduce_scatter;
+      for (std::size_t s = 0; s + 1 < p; ++s) {
+        st.bytes_sent += bytes(rs ? ring_rs_send_block(c, s, p) : ring_ag_send_block(c, s, p));
+        st.bytes_received += bytes(rs ? ring_rs_recv_block(c, s, p) : ring_ag_recv_block(c, s, p));
+      }
+    }
+    st.seconds = st.participates ? stage_seconds(ph, st.algo, p, n, elem_size, st.link, tune.gamma(st.link.space)) : 0.0;
+    pl.stages.push_back(std::move(st));
+  };
+
+  const bool has_rs = kind == collective::all_reduce || kind == collective::reduce_scatter || kind == collective::reduce;
+  if (has_rs)
+    for (std::size_t d = 0; d < k; ++d) add(phase::reduce_scatter, d);
+  if (kind == collective::broadcast)
+    for (std::size_t d = 0; d < k; ++d) add(phase::scatter, d);
+  if (kind == collective::all_reduce || kind == collective::all_gather || kind == collective::broadcast)
+    for (std::size_t d = k; d-- > 0;) add(phase::all_gather, d);
+  if (kind == collective::reduce)
+    for (std::size_t d = k; d-- > 0;) add(phase::gather, d);
+  return pl;
+}
+
+inline std::string plan::to_string() const {
+  std::string s;
+  char line[512];
+  std::snprintf(line, sizeof line, "mdring plan: %s of %zu x %s (%s)%s%s\n", std::string(mdring::to_string(kind)).c_str(),
+                count, type.c_str(), detail::human_bytes(double(count) * double(elem_size)).c_str(),
+                op == "-" ? "" : ", op ", op == "-" ? "" : op.c_str());
+  s += line;
+  std::string c;
+  for (std::size_t i = 0; i < coords.size(); ++i) c += (i ? "," : "") + std::to_string(coords[i]);
+  std::snprintf(line, sizeof line, "topology: %s = %zu ranks; shown for rank %zu at (%s)%s\n",
+                topology.to_string().c_str(), topology.size(), rank, c.c_str(),
+                kind == collective::broadcast || kind == collective::reduce
+                    ? (", root " + std::to_string(root)).c_str()
+                    : "");
+  s += line;
+  std::snprintf(line, sizeof line, "  %-2s %-15s %3s %-11s %5s %-7s %6s %-16s %-16s %11s %11s\n", "#", "phase", "dim",
+                "link", "ranks", "algo", "steps", "sends to", "receives from", "bytes out", "predicted");
+  s += line;
+  std::size_t i = 0;
+  for (auto& st : stages) {
+    std::snprintf(line, sizeof line, "  %-2zu %-15s %3zu %-11s %5zu %-7s %6zu %-16s %-16s %11s %11s%s\n", ++i,
+                  std::string(mdring::to_string(st.ph)).c_str(), st.dim, st.link.name.c_str(), st.extent,
+                  std::string(mdring::to_string(st.algo)).c_str(), st.steps, detail::rank_list(st.send_to).c_str(),
+                  detail::rank_list(st.recv_from).c_str(), detail::human_bytes(double(st.bytes_sent)).c_str(),
+                  detail::human_seconds(st.seconds).c_str(), st.participates ? "" : "  (idle)");
+    s += line;
+  }
+  if (stages.empty()) s += "  (one rank: a local copy, no stage)\n";
+  std::snprintf(line, sizeof line, "predicted total: %s (alpha-beta-gamma model from the links' traits)\n",
+                detail::human_seconds(seconds()).c_str());
+  s += line;
+  return s;
+}
+
+MDRING_NAMESPACE_END

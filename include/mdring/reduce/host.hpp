@@ -1,0 +1,132 @@
+// mdring/reduce/host.hpp: the reduction loops of the host path.
+//
+// Three loops, each a single pass that the compiler vectorizes (restrict-qualified
+// pointers, no calls, no branches inside the loop):
+//   combine     dst[i] = a[i] op b[i]                   (ring step: fold a received block)
+//   combine_n   dst[i] = in0[i] op in1[i] op ... op ink[i]   (direct: k inputs at once)
+//   finalize    dst[i] = fin(src[i])                    (avg on one rank: the copy)
+// `final` applies the op's finalize (avg's division by the number of ranks) in the
+// same pass. dst may be exactly a or b (in place); partial overlap is not allowed.
+#pragma once
+
+#include "../config.hpp"
+#include "ops.hpp"
+#include "types.hpp"
+
+#include <cstddef>
+#include <cstring>
+
+MDRING_NAMESPACE_BEGIN
+
+template <class T, class Op>
+class host_reducer {
+public:
+  // Built-in ops compute in accumulator_t<T>; user ops see T itself.
+  using acc = std::conditional_t<op_traits<Op>::builtin, accumulator_t<T>, T>;
+
+  host_reducer(Op op, std::size_t ranks) : op_(op), ranks_(ranks) {}
+
+  const Op& op() const noexcept { return op_; }
+  std::size_t ranks() const noexcept { return ranks_; }
+
+  // dst = a op b, optionally finalized. dst may equal a or b.
+  void combine(T* dst, const T* a, const T* b, std::size_t n, bool final) const {
+    if (n == 0) return;
+    if (final && needs_finalize()) return combine_loop<true>(dst, a, b, n);
+    combine_loop<false>(dst, a, b, n);
+  }
+
+  // dst = in[0] op in[1] op ... op in[k-1], accumulated in acc, finalized if asked.
+  // Any in[j] may equal dst (it is read tile by tile before the tile is written).
+  void combine_n(T* dst, const T* const* in, std::size_t k, std::size_t n, bool final) const {
+    if (n == 0) return;
+    if (k == 1) return finalize(dst, in[0], n, final);
+    if (final && needs_finalize()) return combine_n_loop<true>(dst, in, k, n);
+    combine_n_loop<false>(dst, in, k, n);
+  }
+
+  // dst = fin(src) when final (and the op has a finalize), else a copy.
+  void finalize(T* dst, const T* src, std::size_t n, bool final) const {
+    if (n == 0) return;
+    if (final && needs_finalize()) {
+      if (dst == src) return finalize_inplace(dst, n);
+      return finalize_loop(dst, src, n);
+    }
+    if (dst != src) std::memmove(dst, src, n * sizeof(T));
+  }
+
+private:
+  bool needs_finalize() const noexcept { return op_traits<Op>::has_finalize && ranks_ > 1; }
+
+  static acc load(const T& x) noexcept { return static_cast<acc>(x); }
+  static T store(const acc& x) noexcept { return static_cast<T>(x); }
+
+  template <bool Final>
+  acc fin(acc x) const noexcept {
+    if constexpr (Final && op_traits<Op>::has_finalize) return op_.finalize(x, ranks_);
+    else return x;
+  }
+
+  template <bool Final>
+  void combine_loop(T* dst, const T* a, const T* b, std::size_t n) const {
+    if (dst == a) return inplace_left<Final>(dst, b, n);
+    if (dst == b) return inplace_right<Final>(a, dst, n);
+    outofplace<Final>(dst, a, b, n);
+  }
+
+  template <bool Final>
+  void outofplace(T* MDRING_RESTRICT dst, const T* MDRING_RESTRICT a, const T* MDRING_RESTRICT b,
+                  std::size_t n) const {
+    const Op op = op_;
+    for (std::size_t i = 0; i < n; ++i) dst[i] = store(fin<Final>(op(load(a[i]), load(b[i]))));
+  }
+  // d = d op b
+  template <bool Final>
+  void inplace_left(T* MDRING_RESTRICT d, const T* MDRING_RESTRICT b, std::size_t n) const {
+    const Op op = op_;
+    for (std::size_t i = 0; i < n; ++i) d[i] = store(fin<Final>(op(load(d[i]), load(b[i]))));
+  }
+  // d = a op d
+  template <bool Final>
+  void inplace_right(const T* MDRING_RESTRICT a, T* MDRING_RESTRICT d, std::size_t n) const {
+    const Op op = op_;
+    for (std::size_t i = 0; i < n; ++i) d[i] = store(fin<Final>(op(load(a[i]), load(d[i]))));
+  }
+
+  void finalize_loop(T* MDRING_RESTRICT dst, const T* MDRING_RESTRICT src, std::size_t n) const {
+    for (std::size_t i = 0; i < n; ++i) dst[i] = store(fin<true>(load(src[i])));
+  }
+  void finalize_inplace(T* MDRING_RESTRICT d, std::size_t n) const {
+    for (std::size_t i = 0; i < n; ++i) d[i] = store(fin<true>(load(d[i])));
+  }
+
+  // Tiles small enough that the accumulator stays in L1 while k inputs stream by.
+  static constexpr std::size_t tile = 2048 / sizeof(acc) < 64 ? 64 : 2048 / sizeof(acc);
+
+  template <bool Final>
+  void combine_n_loop(T* dst, const T* const* in, std::size_t k, std::size_t n) const {
+    acc buf[tile];
+    for (std::size_t base = 0; base < n; base += tile) {
+      const std::size_t m = n - base < tile ? n - base : tile;
+      load_tile(buf, in[0] + base, m);
+      for (std::size_t j = 1; j < k; ++j) fold_tile(buf, in[j] + base, m);
+      store_tile<Final>(dst + base, buf, m);
+    }
+  }
+  static void load_tile(acc* MDRING_RESTRICT buf, const T* MDRING_RESTRICT x, std::size_t m) {
+    for (std::size_t i = 0; i < m; ++i) buf[i] = load(x[i]);
+  }
+  void fold_tile(acc* MDRING_RESTRICT buf, const T* MDRING_RESTRICT x, std::size_t m) const {
+    const Op op = op_;
+    for (std::size_t i = 0; i < m; ++i) buf[i] = op(buf[i], load(x[i]));
+  }
+  template <bool Final>
+  void store_tile(T* MDRING_RESTRICT d, const acc* MDRING_RESTRICT buf, std::size_t m) const {
+    for (std::size_t i = 0; i < m; ++i) d[i] = store(fin<Final>(buf[i]));
+  }
+
+  Op op_;
+  std::size_t ranks_;
+};
+
+MDRING_NAMESPACE_END

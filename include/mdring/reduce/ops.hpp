@@ -1,0 +1,147 @@
+// mdring/reduce/ops.hpp: reduction operations and their traits.
+//
+//   mdring::sum, mdring::prod, mdring::min, mdring::max, mdring::avg
+//   any callable f(T, T) -> T                      (taken as commutative and associative)
+//   mdring::non_commutative(f)                     (associative only: reduced in rank order)
+//
+// Semantics, per element x_0 .. x_{P-1} (rank order):
+//   sum   x_0 + ... + x_{P-1}; integers wrap modulo 2^bits (no undefined overflow)
+//   prod  x_0 * ... * x_{P-1}; integers wrap likewise
+//   min   the smallest; max the largest (comparisons with <; a NaN may or may not win)
+//   avg   sum / P, divided once by the owner of the element; integers truncate toward 0
+//
+// op_traits<Op> tells the plan what it may do: a non-commutative op forces the
+// direct algorithm (which combines in rank order) on every dimension, and is
+// rejected at compile time on a topology that has a ring-only dimension.
+#pragma once
+
+#include "../config.hpp"
+#include "types.hpp"
+
+#include <concepts>
+#include <cstddef>
+#include <type_traits>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+// Integer + and * in the unsigned type, so that overflow wraps instead of being UB.
+template <class T>
+MDRING_HOST_DEVICE constexpr T wrap_add(T a, T b) noexcept {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(a + b);
+  } else {
+    return a + b;
+  }
+}
+template <class T>
+MDRING_HOST_DEVICE constexpr T wrap_mul(T a, T b) noexcept {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, T>>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+  } else {
+    return a * b;
+  }
+}
+}  // namespace detail
+
+// The built-in ops work on accumulator_t<T> (float for half and bfloat16).
+struct sum_t {
+  static constexpr const char* name = "sum";
+  template <class A>
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return detail::wrap_add(a, b); }
+};
+struct prod_t {
+  static constexpr const char* name = "prod";
+  template <class A>
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return detail::wrap_mul(a, b); }
+};
+struct min_t {
+  static constexpr const char* name = "min";
+  template <class A>
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return b < a ? b : a; }
+};
+struct max_t {
+  static constexpr const char* name = "max";
+  template <class A>
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return a < b ? b : a; }
+};
+// Sum, then one division by the number of ranks, fused into the owner's last pass.
+struct avg_t {
+  static constexpr const char* name = "avg";
+  template <class A>
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return detail::wrap_add(a, b); }
+  template <class A>
+  MDRING_HOST_DEVICE constexpr A finalize(A a, std::size_t ranks) const noexcept {
+    if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return static_cast<A>(a / static_cast<A>(ranks));
+    else return static_cast<A>(a / static_cast<A>(ranks));
+  }
+};
+
+inline constexpr sum_t sum{};
+inline constexpr prod_t prod{};
+inline constexpr min_t min{};
+inline constexpr max_t max{};
+inline constexpr avg_t avg{};
+
+// Wraps an associative but non-commutative callable. The library then combines
+// contributions strictly in rank order (x_0 op x_1 op ... op x_{P-1}).
+template <class F>
+struct non_commutative_op {
+  F f;
+  template <class T>
+  constexpr T operator()(const T& a, const T& b) const {
+    return f(a, b);
+  }
+};
+template <class F>
+constexpr non_commutative_op<std::decay_t<F>> non_commutative(F&& f) {
+  return {std::forward<F>(f)};
+}
+
+namespace detail {
+template <class Op>
+struct builtin_op : std::false_type {};
+template <> struct builtin_op<sum_t> : std::true_type {};
+template <> struct builtin_op<prod_t> : std::true_type {};
+template <> struct builtin_op<min_t> : std::true_type {};
+template <> struct builtin_op<max_t> : std::true_type {};
+template <> struct builtin_op<avg_t> : std::true_type {};
+
+template <class Op>
+constexpr bool declared_commutative() {
+  if constexpr (requires { Op::is_commutative; }) return bool(Op::is_commutative);
+  else return true;
+}
+template <class F>
+struct is_non_commutative_wrapper : std::false_type {};
+template <class F>
+struct is_non_commutative_wrapper<non_commutative_op<F>> : std::true_type {};
+}  // namespace detail
+
+// What the plan needs to know about an op. Specialize it for your own functor, or
+// give the functor `static constexpr bool is_commutative = false;`.
+template <class Op>
+struct op_traits {
+  static constexpr bool builtin = detail::builtin_op<Op>::value;
+  static constexpr bool commutative =
+      !detail::is_non_commutative_wrapper<Op>::value && detail::declared_commutative<Op>();
+  static constexpr bool has_finalize = std::is_same_v<Op, avg_t>;
+  static constexpr const char* name() noexcept {
+    if constexpr (requires { Op::name; }) return Op::name;
+    else return "user op";
+  }
+};
+
+// Op can reduce elements of type T: a built-in op on a built-in element type, or a
+// callable (T, T) -> T on a trivially copyable T.
+template <class Op, class T>
+concept reduction_for =
+    std::is_trivially_copyable_v<T> &&
+    ((op_traits<Op>::builtin && builtin_element<T>) ||
+     (!op_traits<Op>::builtin && std::is_invocable_r_v<T, const Op&, const T&, const T&>));
+
+MDRING_NAMESPACE_END

@@ -1,0 +1,129 @@
+// mdring/topology/link.hpp: link tags and their traits.
+//
+// A link tag is an empty type naming the kind of wire between the ranks of one
+// dimension. Its link_traits specialization says what the cost model and the
+// transport selection need to know:
+//
+//   template <> struct mdring::link_traits<my_link> {
+//     static constexpr std::string_view name = "my_link";   // used by the parser
+//     static constexpr double bandwidth = 25e9;   // bytes per second, per rank and direction
+//     static constexpr double latency = 2e-6;     // seconds per message
+//     static constexpr bool fully_connected = true;  // every pair has its own path
+//     static constexpr mdring::memory_space space = mdring::memory_space::host;
+//   };
+//
+// The values of the built-in tags are typical figures, not measurements of your
+// machine: override them at run time through runtime_topology::dimension::link
+// (or with register_link for the parser) when you know better.
+#pragma once
+
+#include "../config.hpp"
+
+#include <concepts>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+MDRING_NAMESPACE_BEGIN
+
+// Where the buffers of a dimension live: the transport is chosen from this.
+enum class memory_space { host, device };
+
+constexpr std::string_view to_string(memory_space s) noexcept {
+  return s == memory_space::host ? "host" : "device";
+}
+
+// Primary template: deliberately undefined. A link tag is usable once it has a
+// specialization with the five members shown above.
+template <class Link>
+struct link_traits;
+
+// GPU-to-GPU inside a node, through NVLink/NVSwitch (all pairs connected).
+struct nvlink {};
+// GPU-to-GPU through the PCIe tree (shared upstream links, so a ring fits best).
+struct pcie {};
+// Node-to-node over InfiniBand (one uplink per node).
+struct infiniband {};
+// Node-to-node over Ethernet (one uplink per node).
+struct ethernet {};
+// Ranks on one node sharing host memory.
+struct shm {};
+
+template <>
+struct link_traits<nvlink> {
+  static constexpr std::string_view name = "nvlink";
+  static constexpr double bandwidth = 150e9;
+  static constexpr double latency = 2e-6;
+  static constexpr bool fully_connected = true;
+  static constexpr memory_space space = memory_space::device;
+};
+
+template <>
+struct link_traits<pcie> {
+  static constexpr std::string_view name = "pcie";
+  static constexpr double bandwidth = 24e9;
+  static constexpr double latency = 5e-6;
+  static constexpr bool fully_connected = false;
+  static constexpr memory_space space = memory_space::device;
+};
+
+template <>
+struct link_traits<infiniband> {
+  static constexpr std::string_view name = "infiniband";
+  static constexpr double bandwidth = 12.5e9;
+  static constexpr double latency = 2e-6;
+  static constexpr bool fully_connected = false;
+  static constexpr memory_space space = memory_space::host;
+};
+
+template <>
+struct link_traits<ethernet> {
+  static constexpr std::string_view name = "ethernet";
+  static constexpr double bandwidth = 1.25e9;
+  static constexpr double latency = 25e-6;
+  static constexpr bool fully_connected = false;
+  static constexpr memory_space space = memory_space::host;
+};
+
+template <>
+struct link_traits<shm> {
+  static constexpr std::string_view name = "shm";
+  static constexpr double bandwidth = 8e9;
+  static constexpr double latency = 1e-6;
+  static constexpr bool fully_connected = true;
+  static constexpr memory_space space = memory_space::host;
+};
+
+// A type is a link tag when link_traits<L> is complete and has the five members
+// with the right types.
+template <class L>
+concept link = requires {
+  { link_traits<L>::name } -> std::convertible_to<std::string_view>;
+  { link_traits<L>::bandwidth } -> std::convertible_to<double>;
+  { link_traits<L>::latency } -> std::convertible_to<double>;
+  { link_traits<L>::fully_connected } -> std::convertible_to<bool>;
+  { link_traits<L>::space } -> std::convertible_to<memory_space>;
+};
+
+static_assert(link<nvlink> && link<pcie> && link<infiniband> && link<ethernet> && link<shm>);
+
+// The run-time copy of a link's traits. The plan and the cost model read only
+// this, so a user can override bandwidth and latency without new types.
+struct link_info {
+  std::string name;
+  double bandwidth = 0;  // bytes per second
+  double latency = 0;    // seconds
+  bool fully_connected = false;
+  memory_space space = memory_space::host;
+
+  friend bool operator==(const link_info&, const link_info&) = default;
+};
+
+template <link L>
+link_info link_info_of() {
+  using t = link_traits<L>;
+  return link_info{std::string(t::name), double(t::bandwidth), double(t::latency),
+                   bool(t::fully_connected), memory_space(t::space)};
+}
+
+MDRING_NAMESPACE_END

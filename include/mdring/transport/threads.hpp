@@ -1,0 +1,381 @@
+// mdring/transport/threads.hpp: N ranks as N threads of one process.
+//
+// The embedded transport: no MPI needed, so it is what the demo and most unit tests
+// run on, and what a program uses to reduce across worker threads.
+//
+//   mdring::threads::run(8, [&](mdring::threads::endpoint ep) {      // 8 threads
+//     auto comm = mdring::bind(mdring::ring<mdring::shm, 2> * mdring::ring<mdring::shm>, ep);
+//     mdring::all_reduce(comm, data.data(), data.size(), mdring::sum);
+//   });
+//
+// Messages are rendezvous: isend publishes (pointer, size) in the receiver's
+// mailbox, and the receiver copies straight from the sender's buffer once; the send
+// completes when that copy is done. A world is poisoned by the first failure (a
+// timeout, a bad argument, an exception escaping run()'s function): every rank
+// waiting in it wakes up with remote_error instead of waiting for a dead peer.
+#pragma once
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../collective/communicator.hpp"
+#include "transport.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace threads {
+
+namespace detail {
+
+struct message_key {
+  std::uint64_t context = 0;
+  std::uint32_t dim = 0;
+  std::size_t src = 0;
+  int tag = 0;
+  friend bool operator==(const message_key&, const message_key&) = default;
+};
+
+struct send_desc {
+  enum : int { idle, posted, taken, done };
+  message_key key;
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+  std::atomic<int> state{idle};
+  send_desc* next = nullptr;
+};
+
+struct mailbox {
+  std::mutex m;
+  std::condition_variable cv;
+  send_desc* head = nullptr;  // FIFO of sends addressed to this rank
+  send_desc* tail = nullptr;
+  std::uint64_t events = 0;   // bumped on every change that may end a wait
+  std::uint64_t next_context = 0;
+
+  void push(send_desc* d) {
+    d->next = nullptr;
+    if (tail) tail->next = d;
+    else head = d;
+    tail = d;
+  }
+  bool unlink(send_desc* d) {
+    send_desc* prev = nullptr;
+    for (send_desc* c = head; c; prev = c, c = c->next)
+      if (c == d) {
+        (prev ? prev->next : head) = c->next;
+        if (tail == c) tail = prev;
+        c->next = nullptr;
+        return true;
+      }
+    return false;
+  }
+};
+
+}  // namespace detail
+
+class world;
+
+// One rank's handle on a world: what bind() takes.
+struct endpoint {
+  world* w = nullptr;
+  std::size_t rank = 0;
+};
+
+class world {
+public:
+  explicit world(std::size_t n) : n_(n), boxes_(n ? new detail::mailbox[n] : nullptr) {
+    if (n == 0) throw invalid_argument("n", "mdring::threads::world: the number of ranks must be at least 1");
+  }
+  world(const world&) = delete;
+  world& operator=(const world&) = delete;
+
+  std::size_t size() const noexcept { return n_; }
+
+  // The handle of rank `rank`, to pass to bind() on that rank's thread.
+  threads::endpoint at(std::size_t rank) {
+    if (rank >= n_)
+      throw invalid_argument("rank", "mdring::threads::world::at: rank " + std::to_string(rank) +
+                                         " is not below the world's size " + std::to_string(n_));
+    return {this, rank};
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  // Poisons the world: every rank's current and future waits end with peer_failed.
+  // The first failure is the one remembered.
+  void fail(std::size_t rank, const std::string& reason) noexcept {
+    {
+      std::lock_guard lock(fail_m_);
+      if (!failed_.load(std::memory_order_relaxed)) {
+        failed_rank_ = rank;
+        try {
+          reason_ = reason;
+        } catch (...) {
+        }
+        failed_.store(true, std::memory_order_release);
+      }
+    }
+    for (std::size_t r = 0; r < n_; ++r) {
+      {
+        std::lock_guard lock(boxes_[r].m);
+        ++boxes_[r].events;
+      }
+      boxes_[r].cv.notify_all();
+    }
+  }
+
+  std::size_t failed_rank() const {
+    std::lock_guard lock(fail_m_);
+    return failed_rank_;
+  }
+  std::string failure_reason() const {
+    std::lock_guard lock(fail_m_);
+    return reason_;
+  }
+
+  detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }
+
+  // Every rank binds its communicators in the same order (as with MPI), so the
+  // k-th bind on each rank gets context k. The first rank to bind context k records
+  // its topology; the others must match.
+  std::uint64_t new_context(std::size_t rank, const std::string& topology) {
+    const std::uint64_t ctx = boxes_[rank].next_context++;
+    std::lock_guard lock(ctx_m_);
+    auto [it, inserted] = topologies_.emplace(ctx, std::make_pair(rank, topology));
+    if (!inserted && it->second.second != topology)
+      throw topology_error("topology", "mdring::bind: rank " + std::to_string(rank) + " bound \"" + topology +
+                                           "\" but rank " + std::to_string(it->second.first) + " bound \"" +
+                                           it->second.second + "\" (communicator " + std::to_string(ctx) +
+                                           " of this threads::world)");
+    return ctx;
+  }
+
+private:
+  std::size_t n_;
+  std::unique_ptr<detail::mailbox[]> boxes_;
+  std::atomic<bool> failed_{false};
+  mutable std::mutex fail_m_;
+  std::size_t failed_rank_ = 0;
+  std::string reason_;
+  std::mutex ctx_m_;
+  std::map<std::uint64_t, std::pair<std::size_t, std::string>> topologies_;
+};
+
+// The transport object of one rank in one bound communicator.
+class transport {
+public:
+  struct channel {
+    std::uint32_t dim = 0;
+    std::vector<std::size_t> members;  // global ranks, by coordinate
+    std::size_t index = 0;             // this rank's coordinate
+  };
+
+  struct request {
+    enum kind_t { none, send, recv };
+    kind_t kind = none;
+    std::size_t peer = 0;  // global rank of the other side
+    // send
+    detail::send_desc desc;
+    // recv
+    detail::message_key key;
+    void* buf = nullptr;
+    std::size_t bytes = 0;
+    bool done = false;
+  };
+
+  transport(endpoint ep, const std::string& topology)
+      : w_(ep.w), rank_(ep.rank), context_(ep.w->new_context(ep.rank, topology)) {}
+
+  std::size_t size() const noexcept { return w_->size(); }
+  std::size_t rank() const noexcept { return rank_; }
+  std::string name() const { return "threads"; }
+  world& get_world() const noexcept { return *w_; }
+
+  channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
+    return channel{static_cast<std::uint32_t>(dim), {members.begin(), members.end()}, my_index};
+  }
+
+  void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& r) {
+    r.kind = request::send;
+    r.peer = ch.members[peer];
+    r.desc.key = {context_, ch.dim, rank_, tag};
+    r.desc.data = buf;
+    r.desc.bytes = bytes;
+    r.desc.state.store(detail::send_desc::posted, std::memory_order_relaxed);
+    auto& box = w_->box(r.peer);
+    {
+      std::lock_guard lock(box.m);
+      box.push(&r.desc);
+      ++box.events;
+    }
+    box.cv.notify_all();
+  }
+
+  void irecv(channel& ch, void* buf, std::size_t bytes, std::size_t peer, int tag, request& r) {
+    r.kind = request::recv;
+    r.peer = ch.members[peer];
+    r.key = {context_, ch.dim, r.peer, tag};
+    r.buf = buf;
+    r.bytes = bytes;
+    r.done = false;
+  }
+
+  wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
+    auto& me = w_->box(rank_);
+    for (;;) {
+      std::uint64_t seen;
+      {
+        std::lock_guard lock(me.m);
+        seen = me.events;
+      }
+      bool all = true;
+      for (auto& r : rs) {
+        if (r.kind == request::recv && !r.done) try_receive(r);
+        if (!complete(r)) all = false;
+      }
+      if (all) return wait_status::ok();
+      if (w_->failed()) return failure();
+      std::unique_lock lock(me.m);
+      const bool woke = me.cv.wait_until(lock, deadline, [&] { return me.events != seen; });
+      if (!woke) {
+        lock.unlock();
+        for (std::size_t i = 0; i < rs.size(); ++i) {
+          if (rs[i].kind == request::recv && !rs[i].done) try_receive(rs[i]);
+          if (!complete(rs[i])) return wait_status{wait_status::timeout, i, 0, {}};
+        }
+        return wait_status::ok();
+      }
+    }
+  }
+
+  // Withdraws pending sends (waiting out a copy already under way) and forgets
+  // pending receives, so no peer can later touch this rank's buffers.
+  void cancel_all(std::span<request> rs) noexcept {
+    for (auto& r : rs) {
+      if (r.kind == request::send) {
+        auto& box = w_->box(r.peer);
+        {
+          std::lock_guard lock(box.m);
+          if (r.desc.state.load(std::memory_order_acquire) == detail::send_desc::posted) {
+            box.unlink(&r.desc);
+            r.desc.state.store(detail::send_desc::idle, std::memory_order_relaxed);
+          }
+        }
+        while (r.desc.state.load(std::memory_order_acquire) == detail::send_desc::taken)
+          std::this_thread::yield();
+      }
+      r.kind = request::none;
+    }
+  }
+
+  void abort(const std::string& reason) noexcept { w_->fail(rank_, reason); }
+
+private:
+  static bool complete(const request& r) noexcept {
+    switch (r.kind) {
+      case request::send: return r.desc.state.load(std::memory_order_acquire) == detail::send_desc::done;
+      case request::recv: return r.done;
+      default: return true;
+    }
+  }
+
+  wait_status failure() const {
+    return wait_status{wait_status::peer_failed, 0, w_->failed_rank(), w_->failure_reason()};
+  }
+
+  void try_receive(request& r) {
+    auto& me = w_->box(rank_);
+    detail::send_desc* d = nullptr;
+    {
+      std::lock_guard lock(me.m);
+      for (auto* c = me.head; c; c = c->next)
+        if (c->key == r.key) {
+          d = c;
+          break;
+        }
+      if (!d) return;
+      me.unlink(d);
+      d->state.store(detail::send_desc::taken, std::memory_order_relaxed);
+    }
+    const std::size_t sent = d->bytes;
+    if (sent == r.bytes && sent) std::memcpy(r.buf, d->data, sent);
+    auto& box = w_->box(r.peer);
+    {
+      std::lock_guard lock(box.m);
+      d->state.store(detail::send_desc::done, std::memory_order_release);  // d may vanish now
+      ++box.events;
+    }
+    box.cv.notify_all();
+    if (sent != r.bytes)
+      throw transport_error("mdring::threads: rank " + std::to_string(r.peer) + " sent " + std::to_string(sent) +
+                                " bytes but rank " + std::to_string(rank_) + " expected " +
+                                std::to_string(r.bytes) +
+                                ": the ranks passed different counts, types or roots to the same collective",
+                            0);
+    r.done = true;
+  }
+
+  world* w_;
+  std::size_t rank_;
+  std::uint64_t context_;
+};
+
+// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
+// throws, the world is poisoned (so no other rank waits for it), and after the join
+// the first failure's exception is rethrown.
+template <class F>
+void run(std::size_t n, F&& f) {
+  world w(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> pool;
+  pool.reserve(n);
+  for (std::size_t r = 0; r < n; ++r)
+    pool.emplace_back([&, r] {
+      try {
+        f(w.at(r));
+      } catch (const std::exception& e) {
+        errors[r] = std::current_exception();
+        w.fail(r, e.what());
+      } catch (...) {
+        errors[r] = std::current_exception();
+        w.fail(r, "an exception that is not a std::exception");
+      }
+    });
+  for (auto& t : pool) t.join();
+  if (w.failed() && errors[w.failed_rank()]) std::rethrow_exception(errors[w.failed_rank()]);
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace threads
+
+static_assert(transport<threads::transport>);
+
+// Binds a topology (compile-time, or a runtime_topology) to one rank of a threads
+// world. Every rank of the world calls it, in the same order for every communicator.
+template <class Topology>
+  requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
+communicator<Topology, threads::transport> bind(const Topology& topo, threads::endpoint ep, options opts = {}) {
+  if (ep.w == nullptr) throw invalid_argument("endpoint", "mdring::bind: the threads::endpoint has no world");
+  try {
+    auto tr = std::make_unique<threads::transport>(ep, detail::to_runtime(topo).to_string());
+    return communicator<Topology, threads::transport>(topo, std::move(tr), std::move(opts));
+  } catch (const std::exception& e) {
+    ep.w->fail(ep.rank, e.what());  // so that no other rank waits for this one
+    throw;
+  }
+}
+
+MDRING_NAMESPACE_END
