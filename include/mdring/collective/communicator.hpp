@@ -89,6 +89,15 @@ runtime_topology to_runtime(const Topology& t) {
   else return describe(t);
 }
 
+// What every rank of a communicator must agree on at bind time: the topology and
+// everything that changes the schedule.
+inline std::string fingerprint(const runtime_topology& t, const options& o) {
+  std::string s = t.to_string();
+  for (auto a : o.algorithms) s += "|" + std::string(to_string(a));
+  s += "|" + std::to_string(o.tune.direct_max_extent);
+  return s;
+}
+
 // A compile-time topology has a ring-only dimension (a link that is not fully
 // connected): non-commutative ops cannot run on it.
 template <class Topology>

@@ -370,7 +370,7 @@ template <class Topology>
 communicator<Topology, threads::transport> bind(const Topology& topo, threads::endpoint ep, options opts = {}) {
   if (ep.w == nullptr) throw invalid_argument("endpoint", "mdring::bind: the threads::endpoint has no world");
   try {
-    auto tr = std::make_unique<threads::transport>(ep, detail::to_runtime(topo).to_string());
+    auto tr = std::make_unique<threads::transport>(ep, detail::fingerprint(detail::to_runtime(topo), opts));
     return communicator<Topology, threads::transport>(topo, std::move(tr), std::move(opts));
   } catch (const std::exception& e) {
     ep.w->fail(ep.rank, e.what());  // so that no other rank waits for this one

@@ -1,0 +1,5 @@
+// mdring/mpi.hpp: the host path plus the MPI transport (needs <mpi.h>; target mdring::mpi).
+#pragma once
+
+#include "mdring.hpp"
+#include "transport/mpi.hpp"

@@ -1,0 +1,295 @@
+// mdring/transport/mpi.hpp: MPI point-to-point, one communicator per dimension.
+//
+//   auto comm = mdring::bind(mdring::ring<mdring::shm, 2> * mdring::ring<mdring::infiniband>, MPI_COMM_WORLD);
+//
+// bind() is collective over the MPI communicator. It
+//   - duplicates it (mdring's traffic never mixes with yours) and sets
+//     MPI_ERRORS_RETURN on the duplicate, so MPI failures become mpi_error;
+//   - checks that every rank bound the same topology and algorithms (one small
+//     MPI_Allreduce), and that the size fits the topology;
+//   - splits one sub-communicator per non-trivial dimension whose rank is the
+//     coordinate in that dimension;
+//   - posts one receive on a control channel, through which a failing rank tells
+//     the others to stop waiting (remote_error instead of a hang).
+// Messages are MPI_Isend/MPI_Irecv of bytes. One longer than
+// options::max_message_bytes (default 1 GiB, and MPI counts are int) is sent as
+// floor(bytes / max) elements of a contiguous type of max bytes, plus the rest.
+// Waits poll MPI_Testall and the control channel until the deadline.
+//
+// Destroy mdring communicators before MPI_Finalize (after it, their destructor
+// frees nothing: MPI is gone).
+#pragma once
+
+#include "../collective/communicator.hpp"
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../options.hpp"
+#include "transport.hpp"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace mpi {
+
+namespace detail {
+inline std::string error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING + 1] = {};
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, std::size_t(len));
+}
+
+inline void check(int code, const char* call) {
+  if (code != MPI_SUCCESS)
+    throw mpi_error(std::string("mdring::mpi: ") + call + " failed: " + error_string(code), code);
+}
+
+inline bool finalized() {
+  int f = 0;
+  MPI_Finalized(&f);
+  return f != 0;
+}
+
+inline std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+}  // namespace detail
+
+class transport {
+public:
+  struct channel {
+    MPI_Comm comm = MPI_COMM_NULL;
+  };
+  struct request {
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int n = 0;
+  };
+
+  static constexpr int control_tag = 1;
+
+  // Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
+  transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
+      : max_bytes_(opts.max_message_bytes) {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init || detail::finalized())
+      throw invalid_argument("comm", "mdring::bind: MPI is not initialized (call MPI_Init first) or already finalized");
+    if (comm == MPI_COMM_NULL) throw invalid_argument("comm", "mdring::bind: comm is MPI_COMM_NULL");
+    detail::check(MPI_Comm_dup(comm, &ctrl_), "MPI_Comm_dup");
+    owned_.push_back(ctrl_);
+    MPI_Comm_set_errhandler(ctrl_, MPI_ERRORS_RETURN);
+    int r = 0, s = 0;
+    MPI_Comm_rank(ctrl_, &r);
+    MPI_Comm_size(ctrl_, &s);
+    rank_ = std::size_t(r);
+    size_ = std::size_t(s);
+    // Every rank must bind the same topology and algorithms.
+    const std::uint64_t h = detail::fnv1a(fingerprint);
+    std::uint64_t v[2] = {h, ~h}, m[2] = {0, 0};
+    detail::check(MPI_Allreduce(v, m, 2, MPI_UINT64_T, MPI_MAX, ctrl_), "MPI_Allreduce");
+    if (m[0] != ~m[1]) {
+      free_all();
+      throw topology_error("topology", "mdring::bind: the ranks of the MPI communicator bound different topologies "
+                                       "or algorithms (this rank: \"" + fingerprint + "\")");
+    }
+    if (max_bytes_ < std::size_t(INT_MAX)) {
+      detail::check(MPI_Type_contiguous(int(max_bytes_), MPI_BYTE, &chunk_), "MPI_Type_contiguous");
+      detail::check(MPI_Type_commit(&chunk_), "MPI_Type_commit");
+    }
+    detail::check(MPI_Irecv(control_buf_, sizeof control_buf_ - 1, MPI_CHAR, MPI_ANY_SOURCE, control_tag, ctrl_,
+                            &control_req_),
+                  "MPI_Irecv");
+  }
+
+  transport(const transport&) = delete;
+  transport& operator=(const transport&) = delete;
+  ~transport() { free_all(); }
+
+  std::size_t size() const noexcept { return size_; }
+  std::size_t rank() const noexcept { return rank_; }
+  std::string name() const { return "mpi"; }
+  MPI_Comm control_comm() const noexcept { return ctrl_; }
+
+  // Collective: every rank calls it for the same dimensions in the same order.
+  channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
+    MPI_Comm sub = MPI_COMM_NULL;
+    // The global rank of coordinate 0 names the ring uniquely.
+    detail::check(MPI_Comm_split(ctrl_, int(members[0]), int(my_index), &sub), "MPI_Comm_split");
+    owned_.push_back(sub);
+    int r = 0, s = 0;
+    MPI_Comm_rank(sub, &r);
+    MPI_Comm_size(sub, &s);
+    if (std::size_t(r) != my_index || std::size_t(s) != members.size())
+      throw transport_error("mdring::mpi: the communicator of dimension " + std::to_string(dim) +
+                                " came out with rank " + std::to_string(r) + " of " + std::to_string(s) +
+                                ", expected " + std::to_string(my_index) + " of " + std::to_string(members.size()),
+                            0);
+    return channel{sub};
+  }
+
+  void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
+    post(ch, const_cast<void*>(buf), bytes, peer, tag, rq, true);
+  }
+  void irecv(channel& ch, void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
+    post(ch, buf, bytes, peer, tag, rq, false);
+  }
+
+  wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
+    for (unsigned spin = 0;; ++spin) {
+      bool all = true;
+      for (auto& rq : rs) {
+        if (rq.n == 0) continue;
+        int flag = 0;
+        MPI_Status st[2];
+        const int rc = MPI_Testall(rq.n, rq.r, &flag, st);
+        if (rc != MPI_SUCCESS) {
+          int code = rc;
+          for (int i = 0; i < rq.n; ++i)
+            if (rc == MPI_ERR_IN_STATUS && st[i].MPI_ERROR != MPI_SUCCESS) code = st[i].MPI_ERROR;
+          throw mpi_error("mdring::mpi: a message failed: " + detail::error_string(code) +
+                              " (did the ranks pass different counts or types to the same collective?)",
+                          code);
+        }
+        if (flag) rq.n = 0;
+        else all = false;
+      }
+      if (all) return wait_status::ok();
+      if (auto f = poll_control()) return *f;
+      if ((spin & 63) == 63) {
+        if (deadline_clock::now() >= deadline) {
+          for (std::size_t i = 0; i < rs.size(); ++i)
+            if (rs[i].n) return wait_status{wait_status::timeout, i, 0, {}};
+          return wait_status::ok();
+        }
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  // Cancels what is pending. Receives are cancelled and completed (so MPI will not
+  // write into the caller's buffers later); sends that cannot be cancelled are freed.
+  void cancel_all(std::span<request> rs) noexcept {
+    if (detail::finalized()) return;
+    for (auto& rq : rs) {
+      for (int i = 0; i < rq.n; ++i) {
+        if (rq.r[i] == MPI_REQUEST_NULL) continue;
+        MPI_Cancel(&rq.r[i]);
+        int flag = 0;
+        const auto until = deadline_clock::now() + std::chrono::milliseconds(200);
+        while (!flag && deadline_clock::now() < until) MPI_Test(&rq.r[i], &flag, MPI_STATUS_IGNORE);
+        if (!flag) MPI_Request_free(&rq.r[i]);
+      }
+      rq.n = 0;
+    }
+  }
+
+  // Tells every other rank that this one failed; they stop waiting with remote_error.
+  void abort(const std::string& reason) noexcept {
+    if (aborted_ || detail::finalized()) return;
+    aborted_ = true;
+    try {
+      reason_ = reason.substr(0, sizeof control_buf_ - 2);
+    } catch (...) {
+    }
+    for (std::size_t r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Request req;
+      if (MPI_Isend(reason_.c_str(), int(reason_.size() + 1), MPI_CHAR, int(r), control_tag, ctrl_, &req) ==
+          MPI_SUCCESS)
+        MPI_Request_free(&req);
+    }
+  }
+
+private:
+  void post(channel& ch, void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq, bool send) {
+    auto op = [&](void* p, int count, MPI_Datatype type, MPI_Request* out) {
+      const int rc = send ? MPI_Isend(p, count, type, int(peer), tag, ch.comm, out)
+                          : MPI_Irecv(p, count, type, int(peer), tag, ch.comm, out);
+      detail::check(rc, send ? "MPI_Isend" : "MPI_Irecv");
+    };
+    rq.n = 0;
+    if (bytes <= max_bytes_ && bytes <= std::size_t(INT_MAX)) {
+      op(buf, int(bytes), MPI_BYTE, &rq.r[rq.n++]);
+      return;
+    }
+    const std::size_t chunks = bytes / max_bytes_, rest = bytes % max_bytes_;
+    if (chunks > std::size_t(INT_MAX))
+      throw invalid_argument("options.max_message_bytes",
+                             "mdring::mpi: a message of " + std::to_string(bytes) +
+                                 " bytes needs more than INT_MAX pieces of options.max_message_bytes = " +
+                                 std::to_string(max_bytes_));
+    op(buf, int(chunks), chunk_, &rq.r[rq.n++]);
+    if (rest) op(static_cast<char*>(buf) + chunks * max_bytes_, int(rest), MPI_BYTE, &rq.r[rq.n++]);
+  }
+
+  std::optional<wait_status> poll_control() {
+    if (failed_) return failed_status();
+    if (control_req_ == MPI_REQUEST_NULL) return std::nullopt;
+    int flag = 0;
+    MPI_Status st;
+    MPI_Test(&control_req_, &flag, &st);
+    if (!flag) return std::nullopt;
+    failed_ = true;
+    failed_rank_ = std::size_t(st.MPI_SOURCE);
+    control_buf_[sizeof control_buf_ - 1] = '\0';
+    failed_reason_ = control_buf_;
+    return failed_status();
+  }
+  wait_status failed_status() const {
+    return wait_status{wait_status::peer_failed, 0, failed_rank_, failed_reason_};
+  }
+
+  void free_all() noexcept {
+    if (detail::finalized()) return;
+    if (control_req_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&control_req_);
+      MPI_Wait(&control_req_, MPI_STATUS_IGNORE);
+    }
+    if (chunk_ != MPI_DATATYPE_NULL) MPI_Type_free(&chunk_);
+    for (auto& c : owned_)
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    owned_.clear();
+  }
+
+  MPI_Comm ctrl_ = MPI_COMM_NULL;
+  std::vector<MPI_Comm> owned_;
+  std::size_t rank_ = 0, size_ = 0;
+  std::size_t max_bytes_;
+  MPI_Datatype chunk_ = MPI_DATATYPE_NULL;
+  MPI_Request control_req_ = MPI_REQUEST_NULL;
+  char control_buf_[512] = {};
+  bool aborted_ = false;
+  std::string reason_;
+  bool failed_ = false;
+  std::size_t failed_rank_ = 0;
+  std::string failed_reason_;
+};
+
+}  // namespace mpi
+
+static_assert(transport<mpi::transport>);
+
+// Binds a topology to an MPI communicator. Collective over comm.
+template <class Topology>
+  requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
+communicator<Topology, mpi::transport> bind(const Topology& topo, MPI_Comm comm, options opts = {}) {
+  detail::validate(opts);
+  auto tr = std::make_unique<mpi::transport>(comm, opts, detail::fingerprint(detail::to_runtime(topo), opts));
+  return communicator<Topology, mpi::transport>(topo, std::move(tr), std::move(opts));
+}
+
+MDRING_NAMESPACE_END
