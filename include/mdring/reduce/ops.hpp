@@ -21,6 +21,7 @@
 #include <concepts>
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 
 MDRING_NAMESPACE_BEGIN
 

@@ -1,0 +1,31 @@
+# Consumes mdring as a user would, in a fresh build tree:
+#   MODE=find_package      install mdring from BUILD_DIR into a prefix, then
+#                          find_package(mdring) from tests/package/consumer
+#   MODE=add_subdirectory  add_subdirectory(SOURCE_DIR) from the same consumer
+# then builds the consumer and runs its programs.
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+set(args -S ${SOURCE_DIR}/tests/package/consumer -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
+         -DCMAKE_BUILD_TYPE=Release -DMDRING_MODE=${MODE})
+if(MODE STREQUAL "find_package")
+  run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+  if(NOT EXISTS ${WORK_DIR}/prefix/share/cmake/mdring/mdringConfigVersion.cmake)
+    message(FATAL_ERROR "the install has no share/cmake/mdring/mdringConfigVersion.cmake")
+  endif()
+  list(APPEND args -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+else()
+  list(APPEND args -DMDRING_SOURCE_DIR=${SOURCE_DIR})
+endif()
+list(APPEND args -DEXPECT_MPI=${HAVE_MPI} -DEXPECT_BOOST_MPI=${HAVE_BOOST_MPI})
+run(${CMAKE_COMMAND} ${args})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${CMAKE_CTEST_COMMAND} --test-dir ${WORK_DIR}/build --output-on-failure)

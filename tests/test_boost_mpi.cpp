@@ -1,0 +1,3 @@
+#include <doctest/doctest.h>
+#include <mdring/boost_mpi.hpp>
+TEST_CASE("placeholder") { CHECK(true); }

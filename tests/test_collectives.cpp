@@ -1,0 +1,3 @@
+#include <doctest/doctest.h>
+#include <mdring/mdring.hpp>
+TEST_CASE("placeholder") { CHECK(true); }

@@ -1,0 +1,3 @@
+#include <doctest/doctest.h>
+#include <mdring/mpi.hpp>
+TEST_CASE("placeholder") { CHECK(true); }
