@@ -1,3 +1,619 @@
+// Tests of mdring/plan: block arithmetic, stage ranges, the nested order, the ring
+// schedules, the cost model, algorithm choice, make_plan and explain().
 #include <doctest/doctest.h>
 #include <mdring/mdring.hpp>
-TEST_CASE("placeholder") { CHECK(true); }
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <numeric>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace m = mdring;
+
+namespace {
+
+// ---- block_of: the header's example, n = 10, p = 4 ------------------------------
+
+// counts 3, 3, 2, 2 at offsets 0, 3, 6, 8
+static_assert(m::block_of(10, 4, 0) == m::block_range{0, 3});
+static_assert(m::block_of(10, 4, 1) == m::block_range{3, 3});
+static_assert(m::block_of(10, 4, 2) == m::block_range{6, 2});
+static_assert(m::block_of(10, 4, 3) == m::block_range{8, 2});
+// n < p: the last p - n blocks are empty, placed at the end
+static_assert(m::block_of(2, 4, 1) == m::block_range{1, 1});
+static_assert(m::block_of(2, 4, 2) == m::block_range{2, 0});
+static_assert(m::block_of(2, 4, 3) == m::block_range{2, 0});
+// n = 0: every block is empty at offset 0
+static_assert(m::block_of(0, 3, 2) == m::block_range{0, 0});
+// p = 1: one block, the whole range
+static_assert(m::block_of(7, 1, 0) == m::block_range{0, 7});
+// divisible: equal blocks
+static_assert(m::block_of(12, 4, 3) == m::block_range{9, 3});
+
+// max_block is ceil(n / p)
+static_assert(m::max_block(10, 4) == 3);
+static_assert(m::max_block(8, 4) == 2);
+static_assert(m::max_block(3, 4) == 1);
+static_assert(m::max_block(0, 4) == 0);
+static_assert(m::max_block(1009, 1) == 1009);
+
+// ---- the ring schedules (reduce-scatter and all-gather) -------------------------
+
+// ring of 4, rank 0: reduce-scatter sends 3, 2, 1 and receives 2, 1, 0
+static_assert(m::ring_rs_send_block(0, 0, 4) == 3);
+static_assert(m::ring_rs_send_block(0, 2, 4) == 1);
+static_assert(m::ring_rs_recv_block(0, 0, 4) == 2);
+static_assert(m::ring_rs_recv_block(0, 2, 4) == 0);
+// all-gather sends its own block first, then what just arrived
+static_assert(m::ring_ag_send_block(2, 0, 4) == 2);
+static_assert(m::ring_ag_recv_block(2, 0, 4) == 1);
+static_assert(m::ring_ag_send_block(2, 1, 4) == 1);
+// ring of 2: the single step exchanges the two blocks
+static_assert(m::ring_rs_send_block(0, 0, 2) == 1 && m::ring_rs_recv_block(0, 0, 2) == 0);
+
+// ---- nested order: the header's example, extents (2, 3) ---------------------------
+
+constexpr std::array<std::size_t, 2> e23{2, 3};
+// rank 1 = (1,0) owns nested block 3
+static_assert(m::nested_index(e23, std::array<std::size_t, 2>{1, 0}) == 3);
+// rank 2 = (0,1) owns nested block 1
+static_assert(m::nested_index(e23, std::array<std::size_t, 2>{0, 1}) == 1);
+// and rank_of_nested inverts it
+static_assert(m::rank_of_nested(3, e23) == 1);
+static_assert(m::rank_of_nested(1, e23) == 2);
+// coordinate 0 is the most significant digit
+static_assert(m::nested_index(e23, std::array<std::size_t, 2>{1, 2}) == 5);
+static_assert(m::rank_of_nested(5, e23) == 5);
+
+// ---- stage ranges of extents (2, 3), n = 10 ----------------------------------------
+
+consteval bool stage_ranges_example() {
+  // rank 3 = (1,1): stage 0 works on [0,10), keeps block 1 = [5,10);
+  // stage 1 works on [5,10) split 2,2,1 and keeps block 1 = [7,9).
+  std::array<std::size_t, 2> c{1, 1};
+  std::array<m::block_range, 2> r{};
+  m::stage_ranges(10, e23, c, r);
+  return r[0] == m::block_range{0, 10} && r[1] == m::block_range{5, 5} &&
+         m::owned_range(10, e23, c) == m::block_range{7, 2};
+}
+// the worked example above
+static_assert(stage_ranges_example());
+
+bool contains(const std::string& s, std::string_view sub) { return s.find(sub) != std::string::npos; }
+
+std::size_t product(const std::vector<std::size_t>& e) {
+  return std::accumulate(e.begin(), e.end(), std::size_t(1), [](std::size_t x, std::size_t y) { return x * y; });
+}
+
+m::runtime_topology shm_topology(const std::vector<std::size_t>& e) {
+  std::vector<m::runtime_topology::dimension> dims;
+  for (auto x : e) dims.push_back({m::link_info_of<m::shm>(), x});
+  return m::runtime_topology(dims);
+}
+
+std::vector<m::algorithm> all(std::size_t k, m::algorithm a) { return std::vector<m::algorithm>(k, a); }
+
+m::plan plan_of(m::collective kind, const m::runtime_topology& t, std::size_t rank, std::size_t count,
+                const std::vector<m::algorithm>& algos, std::size_t root = 0, std::size_t elem = 4) {
+  return m::make_plan(kind, t, rank, count, elem, algos, m::tuning{}, root);
+}
+
+std::vector<std::pair<m::phase, std::size_t>> phases(const m::plan& p) {
+  std::vector<std::pair<m::phase, std::size_t>> v;
+  for (auto& s : p.stages) v.emplace_back(s.ph, s.dim);
+  return v;
+}
+
+std::size_t total_steps(const m::plan& p) {
+  std::size_t s = 0;
+  for (auto& st : p.stages) s += st.steps;
+  return s;
+}
+
+const std::vector<std::vector<std::size_t>> shapes = {{1}, {2}, {5}, {2, 3}, {3, 2}, {4, 4}, {2, 1, 3},
+                                                      {3, 5, 2}, {2, 2, 2, 2}, {7, 3}, {4, 64}};
+
+}  // namespace
+
+TEST_CASE("block_of tiles [0, n) exactly for every (n, p)") {
+  std::vector<std::size_t> ns;
+  for (std::size_t n = 0; n <= 130; ++n) ns.push_back(n);
+  for (std::size_t n : {1009u, 4096u, 65537u, 1000003u}) ns.push_back(n);
+  for (std::size_t n : ns)
+    for (std::size_t p = 1; p <= 40; ++p) {
+      INFO("n=", n, " p=", p);
+      std::size_t next = 0, biggest = 0, smallest = n;
+      for (std::size_t j = 0; j < p; ++j) {
+        const auto blk = m::block_of(n, p, j);
+        REQUIRE(blk.offset == next);  // contiguous, in order
+        next += blk.count;
+        biggest = std::max(biggest, blk.count);
+        smallest = std::min(smallest, blk.count);
+        // the first n % p blocks hold one more
+        CHECK(blk.count == n / p + (j < n % p ? 1 : 0));
+      }
+      CHECK(next == n);                     // covers exactly [0, n)
+      CHECK(biggest - smallest <= 1);       // balanced
+      CHECK(m::max_block(n, p) == biggest);
+      if (n < p) CHECK(m::block_of(n, p, p - 1).count == 0);
+    }
+}
+
+TEST_CASE("stage_ranges and owned_range: owned ranges tile [0, N) in nested order") {
+  for (const auto& e : shapes) {
+    const std::size_t P = product(e), k = e.size();
+    const auto t = shm_topology(e);
+    for (std::size_t N : {std::size_t(0), std::size_t(1), std::size_t(5), P - 1, P, P + 1, std::size_t(1009),
+                          3 * P + 2}) {
+      INFO("shape ", t.to_string(), " N=", N);
+      std::vector<m::block_range> owned(P);
+      for (std::size_t r = 0; r < P; ++r) {
+        const auto c = t.coordinates(r);
+        std::vector<m::block_range> ranges(k);
+        m::stage_ranges(N, e, c, ranges);
+        // postconditions of stage_ranges
+        CHECK(ranges[0] == m::block_range{0, N});
+        for (std::size_t d = 0; d + 1 < k; ++d) {
+          const auto blk = m::block_of(ranges[d].count, e[d], c[d]);
+          CHECK(ranges[d + 1] == m::block_range{ranges[d].offset + blk.offset, blk.count});
+        }
+        const auto last = m::block_of(ranges[k - 1].count, e[k - 1], c[k - 1]);
+        owned[r] = m::owned_range(N, e, c);
+        CHECK(owned[r] == m::block_range{ranges[k - 1].offset + last.offset, last.count});
+        // every rank of the ring of dimension d works on the same range at stage d
+        for (std::size_t d = 0; d < k; ++d)
+          for (auto q : t.peers(r, d)) {
+            std::vector<m::block_range> rq(k);
+            m::stage_ranges(N, e, t.coordinates(q), rq);
+            CHECK(rq[d] == ranges[d]);
+          }
+      }
+      // sorted by offset (count as tie break), the owned ranges tile [0, N)
+      auto sorted = owned;
+      std::sort(sorted.begin(), sorted.end(), [](auto x, auto y) {
+        return x.offset != y.offset ? x.offset < y.offset : x.count < y.count;
+      });
+      std::size_t next = 0;
+      for (auto& rg : sorted) {
+        CHECK(rg.offset == next);
+        next += rg.count;
+      }
+      CHECK(next == N);
+      // and in nested order: rank_of_nested(0), rank_of_nested(1), ... own consecutive ranges
+      next = 0;
+      for (std::size_t q = 0; q < P; ++q) {
+        const auto rg = owned[m::rank_of_nested(q, e)];
+        CHECK(rg.offset == next);
+        next += rg.count;
+      }
+      CHECK(next == N);
+    }
+    // N = count * P (reduce_scatter's buffer): every rank owns exactly count elements,
+    // at nested position nested_index * count
+    for (std::size_t count : {1u, 3u, 10u}) {
+      for (std::size_t r = 0; r < P; ++r) {
+        const auto c = t.coordinates(r);
+        CHECK(m::owned_range(count * P, e, c) == m::block_range{m::nested_index(e, c) * count, count});
+      }
+    }
+  }
+}
+
+TEST_CASE("nested_index and rank_of_nested are inverse bijections") {
+  for (const auto& e : shapes) {
+    const std::size_t P = product(e);
+    const auto t = shm_topology(e);
+    std::set<std::size_t> seen;
+    for (std::size_t r = 0; r < P; ++r) {
+      const auto c = t.coordinates(r);
+      const std::size_t q = m::nested_index(e, c);
+      CHECK(q < P);
+      CHECK(m::rank_of_nested(q, e) == r);
+      seen.insert(q);
+    }
+    CHECK(seen.size() == P);
+    for (std::size_t q = 0; q < P; ++q) CHECK(m::nested_index(e, t.coordinates(m::rank_of_nested(q, e))) == q);
+  }
+  // coordinate 0 most significant: in (2, 3) the nested order of ranks is 0, 2, 4, 1, 3, 5
+  std::vector<std::size_t> order;
+  for (std::size_t q = 0; q < 6; ++q) order.push_back(m::rank_of_nested(q, std::vector<std::size_t>{2, 3}));
+  CHECK(order == std::vector<std::size_t>{0, 2, 4, 1, 3, 5});
+}
+
+TEST_CASE("ring schedules, simulated on paper") {
+  for (std::size_t p = 2; p <= 13; ++p) {
+    INFO("p=", p);
+    // Each rank c starts with its own contribution in every block: have[c][j] = {c}.
+    std::vector<std::vector<std::set<std::size_t>>> have(p, std::vector<std::set<std::size_t>>(p));
+    for (std::size_t c = 0; c < p; ++c)
+      for (std::size_t j = 0; j < p; ++j) have[c][j] = {c};
+    for (std::size_t c = 0; c < p; ++c) {
+      // the sequence of received blocks covers every block but c-1 once, and ends with c
+      std::vector<std::size_t> got;
+      for (std::size_t s = 0; s + 1 < p; ++s) got.push_back(m::ring_rs_recv_block(c, s, p));
+      std::set<std::size_t> uniq(got.begin(), got.end());
+      CHECK(uniq.size() == p - 1);
+      CHECK(uniq.count((c + p - 1) % p) == 0);
+      CHECK(got.back() == c);
+      // all-gather: receives every block but its own, once
+      std::vector<std::size_t> ag;
+      for (std::size_t s = 0; s + 1 < p; ++s) ag.push_back(m::ring_ag_recv_block(c, s, p));
+      std::set<std::size_t> ag_uniq(ag.begin(), ag.end());
+      CHECK(ag_uniq.size() == p - 1);
+      CHECK(ag_uniq.count(c) == 0);
+      CHECK(m::ring_ag_send_block(c, 0, p) == c);  // own block first
+      for (std::size_t s = 0; s + 1 < p; ++s) {
+        // both ends agree: what c-1 sends at step s is what c receives
+        CHECK(m::ring_rs_send_block((c + p - 1) % p, s, p) == m::ring_rs_recv_block(c, s, p));
+        CHECK(m::ring_ag_send_block((c + p - 1) % p, s, p) == m::ring_ag_recv_block(c, s, p));
+        // after step 0, each rank forwards what it received the step before
+        if (s > 0) {
+          CHECK(m::ring_rs_send_block(c, s, p) == m::ring_rs_recv_block(c, s - 1, p));
+          CHECK(m::ring_ag_send_block(c, s, p) == m::ring_ag_recv_block(c, s - 1, p));
+        }
+      }
+    }
+    // Reduce-scatter: at step s every rank sends its partial block, the next one folds it in.
+    for (std::size_t s = 0; s + 1 < p; ++s) {
+      auto before = have;
+      for (std::size_t c = 0; c < p; ++c) {
+        const std::size_t to = (c + 1) % p, blk = m::ring_rs_send_block(c, s, p);
+        REQUIRE(m::ring_rs_recv_block(to, s, p) == blk);
+        for (auto x : before[c][blk]) {
+          CHECK(have[to][blk].count(x) == 0);  // nothing is folded twice
+          have[to][blk].insert(x);
+        }
+      }
+    }
+    std::set<std::size_t> everyone;
+    for (std::size_t c = 0; c < p; ++c) everyone.insert(c);
+    for (std::size_t c = 0; c < p; ++c) CHECK(have[c][c] == everyone);  // block c fully reduced on c
+    // All-gather: copy the reduced blocks around.
+    std::vector<std::vector<bool>> full(p, std::vector<bool>(p, false));
+    for (std::size_t c = 0; c < p; ++c) full[c][c] = true;
+    for (std::size_t s = 0; s + 1 < p; ++s) {
+      auto before = full;
+      for (std::size_t c = 0; c < p; ++c) {
+        const std::size_t blk = m::ring_ag_send_block(c, s, p);
+        CHECK(before[c][blk]);  // only complete blocks are sent
+        full[(c + 1) % p][blk] = true;
+      }
+    }
+    for (std::size_t c = 0; c < p; ++c)
+      for (std::size_t j = 0; j < p; ++j) CHECK(full[c][j]);
+  }
+}
+
+TEST_CASE("stage_seconds: the table of cost.hpp with hand-computed numbers") {
+  // latency 1 s, 0.25 bytes/s (beta = 4 s/byte), gamma 0.5 s/byte; p = 4, n = 10 floats:
+  // m = 3 elements = 12 bytes, so one block moves in 48 s and folds in 6 s.
+  const m::link_info l{"test", 0.25, 1.0, false, m::memory_space::host};
+  using m::algorithm, m::phase;
+  CHECK(m::stage_seconds(phase::reduce_scatter, algorithm::ring, 4, 10, 4, l, 0.5) == 3 * (1 + 48 + 6));
+  CHECK(m::stage_seconds(phase::all_gather, algorithm::ring, 4, 10, 4, l, 0.5) == 3 * (1 + 48));
+  CHECK(m::stage_seconds(phase::reduce_scatter, algorithm::direct, 4, 10, 4, l, 0.5) == 1 + 3 * (48 + 6));
+  CHECK(m::stage_seconds(phase::all_gather, algorithm::direct, 4, 10, 4, l, 0.5) == 1 + 3 * 48);
+  // scatter and gather cost the same whatever the algorithm: the root's link carries p-1 blocks
+  CHECK(m::stage_seconds(phase::scatter, algorithm::ring, 4, 10, 4, l, 0.5) == 1 + 3 * 48);
+  CHECK(m::stage_seconds(phase::gather, algorithm::direct, 4, 10, 4, l, 0.5) == 1 + 3 * 48);
+  // one element: the block is one element
+  CHECK(m::stage_seconds(phase::all_gather, algorithm::ring, 4, 1, 4, l, 0.5) == 3 * (1 + 16));
+  // nothing to do: one rank, or no element
+  CHECK(m::stage_seconds(phase::reduce_scatter, algorithm::ring, 1, 10, 4, l, 0.5) == 0);
+  CHECK(m::stage_seconds(phase::reduce_scatter, algorithm::ring, 4, 0, 4, l, 0.5) == 0);
+  // a divisible case: p = 2, n = 8 doubles: 32 bytes per block
+  CHECK(m::stage_seconds(phase::reduce_scatter, algorithm::ring, 2, 8, 8, l, 0.5) == 1 * (1 + 128 + 16));
+  // realistic figures, against the formula
+  const auto ib = m::link_info_of<m::infiniband>();
+  CHECK(m::stage_seconds(phase::all_gather, algorithm::ring, 64, 1 << 20, 4, ib, 0) ==
+        doctest::Approx(63 * (2e-6 + 65536.0 / 12.5e9)).epsilon(1e-12));
+}
+
+TEST_CASE("choose_algorithm rules") {
+  const m::tuning t{};
+  const auto nv = m::link_info_of<m::nvlink>(), ib = m::link_info_of<m::infiniband>(),
+             sh = m::link_info_of<m::shm>(), pc = m::link_info_of<m::pcie>();
+  using m::algorithm;
+  // a non-commutative op gets direct, whatever was asked and whatever the link
+  CHECK(m::choose_algorithm(algorithm::automatic, ib, 64, t, false) == algorithm::direct);
+  CHECK(m::choose_algorithm(algorithm::ring, nv, 4, t, false) == algorithm::direct);
+  CHECK(m::choose_algorithm(algorithm::automatic, sh, 2, t, false) == algorithm::direct);
+  // an explicit request wins over the automatic rules
+  CHECK(m::choose_algorithm(algorithm::ring, nv, 4, t, true) == algorithm::ring);
+  CHECK(m::choose_algorithm(algorithm::direct, ib, 64, t, true) == algorithm::direct);
+  CHECK(m::choose_algorithm(algorithm::direct, nv, 2, t, true) == algorithm::direct);
+  // two ranks or fewer: ring
+  CHECK(m::choose_algorithm(algorithm::automatic, nv, 2, t, true) == algorithm::ring);
+  CHECK(m::choose_algorithm(algorithm::automatic, sh, 1, t, true) == algorithm::ring);
+  // fully connected and p <= direct_max_extent (8): direct
+  CHECK(m::choose_algorithm(algorithm::automatic, nv, 3, t, true) == algorithm::direct);
+  CHECK(m::choose_algorithm(algorithm::automatic, nv, 8, t, true) == algorithm::direct);
+  CHECK(m::choose_algorithm(algorithm::automatic, sh, 4, t, true) == algorithm::direct);
+  // beyond direct_max_extent: ring
+  CHECK(m::choose_algorithm(algorithm::automatic, nv, 9, t, true) == algorithm::ring);
+  // not fully connected: ring
+  CHECK(m::choose_algorithm(algorithm::automatic, ib, 4, t, true) == algorithm::ring);
+  CHECK(m::choose_algorithm(algorithm::automatic, pc, 4, t, true) == algorithm::ring);
+  // the threshold is a tuning knob
+  m::tuning wide{};
+  wide.direct_max_extent = 16;
+  CHECK(m::choose_algorithm(algorithm::automatic, nv, 16, wide, true) == algorithm::direct);
+  CHECK(m::choose_algorithm(algorithm::automatic, nv, 17, wide, true) == algorithm::ring);
+}
+
+TEST_CASE("DESIGN.md: a flat 256-rank ring pays 510 latencies; 4 x 64 pays 132") {
+  const auto flat = m::parse_topology("infiniband:256");
+  const auto two = m::parse_topology("nvlink:4 x infiniband:64");
+  const std::size_t N = 256 * 1024;  // divisible by every extent
+  const auto pf = plan_of(m::collective::all_reduce, flat, 5, N, all(1, m::algorithm::ring));
+  const auto p2 = plan_of(m::collective::all_reduce, two, 5, N, all(2, m::algorithm::ring));
+  CHECK(total_steps(pf) == 510);  // 2 (256 - 1)
+  CHECK(total_steps(p2) == 132);  // 2 (4 - 1) + 2 (64 - 1)
+  // with the automatic choice, the NVLink dimension runs direct: 1 + 63 + 63 + 1 steps
+  const auto pa = plan_of(m::collective::all_reduce, two, 5, N, {m::algorithm::direct, m::algorithm::ring});
+  CHECK(total_steps(pa) == 128);
+
+  // "sends only a quarter of the data over the slow dimension per GPU"
+  std::size_t slow = 0;
+  for (auto& st : p2.stages)
+    if (st.dim == 1) slow += st.bytes_sent;
+  CHECK(slow == 2 * (N / 4) / 64 * 63 * 4);  // 2 (p-1)/p N_1 bytes, N_1 = N / 4
+  CHECK(pf.bytes_sent() == 2 * N / 256 * 255 * 4);
+  CHECK(4 * slow <= pf.bytes_sent());
+
+  // The predicted time is DESIGN.md's T = sum_i [2 (p_i-1) alpha_i + 2 (p_i-1)/p_i N_i beta_i
+  // + (p_i-1)/p_i N_i gamma_i] (bytes), when every N_i is divisible by p_i.
+  const m::tuning tune{};
+  double T = 0, Ni = double(N) * 4;
+  for (std::size_t d = 0; d < two.ndims(); ++d) {
+    const auto& l = two.dim(d).link;
+    const double p = double(two.extent(d));
+    T += 2 * (p - 1) * l.latency + 2 * (p - 1) / p * Ni / l.bandwidth + (p - 1) / p * Ni * tune.gamma(l.space);
+    Ni /= p;
+  }
+  CHECK(p2.seconds() == doctest::Approx(T).epsilon(1e-12));
+}
+
+TEST_CASE("make_plan: stage order of the five collectives") {
+  using m::phase;
+  const auto t = shm_topology({2, 3});
+  const auto ring2 = all(2, m::algorithm::ring);
+  using V = std::vector<std::pair<phase, std::size_t>>;
+  CHECK(phases(plan_of(m::collective::all_reduce, t, 0, 10, ring2)) ==
+        V{{phase::reduce_scatter, 0}, {phase::reduce_scatter, 1}, {phase::all_gather, 1}, {phase::all_gather, 0}});
+  CHECK(phases(plan_of(m::collective::reduce_scatter, t, 0, 10, ring2)) ==
+        V{{phase::reduce_scatter, 0}, {phase::reduce_scatter, 1}});
+  CHECK(phases(plan_of(m::collective::all_gather, t, 0, 10, ring2)) ==
+        V{{phase::all_gather, 1}, {phase::all_gather, 0}});
+  CHECK(phases(plan_of(m::collective::broadcast, t, 0, 10, ring2)) ==
+        V{{phase::scatter, 0}, {phase::scatter, 1}, {phase::all_gather, 1}, {phase::all_gather, 0}});
+  CHECK(phases(plan_of(m::collective::reduce, t, 0, 10, ring2)) ==
+        V{{phase::reduce_scatter, 0}, {phase::reduce_scatter, 1}, {phase::gather, 1}, {phase::gather, 0}});
+
+  // dimensions of extent 1 have no stage
+  const auto t13 = shm_topology({1, 3, 1});
+  CHECK(phases(plan_of(m::collective::all_reduce, t13, 1, 10, all(3, m::algorithm::ring))) ==
+        V{{phase::reduce_scatter, 1}, {phase::all_gather, 1}});
+  // one rank: no stage at all
+  const auto one = plan_of(m::collective::all_reduce, shm_topology({1}), 0, 10, all(1, m::algorithm::ring));
+  CHECK(one.stages.empty());
+  CHECK(contains(one.to_string(), "no stage"));
+
+  // the plan's header fields
+  const auto rs = plan_of(m::collective::reduce_scatter, t, 4, 10, ring2);
+  CHECK(rs.count == 10);
+  CHECK(rs.elements == 60);  // per-rank count times the number of ranks
+  CHECK(rs.coords == std::vector<std::size_t>{0, 2});
+  CHECK(plan_of(m::collective::all_gather, t, 0, 10, ring2).elements == 60);
+  CHECK(plan_of(m::collective::all_gather, t, 0, 10, ring2).op == "-");
+  CHECK(plan_of(m::collective::broadcast, t, 0, 10, ring2).elements == 10);
+  CHECK(plan_of(m::collective::broadcast, t, 0, 10, ring2).op == "-");
+  CHECK(plan_of(m::collective::all_reduce, t, 0, 10, ring2).op == "sum");
+
+  CHECK(m::to_string(m::collective::all_reduce) == "all_reduce");
+  CHECK(m::to_string(m::collective::reduce_scatter) == "reduce_scatter");
+  CHECK(m::to_string(m::collective::all_gather) == "all_gather");
+  CHECK(m::to_string(m::collective::broadcast) == "broadcast");
+  CHECK(m::to_string(m::collective::reduce) == "reduce");
+  CHECK(m::to_string(m::phase::reduce_scatter) == "reduce-scatter");
+  CHECK(m::to_string(m::phase::all_gather) == "all-gather");
+  CHECK(m::to_string(m::phase::scatter) == "scatter");
+  CHECK(m::to_string(m::phase::gather) == "gather");
+  CHECK(m::to_string(m::algorithm::ring) == "ring");
+  CHECK(m::to_string(m::algorithm::direct) == "direct");
+  CHECK(m::to_string(m::algorithm::automatic) == "automatic");
+}
+
+TEST_CASE("make_plan: ranges, peers and bytes of a hand-computed all_reduce") {
+  // shm:2 x shm:3, 10 floats, rank 0 = (0,0).
+  //   rs dim 0: range [0,10) in blocks 5,5; sends block 1 (20 bytes) to rank 1
+  //   rs dim 1: range [0,5) in blocks 2,2,1; ring sends blocks 2 then 1 (3 elements) to rank 2
+  //   ag dim 1: ring sends blocks 0 then 2 (3 elements); direct sends block 0 to both peers (4)
+  //   ag dim 0: sends block 0 (20 bytes)
+  const auto t = shm_topology({2, 3});
+  const auto pr = plan_of(m::collective::all_reduce, t, 0, 10, all(2, m::algorithm::ring));
+  REQUIRE(pr.stages.size() == 4);
+  const auto& s0 = pr.stages[0];
+  CHECK(s0.range == m::block_range{0, 10});
+  CHECK(s0.extent == 2);
+  CHECK(s0.coordinate == 0);
+  CHECK(s0.steps == 1);
+  CHECK(s0.send_to == std::vector<std::size_t>{1});
+  CHECK(s0.recv_from == std::vector<std::size_t>{1});
+  CHECK(s0.bytes_sent == 20);
+  CHECK(s0.link == m::link_info_of<m::shm>());
+  const auto& s1 = pr.stages[1];
+  CHECK(s1.range == m::block_range{0, 5});
+  CHECK(s1.steps == 2);
+  CHECK(s1.send_to == std::vector<std::size_t>{2});
+  CHECK(s1.recv_from == std::vector<std::size_t>{4});
+  CHECK(s1.bytes_sent == 12);
+  CHECK(s1.bytes_received == 16);  // blocks 1 then 0: 2 + 2 elements
+  CHECK(pr.stages[2].bytes_sent == 12);
+  CHECK(pr.stages[2].bytes_received == 12);
+  CHECK(pr.stages[3].bytes_sent == 20);
+  CHECK(pr.bytes_sent() == 64);
+
+  // automatic on shm: dimension 0 (two ranks) ring, dimension 1 (three) direct
+  const auto pa = plan_of(m::collective::all_reduce, t, 0, 10, {m::algorithm::ring, m::algorithm::direct});
+  CHECK(pa.stages[1].algo == m::algorithm::direct);
+  CHECK(pa.stages[1].steps == 1);
+  CHECK(pa.stages[1].send_to == std::vector<std::size_t>{2, 4});
+  CHECK(pa.stages[1].recv_from == std::vector<std::size_t>{2, 4});
+  CHECK(pa.stages[1].bytes_sent == 12);
+  CHECK(pa.stages[2].bytes_sent == 16);
+  CHECK(pa.bytes_sent() == 68);
+
+  // each stage's prediction is stage_seconds of its parameters, and they add up
+  double sum = 0;
+  for (auto& st : pa.stages) {
+    CHECK(st.seconds == m::stage_seconds(st.ph, st.algo, st.extent, st.range.count, 4, st.link,
+                                         m::tuning{}.gamma(st.link.space)));
+    CHECK(st.seconds > 0);
+    sum += st.seconds;
+  }
+  CHECK(pa.seconds() == doctest::Approx(sum));
+}
+
+TEST_CASE("make_plan: broadcast and reduce involve only the root's lines") {
+  const auto t = shm_topology({2, 3});
+  const auto ring2 = all(2, m::algorithm::ring);
+  // broadcast from root 0, 10 floats. Scatter in dim 0 involves ranks 0 and 1 only.
+  const auto b0 = plan_of(m::collective::broadcast, t, 0, 10, ring2, 0);
+  CHECK(b0.stages[0].participates);
+  CHECK(b0.stages[0].algo == m::algorithm::direct);
+  CHECK(b0.stages[0].send_to == std::vector<std::size_t>{1});
+  CHECK(b0.stages[0].bytes_sent == 20);
+  CHECK(b0.stages[1].send_to == std::vector<std::size_t>{2, 4});
+  CHECK(b0.stages[1].bytes_sent == 12);  // blocks 1 and 2 of [0,5): 2 + 1 elements
+  const auto b1 = plan_of(m::collective::broadcast, t, 1, 10, ring2, 0);
+  CHECK(b1.stages[0].participates);
+  CHECK(b1.stages[0].recv_from == std::vector<std::size_t>{0});
+  CHECK(b1.stages[0].bytes_received == 20);
+  CHECK(b1.stages[0].bytes_sent == 0);
+  CHECK(b1.stages[1].send_to == std::vector<std::size_t>{3, 5});
+  const auto b3 = plan_of(m::collective::broadcast, t, 3, 10, ring2, 0);
+  CHECK_FALSE(b3.stages[0].participates);  // (1,1): not on the root's dim-0 line
+  CHECK(b3.stages[0].seconds == 0);
+  CHECK(b3.stages[0].send_to.empty());
+  CHECK(b3.stages[0].recv_from.empty());
+  CHECK(b3.stages[1].participates);
+  CHECK(b3.stages[1].recv_from == std::vector<std::size_t>{1});
+  CHECK(b3.stages[1].bytes_received == 8);  // block 1 of [5,10): 2 elements
+  CHECK(b3.stages[2].participates);         // all-gathers involve everybody
+  CHECK(b3.stages[3].participates);
+  CHECK(contains(b3.to_string(), "(idle)"));
+  CHECK(contains(b3.to_string(), "root 0"));
+
+  // reduce to root 4 = (0,2), 10 floats.
+  const auto r1 = plan_of(m::collective::reduce, t, 1, 10, ring2, 4);
+  REQUIRE(r1.stages.size() == 4);
+  CHECK(r1.stages[2].ph == m::phase::gather);
+  CHECK(r1.stages[2].participates);
+  CHECK(r1.stages[2].send_to == std::vector<std::size_t>{5});
+  CHECK(r1.stages[2].bytes_sent == 8);      // block 0 of [5,10)
+  CHECK_FALSE(r1.stages[3].participates);  // (1,0): not on the root's dim-0 line (c1 = 2)
+  const auto r5 = plan_of(m::collective::reduce, t, 5, 10, ring2, 4);
+  CHECK(r5.stages[2].recv_from == std::vector<std::size_t>{1, 3});
+  CHECK(r5.stages[3].participates);
+  CHECK(r5.stages[3].send_to == std::vector<std::size_t>{4});
+  CHECK(r5.stages[3].bytes_sent == 20);
+  const auto r4 = plan_of(m::collective::reduce, t, 4, 10, ring2, 4);
+  CHECK(r4.stages[3].recv_from == std::vector<std::size_t>{5});
+  CHECK(r4.stages[3].bytes_received == 20);
+  CHECK(r4.stages[3].bytes_sent == 0);
+  // the root and participating counts of every stage
+  for (std::size_t st = 0; st < 4; ++st) {
+    std::size_t n = 0;
+    for (std::size_t r = 0; r < 6; ++r) n += plan_of(m::collective::reduce, t, r, 10, ring2, 4).stages[st].participates;
+    CHECK(n == (st == 3 ? 2u : 6u));
+  }
+}
+
+TEST_CASE("make_plan: bytes sent equal bytes received over all ranks, per stage") {
+  for (const auto& e : shapes) {
+    if (product(e) > 64) continue;
+    const auto t = shm_topology(e);
+    const std::size_t P = t.size(), k = e.size();
+    for (auto algo : {m::algorithm::ring, m::algorithm::direct})
+      for (auto kind : {m::collective::all_reduce, m::collective::reduce_scatter, m::collective::all_gather,
+                        m::collective::broadcast, m::collective::reduce})
+        for (std::size_t count : {std::size_t(0), std::size_t(1), P + 1, std::size_t(1009)}) {
+          const std::size_t root = P / 2;
+          INFO("shape ", t.to_string(), " kind ", m::to_string(kind), " algo ", m::to_string(algo), " count ", count);
+          std::vector<m::plan> plans;
+          for (std::size_t r = 0; r < P; ++r) plans.push_back(plan_of(kind, t, r, count, all(k, algo), root, 8));
+          for (std::size_t s = 0; s < plans[0].stages.size(); ++s) {
+            std::size_t out = 0, in = 0;
+            for (auto& pl : plans) {
+              REQUIRE(pl.stages.size() == plans[0].stages.size());
+              out += pl.stages[s].bytes_sent;
+              in += pl.stages[s].bytes_received;
+            }
+            CHECK(out == in);
+          }
+        }
+  }
+}
+
+TEST_CASE("explain() prints the plan") {
+  constexpr auto topo = m::ring<m::nvlink, 4> * m::ring<m::infiniband, 64>;
+  const std::string s = m::explain<float>(topo, 1 << 20, m::collective::all_reduce, 5);
+  INFO(s);
+  CHECK(contains(s, "all_reduce"));
+  CHECK(contains(s, "float"));
+  CHECK(contains(s, "reduce-scatter"));
+  CHECK(contains(s, "all-gather"));
+  CHECK(contains(s, "nvlink"));
+  CHECK(contains(s, "infiniband"));
+  CHECK(contains(s, "predicted"));
+  CHECK(contains(s, "nvlink:4 x infiniband:64"));
+  CHECK(contains(s, "rank 5 at (1,1)"));
+  CHECK(contains(s, "direct"));  // nvlink, 4 ranks: automatic picks direct
+  CHECK(contains(s, "ring"));    // infiniband: ring
+
+  const std::string bc = m::explain<double>(topo, 1000, m::collective::broadcast, 0, m::sum, {}, 3);
+  CHECK(contains(bc, "scatter"));
+  CHECK(contains(bc, "broadcast"));
+  CHECK(contains(bc, "double"));
+  CHECK(contains(bc, "root 3"));
+  const std::string rd = m::explain<int>(topo, 1000, m::collective::reduce, 0, m::max, {}, 3);
+  CHECK(contains(rd, "gather"));
+  CHECK(contains(rd, "max"));
+  CHECK(contains(rd, "int32"));
+
+  // the same through a resolved runtime topology
+  CHECK(m::explain<float>(m::parse_topology("nvlink:4 x infiniband:*").resolve(256), 1 << 20,
+                          m::collective::all_reduce, 5) == s);
+
+  // forcing ring through options
+  m::options o;
+  o.algorithms = {m::algorithm::ring, m::algorithm::ring};
+  const std::string forced = m::explain<float>(topo, 1 << 20, m::collective::all_reduce, 5, m::sum, o);
+  CHECK_FALSE(contains(forced, "direct"));
+}
+
+TEST_CASE("explain() refuses a dynamic extent and a rank out of range") {
+  constexpr auto dyn = m::ring<m::nvlink, 4> * m::ring<m::infiniband>;
+  try {
+    (void)m::explain<float>(dyn, 100);
+    FAIL("explain accepted a dynamic extent");
+  } catch (const m::topology_error& e) {
+    CHECK(e.argument() == "topology");
+    CHECK(contains(e.what(), "mdring::explain: "));
+    CHECK(contains(e.what(), "has a dynamic extent"));
+    CHECK(contains(e.what(), "nvlink:4 x infiniband:*"));
+  }
+  CHECK_THROWS_AS((void)m::explain<float>(m::parse_topology("shm:*"), 100), m::topology_error);
+  try {
+    (void)m::explain<float>(m::ring<m::shm, 4>, 100, m::collective::all_reduce, 4);
+    FAIL("explain accepted rank 4 of 4");
+  } catch (const m::invalid_argument& e) {
+    CHECK(e.argument() == "rank");
+  }
+}

@@ -1,0 +1,539 @@
+// mdring-bench: mdring's counterpart of nccl-tests' all_reduce_perf.
+//
+//   mpirun -n 4 mdring-bench --topology "shm:2 x shm:*" --min-bytes 4K --max-bytes 64M --baseline mpi
+//   mdring-bench --threads 8 --topology "shm:2 x shm:4" --bytes 16M --check
+//
+// For each size it runs the collective `--iters` times after `--warmup` untimed
+// runs; with --baseline mpi it alternates every iteration with the matching MPI
+// collective on the same buffers. A time is the slowest rank's for that iteration
+// (MPI_Allreduce of the local times, max), and the reported time is the median
+// over iterations. algbw = bytes / time; busbw = algbw * factor as nccl-tests
+// defines it (all_reduce 2(P-1)/P, reduce_scatter and all_gather (P-1)/P,
+// broadcast and reduce 1); bytes is the size of the whole buffer (all_reduce,
+// broadcast, reduce: the data; reduce_scatter: the send buffer; all_gather: the
+// receive buffer). --check verifies every result of every iteration, both
+// libraries', against exact expected values.
+#include <mdring/mdring.hpp>
+#if MDRING_BENCH_WITH_MPI
+#include <mdring/mpi.hpp>
+#endif
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace md = mdring;
+
+namespace {
+
+struct config {
+  std::string op = "all_reduce";
+  std::string topology = "shm:*";
+  std::string dtype = "float";
+  std::string reduce_op = "sum";
+  std::size_t min_bytes = 4096, max_bytes = std::size_t(64) << 20;
+  double factor = 2;
+  int iters = 20, warmup = 5;
+  bool check = false, json = false, inplace = false;
+  std::string baseline = "none";
+  int threads = 0;  // > 0: in-process ranks
+  std::vector<md::algorithm> algorithms;
+  double timeout = 0;
+  std::size_t root = 0;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "mdring-bench: %s\n"
+               "usage: mdring-bench [--op all_reduce|reduce_scatter|all_gather|broadcast|reduce]\n"
+               "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
+               "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
+               "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|none] [--json]\n"
+               "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
+               "sizes take K, M, G suffixes (powers of 1024)\n",
+               why.c_str());
+  std::exit(2);
+}
+
+std::size_t parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v < 0) usage("not a size: " + s);
+  double mult = 1;
+  switch (*end) {
+    case 'k': case 'K': mult = 1024.0; break;
+    case 'm': case 'M': mult = 1024.0 * 1024; break;
+    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; break;
+    case '\0': break;
+    default: usage("not a size: " + s);
+  }
+  return std::size_t(v * mult);
+}
+
+config parse(int argc, char** argv) {
+  config c;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--op") c.op = next();
+    else if (a == "--topology") c.topology = next();
+    else if (a == "--dtype") c.dtype = next();
+    else if (a == "--reduce-op") c.reduce_op = next();
+    else if (a == "--bytes") c.min_bytes = c.max_bytes = parse_bytes(next());
+    else if (a == "--min-bytes") c.min_bytes = parse_bytes(next());
+    else if (a == "--max-bytes") c.max_bytes = parse_bytes(next());
+    else if (a == "--factor") c.factor = std::atof(next().c_str());
+    else if (a == "--iters") c.iters = std::atoi(next().c_str());
+    else if (a == "--warmup") c.warmup = std::atoi(next().c_str());
+    else if (a == "--check") c.check = true;
+    else if (a == "--inplace") c.inplace = true;
+    else if (a == "--json") c.json = true;
+    else if (a == "--baseline") c.baseline = next();
+    else if (a == "--threads") c.threads = std::atoi(next().c_str());
+    else if (a == "--root") c.root = std::size_t(std::atol(next().c_str()));
+    else if (a == "--timeout") c.timeout = std::atof(next().c_str());
+    else if (a == "--algorithms") {
+      std::string s = next();
+      std::size_t pos = 0;
+      while (pos <= s.size()) {
+        const std::size_t comma = std::min(s.find(',', pos), s.size());
+        const std::string w = s.substr(pos, comma - pos);
+        if (w == "ring") c.algorithms.push_back(md::algorithm::ring);
+        else if (w == "direct") c.algorithms.push_back(md::algorithm::direct);
+        else if (w == "auto" || w == "automatic") c.algorithms.push_back(md::algorithm::automatic);
+        else usage("unknown algorithm: " + w);
+        pos = comma + 1;
+      }
+    } else if (a == "-h" || a == "--help") usage("help");
+    else usage("unknown argument: " + a);
+  }
+  if (c.op != "all_reduce" && c.op != "reduce_scatter" && c.op != "all_gather" && c.op != "broadcast" &&
+      c.op != "reduce")
+    usage("unknown --op " + c.op);
+  if (c.baseline != "none" && c.baseline != "mpi") usage("unknown --baseline " + c.baseline);
+  if (c.iters < 1 || c.warmup < 0) usage("--iters must be >= 1 and --warmup >= 0");
+  if (c.factor <= 1) usage("--factor must be > 1");
+  if (c.min_bytes > c.max_bytes) usage("--min-bytes must not exceed --max-bytes");
+  return c;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double bus_factor(const std::string& op, std::size_t p) {
+  const double P = double(p);
+  if (op == "all_reduce") return 2 * (P - 1) / P;
+  if (op == "reduce_scatter" || op == "all_gather") return (P - 1) / P;
+  return 1;
+}
+
+// The value rank r contributes at index i: small integers, so that every op's
+// result is exact in every type, in any order of reduction: 1..13 (sums stay
+// exact in bfloat16 up to 19 ranks, in half up to 157), and for prod 1 or 2.
+template <class T>
+T input_value(const std::string& op, std::size_t r, std::size_t i) {
+  if (op == "prod") return T(float((i + r) % 3 == 0 ? 2 : 1));
+  return T(float((i * 7 + r * 3) % 13 + 1));
+}
+
+// What the op gives over ranks 0..P-1 at index i, computed as the library's
+// definition says (integers wrap; avg divides the sum once, in the accumulator type).
+template <class T>
+T expected(const std::string& op, std::size_t P, std::size_t i) {
+  using A = md::accumulator_t<T>;
+  if constexpr (std::is_integral_v<T>) {
+    std::uint64_t acc = std::uint64_t(input_value<T>(op, 0, i));
+    for (std::size_t r = 1; r < P; ++r) {
+      const auto x = std::uint64_t(input_value<T>(op, r, i));
+      if (op == "sum" || op == "avg") acc += x;
+      else if (op == "prod") acc *= x;
+      else if (op == "min") acc = std::min(acc, x);
+      else acc = std::max(acc, x);
+    }
+    if (op == "avg") return T(T(acc) / T(P));
+    return T(acc);
+  } else {
+    double acc = double(A(input_value<T>(op, 0, i)));
+    for (std::size_t r = 1; r < P; ++r) {
+      const double x = double(A(input_value<T>(op, r, i)));
+      if (op == "sum" || op == "avg") acc += x;
+      else if (op == "prod") acc *= x;
+      else if (op == "min") acc = std::min(acc, x);
+      else acc = std::max(acc, x);
+    }
+    if (op == "avg") return T(A(acc) / A(P));
+    return T(A(acc));
+  }
+}
+
+// The ranks: MPI processes, or threads of this process.
+struct world_ops {
+  std::size_t rank = 0, size = 1;
+  std::function<void()> barrier;
+  std::function<double(double)> max;  // max over ranks
+  std::function<int(int)> sum_int;
+};
+
+struct result_row {
+  std::size_t bytes = 0, elements = 0;
+  double mdring_s = 0, baseline_s = 0;
+  bool has_baseline = false;
+  long errors = 0;
+};
+
+template <class T>
+bool equal_value(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+// Sets up buffers for one size and runs one collective on them.
+template <class T, class Comm>
+struct runner {
+  const config& cfg;
+  Comm& comm;
+  std::size_t P, rank, count;  // count: per rank for reduce_scatter/all_gather, else the whole buffer
+  std::vector<T> send, recv;
+
+  runner(const config& c, Comm& cm, std::size_t bytes) : cfg(c), comm(cm), P(cm.size()), rank(cm.rank()) {
+    const std::size_t elems = std::max<std::size_t>(bytes / sizeof(T), 0);
+    const bool per_rank = cfg.op == "reduce_scatter" || cfg.op == "all_gather";
+    count = per_rank ? elems / P : elems;
+    const std::size_t send_n = cfg.op == "reduce_scatter" ? count * P : count;
+    const std::size_t recv_n = cfg.op == "all_gather" ? count * P : count;
+    send.resize(cfg.inplace ? 0 : send_n);
+    recv.resize(cfg.inplace ? std::max(send_n, recv_n) : recv_n);
+  }
+
+  std::size_t bytes() const {
+    const std::size_t per = count * sizeof(T);
+    return (cfg.op == "reduce_scatter" || cfg.op == "all_gather") ? per * P : per;
+  }
+
+  void fill() {
+    auto& in = cfg.inplace ? recv : send;
+    if (cfg.op == "all_gather") {
+      T* own = cfg.inplace ? recv.data() + rank * count : send.data();
+      for (std::size_t i = 0; i < count; ++i) own[i] = input_value<T>(cfg.reduce_op, rank, rank * count + i);
+    } else if (cfg.op == "broadcast") {
+      for (std::size_t i = 0; i < count; ++i) recv[i] = rank == cfg.root ? input_value<T>(cfg.reduce_op, rank, i) : T(0.0f);
+    } else {
+      for (std::size_t i = 0; i < in.size(); ++i) in[i] = input_value<T>(cfg.reduce_op, rank, i);
+    }
+  }
+
+  template <class Op>
+  void run_mdring(Op op) {
+    T* r = recv.data();
+    const T* s = cfg.inplace ? recv.data() : send.data();
+    if (cfg.op == "all_reduce") md::all_reduce(comm, s, r, count, op);
+    else if (cfg.op == "reduce_scatter") md::reduce_scatter(comm, s, cfg.inplace ? r + rank * count : r, count, op);
+    else if (cfg.op == "all_gather") md::all_gather(comm, cfg.inplace ? r + rank * count : s, r, count);
+    else if (cfg.op == "broadcast") md::broadcast(comm, r, count, cfg.root);
+    else md::reduce(comm, s, r, count, cfg.root, op);
+  }
+
+  long verify() const {
+    long bad = 0;
+    if (cfg.op == "all_reduce" || (cfg.op == "reduce" && rank == cfg.root)) {
+      for (std::size_t i = 0; i < count; ++i) bad += !equal_value(recv[i], expected<T>(cfg.reduce_op, P, i));
+    } else if (cfg.op == "reduce_scatter") {
+      const T* r = cfg.inplace ? recv.data() + rank * count : recv.data();
+      for (std::size_t i = 0; i < count; ++i) bad += !equal_value(r[i], expected<T>(cfg.reduce_op, P, rank * count + i));
+    } else if (cfg.op == "all_gather") {
+      for (std::size_t q = 0; q < P; ++q)
+        for (std::size_t i = 0; i < count; ++i)
+          bad += !equal_value(recv[q * count + i], input_value<T>(cfg.reduce_op, q, q * count + i));
+    } else if (cfg.op == "broadcast") {
+      for (std::size_t i = 0; i < count; ++i) bad += !equal_value(recv[i], input_value<T>(cfg.reduce_op, cfg.root, i));
+    }
+    return bad;
+  }
+};
+
+template <class T, class Comm, class Op, class Baseline>
+std::vector<result_row> run_sizes(const config& cfg, Comm& comm, const world_ops& w, Op op, Baseline&& baseline,
+                                  bool has_baseline) {
+  std::vector<result_row> rows;
+  for (std::size_t bytes = cfg.min_bytes;;) {
+    runner<T, Comm> rn(cfg, comm, bytes);
+    result_row row;
+    row.bytes = rn.bytes();
+    row.elements = rn.count;
+    row.has_baseline = has_baseline;
+    std::vector<double> tm, tb;
+    for (int it = -cfg.warmup; it < cfg.iters; ++it) {
+      for (int lib = 0; lib < (has_baseline ? 2 : 1); ++lib) {
+        rn.fill();
+        w.barrier();
+        const auto t0 = std::chrono::steady_clock::now();
+        if (lib == 0) rn.run_mdring(op);
+        else baseline(rn);
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double slowest = w.max(dt);
+        if (it >= 0) (lib == 0 ? tm : tb).push_back(slowest);
+        if (cfg.check) row.errors += rn.verify();
+      }
+    }
+    row.mdring_s = median(tm);
+    row.baseline_s = has_baseline ? median(tb) : 0;
+    row.errors = w.sum_int(int(std::min<long>(row.errors, 1 << 20)));
+    rows.push_back(row);
+    if (bytes >= cfg.max_bytes) break;
+    const auto next = std::size_t(double(bytes) * cfg.factor);
+    bytes = std::min(std::max(next, bytes + 1), cfg.max_bytes);
+  }
+  return rows;
+}
+
+void print_rows(const config& cfg, const std::vector<result_row>& rows, const std::string& topo, std::size_t P,
+                const std::string& transport) {
+  const double f = bus_factor(cfg.op, P);
+  if (cfg.json) {
+    for (auto& r : rows) {
+      const double algbw = r.mdring_s > 0 ? double(r.bytes) / r.mdring_s / 1e9 : 0;
+      std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"reduce_op\": \"%s\", \"topology\": \"%s\", \"ranks\": %zu, "
+                  "\"transport\": \"%s\", \"bytes\": %zu, \"elements\": %zu, \"mdring_s\": %.9g, ",
+                  cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(),
+                  r.bytes, r.elements, r.mdring_s);
+      if (r.has_baseline) {
+        const double balg = r.baseline_s > 0 ? double(r.bytes) / r.baseline_s / 1e9 : 0;
+        std::printf("\"baseline\": \"%s\", \"baseline_s\": %.9g, \"ratio\": %.6g, \"baseline_algbw\": %.6g, "
+                    "\"baseline_busbw\": %.6g, ",
+                    cfg.baseline.c_str(), r.baseline_s, r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0, balg,
+                    balg * f);
+      } else {
+        std::printf("\"baseline\": null, \"baseline_s\": null, \"ratio\": null, ");
+      }
+      std::printf("\"algbw\": %.6g, \"busbw\": %.6g, \"iters\": %d, \"check\": %s}\n", algbw, algbw * f, cfg.iters,
+                  cfg.check ? (r.errors ? "\"FAILED\"" : "\"ok\"") : "null");
+    }
+    return;
+  }
+  std::printf("# mdring-bench: %s of %s (op %s), topology %s = %zu ranks, %s transport, %s, median of %d iters "
+              "(%d warmup), time = slowest rank\n",
+              cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(),
+              cfg.inplace ? "in place" : "out of place", cfg.iters, cfg.warmup);
+  const bool b = !rows.empty() && rows[0].has_baseline;
+  std::printf("# %12s %12s | %11s %9s %9s", "bytes", "elements", "mdring us", "algbw", "busbw");
+  if (b) std::printf(" | %11s %9s %9s | %6s", (cfg.baseline + " us").c_str(), "algbw", "busbw", "ratio");
+  std::printf("%s\n", cfg.check ? " | check" : "");
+  for (auto& r : rows) {
+    const double algbw = r.mdring_s > 0 ? double(r.bytes) / r.mdring_s / 1e9 : 0;
+    std::printf("  %12zu %12zu | %11.2f %9.3f %9.3f", r.bytes, r.elements, r.mdring_s * 1e6, algbw, algbw * f);
+    if (b) {
+      const double balg = r.baseline_s > 0 ? double(r.bytes) / r.baseline_s / 1e9 : 0;
+      std::printf(" | %11.2f %9.3f %9.3f | %6.3f", r.baseline_s * 1e6, balg, balg * f,
+                  r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0);
+    }
+    if (cfg.check) std::printf(" | %s", r.errors ? "FAILED" : "ok");
+    std::printf("\n");
+  }
+  if (!rows.empty()) std::printf("# algbw and busbw in GB/s (1e9 bytes per second); ratio = mdring time / baseline time\n");
+}
+
+template <class F>
+void dispatch_dtype(const std::string& dtype, F&& f) {
+  if (dtype == "float") f(float{});
+  else if (dtype == "double") f(double{});
+  else if (dtype == "int32") f(std::int32_t{});
+  else if (dtype == "int64") f(std::int64_t{});
+  else if (dtype == "uint8") f(std::uint8_t{});
+  else if (dtype == "half") f(md::half{});
+  else if (dtype == "bfloat16") f(md::bfloat16{});
+  else usage("unknown --dtype " + dtype);
+}
+
+template <class F>
+void dispatch_op(const std::string& op, F&& f) {
+  if (op == "sum") f(md::sum);
+  else if (op == "prod") f(md::prod);
+  else if (op == "min") f(md::min);
+  else if (op == "max") f(md::max);
+  else if (op == "avg") f(md::avg);
+  else usage("unknown --reduce-op " + op);
+}
+
+md::options make_options(const config& cfg) {
+  md::options o;
+  o.algorithms = cfg.algorithms;
+  if (cfg.timeout > 0) o.timeout = std::chrono::milliseconds(long(cfg.timeout * 1000));
+  return o;
+}
+
+int run_threads(const config& cfg) {
+  if (cfg.baseline != "none") usage("--baseline mpi needs MPI processes, not --threads");
+  const auto topo = md::parse_topology(cfg.topology);
+  const std::size_t n = std::size_t(cfg.threads);
+  std::barrier sync{std::ptrdiff_t(n)};
+  std::vector<double> slot(n);
+  std::vector<int> islot(n);
+  std::vector<result_row> rows;
+  std::string resolved;
+  md::threads::run(n, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(topo, ep, make_options(cfg));
+    world_ops w;
+    w.rank = ep.rank;
+    w.size = n;
+    w.barrier = [&] { sync.arrive_and_wait(); };
+    w.max = [&](double x) {
+      slot[ep.rank] = x;
+      sync.arrive_and_wait();
+      const double m = *std::max_element(slot.begin(), slot.end());
+      sync.arrive_and_wait();
+      return m;
+    };
+    w.sum_int = [&](int x) {
+      islot[ep.rank] = x;
+      sync.arrive_and_wait();
+      int s = 0;
+      for (int v : islot) s += v;
+      sync.arrive_and_wait();
+      return s;
+    };
+    dispatch_dtype(cfg.dtype, [&]<class T>(T) {
+      dispatch_op(cfg.reduce_op, [&](auto op) {
+        auto r = run_sizes<T>(cfg, comm, w, op, [](auto&) {}, false);
+        if (ep.rank == 0) {
+          rows = std::move(r);
+          resolved = comm.topology().to_string();
+        }
+      });
+    });
+  });
+  print_rows(cfg, rows, resolved, n, "threads");
+  for (auto& r : rows)
+    if (r.errors) return 1;
+  return 0;
+}
+
+#if MDRING_BENCH_WITH_MPI
+template <class T>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
+  else return MPI_UINT16_T;  // half, bfloat16: with a user op
+}
+
+// MPI has no 16-bit float: reduce them with a user op (the fair equivalent).
+template <class T, class Op>
+void user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<T*>(in);
+  auto* b = static_cast<T*>(inout);
+  const Op op{};
+  for (int i = 0; i < *len; ++i) b[i] = T(op(float(a[i]), float(b[i])));
+}
+
+template <class T, class Op>
+MPI_Op mpi_op(Op, std::vector<MPI_Op>& created) {
+  if constexpr (md::is_16bit_float_v<T>) {
+    MPI_Op o;
+    MPI_Op_create(&user_reduce<T, std::conditional_t<std::is_same_v<Op, md::avg_t>, md::sum_t, Op>>, 1, &o);
+    created.push_back(o);
+    return o;
+  } else {
+    if constexpr (std::is_same_v<Op, md::prod_t>) return MPI_PROD;
+    else if constexpr (std::is_same_v<Op, md::min_t>) return MPI_MIN;
+    else if constexpr (std::is_same_v<Op, md::max_t>) return MPI_MAX;
+    else return MPI_SUM;
+  }
+}
+
+int run_mpi(const config& cfg) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto comm = md::bind(md::parse_topology(cfg.topology), MPI_COMM_WORLD, make_options(cfg));
+  world_ops w;
+  w.rank = std::size_t(rank);
+  w.size = std::size_t(size);
+  w.barrier = [] { MPI_Barrier(MPI_COMM_WORLD); };
+  w.max = [](double x) {
+    double m = 0;
+    MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return m;
+  };
+  w.sum_int = [](int x) {
+    int s = 0;
+    MPI_Allreduce(&x, &s, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    return s;
+  };
+  std::vector<result_row> rows;
+  std::vector<MPI_Op> created;
+  const bool baseline = cfg.baseline == "mpi";
+  if (baseline && cfg.reduce_op == "avg" && (cfg.op == "all_reduce" || cfg.op == "reduce_scatter" || cfg.op == "reduce"))
+    usage("MPI has no avg op: use --reduce-op sum for a baseline comparison");
+  dispatch_dtype(cfg.dtype, [&]<class T>(T) {
+    dispatch_op(cfg.reduce_op, [&](auto op) {
+      const MPI_Datatype type = mpi_type<T>();
+      const MPI_Op mop = mpi_op<T>(op, created);
+      auto base = [&](auto& rn) {
+        T* r = rn.recv.data();
+        const int n = int(rn.count);
+        const void* s = cfg.inplace ? MPI_IN_PLACE : static_cast<const void*>(rn.send.data());
+        if (cfg.op == "all_reduce") MPI_Allreduce(s, r, n, type, mop, MPI_COMM_WORLD);
+        else if (cfg.op == "reduce_scatter")
+          MPI_Reduce_scatter_block(cfg.inplace ? MPI_IN_PLACE : s, r, n, type, mop, MPI_COMM_WORLD);
+        else if (cfg.op == "all_gather")
+          MPI_Allgather(cfg.inplace ? MPI_IN_PLACE : s, n, type, r, n, type, MPI_COMM_WORLD);
+        else if (cfg.op == "broadcast") MPI_Bcast(r, n, type, int(cfg.root), MPI_COMM_WORLD);
+        else
+          MPI_Reduce(cfg.inplace && rank == int(cfg.root) ? MPI_IN_PLACE : (cfg.inplace ? r : s), r, n, type, mop,
+                     int(cfg.root), MPI_COMM_WORLD);
+      };
+      rows = run_sizes<T>(cfg, comm, w, op, base, baseline);
+    });
+  });
+  for (auto& o : created) MPI_Op_free(&o);
+  if (rank == 0) print_rows(cfg, rows, comm.topology().to_string(), std::size_t(size), "mpi");
+  for (auto& r : rows)
+    if (r.errors) return 1;
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const config cfg = parse(argc, argv);
+  if (cfg.threads > 0) {
+    try {
+      return run_threads(cfg);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mdring-bench: %s\n", e.what());
+      return 1;
+    }
+  }
+#if MDRING_BENCH_WITH_MPI
+  MPI_Init(&argc, &argv);
+  int status = 0;
+  try {
+    status = run_mpi(cfg);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mdring-bench: %s\n", e.what());
+    status = 1;
+  }
+  MPI_Finalize();
+  return status;
+#else
+  usage("built without MPI: use --threads N");
+#endif
+}

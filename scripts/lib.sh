@@ -1,0 +1,38 @@
+# Shared by scripts/*.sh: install what is missing, on Debian 12 (as root, or with sudo).
+# shellcheck shell=bash
+
+# The packages a build with tests, MPI and Boost.MPI needs.
+MDRING_PACKAGES=(g++ make cmake libopenmpi-dev openmpi-bin libboost-mpi-dev doctest-dev)
+
+mdring_ensure_packages() {
+  local missing=()
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "mdring: installing ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "mdring: need root or sudo to install ${missing[*]}" >&2; return 1; }
+    sudo=sudo
+  fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Open MPI refuses to run as root and to oversubscribe cores unless told.
+mdring_mpi_env() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1
+}
+
+mdring_jobs() { nproc 2>/dev/null || echo 2; }
+
+# Configure (once) and build the given targets in build/.
+mdring_build() {
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE="${MDRING_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
+  cmake --build "$root/build" -j "$(mdring_jobs)" "$@"
+}
