@@ -22,48 +22,42 @@ MDRING_NAMESPACE_BEGIN
 namespace detail {
 
 // float -> binary16, round to nearest even; NaN stays NaN (quiet), overflow -> inf.
+// Branch-free (all three cases computed, then selected) so that loops over it vectorize.
 constexpr std::uint16_t float_to_half_bits(float f) noexcept {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  const std::uint32_t sign = u & 0x80000000u;
-  u ^= sign;
-  std::uint16_t o = 0;
-  if (u >= (127u + 16u) << 23) {  // >= 65536: inf, or NaN
-    o = u > (255u << 23) ? 0x7e00 : 0x7c00;
-  } else if (u < (113u << 23)) {  // result is subnormal or zero
-    // Adding a magic value aligns the 10 mantissa bits at the bottom of the float;
-    // the FPU's round-to-nearest-even does the rounding.
-    const float magic = std::bit_cast<float>(((127u - 15u) + (23u - 10u) + 1u) << 23);
-    const float sum = std::bit_cast<float>(u) + magic;
-    o = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(sum) - std::bit_cast<std::uint32_t>(magic));
-  } else {
-    const std::uint32_t mant_odd = (u >> 13) & 1u;
-    u += (std::uint32_t(15 - 127) << 23) + 0xfffu;  // rebias exponent, rounding bias part 1
-    u += mant_odd;                                  // rounding bias part 2 (ties to even)
-    o = static_cast<std::uint16_t>(u >> 13);
-  }
-  return static_cast<std::uint16_t>(o | (sign >> 16));
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const std::uint32_t u = bits & 0x7fffffffu;
+  // >= 65536 (or 65520, which rounds up to it): inf, or NaN made quiet.
+  const std::uint32_t inf_nan = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  // Subnormal or zero: adding a magic value aligns the 10 mantissa bits at the bottom
+  // of the float, and the FPU's round-to-nearest-even does the rounding.
+  const std::uint32_t magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  const std::uint32_t sub =
+      std::bit_cast<std::uint32_t>(std::bit_cast<float>(u & 0x3fffffffu) + std::bit_cast<float>(magic)) - magic;
+  // Normal: rebias the exponent and round to nearest even by hand.
+  const std::uint32_t normal = (u + (std::uint32_t(15 - 127) << 23) + 0xfffu + ((u >> 13) & 1u)) >> 13;
+  const std::uint32_t o = u >= (127u + 16u) << 23 ? inf_nan : (u < (113u << 23) ? sub : normal);
+  return static_cast<std::uint16_t>(o | sign);
 }
 
 constexpr float half_bits_to_float(std::uint16_t h) noexcept {
   const std::uint32_t shifted_exp = 0x7c00u << 13;
-  std::uint32_t o = std::uint32_t(h & 0x7fffu) << 13;
-  const std::uint32_t exp = shifted_exp & o;
-  o += (127u - 15u) << 23;
-  if (exp == shifted_exp) {  // inf or NaN
-    o += (128u - 16u) << 23;
-  } else if (exp == 0) {  // zero or subnormal: renormalize through the FPU
-    o += 1u << 23;
-    o = std::bit_cast<std::uint32_t>(std::bit_cast<float>(o) - std::bit_cast<float>(113u << 23));
-  }
-  return std::bit_cast<float>(o | (std::uint32_t(h & 0x8000u) << 16));
+  const std::uint32_t o = (std::uint32_t(h & 0x7fffu) << 13) + ((127u - 15u) << 23);
+  const std::uint32_t exp = (std::uint32_t(h & 0x7fffu) << 13) & shifted_exp;
+  const std::uint32_t inf_nan = o + ((128u - 16u) << 23);
+  // zero or subnormal: renormalize through the FPU
+  const std::uint32_t sub =
+      std::bit_cast<std::uint32_t>(std::bit_cast<float>(o + (1u << 23)) - std::bit_cast<float>(113u << 23));
+  const std::uint32_t r = exp == shifted_exp ? inf_nan : (exp == 0 ? sub : o);
+  return std::bit_cast<float>(r | (std::uint32_t(h & 0x8000u) << 16));
 }
 
-// float -> bfloat16, round to nearest even; NaN stays NaN (quiet).
+// float -> bfloat16, round to nearest even; NaN stays NaN (quiet). Branch-free.
 constexpr std::uint16_t float_to_bfloat16_bits(float f) noexcept {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  const std::uint32_t bias = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>((u + bias) >> 16);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 constexpr float bfloat16_bits_to_float(std::uint16_t b) noexcept {
