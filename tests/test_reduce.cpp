@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -389,101 +390,173 @@ std::size_t mismatch(const T* got, const std::vector<T>& want) {
 
 constexpr std::size_t lengths[] = {0, 1, 63, 64, 65, 511, 513, 2049, 5000};
 
+// The harness below is type-erased: the per-(T, op) code is a handful of small
+// functions, and the loops, buffers and doctest macros are compiled once. (Written
+// as a template over T and op, this file took minutes to build.)
+struct erased_type {
+  std::string name;
+  std::size_t size;
+  void (*make)(void* dst, long long v);
+  bool (*same)(const void* x, const void* y);
+  std::string (*show)(const void* x);
+  void (*expected)(void* dst, kind k, const std::vector<long long>& xs, std::size_t ranks, bool final);
+};
+
+template <class T>
+erased_type erase_type() {
+  return {m::type_name<T>(), sizeof(T),
+          [](void* dst, long long v) { *static_cast<T*>(dst) = make<T>(v); },
+          [](const void* x, const void* y) { return same(*static_cast<const T*>(x), *static_cast<const T*>(y)); },
+          [](const void* x) { return show(*static_cast<const T*>(x)); },
+          [](void* dst, kind k, const std::vector<long long>& xs, std::size_t ranks, bool final) {
+            *static_cast<T*>(dst) = expected<T>(k, xs, ranks, final);
+          }};
+}
+
+struct erased_reducer {
+  std::function<void(void*, const void*, const void*, std::size_t, bool)> combine;
+  std::function<void(void*, const std::vector<const void*>&, std::size_t, bool)> combine_n;
+  std::function<void(void*, const void*, std::size_t, bool)> finalize;
+};
+
 template <class T, class Op>
-void check_builtin_op(Op op, kind k) {
-  const std::size_t ranks = 3;
+erased_reducer erase_reducer(Op op, std::size_t ranks) {
   const m::host_reducer<T, Op> r(op, ranks);
-  CHECK(r.ranks() == ranks);
-  const T guard = make<T>(9);
+  return {[r](void* d, const void* a, const void* b, std::size_t n, bool f) {
+            r.combine(static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n, f);
+          },
+          [r](void* d, const std::vector<const void*>& in, std::size_t n, bool f) {
+            std::vector<const T*> p(in.size());
+            for (std::size_t j = 0; j < in.size(); ++j) p[j] = static_cast<const T*>(in[j]);
+            r.combine_n(static_cast<T*>(d), p.data(), p.size(), n, f);
+          },
+          [r](void* d, const void* s, std::size_t n, bool f) {
+            r.finalize(static_cast<T*>(d), static_cast<const T*>(s), n, f);
+          }};
+}
+
+// n elements of a type-erased T, suitably aligned, plus one guard element on each side.
+class buffer {
+public:
+  buffer(const erased_type& t, std::size_t n, long long guard)
+      : t_(&t), n_(n), store_((n + 2) * t.size / sizeof(std::max_align_t) + 1) {
+    for (std::size_t i = 0; i < n + 2; ++i) t.make(raw() + i * t.size, guard);
+  }
+  unsigned char* raw() { return reinterpret_cast<unsigned char*>(store_.data()); }
+  const unsigned char* raw() const { return reinterpret_cast<const unsigned char*>(store_.data()); }
+  void* at(std::size_t i) { return raw() + (i + 1) * t_->size; }  // i may be n (the guard) or size_t(-1)
+  const void* at(std::size_t i) const { return raw() + (i + 1) * t_->size; }
+  void* data() { return at(0); }
+  // First index in [-1, n] (guards included) where the two differ, as a message; empty if equal.
+  std::string diff(const buffer& want) const {
+    for (std::size_t i = 0; i < n_ + 2; ++i) {
+      const void* x = raw() + i * t_->size;
+      const void* y = want.raw() + i * t_->size;
+      if (!t_->same(x, y))
+        return i == 0 || i == n_ + 1 ? "wrote outside [0, n)"
+                                     : "element " + std::to_string(i - 1) + ": got " + t_->show(x) + ", want " +
+                                           t_->show(y);
+    }
+    return {};
+  }
+
+private:
+  const erased_type* t_;
+  std::size_t n_;
+  std::vector<std::max_align_t> store_;
+};
+
+void verdict(const std::string& diff, const std::string& context) {
+  CHECK_MESSAGE(diff.empty(), context, ": ", diff);
+}
+
+constexpr long long guard_value = 9;
+
+void check_reducer(const erased_type& t, kind k, const erased_reducer& r, std::size_t ranks) {
+  const std::string name = t.name + " " + kind_name(k);
   for (std::size_t n : lengths) {
-    const std::size_t off = n % 2;  // odd lengths also start one element off alignment
     for (bool final : {false, true}) {
+      const std::string cfg = " n=" + std::to_string(n) + " final=" + (final ? "true" : "false");
       // ---- combine: out of place, dst == a, dst == b ----
       {
-        std::vector<T> a(n + off + 1, guard), b(n + off + 1, guard), want(n);
+        buffer a(t, n, guard_value), b(t, n, guard_value), want(t, n, guard_value);
         for (std::size_t i = 0; i < n; ++i) {
-          a[off + i] = make<T>(value(k, 0, i));
-          b[off + i] = make<T>(value(k, 1, i));
-          want[i] = expected<T>(k, {value(k, 0, i), value(k, 1, i)}, ranks, final);
+          t.make(a.at(i), value(k, 0, i));
+          t.make(b.at(i), value(k, 1, i));
+          t.expected(want.at(i), k, {value(k, 0, i), value(k, 1, i)}, ranks, final);
         }
         for (int mode = 0; mode < 3; ++mode) {
-          auto aa = a, bb = b;
-          std::vector<T> out(n + off + 1, guard);
-          T* dst = mode == 0 ? out.data() + off : mode == 1 ? aa.data() + off : bb.data() + off;
-          r.combine(dst, aa.data() + off, bb.data() + off, n, final);
-          const std::size_t bad = mismatch(dst, want);
-          INFO(m::type_name<T>(), " ", kind_name(k), " combine n=", n, " final=", final, " mode=",
-               mode == 0 ? "out of place" : mode == 1 ? "dst == a" : "dst == b");
-          CHECK_MESSAGE(bad == std::string::npos, "element ", bad, ": got ", show(dst[bad == std::string::npos ? 0 : bad]),
-                        " want ", show(want[bad == std::string::npos ? 0 : bad]));
-          CHECK(same(dst[n], guard));  // nothing written past the end
-          if (off) CHECK(same(dst[-1], guard));
-          if (mode != 1) CHECK(mismatch(aa.data(), a) == std::string::npos);  // inputs untouched
-          if (mode != 2) CHECK(mismatch(bb.data(), b) == std::string::npos);
+          buffer aa = a, bb = b, out(t, n, guard_value);
+          buffer& dst = mode == 0 ? out : mode == 1 ? aa : bb;
+          r.combine(dst.data(), aa.data(), bb.data(), n, final);
+          const std::string ctx = name + " combine" + cfg +
+                                  (mode == 0 ? " out of place" : mode == 1 ? " dst == a" : " dst == b");
+          verdict(dst.diff(want), ctx);
+          if (mode != 1) verdict(aa.diff(a), ctx + " (input a)");
+          if (mode != 2) verdict(bb.diff(b), ctx + " (input b)");
         }
       }
       // ---- combine_n: k = 1 .. 9 inputs, out of place and dst == in[j] ----
       for (std::size_t kk = 1; kk <= 9; ++kk) {
-        std::vector<std::vector<T>> in(kk, std::vector<T>(n + off + 1, guard));
-        std::vector<T> want(n);
+        std::vector<buffer> in(kk, buffer(t, n, guard_value));
+        buffer want(t, n, guard_value);
         std::vector<long long> xs(kk);
         for (std::size_t i = 0; i < n; ++i) {
           for (std::size_t j = 0; j < kk; ++j) {
             xs[j] = value(k, j, i);
-            in[j][off + i] = make<T>(xs[j]);
+            t.make(in[j].at(i), xs[j]);
           }
-          want[i] = expected<T>(k, xs, ranks, final);
+          t.expected(want.at(i), k, xs, ranks, final);
         }
         std::vector<int> where = {-1, 0};  // -1: out of place
         if (kk > 2) where.push_back(int(kk / 2));
         if (kk > 1) where.push_back(int(kk - 1));
         for (int w : where) {
           auto copy = in;
-          std::vector<const T*> ptrs(kk);
-          for (std::size_t j = 0; j < kk; ++j) ptrs[j] = copy[j].data() + off;
-          std::vector<T> out(n + off + 1, guard);
-          T* dst = w < 0 ? out.data() + off : copy[std::size_t(w)].data() + off;
-          r.combine_n(dst, ptrs.data(), kk, n, final);
-          const std::size_t bad = mismatch(dst, want);
-          INFO(m::type_name<T>(), " ", kind_name(k), " combine_n k=", kk, " n=", n, " final=", final,
-               " dst=", w < 0 ? std::string("out") : "in[" + std::to_string(w) + "]");
-          CHECK_MESSAGE(bad == std::string::npos, "element ", bad, ": got ", show(dst[bad == std::string::npos ? 0 : bad]),
-                        " want ", show(want[bad == std::string::npos ? 0 : bad]));
-          CHECK(same(dst[n], guard));
+          std::vector<const void*> ptrs(kk);
+          for (std::size_t j = 0; j < kk; ++j) ptrs[j] = copy[j].data();
+          buffer out(t, n, guard_value);
+          buffer& dst = w < 0 ? out : copy[std::size_t(w)];
+          r.combine_n(dst.data(), ptrs, n, final);
+          const std::string ctx = name + " combine_n k=" + std::to_string(kk) + cfg +
+                                  (w < 0 ? std::string(" out of place") : " dst == in[" + std::to_string(w) + "]");
+          verdict(dst.diff(want), ctx);
           for (std::size_t j = 0; j < kk; ++j)
-            if (int(j) != w) CHECK(mismatch(copy[j].data(), in[j]) == std::string::npos);
+            if (int(j) != w) verdict(copy[j].diff(in[j]), ctx + " (input " + std::to_string(j) + ")");
         }
       }
-      // ---- finalize: dst = fin(src) or a copy, in place and out of place ----
+      // ---- finalize: dst = fin(src) (avg) or a copy, out of place and in place ----
       {
-        std::vector<T> src(n + off + 1, guard), want(n);
+        buffer src(t, n, guard_value), want(t, n, guard_value);
         for (std::size_t i = 0; i < n; ++i) {
-          src[off + i] = make<T>(value(k, 4, i));
-          want[i] = k == kind::avg ? expected<T>(k, {value(k, 4, i)}, ranks, final) : src[off + i];
+          t.make(src.at(i), value(k, 4, i));
+          if (k == kind::avg) t.expected(want.at(i), k, {value(k, 4, i)}, ranks, final);
+          else t.make(want.at(i), value(k, 4, i));
         }
-        std::vector<T> out(n + off + 1, guard);
-        r.finalize(out.data() + off, src.data() + off, n, final);
-        CHECK(mismatch(out.data() + off, want) == std::string::npos);
-        CHECK(same(out[off + n], guard));
-        auto in_place = src;
-        r.finalize(in_place.data() + off, in_place.data() + off, n, final);
-        CHECK(mismatch(in_place.data() + off, want) == std::string::npos);
+        buffer out(t, n, guard_value);
+        r.finalize(out.data(), src.data(), n, final);
+        verdict(out.diff(want), name + " finalize" + cfg + " out of place");
+        buffer in_place = src;
+        r.finalize(in_place.data(), in_place.data(), n, final);
+        verdict(in_place.diff(want), name + " finalize" + cfg + " in place");
       }
     }
   }
   // length 0 touches nothing, not even null pointers
   r.combine(nullptr, nullptr, nullptr, 0, true);
-  r.combine_n(nullptr, nullptr, 0, 0, true);
+  r.combine_n(nullptr, {}, 0, true);
   r.finalize(nullptr, nullptr, 0, true);
 }
 
 template <class T>
 void check_all_builtin_ops() {
-  check_builtin_op<T>(m::sum, kind::sum);
-  check_builtin_op<T>(m::prod, kind::prod);
-  check_builtin_op<T>(m::min, kind::min);
-  check_builtin_op<T>(m::max, kind::max);
-  check_builtin_op<T>(m::avg, kind::avg);
+  const std::size_t ranks = 3;
+  const erased_type t = erase_type<T>();
+  check_reducer(t, kind::sum, erase_reducer<T>(m::sum, ranks), ranks);
+  check_reducer(t, kind::prod, erase_reducer<T>(m::prod, ranks), ranks);
+  check_reducer(t, kind::min, erase_reducer<T>(m::min, ranks), ranks);
+  check_reducer(t, kind::max, erase_reducer<T>(m::max, ranks), ranks);
+  check_reducer(t, kind::avg, erase_reducer<T>(m::avg, ranks), ranks);
 }
 
 // Affine maps x -> a x + b under composition: associative, not commutative.

@@ -182,8 +182,9 @@ static_assert(shm3::coordinates(2) == std::array<std::size_t, 1>{2});
 static_assert(decltype(topo)::coordinates(5) == std::array<std::size_t, 2>{1, 1});
 static_assert(decltype(topo)::coordinates(255) == std::array<std::size_t, 2>{3, 63});
 
-// The round trip over every rank, evaluated by the compiler.
-template <class T>
+// The round trip over every rank, evaluated by the compiler. With Peers, also every
+// peer of every rank (quadratic: kept to small topologies for clang's step limit).
+template <class T, bool Peers = true>
 consteval bool round_trips() {
   for (std::size_t r = 0; r < T::size(); ++r) {
     const auto cr = T::coordinates(r);
@@ -192,7 +193,7 @@ consteval bool round_trips() {
       if (cr[d] >= T::extent(d)) return false;
       // the peer at its own coordinate is itself; any other coordinate changes only dimension d
       if (T::peer(r, d, cr[d]) != r) return false;
-      for (std::size_t j = 0; j < T::extent(d); ++j) {
+      for (std::size_t j = 0; Peers && j < T::extent(d); ++j) {
         auto cp = T::coordinates(T::peer(r, d, j));
         for (std::size_t e = 0; e < T::ndims(); ++e)
           if (cp[e] != (e == d ? j : cr[e])) return false;
@@ -205,7 +206,7 @@ consteval bool round_trips() {
 static_assert(round_trips<s23>());
 static_assert(round_trips<shm3>());
 static_assert(round_trips<abc>());
-static_assert(round_trips<std::remove_cv_t<decltype(topo)>>());
+static_assert(round_trips<std::remove_cv_t<decltype(topo)>, false>());
 static_assert(round_trips<m::topology<m::ring_t<m::shm, 1>, m::ring_t<m::shm, 7>, m::ring_t<m::shm, 1>>>());
 
 // ---- free coordinate functions ------------------------------------------------------

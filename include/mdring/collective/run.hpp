@@ -120,8 +120,11 @@ void run_collective(Comm& comm, const char* name, const Op& op, std::optional<ar
     throw invalid_argument(err->argument, err->what);
   }
   try {
-    engine<T, Op, Comm> e(comm, name, op, op_traits<Op>::commutative);
-    body(e);
+    // After a failed static check, instantiate nothing more: one message, not a cascade.
+    if constexpr (std::is_trivially_copyable_v<T> && reduction_for<Op, T>) {
+      engine<T, Op, Comm> e(comm, name, op, op_traits<Op>::commutative);
+      body(e);
+    }
   } catch (const remote_error& e) {
     comm.mark_broken(e.what());
     throw;

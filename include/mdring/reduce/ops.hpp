@@ -75,10 +75,16 @@ struct avg_t {
   static constexpr const char* name = "avg";
   template <class A>
   MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return detail::wrap_add(a, b); }
+  // The division happens in the widest type of A's kind, so that `ranks` never
+  // wraps (300 ranks of uint8 divide by 300, not by 44).
   template <class A>
   MDRING_HOST_DEVICE constexpr A finalize(A a, std::size_t ranks) const noexcept {
-    if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return static_cast<A>(a / static_cast<A>(ranks));
-    else return static_cast<A>(a / static_cast<A>(ranks));
+    if constexpr (std::is_integral_v<A> && std::is_signed_v<A>)
+      return static_cast<A>(static_cast<long long>(a) / static_cast<long long>(ranks));
+    else if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<unsigned long long>(a) / static_cast<unsigned long long>(ranks));
+    else
+      return static_cast<A>(a / static_cast<A>(ranks));
   }
 };
 
@@ -94,6 +100,7 @@ template <class F>
 struct non_commutative_op {
   F f;
   template <class T>
+    requires std::is_invocable_r_v<T, const F&, const T&, const T&>
   constexpr T operator()(const T& a, const T& b) const {
     return f(a, b);
   }

@@ -174,6 +174,11 @@ inline const runtime_topology& describe(const runtime_topology& t) { return t; }
 // ---- the link registry used by the parser ----------------------------------
 
 namespace detail {
+// The characters of a link name, for the parser and register_link alike.
+inline bool is_link_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+}
+
 struct link_registry {
   std::mutex mutex;
   std::map<std::string, link_info, std::less<>> links;
@@ -191,9 +196,10 @@ struct link_registry {
 
 // Makes `info.name` known to parse_topology (or replaces its traits).
 inline void register_link(const link_info& info) {
-  if (info.name.empty() || info.name.find_first_of(": \t*xX") != std::string::npos)
+  if (info.name.empty() || !std::all_of(info.name.begin(), info.name.end(), detail::is_link_name_char))
     throw invalid_argument("info", "mdring::register_link: link name \"" + info.name +
-                                       "\" must be non-empty and contain none of ': *xX' or blanks");
+                                       "\" must be non-empty and made of letters, digits, '_', '-' and '.' "
+                                       "(what parse_topology reads as a name)");
   if (!(info.bandwidth > 0) || !(info.latency >= 0))
     throw invalid_argument("info", "mdring::register_link: link \"" + info.name +
                                        "\" needs bandwidth > 0 and latency >= 0");
@@ -236,9 +242,6 @@ inline runtime_topology parse_topology(std::string_view text) {
   auto skip = [&] {
     while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   };
-  auto is_name_char = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
-  };
   std::vector<runtime_topology::dimension> dims;
   std::size_t dynamic_at = std::string_view::npos;
   skip();
@@ -246,7 +249,7 @@ inline runtime_topology parse_topology(std::string_view text) {
   for (;;) {
     skip();
     const std::size_t name_pos = i;
-    while (i < text.size() && is_name_char(text[i])) ++i;
+    while (i < text.size() && detail::is_link_name_char(text[i])) ++i;
     std::string_view name = text.substr(name_pos, i - name_pos);
     if (name.empty()) throw fail(name_pos, "expected a link name");
     auto info = find_link(name);
