@@ -178,17 +178,17 @@ TEST_CASE("null buffers with count > 0 are rejected on every rank, naming the bu
   std::vector<int> a(64, 1), b(64, 0);
   SUBCASE("all_reduce") {
     all_ranks_reject([&](auto& c) { md::all_reduce(c, static_cast<const int*>(nullptr), b.data(), 5); }, "sendbuf",
-                     {"mdring::all_reduce", "sendbuf is null", "count is 5"}, "all_reduce sendbuf");
+                     {"mdring::all_reduce", "sendbuf is null", "count = 5"}, "all_reduce sendbuf");
     all_ranks_reject([&](auto& c) { md::all_reduce(c, a.data(), static_cast<int*>(nullptr), 5); }, "recvbuf",
-                     {"mdring::all_reduce", "recvbuf is null", "count is 5"}, "all_reduce recvbuf");
+                     {"mdring::all_reduce", "recvbuf is null", "count = 5"}, "all_reduce recvbuf");
     all_ranks_reject([&](auto& c) { md::all_reduce(c, static_cast<int*>(nullptr), 7); }, "sendbuf",
-                     {"mdring::all_reduce", "null", "count is 7"}, "all_reduce in place");
+                     {"mdring::all_reduce", "null", "count = 7"}, "all_reduce in place");
     all_ranks_reject([&](auto& c) { md::all_reduce(c, std::span<int>(static_cast<int*>(nullptr), 3)); }, "sendbuf",
                      {"mdring::all_reduce", "null", "3"}, "all_reduce span");
   }
   SUBCASE("reduce_scatter") {
     all_ranks_reject([&](auto& c) { md::reduce_scatter(c, static_cast<const int*>(nullptr), b.data(), 3); },
-                     "sendbuf", {"mdring::reduce_scatter", "sendbuf is null"}, "reduce_scatter sendbuf");
+                     "sendbuf", {"mdring::reduce_scatter", "sendbuf is null", "size() * recvcount = 12"}, "reduce_scatter sendbuf");
     all_ranks_reject([&](auto& c) { md::reduce_scatter(c, a.data(), static_cast<int*>(nullptr), 3); }, "recvbuf",
                      {"mdring::reduce_scatter", "recvbuf is null", "3"}, "reduce_scatter recvbuf");
   }
@@ -200,11 +200,11 @@ TEST_CASE("null buffers with count > 0 are rejected on every rank, naming the bu
   }
   SUBCASE("broadcast") {
     all_ranks_reject([&](auto& c) { md::broadcast(c, static_cast<int*>(nullptr), 5, 0); }, "buf",
-                     {"mdring::broadcast", "buf is null", "count is 5"}, "broadcast buf");
+                     {"mdring::broadcast", "buf is null", "count = 5"}, "broadcast buf");
   }
   SUBCASE("reduce") {
     all_ranks_reject([&](auto& c) { md::reduce(c, static_cast<const int*>(nullptr), b.data(), 5, 1); }, "sendbuf",
-                     {"mdring::reduce", "sendbuf is null", "count is 5"}, "reduce sendbuf");
+                     {"mdring::reduce", "sendbuf is null", "count = 5"}, "reduce sendbuf");
   }
 }
 
@@ -355,8 +355,8 @@ TEST_CASE("span size mismatch") {
         md::all_gather(c, std::span<const int>(s[c.rank()].data(), 3), std::span<int>(r[c.rank()].data(), 11));
       },
       "recvbuf", {"mdring::all_gather", "recvbuf has 11", "12"}, "all_gather spans");
-  // reduce: only the root's recvbuf has a size to check; all four ranks are roots
-  // of their own call here... no: one root. The root throws, the others are told.
+  // reduce: only the root's recvbuf has a size to check, so only the root (rank 0)
+  // throws invalid_argument; the others are told and stop with remote_error.
   auto rec = on_ranks(4, [&](md::threads::endpoint ep, rank_record& rr) {
     auto comm = md::bind(t22, ep, local_opts());
     const auto t0 = steady::now();
@@ -764,6 +764,8 @@ TEST_CASE("check_level::collective: every rank throws invalid_argument and the c
     }, "op", {"different ops"}, "op", {"mdring::all_reduce", "different ops"}, "sum vs max");
   }
   SUBCASE("different ops: min and max") {
+    // Two ops with names of the same length and first letter: the agreement must
+    // still tell them apart (otherwise the ranks silently compute different results).
     collective_reject(3, [&](auto& c, bool bad) {
       if (bad) md::all_reduce(c, s[c.rank()].data(), n, md::min);
       else md::all_reduce(c, s[c.rank()].data(), n, md::max);
@@ -900,6 +902,22 @@ TEST_CASE("count mismatch without collective checks: an error, never a wrong res
     // Zero-length blocks are not sent, so a mismatch may show as a missing message:
     // then the error is a timeout (or the remote_error it causes), after the deadline.
     mismatch(2, md::ring<md::shm, 2>, 1, 1, 2, 300ms, 10.0, false);
+  }
+  SUBCASE("count 0 on one rank, 5 on the others: the others fail by the deadline") {
+    // The rank with count 0 moves nothing and returns; the ranks that wait for its
+    // data must not hang.
+    auto rec = on_ranks(3, [&](md::threads::endpoint ep, rank_record& r) {
+      auto comm = md::bind(md::ring<md::shm>, ep, local_opts(300ms));
+      std::vector<int> x(5, 1);
+      const auto t0 = steady::now();
+      r.first = thrown([&] { md::all_reduce(comm, x.data(), ep.rank == 0 ? 0 : 5); });
+      r.seconds = seconds_since(t0);
+    });
+    for (std::size_t i = 1; i < 3; ++i) {
+      INFO("rank " << i << ": " << describe(rec[i].first) << " after " << rec[i].seconds << " s");
+      CHECK(as<md::error>(rec[i].first) != nullptr);
+      CHECK(rec[i].seconds < 10.0);
+    }
   }
 }
 

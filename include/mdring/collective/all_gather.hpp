@@ -24,8 +24,8 @@ void all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcoun
   const bool in_place = addr(sendbuf) == addr(recvbuf) + comm.rank() * sendcount * sizeof(T);
   auto err = detail::first_error(
       std::move(pre),
-      detail::check_null(name, "sendbuf", sendbuf, sendcount, detail::arg_sendbuf),
-      detail::check_null(name, "recvbuf", recvbuf, total, detail::arg_recvbuf),
+      detail::check_null(name, "sendbuf", sendbuf, sendcount, "sendcount"),
+      detail::check_null(name, "recvbuf", recvbuf, total, "size() * sendcount"),
       detail::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T), in_place,
                             "sendbuf must be recvbuf + rank() * sendcount"));
   detail::run_collective<T>(comm, name, sum_t{}, std::move(err), sendcount, 0,
@@ -45,8 +45,7 @@ void all_gather(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf) {
     pre = detail::arg_error{"recvbuf",
                             "mdring::all_gather: recvbuf has " + std::to_string(recvbuf.size()) +
                                 " elements; expected size() * sendbuf.size() = " +
-                                std::to_string(sendbuf.size() * comm.size()),
-                            detail::arg_count};
+                                std::to_string(sendbuf.size() * comm.size())};
   detail::all_gather_impl(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), std::move(pre));
 }
 

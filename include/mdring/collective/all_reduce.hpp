@@ -25,8 +25,8 @@ void all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, O
   const std::size_t bytes = count * sizeof(T);
   auto err = detail::first_error(
       std::move(pre),
-      detail::check_null(name, "sendbuf", sendbuf, count, detail::arg_sendbuf),
-      detail::check_null(name, "recvbuf", recvbuf, count, detail::arg_recvbuf),
+      detail::check_null(name, "sendbuf", sendbuf, count),
+      detail::check_null(name, "recvbuf", recvbuf, count),
       detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice"));
   detail::run_collective<T>(comm, name, op, std::move(err), count, 0,
                             [&](auto& e) { e.all_reduce(sendbuf, recvbuf, count); });
@@ -48,8 +48,7 @@ void all_reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op
   std::optional<detail::arg_error> pre;
   if (sendbuf.size() != recvbuf.size())
     pre = detail::arg_error{"recvbuf", "mdring::all_reduce: recvbuf has " + std::to_string(recvbuf.size()) +
-                                           " elements but sendbuf has " + std::to_string(sendbuf.size()),
-                            detail::arg_count};
+                                           " elements but sendbuf has " + std::to_string(sendbuf.size())};
   detail::all_reduce_impl(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), op, std::move(pre));
 }
 

@@ -20,7 +20,7 @@ void broadcast(C& comm, T* buf, std::size_t count, std::size_t root) {
   detail::static_checks<C, T, sum_t>();
   constexpr const char* name = "broadcast";
   auto err = detail::first_error(detail::check_root(name, root, comm.size()),
-                                 detail::check_null(name, "buf", buf, count, detail::arg_sendbuf));
+                                 detail::check_null(name, "buf", buf, count));
   detail::run_collective<T>(comm, name, sum_t{}, std::move(err), count, root,
                             [&](auto& e) { e.broadcast(buf, count, root); });
 }

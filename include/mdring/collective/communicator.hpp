@@ -156,7 +156,7 @@ public:
     detail::validate(opts_);
     size_ = tr_->size();
     rank_ = tr_->rank();
-    topo_ = detail::to_runtime(topo).resolve(size_);
+    topo_ = detail::to_runtime(topo).resolve(size_, "bind");
     if (opts_.algorithms.size() > topo_.ndims())
       throw invalid_argument("options.algorithms",
                              "mdring::bind: options.algorithms has " + std::to_string(opts_.algorithms.size()) +
@@ -206,14 +206,10 @@ public:
   bool usable() const noexcept { return !broken_; }
   const std::string& failure() const noexcept { return broken_why_; }
 
-  // Pre-sizes scratch so that calls up to `count` elements of T allocate nothing.
-  // (An all_reduce needs at most about 2 count / p0 elements; reduce_scatter,
-  // all_gather and reduce can need up to about 4 count / p0 on multi-dimensional
-  // topologies with a direct first dimension.)
+  // Pre-sizes scratch so that no collective on up to `count` elements of T (the
+  // count each collective takes) allocates. Defined in engine.hpp.
   template <class T>
-  void reserve(std::size_t count) {
-    ws_.get(4 * (count / (extents_.empty() ? 1 : first_extent()) + 1) * sizeof(T) + 4 * detail::workspace::alignment);
-  }
+  void reserve(std::size_t count);
   std::size_t scratch_bytes() const noexcept { return ws_.capacity(); }
 
   // What the call would do on this rank (see plan.hpp).
@@ -262,12 +258,6 @@ public:
   const Topology& static_topology_value() const noexcept { return static_topo_; }
 
 private:
-  std::size_t first_extent() const noexcept {
-    for (auto e : extents_)
-      if (e > 1) return e;
-    return 1;
-  }
-
   Topology static_topo_;
   std::unique_ptr<Transport> tr_;
   options opts_;

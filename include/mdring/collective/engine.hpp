@@ -138,6 +138,7 @@ public:
     const std::size_t n = sc * c_.size();
     auto& rg = ranges(n);
     const int first = first_dim(), last = last_dim();
+    if (sc == 0) return;
     T* own = recv + c_.rank() * sc;
     if (first < 0) {
       if (send != recv) std::memmove(recv, send, sc * sizeof(T));
@@ -536,5 +537,19 @@ private:
 };
 
 }  // namespace detail
+
+template <class Topology, transport Transport>
+template <class T>
+void communicator<Topology, Transport>::reserve(std::size_t count) {
+  std::size_t bytes = 0;
+  for (bool commutative : {true, false}) {  // non-commutative ops run direct everywhere
+    detail::engine<T, sum_t, communicator> e(*this, "reserve", sum_t{}, commutative);
+    for (auto kind : {collective::all_reduce, collective::reduce_scatter, collective::all_gather, collective::reduce}) {
+      const std::size_t b = e.scratch_bytes(kind, count);
+      bytes = b > bytes ? b : bytes;
+    }
+  }
+  ws_.get(bytes);
+}
 
 MDRING_NAMESPACE_END

@@ -26,8 +26,8 @@ void reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::
   auto err = detail::first_error(
       std::move(pre),
       detail::check_root(name, root, comm.size()),
-      detail::check_null(name, "sendbuf", sendbuf, count, detail::arg_sendbuf),
-      is_root ? detail::check_null(name, "recvbuf", recvbuf, count, detail::arg_recvbuf) : std::nullopt,
+      detail::check_null(name, "sendbuf", sendbuf, count),
+      is_root ? detail::check_null(name, "recvbuf", recvbuf, count) : std::nullopt,
       is_root ? detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf,
                                       "pass the same pointer twice")
               : std::nullopt);
@@ -47,8 +47,7 @@ void reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, std::size
   if (comm.rank() == root && recvbuf.size() != sendbuf.size())
     pre = detail::arg_error{"recvbuf",
                             "mdring::reduce: recvbuf has " + std::to_string(recvbuf.size()) +
-                                " elements on the root but sendbuf has " + std::to_string(sendbuf.size()),
-                            detail::arg_count};
+                                " elements on the root but sendbuf has " + std::to_string(sendbuf.size())};
   detail::reduce_impl(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), root, op, std::move(pre));
 }
 

@@ -27,8 +27,8 @@ void reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recv
   const bool in_place = addr(recvbuf) == addr(sendbuf) + comm.rank() * recvcount * sizeof(T);
   auto err = detail::first_error(
       std::move(pre),
-      detail::check_null(name, "sendbuf", sendbuf, total, detail::arg_sendbuf),
-      detail::check_null(name, "recvbuf", recvbuf, recvcount, detail::arg_recvbuf),
+      detail::check_null(name, "sendbuf", sendbuf, total, "size() * recvcount"),
+      detail::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
       detail::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T), in_place,
                             "recvbuf must be sendbuf + rank() * recvcount"));
   detail::run_collective<T>(comm, name, op, std::move(err), recvcount, 0,
@@ -48,8 +48,7 @@ void reduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, O
     pre = detail::arg_error{"sendbuf",
                             "mdring::reduce_scatter: sendbuf has " + std::to_string(sendbuf.size()) +
                                 " elements; expected size() * recvbuf.size() = " +
-                                std::to_string(recvbuf.size() * comm.size()),
-                            detail::arg_count};
+                                std::to_string(recvbuf.size() * comm.size())};
   detail::reduce_scatter_impl(comm, sendbuf.data(), recvbuf.data(), recvbuf.size(), op, std::move(pre));
 }
 

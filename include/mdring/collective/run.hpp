@@ -21,6 +21,8 @@
 #include "engine.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <iterator>
 #include <optional>
 #include <string>
 
@@ -39,24 +41,34 @@ constexpr void static_checks() {
     non_commutative_op_on_ring_dimension<typename first_ring_only_link<topo>::type, Op>();
 }
 
-// A local argument error, before any message: what and which argument.
+// A local argument error, before any message: which argument, and what is wrong.
 struct arg_error {
   std::string argument;
   std::string what;
-  int code = 0;  // for the collective agreement
 };
 
-enum arg_code : int { arg_sendbuf = 1, arg_recvbuf, arg_overlap, arg_root, arg_op, arg_count };
+// The arguments a rank can get wrong, numbered for the collective agreement, so
+// that every rank names the same one.
+inline constexpr const char* argument_names[] = {"sendbuf", "recvbuf", "buf", "root", "op", "count"};
 
-inline const char* arg_code_name(int code) {
-  switch (code) {
-    case arg_sendbuf: return "sendbuf";
-    case arg_recvbuf: return "recvbuf";
-    case arg_overlap: return "recvbuf";
-    case arg_root: return "root";
-    case arg_op: return "op";
-    default: return "count";
-  }
+inline int argument_code(const std::string& argument) {
+  for (int i = 0; i < int(std::size(argument_names)); ++i)
+    if (argument == argument_names[i]) return i + 1;
+  return int(std::size(argument_names));  // "count"
+}
+
+// A stable id of a type (element type or op), without RTTI: a hash of the
+// compiler's spelling of the type. Ranks of one program get the same id.
+template <class T>
+std::int64_t type_id() {
+#if defined(_MSC_VER)
+  const char* s = __FUNCSIG__;
+#else
+  const char* s = __PRETTY_FUNCTION__;
+#endif
+  std::uint64_t h = 1469598103934665603ull;
+  for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
+  return std::int64_t(h >> 2);
 }
 
 inline std::uintptr_t addr(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
@@ -80,16 +92,14 @@ std::optional<arg_error> check_op(Comm& comm, bool commutative, const char* name
     const auto& dim = comm.dims()[d];
     if (dim.extent < 2) continue;
     if (dim.requested == algorithm::ring)
-      return arg_error{"op",
-                       std::string("mdring::") + name + ": options.algorithms[" + std::to_string(d) +
-                           "] is ring, but the op is not commutative; only the direct algorithm combines in rank order",
-                       arg_op};
+      return arg_error{"op", std::string("mdring::") + name + ": options.algorithms[" + std::to_string(d) +
+                                 "] is ring, but the op is not commutative; only the direct algorithm combines in "
+                                 "rank order"};
     if (!dim.link.fully_connected)
       return arg_error{"op",
                        std::string("mdring::") + name + ": the op is not commutative, but dimension " +
                            std::to_string(d) + " (" + dim.link.name +
-                           ") is ring-only (its link is not fully connected); a ring folds blocks in rotated order",
-                       arg_op};
+                           ") is ring-only (its link is not fully connected); a ring folds blocks in rotated order"};
   }
   return std::nullopt;
 }
@@ -109,11 +119,7 @@ void run_collective(Comm& comm, const char* name, const Op& op, std::optional<ar
                              "); bind a new one");
   if (!err) err = check_op(comm, op_traits<Op>::commutative, name);
   if (comm.get_options().checks == check_level::collective) {
-    const std::int64_t type_id = std::int64_t(sizeof(T)) * 1000 + std::int64_t(std::string_view(type_name<T>()).size()) * 10 +
-                                 std::int64_t(std::is_floating_point_v<accumulator_t<T>>);
-    const std::string_view opn = op_traits<Op>::name();
-    const std::int64_t op_id = std::int64_t(opn.size()) * 256 + (opn.empty() ? 0 : opn[0]);
-    agree(comm, name, err, std::int64_t(count), type_id, op_id, std::int64_t(root));
+    agree(comm, name, err, std::int64_t(count), type_id<T>(), type_id<Op>(), std::int64_t(root));
   } else if (err) {
     comm.mark_broken(err->what);
     comm.get_transport().abort(err->what);
@@ -139,7 +145,7 @@ template <class Comm>
 void agree(Comm& comm, const char* name, const std::optional<arg_error>& err, std::int64_t count,
            std::int64_t type_id, std::int64_t op_id, std::int64_t root) {
   // Each pair (x, -x) under max gives the maximum and minus the minimum.
-  std::int64_t v[9] = {err ? std::int64_t(comm.rank() + 1) * 16 + err->code : 0,
+  std::int64_t v[9] = {err ? std::int64_t(comm.rank() + 1) * 16 + argument_code(err->argument) : 0,
                        count, -count, type_id, -type_id, op_id, -op_id, root, -root};
   try {
     engine<std::int64_t, max_t, Comm> e(comm, name, max_t{}, true);
@@ -156,9 +162,9 @@ void agree(Comm& comm, const char* name, const std::optional<arg_error>& err, st
   if (err) throw invalid_argument(err->argument, err->what);
   if (v[0] > 0) {
     const std::size_t who = std::size_t(v[0] / 16 - 1);
-    const int code = int(v[0] % 16);
-    throw invalid_argument(arg_code_name(code), fn + "rank " + std::to_string(who) + " passed an invalid " +
-                                                    arg_code_name(code) + " (its own exception says which); no data was moved");
+    const char* arg = argument_names[std::size_t(v[0] % 16) - 1];
+    throw invalid_argument(arg, fn + "rank " + std::to_string(who) + " passed an invalid " + arg +
+                                    " (its own exception says what); no data was moved");
   }
   auto differ = [&](int i, const char* arg, const char* what) {
     if (v[i] != -v[i + 1])
@@ -172,19 +178,20 @@ void agree(Comm& comm, const char* name, const std::optional<arg_error>& err, st
 }
 
 // The local checks shared by the collectives.
+// `count` elements must be readable/writable at p. `count_text` says where that
+// count comes from when it is not the count argument itself.
 inline std::optional<arg_error> check_null(const char* name, const char* arg, const void* p, std::size_t count,
-                                           int code) {
+                                           const char* count_text = "count") {
   if (count > 0 && p == nullptr)
-    return arg_error{arg, std::string("mdring::") + name + ": " + arg + " is null but count is " + std::to_string(count),
-                     code};
+    return arg_error{arg, std::string("mdring::") + name + ": " + arg + " is null but must hold " + count_text +
+                              " = " + std::to_string(count) + " elements"};
   return std::nullopt;
 }
 
 inline std::optional<arg_error> check_root(const char* name, std::size_t root, std::size_t size) {
   if (root >= size)
     return arg_error{"root", std::string("mdring::") + name + ": root " + std::to_string(root) +
-                                 " is not a rank of this communicator (size " + std::to_string(size) + ")",
-                     arg_root};
+                                 " is not a rank of this communicator (size " + std::to_string(size) + ")"};
   return std::nullopt;
 }
 
@@ -196,8 +203,7 @@ inline std::optional<arg_error> check_overlap(const char* name, const void* s, s
   return arg_error{"recvbuf",
                    std::string("mdring::") + name + ": sendbuf [" + ptr_string(s) + ", +" + std::to_string(sn) +
                        " bytes) and recvbuf [" + ptr_string(r) + ", +" + std::to_string(rn) +
-                       " bytes) overlap partially; for in place " + in_place_rule,
-                   arg_overlap};
+                       " bytes) overlap partially; for in place " + in_place_rule};
 }
 
 template <class... E>

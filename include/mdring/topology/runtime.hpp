@@ -73,19 +73,21 @@ public:
 
   // The same topology with the dynamic extent fixed so that size() == world_size.
   // Throws topology_error when world_size does not fit.
-  runtime_topology resolve(std::size_t world_size) const {
+  // `caller` names the function in the message ("bind" when bind() resolves).
+  runtime_topology resolve(std::size_t world_size, const char* caller = "resolve") const {
+    const std::string fn = std::string("mdring::") + caller + ": ";
     runtime_topology r = *this;
     const std::size_t fixed = static_size();
     if (is_static()) {
       if (fixed != world_size)
-        throw topology_error("topology", "mdring::resolve: topology \"" + to_string() + "\" has " +
+        throw topology_error("topology", fn + "topology \"" + to_string() + "\" has " +
                                              std::to_string(fixed) +
                                              " ranks but the communicator has " +
                                              std::to_string(world_size));
       return r;
     }
     if (world_size == 0 || world_size % fixed != 0)
-      throw topology_error("topology", "mdring::resolve: the communicator's size " +
+      throw topology_error("topology", fn + "the communicator's size " +
                                            std::to_string(world_size) +
                                            " is not a multiple of " + std::to_string(fixed) +
                                            ", the product of the static extents of \"" +

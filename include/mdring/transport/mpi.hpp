@@ -73,10 +73,16 @@ class transport {
 public:
   struct channel {
     MPI_Comm comm = MPI_COMM_NULL;
+    std::vector<std::size_t> members;  // global ranks, by coordinate
   };
   struct request {
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int n = 0;
+    bool recv = false;
+    std::size_t peer = 0;           // global rank
+    std::size_t bytes = 0;          // expected
+    int expect[2] = {0, 0};         // elements of each piece's datatype
+    MPI_Datatype type[2] = {MPI_BYTE, MPI_BYTE};
   };
 
   static constexpr int control_tag = 1;
@@ -106,10 +112,8 @@ public:
       throw topology_error("topology", "mdring::bind: the ranks of the MPI communicator bound different topologies "
                                        "or algorithms (this rank: \"" + fingerprint + "\")");
     }
-    if (max_bytes_ < std::size_t(INT_MAX)) {
-      detail::check(MPI_Type_contiguous(int(max_bytes_), MPI_BYTE, &chunk_), "MPI_Type_contiguous");
-      detail::check(MPI_Type_commit(&chunk_), "MPI_Type_commit");
-    }
+    detail::check(MPI_Type_contiguous(int(max_bytes_), MPI_BYTE, &chunk_), "MPI_Type_contiguous");
+    detail::check(MPI_Type_commit(&chunk_), "MPI_Type_commit");
     detail::check(MPI_Irecv(control_buf_, sizeof control_buf_ - 1, MPI_CHAR, MPI_ANY_SOURCE, control_tag, ctrl_,
                             &control_req_),
                   "MPI_Irecv");
@@ -138,7 +142,7 @@ public:
                                 " came out with rank " + std::to_string(r) + " of " + std::to_string(s) +
                                 ", expected " + std::to_string(my_index) + " of " + std::to_string(members.size()),
                             0);
-    return channel{sub};
+    return channel{sub, {members.begin(), members.end()}};
   }
 
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
@@ -164,8 +168,12 @@ public:
                               " (did the ranks pass different counts or types to the same collective?)",
                           code);
         }
-        if (flag) rq.n = 0;
-        else all = false;
+        if (!flag) {
+          all = false;
+          continue;
+        }
+        if (rq.recv) check_received(rq, st);
+        rq.n = 0;
       }
       if (all) return wait_status::ok();
       if (auto f = poll_control()) return *f;
@@ -222,8 +230,17 @@ private:
       detail::check(rc, send ? "MPI_Isend" : "MPI_Irecv");
     };
     rq.n = 0;
-    if (bytes <= max_bytes_ && bytes <= std::size_t(INT_MAX)) {
-      op(buf, int(bytes), MPI_BYTE, &rq.r[rq.n++]);
+    rq.recv = !send;
+    rq.peer = ch.members[peer];
+    rq.bytes = bytes;
+    auto piece = [&](void* p, int count, MPI_Datatype type) {
+      rq.expect[rq.n] = count;
+      rq.type[rq.n] = type;
+      op(p, count, type, &rq.r[rq.n]);
+      ++rq.n;
+    };
+    if (bytes <= max_bytes_) {
+      piece(buf, int(bytes), MPI_BYTE);
       return;
     }
     const std::size_t chunks = bytes / max_bytes_, rest = bytes % max_bytes_;
@@ -232,8 +249,26 @@ private:
                              "mdring::mpi: a message of " + std::to_string(bytes) +
                                  " bytes needs more than INT_MAX pieces of options.max_message_bytes = " +
                                  std::to_string(max_bytes_));
-    op(buf, int(chunks), chunk_, &rq.r[rq.n++]);
-    if (rest) op(static_cast<char*>(buf) + chunks * max_bytes_, int(rest), MPI_BYTE, &rq.r[rq.n++]);
+    piece(buf, int(chunks), chunk_);
+    if (rest) piece(static_cast<char*>(buf) + chunks * max_bytes_, int(rest), MPI_BYTE);
+  }
+
+  // MPI accepts a message shorter than the receive buffer: a rank that passed a
+  // smaller count would otherwise go unnoticed.
+  void check_received(const request& rq, const MPI_Status* st) const {
+    for (int i = 0; i < rq.n; ++i) {
+      int got = 0;
+      MPI_Get_count(&st[i], rq.type[i], &got);
+      if (got != rq.expect[i]) {
+        int bytes = 0;
+        MPI_Get_count(&st[i], MPI_BYTE, &bytes);
+        throw transport_error("mdring::mpi: rank " + std::to_string(rq.peer) + " sent a message of " +
+                                  (bytes == MPI_UNDEFINED ? std::string("an unexpected size") : std::to_string(bytes) + " bytes") +
+                                  " where rank " + std::to_string(rank_) + " expected " + std::to_string(rq.bytes) +
+                                  ": the ranks passed different counts, types or roots to the same collective",
+                              0);
+      }
+    }
   }
 
   std::optional<wait_status> poll_control() {
