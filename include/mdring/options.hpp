@@ -72,6 +72,10 @@ inline std::chrono::milliseconds default_timeout() {
   }
   return std::chrono::minutes(5);
 }
+inline bool default_shared() {
+  const char* s = std::getenv("MDRING_SHARED");
+  return !(s && std::string_view(s) == "0");
+}
 inline check_level default_checks() {
   if (const char* s = std::getenv("MDRING_CHECKS"))
     if (std::string_view(s) == "collective") return check_level::collective;
@@ -97,6 +101,12 @@ struct options {
   std::size_t max_message_bytes = std::size_t(1) << 30;
 
   check_level checks = detail::default_checks();
+
+  // Let the ranks of a node read and write each other's buffers directly in the
+  // direct stages (threads: plain pointers; MPI processes on one node: cross-memory
+  // attach, when the kernel allows it). Off: messages only. MDRING_SHARED=0 turns
+  // the default off.
+  bool shared_memory = detail::default_shared();
 
   tuning tune{};
 };

@@ -29,6 +29,7 @@
 #include "../plan/blocks.hpp"
 #include "../plan/cost.hpp"
 #include "../reduce/host.hpp"
+#include "../transport/shared_access.hpp"
 #include "communicator.hpp"
 
 #include <chrono>
@@ -67,6 +68,12 @@ struct view {
     }
   }
   bool contiguous() const noexcept { return !permuted; }
+  // The address logical element 0 would have (an integer: it may lie outside the
+  // buffer). Ranks publish it, so that the same element has the same offset from
+  // it in every rank's view, whatever buffer and origin each rank uses.
+  std::uintptr_t base_address() const noexcept {
+    return reinterpret_cast<std::uintptr_t>(ptr) - (permuted ? 0 : origin * sizeof(T));
+  }
   T* at(std::size_t x) const noexcept { return ptr + (x - origin); }
 };
 
@@ -104,11 +111,18 @@ public:
     for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d) {
       if (ext_[d] == 1) continue;
       const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
+      if (int(d) == last && shared(d)) {
+        // The innermost-last stage's all-gather follows its reduce-scatter at once: fuse them.
+        shared_all_reduce_stage(d, r, src, recv + r.offset, true);
+        break;
+      }
       reduce_scatter_stage(d, r, src, recv + r.offset, recv + r.offset + b.offset, int(d) == last);
       src = view<const T>{recv};
     }
-    for (std::size_t d = std::size_t(last) + 1; d-- > std::size_t(first);)
-      if (ext_[d] > 1) all_gather_stage(d, rg[d], recv + rg[d].offset);
+    for (std::size_t d = std::size_t(last) + 1; d-- > std::size_t(first);) {
+      if (ext_[d] == 1 || (int(d) == last && shared(d))) continue;
+      all_gather_stage(d, rg[d], recv + rg[d].offset);
+    }
   }
 
   void reduce_scatter(const T* send, T* recv, std::size_t rc) {
@@ -254,17 +268,24 @@ private:
     }
     tr_.cancel_all(rs);
     nreq_ = 0;
+    const auto& info = infos_[st.index];
+    raise(st, ph, st.kind == wait_status::timeout ? info.dim : d, step, info.peer,
+          info.is_send ? " to receive what rank " : " to send to rank ");
+  }
+
+  // Throws the error a failed wait means: timeout_error naming the peer, or
+  // remote_error naming the rank that failed.
+  [[noreturn]] void raise(const wait_status& st, phase ph, std::size_t d, std::size_t step, std::size_t peer,
+                          const char* waiting_for) {
     if (st.kind == wait_status::timeout) {
-      const auto& info = infos_[st.index];
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.3g", std::chrono::duration<double>(c_.get_options().timeout).count());
       const std::string what = std::string("mdring::") + name_ + ": timed out after " + secs + " s in dimension " +
-                               std::to_string(info.dim) + " (" + dims_[info.dim].link.name + ":" +
-                               std::to_string(dims_[info.dim].extent) + "), " + std::string(to_string(ph)) +
-                               " step " + std::to_string(step) + ", waiting for rank " + std::to_string(info.peer) +
-                               (info.is_send ? " to receive what rank " : " to send to rank ") +
-                               std::to_string(c_.rank()) + " (" + tr_.name() + " transport)";
-      throw timeout_error(what, name_, info.dim, std::string(to_string(ph)), step, info.peer);
+                               std::to_string(d) + " (" + dims_[d].link.name + ":" + std::to_string(dims_[d].extent) +
+                               "), " + std::string(to_string(ph)) + " step " + std::to_string(step) +
+                               ", waiting for rank " + std::to_string(peer) + waiting_for + std::to_string(c_.rank()) +
+                               " (" + tr_.name() + " transport)";
+      throw timeout_error(what, name_, d, std::string(to_string(ph)), step, peer);
     }
     throw remote_error(std::string("mdring::") + name_ + ": rank " + std::to_string(st.failed_rank) +
                            " failed, so rank " + std::to_string(c_.rank()) + " stopped waiting in dimension " +
@@ -273,12 +294,145 @@ private:
                        st.failed_rank);
   }
 
+  deadline_clock::time_point deadline() const { return deadline_clock::now() + c_.get_options().timeout; }
+
+  // ---- shared access: ranks of a node read and write each other's buffers ------
+
+  static constexpr bool has_shared_access = shared_access_transport<transport_t>;
+
+  // Dimension d runs its direct stages through shared access instead of messages.
+  bool shared(std::size_t d) {
+    if constexpr (has_shared_access)
+      return dims_[d].algo_for(commutative_) == algorithm::direct && tr_.shared(dims_[d].ch);
+    else
+      return false;
+  }
+
+  // Publishes this rank's buffers for the stage on a range of n elements and waits
+  // for every peer's. Ranks whose ranges differ passed different counts (or types,
+  // or roots): every rank of the ring sees that, and throws.
+  void shared_arrive(std::size_t d, phase ph, std::size_t n, const void* src, void* dst) {
+    if constexpr (has_shared_access) {
+      auto& g = tr_.group(dims_[d].ch);
+      g.arrive(src, dst, std::uint64_t(n) * 64 + sizeof(T) % 64);
+      const wait_status st = g.wait_arrived(deadline(), [&] { return tr_.shared_failure(); });
+      if (st.kind != wait_status::done)
+        raise(st, ph, d, 0, dims_[d].members[st.index], " to publish its buffers to rank ");
+      if (const std::size_t j = g.mismatch(); j < g.size())
+        throw transport_error(std::string("mdring::") + name_ + ": rank " + std::to_string(dims_[d].members[j]) +
+                                  " works on " + std::to_string(g.signature(j) / 64) + " elements of " +
+                                  std::to_string(g.signature(j) % 64) + " bytes in dimension " + std::to_string(d) +
+                                  " where rank " + std::to_string(c_.rank()) + " works on " + std::to_string(n) +
+                                  " of " + std::to_string(sizeof(T) % 64) +
+                                  ": the ranks passed different counts, types or roots to the same collective",
+                              0);
+    }
+  }
+  // Says this rank is done with its peers' buffers and waits until they are done with its own.
+  void shared_leave(std::size_t d, phase ph) {
+    if constexpr (has_shared_access) {
+      auto& g = tr_.group(dims_[d].ch);
+      g.leave();
+      const wait_status st = g.wait_left(deadline(), [&] { return tr_.shared_failure(); });
+      if (st.kind != wait_status::done)
+        raise(st, ph, d, 1, dims_[d].members[st.index], " to finish with the buffers of rank ");
+    }
+  }
+
+  // Elements per piece when peers' data must be copied in (processes): small
+  // enough that the p-1 pieces and the output stay in L2 while they are folded.
+  static constexpr std::size_t piece = (std::size_t(64) << 10) / sizeof(T);
+
+  // out[i] = fold over the ring of src[i] for the elements [lo, lo+n) of the
+  // nested order, reading the peers' src through the published bases.
+  void shared_fold(std::size_t d, const view<const T>& src, std::size_t lo, std::size_t n, T* out, bool final) {
+    if constexpr (has_shared_access) {
+      const std::size_t p = ext_[d], c = coords_[d];
+      auto& ch = dims_[d].ch;
+      auto& g = tr_.group(ch);
+      auto& ptrs = c_.pointer_slots();
+      const std::uintptr_t base = src.base_address();
+      src.runs(lo, n, [&](const T* own, std::size_t rel, std::size_t len) {
+        // The same byte offset from the base in every rank's view.
+        const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(own) - base;
+        auto peer = [&](std::size_t j) { return reinterpret_cast<const T*>(reinterpret_cast<std::uintptr_t>(g.peer_src(j)) + off); };
+        if constexpr (transport_t::same_address_space) {
+          for (std::size_t j = 0; j < p; ++j) ptrs[j] = j == c ? own : peer(j);
+          red_.combine_n(out + rel, reinterpret_cast<const T* const*>(ptrs.data()), p, len, final);
+        } else {
+          for (std::size_t done = 0; done < len; done += piece) {
+            const std::size_t m = len - done < piece ? len - done : piece;
+            for (std::size_t j = 0; j < p; ++j) {
+              if (j == c) {
+                ptrs[j] = own + done;
+                continue;
+              }
+              T* slot = Q_ + (j < c ? j : j - 1) * piece;
+              tr_.read(ch, j, peer(j) + done, slot, m * sizeof(T));
+              ptrs[j] = slot;
+            }
+            red_.combine_n(out + rel + done, reinterpret_cast<const T* const*>(ptrs.data()), p, m, final);
+          }
+        }
+      });
+    }
+  }
+
+  // Reduce-scatter of dimension d by shared access: rank c folds block c straight
+  // from its peers' sources into out.
+  void shared_reduce_scatter_stage(std::size_t d, block_range r, const view<const T>& src, T* out, bool final) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const block_range bc = block_of(r.count, p, c);
+    shared_arrive(d, phase::reduce_scatter, r.count, reinterpret_cast<const void*>(src.base_address()), nullptr);
+    shared_fold(d, src, r.offset + bc.offset, bc.count, out, final);
+    shared_leave(d, phase::reduce_scatter);
+  }
+
+  // All-gather of dimension d by shared access: copy every peer's block from its
+  // buffer (buf holds the stage's range on every rank) into this rank's.
+  void shared_all_gather_stage(std::size_t d, block_range r, T* buf) {
+    if constexpr (has_shared_access) {
+      const std::size_t p = ext_[d], c = coords_[d];
+      auto& ch = dims_[d].ch;
+      shared_arrive(d, phase::all_gather, r.count, nullptr, buf);
+      auto& g = tr_.group(ch);
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == c) continue;
+        const block_range bj = block_of(r.count, p, j);
+        tr_.read(ch, j, static_cast<const T*>(g.peer_dst(j)) + bj.offset, buf + bj.offset, bj.count * sizeof(T));
+      }
+      shared_leave(d, phase::all_gather);
+    }
+  }
+
+  // The last dimension's reduce-scatter and all-gather in one pass: rank c folds
+  // block c from every peer's source and writes the result into every peer's
+  // buffer, piece by piece while it is in cache. No block is read twice.
+  void shared_all_reduce_stage(std::size_t d, block_range r, const view<const T>& src, T* buf, bool final) {
+    if constexpr (has_shared_access) {
+      const std::size_t p = ext_[d], c = coords_[d];
+      const block_range bc = block_of(r.count, p, c);
+      auto& ch = dims_[d].ch;
+      shared_arrive(d, phase::reduce_scatter, r.count, reinterpret_cast<const void*>(src.base_address()), buf);
+      auto& g = tr_.group(ch);
+      for (std::size_t done = 0; done < bc.count; done += piece) {
+        const std::size_t m = bc.count - done < piece ? bc.count - done : piece;
+        T* mine = buf + bc.offset + done;
+        shared_fold(d, src, r.offset + bc.offset + done, m, mine, final);
+        for (std::size_t j = 0; j < p; ++j)
+          if (j != c) tr_.write(ch, j, mine, static_cast<T*>(g.peer_dst(j)) + bc.offset + done, m * sizeof(T));
+      }
+      shared_leave(d, phase::all_gather);
+    }
+  }
+
   // ---- stages ---------------------------------------------------------------
 
   // Reduce-scatter in dimension d over range r (see the buffer roles at the top).
   void reduce_scatter_stage(std::size_t d, block_range r, const view<const T>& src, T* mid, T* out, bool final) {
     const std::size_t p = ext_[d], c = coords_[d], n = r.count;
     if (n == 0) return;
+    if (shared(d)) return shared_reduce_scatter_stage(d, r, src, out, final);
     if (dims_[d].algo_for(commutative_) == algorithm::direct) {
       const std::size_t mb = max_block(n, p);
       const block_range bc = block_of(n, p, c);
@@ -322,6 +476,7 @@ private:
   void all_gather_stage(std::size_t d, block_range r, T* buf) {
     const std::size_t p = ext_[d], c = coords_[d], n = r.count;
     if (n == 0) return;
+    if (shared(d)) return shared_all_gather_stage(d, r, buf);
     if (dims_[d].algo_for(commutative_) == algorithm::direct) {
       const block_range bc = block_of(n, p, c);
       for (std::size_t j = 0; j < p; ++j) {
@@ -355,6 +510,23 @@ private:
     const block_range bc = block_of(n, p, c);
     unpack(own, bc);
     if (n == 0) return;
+    if constexpr (has_shared_access) {
+      if (shared(d)) {
+        // Read each peer's block straight from its W into this rank's runs.
+        auto& ch = dims_[d].ch;
+        shared_arrive(d, phase::all_gather, n, nullptr, const_cast<T*>(own));
+        auto& g = tr_.group(ch);
+        for (std::size_t j = 0; j < p; ++j) {
+          if (j == c) continue;
+          const block_range bj = block_of(n, p, j);
+          out.runs(r.offset + bj.offset, bj.count, [&](T* to, std::size_t rel, std::size_t len) {
+            tr_.read(ch, j, static_cast<const T*>(g.peer_dst(j)) + rel, to, len * sizeof(T));
+          });
+        }
+        shared_leave(d, phase::all_gather);
+        return;
+      }
+    }
     if (dims_[d].algo_for(commutative_) == algorithm::direct) {
       const std::size_t mb = max_block(n, p);
       auto slot = [&](std::size_t j) { return Q_ + (j < c ? j : j - 1) * mb; };
@@ -469,21 +641,36 @@ private:
 
   // Scratch for the reduce-scatter half. mid-less first stage when `need_w`
   // (reduce_scatter, non-root reduce) or when the source is permuted.
+  // Q elements a direct stage of dimension d needs on a range of n elements:
+  // p-1 receive blocks, or p-1 pieces for shared access between processes, or
+  // nothing when threads read their peers' buffers in place.
+  std::size_t direct_slots(std::size_t d, std::size_t n) {
+    if (shared(d)) return transport_t::same_address_space ? 0 : (ext_[d] - 1) * piece;
+    return (ext_[d] - 1) * max_block(n, ext_[d]);
+  }
+
+  // Scratch for the reduce-scatter half. The first stage has no mid buffer for
+  // reduce_scatter and a non-root reduce (need_w: its result goes to W).
   scratch_sizes sizes_rs(std::size_t n, bool permuted, bool first_has_mid, bool need_w) {
     scratch_sizes s;
     const int first = first_dim();
     if (first < 0) return s;
     auto& rg = c_.range_slots();
-    s.r = max_block(rg[first].count, ext_[first]);
+    const std::size_t mb1 = max_block(rg[first].count, ext_[first]);
     // Without a mid buffer the ring double-buffers its partials; a permuted source
     // packs its first send into R1.
     s.two_r = !first_has_mid || permuted;
-    if (need_w) s.w = s.r;
+    if (need_w) s.w = mb1;
     for (std::size_t d = std::size_t(first); d < ext_.size(); ++d) {
-      if (ext_[d] == 1 || dims_[d].algo_for(commutative_) != algorithm::direct) continue;
-      const std::size_t slots = (ext_[d] - 1) * max_block(rg[d].count, ext_[d]);
-      s.q = slots > s.q ? slots : s.q;
-      if (permuted && int(d) == first) s.pack = slots;
+      if (ext_[d] == 1) continue;
+      if (dims_[d].algo_for(commutative_) == algorithm::direct) {
+        const std::size_t slots = direct_slots(d, rg[d].count);
+        s.q = slots > s.q ? slots : s.q;
+        if (permuted && int(d) == first && !shared(d)) s.pack = slots;
+      } else {
+        const std::size_t mb = max_block(rg[d].count, ext_[d]);
+        s.r = mb > s.r ? mb : s.r;
+      }
     }
     (void)n;
     return s;
@@ -493,10 +680,11 @@ private:
     const int first = first_dim();
     if (first < 0 || !permuted) return s;
     auto& rg = c_.range_slots();
-    s.r = max_block(rg[first].count, ext_[first]);
+    const std::size_t mb1 = max_block(rg[first].count, ext_[first]);
+    s.w = mb1;
     s.two_r = true;
-    s.w = s.r;
-    if (dims_[first].algo_for(commutative_) == algorithm::direct) s.q = (ext_[first] - 1) * s.r;
+    if (dims_[first].algo_for(commutative_) != algorithm::direct) s.r = mb1;
+    else if (!shared(std::size_t(first))) s.q = (ext_[first] - 1) * mb1;
     (void)n;
     return s;
   }

@@ -24,14 +24,26 @@
 #include "../config.hpp"
 #include "../error.hpp"
 #include "../options.hpp"
+#include "shared_access.hpp"
 #include "transport.hpp"
 
 #include <mpi.h>
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <cerrno>
+#define MDRING_HAVE_CMA 1
+#else
+#define MDRING_HAVE_CMA 0
+#endif
 
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <memory>
 #include <optional>
 #include <span>
@@ -74,7 +86,14 @@ public:
   struct channel {
     MPI_Comm comm = MPI_COMM_NULL;
     std::vector<std::size_t> members;  // global ranks, by coordinate
+    // Shared access, when every member is on this node and cross-memory attach works.
+    mdring::detail::access_group group;
+    std::vector<long> pids;
+    MPI_Win win = MPI_WIN_NULL;
   };
+
+  // Peers' buffers are in other processes: read and write them with CMA.
+  static constexpr bool same_address_space = false;
   struct request {
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int n = 0;
@@ -89,7 +108,7 @@ public:
 
   // Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
   transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
-      : max_bytes_(opts.max_message_bytes) {
+      : max_bytes_(opts.max_message_bytes), shared_memory_(opts.shared_memory) {
     int init = 0;
     MPI_Initialized(&init);
     if (!init || detail::finalized())
@@ -142,7 +161,25 @@ public:
                                 " came out with rank " + std::to_string(r) + " of " + std::to_string(s) +
                                 ", expected " + std::to_string(my_index) + " of " + std::to_string(members.size()),
                             0);
-    return channel{sub, {members.begin(), members.end()}};
+    channel ch{sub, {members.begin(), members.end()}, {}, {}, MPI_WIN_NULL};
+    if (shared_memory_) try_shared_access(ch, my_index);
+    if (ch.win != MPI_WIN_NULL) windows_.push_back(ch.win);
+    return ch;
+  }
+
+  bool shared(const channel& ch) const noexcept { return ch.win != MPI_WIN_NULL; }
+  mdring::detail::access_group& group(channel& ch) noexcept { return ch.group; }
+  wait_status shared_failure() {
+    if (auto f = poll_control()) return *f;
+    return wait_status::ok();
+  }
+  // Copies `bytes` from peer j's address space (at `remote`) into this process.
+  void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
+    cma(ch, j, const_cast<void*>(remote), local, bytes, false);
+  }
+  // Copies `bytes` from this process into peer j's address space (at `remote`).
+  void write(channel& ch, std::size_t j, const void* local, void* remote, std::size_t bytes) {
+    cma(ch, j, remote, const_cast<void*>(local), bytes, true);
   }
 
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
@@ -271,6 +308,107 @@ private:
     }
   }
 
+  // Sets up shared access on a channel whose members all share this node: a
+  // window of one control slot per rank, the members' pids, and a probe that
+  // reads and writes every peer once. Any failure on any member (another node, a
+  // kernel that forbids cross-memory attach) leaves the channel on messages.
+  void try_shared_access(channel& ch, std::size_t me) {
+#if MDRING_HAVE_CMA
+    const int p = int(ch.members.size());
+    if (p > int(mdring::detail::access_group::max_ranks)) return;
+    int ok = 1;
+    MPI_Comm node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(ch.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) ok = 0;
+    if (ok) {
+      int n = 0;
+      MPI_Comm_size(node, &n);
+      ok = n == p;
+      MPI_Comm_free(&node);
+    }
+    if (!agree(ch.comm, ok)) return;
+    void* base = nullptr;
+    if (MPI_Win_allocate_shared(MPI_Aint(sizeof(mdring::detail::access_slot)), int(sizeof(mdring::detail::access_slot)),
+                                MPI_INFO_NULL, ch.comm, &base, &ch.win) != MPI_SUCCESS) {
+      ch.win = MPI_WIN_NULL;
+      ok = 0;
+    }
+    if (!agree(ch.comm, ok)) return free_window(ch);
+    std::vector<mdring::detail::access_slot*> slots(std::size_t(p), nullptr);
+    for (int j = 0; j < p; ++j) {
+      MPI_Aint size = 0;
+      int disp = 0;
+      void* ptr = nullptr;
+      if (MPI_Win_shared_query(ch.win, j, &size, &disp, &ptr) != MPI_SUCCESS || !ptr) ok = 0;
+      slots[std::size_t(j)] = static_cast<mdring::detail::access_slot*>(ptr);
+    }
+    if (!agree(ch.comm, ok)) return free_window(ch);
+    auto* mine = new (slots[me]) mdring::detail::access_slot{};
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // let peers attach under Yama
+    long pid = long(getpid());
+    ch.pids.assign(std::size_t(p), 0);
+    MPI_Allgather(&pid, 1, MPI_LONG, ch.pids.data(), 1, MPI_LONG, ch.comm);
+    // The probe: read each peer's word, then write into it.
+    probe_[0] = probe_value(ch.members[me]);
+    mine->src = reinterpret_cast<std::uintptr_t>(&probe_[0]);
+    mine->dst = reinterpret_cast<std::uintptr_t>(&probe_[1]);
+    MPI_Barrier(ch.comm);
+    for (std::size_t j = 0; j < std::size_t(p) && ok; ++j) {
+      if (j == me) continue;
+      std::uint64_t got = 0, mark = probe_value(ch.members[me]);
+      iovec l{&got, sizeof got}, r{reinterpret_cast<void*>(slots[j]->src), sizeof got};
+      if (process_vm_readv(pid_t(ch.pids[j]), &l, 1, &r, 1, 0) != ssize_t(sizeof got) ||
+          got != probe_value(ch.members[j]))
+        ok = 0;
+      iovec lw{&mark, sizeof mark}, rw{reinterpret_cast<void*>(slots[j]->dst), sizeof mark};
+      if (ok && process_vm_writev(pid_t(ch.pids[j]), &lw, 1, &rw, 1, 0) != ssize_t(sizeof mark)) ok = 0;
+    }
+    MPI_Barrier(ch.comm);
+    if (!agree(ch.comm, ok)) return free_window(ch);
+    mine->src = mine->dst = 0;
+    ch.group = mdring::detail::access_group(slots.data(), std::size_t(p), me);
+#else
+    (void)ch;
+    (void)me;
+#endif
+  }
+
+  static std::uint64_t probe_value(std::size_t rank) { return 0x6d6472696e670000ull ^ rank; }
+
+  // Every member says ok (MPI_MIN over the channel).
+  static bool agree(MPI_Comm comm, int ok) {
+    int all = 0;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) return false;
+    return all != 0;
+  }
+
+  static void free_window(channel& ch) {
+    if (ch.win != MPI_WIN_NULL) MPI_Win_free(&ch.win);
+    ch.win = MPI_WIN_NULL;
+    ch.group = {};
+  }
+
+  void cma(channel& ch, std::size_t j, void* remote, void* local, std::size_t bytes, bool to_remote) {
+#if MDRING_HAVE_CMA
+    auto* l = static_cast<char*>(local);
+    auto* r = static_cast<char*>(remote);
+    while (bytes) {
+      iovec lv{l, bytes}, rv{r, bytes};
+      const ssize_t n = to_remote ? process_vm_writev(pid_t(ch.pids[j]), &lv, 1, &rv, 1, 0)
+                                  : process_vm_readv(pid_t(ch.pids[j]), &lv, 1, &rv, 1, 0);
+      if (n <= 0)
+        throw transport_error(std::string("mdring::mpi: cross-memory attach ") + (to_remote ? "write to" : "read from") +
+                                  " rank " + std::to_string(ch.members[j]) + " failed: " + std::strerror(errno),
+                              errno);
+      l += n;
+      r += n;
+      bytes -= std::size_t(n);
+    }
+#else
+    (void)ch, (void)j, (void)remote, (void)local, (void)bytes, (void)to_remote;
+    throw transport_error("mdring::mpi: shared access is not available on this platform", 0);
+#endif
+  }
+
   std::optional<wait_status> poll_control() {
     if (failed_) return failed_status();
     if (control_req_ == MPI_REQUEST_NULL) return std::nullopt;
@@ -295,6 +433,9 @@ private:
       MPI_Wait(&control_req_, MPI_STATUS_IGNORE);
     }
     if (chunk_ != MPI_DATATYPE_NULL) MPI_Type_free(&chunk_);
+    for (auto& w : windows_)
+      if (w != MPI_WIN_NULL) MPI_Win_free(&w);
+    windows_.clear();
     for (auto& c : owned_)
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     owned_.clear();
@@ -302,8 +443,11 @@ private:
 
   MPI_Comm ctrl_ = MPI_COMM_NULL;
   std::vector<MPI_Comm> owned_;
+  std::vector<MPI_Win> windows_;  // freed before the communicators
+  std::uint64_t probe_[2] = {0, 0};
   std::size_t rank_ = 0, size_ = 0;
   std::size_t max_bytes_;
+  bool shared_memory_ = true;
   MPI_Datatype chunk_ = MPI_DATATYPE_NULL;
   MPI_Request control_req_ = MPI_REQUEST_NULL;
   char control_buf_[512] = {};

@@ -18,6 +18,7 @@
 #include "../config.hpp"
 #include "../error.hpp"
 #include "../collective/communicator.hpp"
+#include "shared_access.hpp"
 #include "transport.hpp"
 
 #include <atomic>
@@ -31,6 +32,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 MDRING_NAMESPACE_BEGIN
@@ -147,6 +149,15 @@ public:
 
   detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }
 
+  // The control slots of one ring (communicator context, dimension, first member),
+  // created by the first member that asks.
+  mdring::detail::access_slot* access_slots(std::uint64_t ctx, std::size_t dim, std::size_t first, std::size_t p) {
+    std::lock_guard lock(ctx_m_);
+    auto& slots = slots_[{ctx, dim, first}];
+    if (!slots) slots.reset(new mdring::detail::access_slot[p]);
+    return slots.get();
+  }
+
   // Every rank binds its communicators in the same order (as with MPI), so the
   // k-th bind on each rank gets context k. The first rank to bind context k records
   // its topology; the others must match.
@@ -171,6 +182,7 @@ private:
   std::string reason_;
   std::mutex ctx_m_;
   std::map<std::uint64_t, std::pair<std::size_t, std::string>> topologies_;
+  std::map<std::tuple<std::uint64_t, std::size_t, std::size_t>, std::unique_ptr<mdring::detail::access_slot[]>> slots_;
 };
 
 // The transport object of one rank in one bound communicator.
@@ -180,7 +192,12 @@ public:
     std::uint32_t dim = 0;
     std::vector<std::size_t> members;  // global ranks, by coordinate
     std::size_t index = 0;             // this rank's coordinate
+    mdring::detail::access_group group;  // shared access (all threads share memory)
   };
+
+  // Shared access: every dimension of threads has it, and peers' pointers are
+  // dereferenced directly (no copy into scratch).
+  static constexpr bool same_address_space = true;
 
   struct request {
     enum kind_t { none, send, recv };
@@ -195,8 +212,8 @@ public:
     bool done = false;
   };
 
-  transport(endpoint ep, const std::string& topology)
-      : w_(ep.w), rank_(ep.rank), context_(ep.w->new_context(ep.rank, topology)) {}
+  transport(endpoint ep, const std::string& topology, bool shared_memory = true)
+      : w_(ep.w), rank_(ep.rank), context_(ep.w->new_context(ep.rank, topology)), shared_memory_(shared_memory) {}
 
   std::size_t size() const noexcept { return w_->size(); }
   std::size_t rank() const noexcept { return rank_; }
@@ -204,7 +221,24 @@ public:
   world& get_world() const noexcept { return *w_; }
 
   channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
-    return channel{static_cast<std::uint32_t>(dim), {members.begin(), members.end()}, my_index};
+    channel ch{static_cast<std::uint32_t>(dim), {members.begin(), members.end()}, my_index, {}};
+    if (shared_memory_ && members.size() <= mdring::detail::access_group::max_ranks) {
+      auto* slots = w_->access_slots(context_, dim, members[0], members.size());
+      std::vector<mdring::detail::access_slot*> ptrs;
+      for (std::size_t j = 0; j < members.size(); ++j) ptrs.push_back(slots + j);
+      ch.group = mdring::detail::access_group(ptrs.data(), members.size(), my_index);
+    }
+    return ch;
+  }
+
+  bool shared(const channel& ch) const noexcept { return ch.group.size() == ch.members.size(); }
+  mdring::detail::access_group& group(channel& ch) noexcept { return ch.group; }
+  wait_status shared_failure() const { return w_->failed() ? failure() : wait_status::ok(); }
+  void read(channel&, std::size_t, const void* remote, void* local, std::size_t bytes) {
+    if (bytes) std::memcpy(local, remote, bytes);
+  }
+  void write(channel&, std::size_t, const void* local, void* remote, std::size_t bytes) {
+    if (bytes) std::memcpy(remote, local, bytes);
   }
 
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& r) {
@@ -330,6 +364,7 @@ private:
   world* w_;
   std::size_t rank_;
   std::uint64_t context_;
+  bool shared_memory_;
 };
 
 // Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
@@ -370,7 +405,8 @@ template <class Topology>
 communicator<Topology, threads::transport> bind(const Topology& topo, threads::endpoint ep, options opts = {}) {
   if (ep.w == nullptr) throw invalid_argument("endpoint", "mdring::bind: the threads::endpoint has no world");
   try {
-    auto tr = std::make_unique<threads::transport>(ep, detail::fingerprint(detail::to_runtime(topo), opts));
+    auto tr = std::make_unique<threads::transport>(ep, detail::fingerprint(detail::to_runtime(topo), opts),
+                                                   opts.shared_memory);
     return communicator<Topology, threads::transport>(topo, std::move(tr), std::move(opts));
   } catch (const std::exception& e) {
     ep.w->fail(ep.rank, e.what());  // so that no other rank waits for this one

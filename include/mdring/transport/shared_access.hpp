@@ -1,0 +1,189 @@
+// mdring/transport/shared_access.hpp: ranks of one node that read and write each
+// other's buffers directly.
+//
+// A dimension whose ranks share a node can skip messages altogether: each rank
+// publishes the addresses of its buffers in a control slot that all of them map,
+// and then reads its peers' data (or writes its results into their buffers)
+// itself. Threads of one process dereference the peers' pointers; processes use
+// cross-memory attach (process_vm_readv / process_vm_writev, one kernel copy and no
+// intermediate buffer). A stage is
+//
+//   arrive(src, dst)   publish this rank's addresses for the stage; bump `arrive`
+//   wait_arrived()     every peer has published (their addresses are now valid)
+//   ... read peers' src, write peers' dst ...
+//   leave()            this rank is done touching the peers' buffers
+//   wait_left()        every peer is done touching this rank's buffers
+//
+// Waiting spins briefly, then yields, then sleeps on a futex that the arriving rank
+// wakes: when ranks outnumber cores, a waiting rank gives its core to the rank it
+// waits for. Every wait has a deadline and also watches for a peer's failure.
+#pragma once
+
+#include "../config.hpp"
+#include "transport.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <thread>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define MDRING_HAVE_FUTEX 1
+#else
+#define MDRING_HAVE_FUTEX 0
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MDRING_CPU_RELAX() _mm_pause()
+#else
+#define MDRING_CPU_RELAX() std::this_thread::yield()
+#endif
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+
+// One rank's control slot, in memory that every rank of the dimension maps. Each
+// rank writes only its own slot.
+struct alignas(64) access_slot {
+  std::atomic<std::uint32_t> arrive{0};  // futex word: stages this rank has arrived at
+  std::atomic<std::uint32_t> leave{0};   // futex word: stages this rank has left
+  std::uint64_t src = 0;                 // addresses published at arrive (in the owner's space)
+  std::uint64_t dst = 0;
+  std::uint64_t pid = 0;
+  std::uint64_t signature = 0;           // what the stage works on (elements, element size):
+                                         // peers compare it, so mismatched counts are caught
+};
+static_assert(sizeof(access_slot) == 64);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+inline void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+#if MDRING_HAVE_FUTEX
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+#else
+  (void)word;
+#endif
+}
+
+// Sleeps while word == expected, at most `ns` nanoseconds (or until woken).
+inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, long ns) noexcept {
+#if MDRING_HAVE_FUTEX
+  timespec ts{ns / 1000000000L, ns % 1000000000L};
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+#else
+  (void)word;
+  (void)expected;
+  std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+#endif
+}
+
+// counter has reached seq (32-bit sequence numbers that wrap).
+inline bool reached(std::uint32_t counter, std::uint32_t seq) noexcept {
+  return static_cast<std::int32_t>(counter - seq) >= 0;
+}
+
+// The protocol over p slots; `me` is this rank's index.
+class access_group {
+public:
+  access_group() = default;
+  access_group(access_slot* const* slots, std::size_t p, std::size_t me) : p_(p), me_(me) {
+    for (std::size_t j = 0; j < p && j < max_ranks; ++j) slots_[j] = slots[j];
+  }
+  static constexpr std::size_t max_ranks = 64;
+
+  std::size_t size() const noexcept { return p_; }
+  std::size_t index() const noexcept { return me_; }
+  access_slot& slot(std::size_t j) const noexcept { return *slots_[j]; }
+
+  void arrive(const void* src, void* dst, std::uint64_t signature) noexcept {
+    auto& s = slot(me_);
+    s.src = reinterpret_cast<std::uintptr_t>(src);
+    s.dst = reinterpret_cast<std::uintptr_t>(dst);
+    s.signature = signature;
+    ++seq_;
+    s.arrive.store(seq_, std::memory_order_release);
+    futex_wake(s.arrive);
+  }
+  void leave() noexcept {
+    auto& s = slot(me_);
+    s.leave.store(seq_, std::memory_order_release);
+    futex_wake(s.leave);
+  }
+
+  // Waits until every peer's `arrive` (or `leave`) has reached this rank's sequence.
+  // failed() is polled while sleeping; on it, or at the deadline, returns the
+  // index of a peer that had not arrived (timeout), or peer_failed.
+  template <class Failed>
+  wait_status wait_arrived(deadline_clock::time_point deadline, Failed&& failed) const {
+    return wait_all(&access_slot::arrive, deadline, failed);
+  }
+  template <class Failed>
+  wait_status wait_left(deadline_clock::time_point deadline, Failed&& failed) const {
+    return wait_all(&access_slot::leave, deadline, failed);
+  }
+
+  // The first peer whose published signature differs from this rank's (or size()).
+  std::size_t mismatch() const noexcept {
+    for (std::size_t j = 0; j < p_; ++j)
+      if (slot(j).signature != slot(me_).signature) return j;
+    return p_;
+  }
+  std::uint64_t signature(std::size_t j) const noexcept { return slot(j).signature; }
+
+  const void* peer_src(std::size_t j) const noexcept { return reinterpret_cast<const void*>(slot(j).src); }
+  void* peer_dst(std::size_t j) const noexcept { return reinterpret_cast<void*>(slot(j).dst); }
+  std::uint32_t sequence() const noexcept { return seq_; }
+
+private:
+  template <class Failed>
+  wait_status wait_all(std::atomic<std::uint32_t> access_slot::*word, deadline_clock::time_point deadline,
+                       Failed&& failed) const {
+    for (std::size_t j = 0; j < p_; ++j) {
+      if (j == me_) continue;
+      auto& w = slot(j).*word;
+      unsigned spins = 0;
+      for (;;) {
+        const std::uint32_t v = w.load(std::memory_order_acquire);
+        if (reached(v, seq_)) break;
+        ++spins;
+        if (spins < 256) {
+          MDRING_CPU_RELAX();
+          continue;
+        }
+        if (spins < 320) {
+          std::this_thread::yield();
+          continue;
+        }
+        if (auto st = failed(); st.kind != wait_status::done) return st;
+        if (deadline_clock::now() >= deadline) return wait_status{wait_status::timeout, j, 0, {}};
+        futex_wait(w, v, 2'000'000);  // 2 ms slices: failures and deadlines are noticed
+      }
+    }
+    return wait_status::ok();
+  }
+
+  access_slot* slots_[max_ranks] = {};
+  std::size_t p_ = 0, me_ = 0;
+  std::uint32_t seq_ = 0;
+};
+
+}  // namespace detail
+
+// A transport whose channels may offer shared access (checked per channel with
+// shared(ch)): the engine then runs that dimension's direct stages through it.
+template <class T>
+concept shared_access_transport = requires(T& t, typename T::channel& ch, const void* c, void* v, std::size_t n) {
+  { t.shared(ch) } -> std::convertible_to<bool>;
+  { t.group(ch) } -> std::same_as<detail::access_group&>;
+  { t.shared_failure() } -> std::same_as<wait_status>;
+  t.read(ch, n, c, v, n);
+  t.write(ch, n, c, v, n);
+  { T::same_address_space } -> std::convertible_to<bool>;
+};
+
+MDRING_NAMESPACE_END
