@@ -327,8 +327,10 @@ TEST_CASE("choose_algorithm rules") {
   CHECK(m::choose_algorithm(algorithm::ring, nv, 4, t, true) == algorithm::ring);
   CHECK(m::choose_algorithm(algorithm::direct, ib, 64, t, true) == algorithm::direct);
   CHECK(m::choose_algorithm(algorithm::direct, nv, 2, t, true) == algorithm::direct);
-  // two ranks or fewer: ring
-  CHECK(m::choose_algorithm(algorithm::automatic, nv, 2, t, true) == algorithm::ring);
+  // Two ranks on a fully connected link: direct (what shared access runs); ring-only links: ring.
+  CHECK(m::choose_algorithm(algorithm::automatic, nv, 2, t, true) == algorithm::direct);
+  CHECK(m::choose_algorithm(algorithm::automatic, ib, 2, t, true) == algorithm::ring);
+  // one rank: no stage (reported as ring)
   CHECK(m::choose_algorithm(algorithm::automatic, sh, 1, t, true) == algorithm::ring);
   // fully connected and p <= direct_max_extent (8): direct
   CHECK(m::choose_algorithm(algorithm::automatic, nv, 3, t, true) == algorithm::direct);

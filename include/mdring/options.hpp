@@ -30,7 +30,7 @@ MDRING_NAMESPACE_BEGIN
 //   direct  one step: every rank sends block j to rank j and folds the p inputs of its
 //           own block in one n-ary pass; 2 latencies, but (p-1) messages in flight and
 //           (p-1)/p of the range in scratch. For fully connected links (nvlink, shm).
-//   automatic  direct on fully connected links up to tuning::direct_max_extent ranks,
+//   automatic  direct on fully connected links of 2 to tuning::direct_max_extent ranks,
 //           ring otherwise; a non-commutative op always gets direct.
 enum class algorithm { automatic, ring, direct };
 
@@ -59,6 +59,15 @@ struct tuning {
   double host_gamma = 1.0 / 4e9;
   // The same on a GPU (fused kernels at HBM speed), for links in device memory.
   double device_gamma = 1.0 / 1e12;
+
+  // Shared access: a stage whose range fits in this many bytes goes through each
+  // rank's staging buffers (copy in, one synchronization, read the peers') rather
+  // than reading the peers' buffers in place or by cross-memory attach.
+  std::size_t shared_staging_bytes = std::size_t(64) << 10;
+  // Adjacent dimensions with the same fully connected link, all `automatic`, are
+  // run as one direct stage over their product when it has at most
+  // direct_max_extent ranks (one pass over the data instead of one per dimension).
+  bool merge_same_link = true;
 
   double gamma(memory_space s) const noexcept { return s == memory_space::device ? device_gamma : host_gamma; }
 };

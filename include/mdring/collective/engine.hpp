@@ -341,7 +341,7 @@ private:
 
   // Elements per piece when peers' data must be copied in (processes): small
   // enough that the p-1 pieces and the output stay in L2 while they are folded.
-  static constexpr std::size_t piece = (std::size_t(64) << 10) / sizeof(T);
+  static constexpr std::size_t piece = (std::size_t(256) << 10) / sizeof(T);
 
   // out[i] = fold over the ring of src[i] for the elements [lo, lo+n) of the
   // nested order, reading the peers' src through the published bases.
@@ -378,11 +378,42 @@ private:
     }
   }
 
+  // A stage of n elements on dimension d goes through the staging buffers.
+  bool staged(std::size_t d, std::size_t n) {
+    if constexpr (has_shared_access) return n * sizeof(T) <= tr_.group(dims_[d].ch).staging_bytes();
+    else return false;
+  }
+  static void copy_bytes(void* to, const void* from, std::size_t elems) {
+    if (elems) std::memcpy(to, from, elems * sizeof(T));
+  }
+  // Copies this rank's contribution to range r into its next staging buffer.
+  void stage_in(std::size_t d, const view<const T>& src, block_range r) {
+    if constexpr (has_shared_access) {
+      T* mine = static_cast<T*>(tr_.group(dims_[d].ch).next_staging(coords_[d]));
+      src.runs(r.offset, r.count, [&](const T* from, std::size_t rel, std::size_t len) { copy_bytes(mine + rel, from, len); });
+    }
+  }
+  // out = the fold, in coordinate order, of elements [off, off+n) of every rank's staging.
+  void fold_staging(std::size_t d, std::size_t off, std::size_t n, T* out, bool final) {
+    if constexpr (has_shared_access) {
+      auto& g = tr_.group(dims_[d].ch);
+      auto& ptrs = c_.pointer_slots();
+      for (std::size_t j = 0; j < ext_[d]; ++j) ptrs[j] = static_cast<const T*>(g.staging(j)) + off;
+      red_.combine_n(out, reinterpret_cast<const T* const*>(ptrs.data()), ext_[d], n, final);
+    }
+  }
+
   // Reduce-scatter of dimension d by shared access: rank c folds block c straight
   // from its peers' sources into out.
   void shared_reduce_scatter_stage(std::size_t d, block_range r, const view<const T>& src, T* out, bool final) {
     const std::size_t p = ext_[d], c = coords_[d];
     const block_range bc = block_of(r.count, p, c);
+    if (staged(d, r.count)) {
+      stage_in(d, src, r);
+      shared_arrive(d, phase::reduce_scatter, r.count, nullptr, nullptr);
+      fold_staging(d, bc.offset, bc.count, out, final);
+      return;
+    }
     shared_arrive(d, phase::reduce_scatter, r.count, reinterpret_cast<const void*>(src.base_address()), nullptr);
     shared_fold(d, src, r.offset + bc.offset, bc.count, out, final);
     shared_leave(d, phase::reduce_scatter);
@@ -394,8 +425,19 @@ private:
     if constexpr (has_shared_access) {
       const std::size_t p = ext_[d], c = coords_[d];
       auto& ch = dims_[d].ch;
-      shared_arrive(d, phase::all_gather, r.count, nullptr, buf);
       auto& g = tr_.group(ch);
+      if (staged(d, r.count)) {
+        const block_range bc = block_of(r.count, p, c);
+        copy_bytes(g.next_staging(c), buf + bc.offset, bc.count);
+        shared_arrive(d, phase::all_gather, r.count, nullptr, nullptr);
+        for (std::size_t j = 0; j < p; ++j) {
+          if (j == c) continue;
+          const block_range bj = block_of(r.count, p, j);
+          copy_bytes(buf + bj.offset, g.staging(j), bj.count);
+        }
+        return;
+      }
+      shared_arrive(d, phase::all_gather, r.count, nullptr, buf);
       for (std::size_t j = 0; j < p; ++j) {
         if (j == c) continue;
         const block_range bj = block_of(r.count, p, j);
@@ -413,8 +455,16 @@ private:
       const std::size_t p = ext_[d], c = coords_[d];
       const block_range bc = block_of(r.count, p, c);
       auto& ch = dims_[d].ch;
-      shared_arrive(d, phase::reduce_scatter, r.count, reinterpret_cast<const void*>(src.base_address()), buf);
       auto& g = tr_.group(ch);
+      if (staged(d, r.count)) {
+        // Small: every rank folds the whole range from the staging buffers, in
+        // coordinate order, so all get the same bits with one synchronization.
+        stage_in(d, src, r);
+        shared_arrive(d, phase::reduce_scatter, r.count, nullptr, nullptr);
+        fold_staging(d, 0, r.count, buf, final);
+        return;
+      }
+      shared_arrive(d, phase::reduce_scatter, r.count, reinterpret_cast<const void*>(src.base_address()), buf);
       for (std::size_t done = 0; done < bc.count; done += piece) {
         const std::size_t m = bc.count - done < piece ? bc.count - done : piece;
         T* mine = buf + bc.offset + done;
@@ -514,8 +564,15 @@ private:
       if (shared(d)) {
         // Read each peer's block straight from its W into this rank's runs.
         auto& ch = dims_[d].ch;
-        shared_arrive(d, phase::all_gather, n, nullptr, const_cast<T*>(own));
         auto& g = tr_.group(ch);
+        if (staged(d, n)) {
+          copy_bytes(g.next_staging(c), own, bc.count);
+          shared_arrive(d, phase::all_gather, n, nullptr, nullptr);
+          for (std::size_t j = 0; j < p; ++j)
+            if (j != c) unpack(static_cast<const T*>(g.staging(j)), block_of(n, p, j));
+          return;
+        }
+        shared_arrive(d, phase::all_gather, n, nullptr, const_cast<T*>(own));
         for (std::size_t j = 0; j < p; ++j) {
           if (j == c) continue;
           const block_range bj = block_of(n, p, j);

@@ -56,7 +56,9 @@ inline algorithm choose_algorithm(algorithm requested, const link_info& link, st
                                   bool commutative) noexcept {
   if (!commutative) return algorithm::direct;  // only direct combines in rank order
   if (requested != algorithm::automatic) return requested;
-  if (p <= 2) return algorithm::ring;  // with two ranks both are the same exchange
+  if (p <= 1) return algorithm::ring;  // no stage at all
+  // Direct on fully connected links, two ranks included: over messages both
+  // algorithms are then the same exchange, but direct is what shared access runs.
   return link.fully_connected && p <= t.direct_max_extent ? algorithm::direct : algorithm::ring;
 }
 

@@ -108,7 +108,8 @@ public:
 
   // Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
   transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
-      : max_bytes_(opts.max_message_bytes), shared_memory_(opts.shared_memory) {
+      : max_bytes_(opts.max_message_bytes), shared_memory_(opts.shared_memory),
+        staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64) {
     int init = 0;
     MPI_Initialized(&init);
     if (!init || detail::finalized())
@@ -327,8 +328,10 @@ private:
     }
     if (!agree(ch.comm, ok)) return;
     void* base = nullptr;
-    if (MPI_Win_allocate_shared(MPI_Aint(sizeof(mdring::detail::access_slot)), int(sizeof(mdring::detail::access_slot)),
-                                MPI_INFO_NULL, ch.comm, &base, &ch.win) != MPI_SUCCESS) {
+    // 64 bytes more, to align each rank's slot to a cache line (MPI may not): the
+    // segment is mapped page-aligned in every process, so the offsets agree.
+    if (MPI_Win_allocate_shared(MPI_Aint(mdring::detail::access_region_bytes(staging_) + 64), 1, MPI_INFO_NULL,
+                                ch.comm, &base, &ch.win) != MPI_SUCCESS) {
       ch.win = MPI_WIN_NULL;
       ok = 0;
     }
@@ -339,7 +342,8 @@ private:
       int disp = 0;
       void* ptr = nullptr;
       if (MPI_Win_shared_query(ch.win, j, &size, &disp, &ptr) != MPI_SUCCESS || !ptr) ok = 0;
-      slots[std::size_t(j)] = static_cast<mdring::detail::access_slot*>(ptr);
+      const std::uintptr_t aligned = (reinterpret_cast<std::uintptr_t>(ptr) + 63) / 64 * 64;
+      slots[std::size_t(j)] = reinterpret_cast<mdring::detail::access_slot*>(aligned);
     }
     if (!agree(ch.comm, ok)) return free_window(ch);
     auto* mine = new (slots[me]) mdring::detail::access_slot{};
@@ -365,7 +369,7 @@ private:
     MPI_Barrier(ch.comm);
     if (!agree(ch.comm, ok)) return free_window(ch);
     mine->src = mine->dst = 0;
-    ch.group = mdring::detail::access_group(slots.data(), std::size_t(p), me);
+    ch.group = mdring::detail::access_group(slots.data(), std::size_t(p), me, staging_);
 #else
     (void)ch;
     (void)me;
@@ -448,6 +452,7 @@ private:
   std::size_t rank_ = 0, size_ = 0;
   std::size_t max_bytes_;
   bool shared_memory_ = true;
+  std::size_t staging_ = 0;
   MPI_Datatype chunk_ = MPI_DATATYPE_NULL;
   MPI_Request control_req_ = MPI_REQUEST_NULL;
   char control_buf_[512] = {};

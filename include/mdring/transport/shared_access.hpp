@@ -53,11 +53,15 @@ namespace detail {
 struct alignas(64) access_slot {
   std::atomic<std::uint32_t> arrive{0};  // futex word: stages this rank has arrived at
   std::atomic<std::uint32_t> leave{0};   // futex word: stages this rank has left
+  std::atomic<std::uint32_t> sleepers{0};  // peers asleep on this slot's words: wake only then
+  std::uint32_t unused = 0;
   std::uint64_t src = 0;                 // addresses published at arrive (in the owner's space)
   std::uint64_t dst = 0;
   std::uint64_t pid = 0;
-  std::uint64_t signature = 0;           // what the stage works on (elements, element size):
-                                         // peers compare it, so mismatched counts are caught
+  // What the stage works on (elements, element size), by stage parity: peers
+  // compare it, so mismatched counts are caught. A peer is at most one stage
+  // ahead, so the entry of this rank's stage stays put while it is compared.
+  std::uint64_t signature[2] = {0, 0};
 };
 static_assert(sizeof(access_slot) == 64);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
@@ -87,14 +91,32 @@ inline bool reached(std::uint32_t counter, std::uint32_t seq) noexcept {
   return static_cast<std::int32_t>(counter - seq) >= 0;
 }
 
-// The protocol over p slots; `me` is this rank's index.
+// The bytes that hold one rank's slot and its two staging buffers of
+// `staging` bytes each (small stages copy their data there, see below).
+constexpr std::size_t access_region_bytes(std::size_t staging) noexcept { return sizeof(access_slot) + 2 * staging; }
+
+// The protocol over p slots; `me` is this rank's index. Each slot is followed in
+// memory by two staging buffers of staging_bytes() (see access_region_bytes).
+//
+// Small stages go through the staging buffers instead: copy in, arrive, wait,
+// read the peers' staging directly. They alternate between the two buffers, so
+// they need no `leave`: a rank writes a buffer again only two stages later, after
+// it has seen every peer arrive at the stage in between, which each peer does only
+// once it has finished reading.
 class access_group {
 public:
   access_group() = default;
-  access_group(access_slot* const* slots, std::size_t p, std::size_t me) : p_(p), me_(me) {
+  access_group(access_slot* const* slots, std::size_t p, std::size_t me, std::size_t staging = 0)
+      : p_(p), me_(me), staging_(staging) {
     for (std::size_t j = 0; j < p && j < max_ranks; ++j) slots_[j] = slots[j];
   }
   static constexpr std::size_t max_ranks = 64;
+
+  std::size_t staging_bytes() const noexcept { return staging_; }
+  // Rank j's staging buffer for the stage this rank arrives at next.
+  void* next_staging(std::size_t j) const noexcept { return staging(j, seq_ + 1); }
+  // Rank j's staging buffer for the stage this rank has arrived at.
+  void* staging(std::size_t j) const noexcept { return staging(j, seq_); }
 
   std::size_t size() const noexcept { return p_; }
   std::size_t index() const noexcept { return me_; }
@@ -104,15 +126,15 @@ public:
     auto& s = slot(me_);
     s.src = reinterpret_cast<std::uintptr_t>(src);
     s.dst = reinterpret_cast<std::uintptr_t>(dst);
-    s.signature = signature;
+    s.signature[(seq_ + 1) % 2] = signature;
     ++seq_;
-    s.arrive.store(seq_, std::memory_order_release);
-    futex_wake(s.arrive);
+    s.arrive.store(seq_, std::memory_order_seq_cst);
+    if (s.sleepers.load(std::memory_order_seq_cst)) futex_wake(s.arrive);
   }
   void leave() noexcept {
     auto& s = slot(me_);
-    s.leave.store(seq_, std::memory_order_release);
-    futex_wake(s.leave);
+    s.leave.store(seq_, std::memory_order_seq_cst);
+    if (s.sleepers.load(std::memory_order_seq_cst)) futex_wake(s.leave);
   }
 
   // Waits until every peer's `arrive` (or `leave`) has reached this rank's sequence.
@@ -130,10 +152,10 @@ public:
   // The first peer whose published signature differs from this rank's (or size()).
   std::size_t mismatch() const noexcept {
     for (std::size_t j = 0; j < p_; ++j)
-      if (slot(j).signature != slot(me_).signature) return j;
+      if (signature(j) != signature(me_)) return j;
     return p_;
   }
-  std::uint64_t signature(std::size_t j) const noexcept { return slot(j).signature; }
+  std::uint64_t signature(std::size_t j) const noexcept { return slot(j).signature[seq_ % 2]; }
 
   const void* peer_src(std::size_t j) const noexcept { return reinterpret_cast<const void*>(slot(j).src); }
   void* peer_dst(std::size_t j) const noexcept { return reinterpret_cast<void*>(slot(j).dst); }
@@ -161,14 +183,23 @@ private:
         }
         if (auto st = failed(); st.kind != wait_status::done) return st;
         if (deadline_clock::now() >= deadline) return wait_status{wait_status::timeout, j, 0, {}};
-        futex_wait(w, v, 2'000'000);  // 2 ms slices: failures and deadlines are noticed
+        // Announce the sleep, then sleep unless the word moved meanwhile (the
+        // waker stores the word, then reads sleepers: one of the two sees the other).
+        auto& sl = slot(j).sleepers;
+        sl.fetch_add(1, std::memory_order_seq_cst);
+        if (w.load(std::memory_order_seq_cst) == v) futex_wait(w, v, 2'000'000);  // 2 ms slices
+        sl.fetch_sub(1, std::memory_order_seq_cst);
       }
     }
     return wait_status::ok();
   }
 
+  void* staging(std::size_t j, std::uint32_t seq) const noexcept {
+    return reinterpret_cast<unsigned char*>(slots_[j] + 1) + (seq % 2) * staging_;
+  }
+
   access_slot* slots_[max_ranks] = {};
-  std::size_t p_ = 0, me_ = 0;
+  std::size_t p_ = 0, me_ = 0, staging_ = 0;
   std::uint32_t seq_ = 0;
 };
 

@@ -28,6 +28,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <new>
 #include <mutex>
 #include <span>
 #include <string>
@@ -149,13 +150,19 @@ public:
 
   detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }
 
-  // The control slots of one ring (communicator context, dimension, first member),
-  // created by the first member that asks.
-  mdring::detail::access_slot* access_slots(std::uint64_t ctx, std::size_t dim, std::size_t first, std::size_t p) {
+  // The control regions (slot and staging buffers, access_region_bytes each) of one
+  // ring (communicator context, dimension, first member), created by the first
+  // member that asks.
+  unsigned char* access_regions(std::uint64_t ctx, std::size_t dim, std::size_t first, std::size_t p,
+                                std::size_t staging) {
     std::lock_guard lock(ctx_m_);
-    auto& slots = slots_[{ctx, dim, first}];
-    if (!slots) slots.reset(new mdring::detail::access_slot[p]);
-    return slots.get();
+    auto& r = regions_[{ctx, dim, first}];
+    if (!r) {
+      const std::size_t bytes = p * mdring::detail::access_region_bytes(staging);
+      r.reset(static_cast<unsigned char*>(::operator new(bytes, std::align_val_t{64})));
+      for (std::size_t j = 0; j < p; ++j) new (r.get() + j * mdring::detail::access_region_bytes(staging)) mdring::detail::access_slot{};
+    }
+    return r.get();
   }
 
   // Every rank binds its communicators in the same order (as with MPI), so the
@@ -182,7 +189,10 @@ private:
   std::string reason_;
   std::mutex ctx_m_;
   std::map<std::uint64_t, std::pair<std::size_t, std::string>> topologies_;
-  std::map<std::tuple<std::uint64_t, std::size_t, std::size_t>, std::unique_ptr<mdring::detail::access_slot[]>> slots_;
+  struct aligned_delete {
+    void operator()(unsigned char* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::map<std::tuple<std::uint64_t, std::size_t, std::size_t>, std::unique_ptr<unsigned char, aligned_delete>> regions_;
 };
 
 // The transport object of one rank in one bound communicator.
@@ -212,8 +222,10 @@ public:
     bool done = false;
   };
 
-  transport(endpoint ep, const std::string& topology, bool shared_memory = true)
-      : w_(ep.w), rank_(ep.rank), context_(ep.w->new_context(ep.rank, topology)), shared_memory_(shared_memory) {}
+  transport(endpoint ep, const std::string& topology, bool shared_memory = true,
+            std::size_t staging = std::size_t(64) << 10)
+      : w_(ep.w), rank_(ep.rank), context_(ep.w->new_context(ep.rank, topology)), shared_memory_(shared_memory),
+        staging_((staging + 63) / 64 * 64) {}
 
   std::size_t size() const noexcept { return w_->size(); }
   std::size_t rank() const noexcept { return rank_; }
@@ -223,10 +235,11 @@ public:
   channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
     channel ch{static_cast<std::uint32_t>(dim), {members.begin(), members.end()}, my_index, {}};
     if (shared_memory_ && members.size() <= mdring::detail::access_group::max_ranks) {
-      auto* slots = w_->access_slots(context_, dim, members[0], members.size());
+      auto* regions = w_->access_regions(context_, dim, members[0], members.size(), staging_);
       std::vector<mdring::detail::access_slot*> ptrs;
-      for (std::size_t j = 0; j < members.size(); ++j) ptrs.push_back(slots + j);
-      ch.group = mdring::detail::access_group(ptrs.data(), members.size(), my_index);
+      for (std::size_t j = 0; j < members.size(); ++j)
+        ptrs.push_back(reinterpret_cast<mdring::detail::access_slot*>(regions + j * mdring::detail::access_region_bytes(staging_)));
+      ch.group = mdring::detail::access_group(ptrs.data(), members.size(), my_index, staging_);
     }
     return ch;
   }
@@ -365,6 +378,7 @@ private:
   std::size_t rank_;
   std::uint64_t context_;
   bool shared_memory_;
+  std::size_t staging_;
 };
 
 // Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
@@ -406,7 +420,7 @@ communicator<Topology, threads::transport> bind(const Topology& topo, threads::e
   if (ep.w == nullptr) throw invalid_argument("endpoint", "mdring::bind: the threads::endpoint has no world");
   try {
     auto tr = std::make_unique<threads::transport>(ep, detail::fingerprint(detail::to_runtime(topo), opts),
-                                                   opts.shared_memory);
+                                                   opts.shared_memory, opts.tune.shared_staging_bytes);
     return communicator<Topology, threads::transport>(topo, std::move(tr), std::move(opts));
   } catch (const std::exception& e) {
     ep.w->fail(ep.rank, e.what());  // so that no other rank waits for this one
