@@ -738,7 +738,7 @@ TEST_CASE("collectives: every shape and algorithm, all five, counts 0..4099, int
       {"shm:6 x shm:1", {DIRECT, RING}, 6},
       {"shm:2", {}, 2},
       {"shm:2", {DIRECT}, 2},
-      {"shm:2 x shm:3", {}, 6},                   // ring (extent 2), direct
+      {"shm:2 x shm:3", {}, 6},                   // merged: one direct stage over 6
       {"shm:2 x shm:3", {DIRECT, RING}, 6},
       {"shm:2 x shm:3", {RING, RING}, 6},
       {"shm:2 x shm:3", {DIRECT, DIRECT}, 6},
@@ -766,6 +766,53 @@ TEST_CASE("collectives: every shape and algorithm, all five, counts 0..4099, int
     const auto topo = md::parse_topology(s.topo);
     in_world(label_of(s), s.threads, topo, opts_with(s.algos), [](auto& c, rank_ctx& cx) { shape_suite(c, cx); });
   }
+}
+
+TEST_CASE("collectives: all_reduce cut into segments that overlap across dimensions") {
+  // plan/pipeline.hpp: segments of about tune.segment_bytes move through the stages
+  // one behind the other, up to tune.pipeline_depth in flight. Message stages (ring
+  // and direct), shared stages, the fused last stage, short last segments and
+  // empty blocks all meet here; every result is checked exactly.
+  struct pshape {
+    std::string topo;
+    std::vector<algorithm> algos;
+    std::size_t threads;
+    bool shared;
+  };
+  const std::vector<pshape> shapes = {
+      {"shm:2 x ethernet:3", {}, 6, true},             // shared direct, then a message ring
+      {"shm:2 x ethernet:3", {}, 6, false},            // direct by messages, ring
+      {"ethernet:3 x shm:2", {}, 6, true},             // ring, then the fused shared stage
+      {"shm:3 x shm:2", {RING, DIRECT}, 6, true},      // message ring, fused shared direct
+      {"shm:2 x infiniband:2 x shm:2", {DIRECT, RING, DIRECT}, 8, false},
+      {"infiniband:2 x shm:1 x ethernet:3", {}, 6, true},  // a trivial dimension in between
+  };
+  for (const auto& sh : shapes)
+    for (std::size_t seg_bytes : {std::size_t(40), std::size_t(256)})
+      for (std::size_t depth : {std::size_t(1), std::size_t(2), std::size_t(8)}) {
+        md::options o = opts_with(sh.algos);
+        o.shared_memory = sh.shared;
+        o.tune.segment_bytes = seg_bytes;
+        o.tune.pipeline_depth = depth;
+        const std::string label = sh.topo + " algorithms " + algos_string(sh.algos) + (sh.shared ? ", shared" : ", messages") +
+                                  ", segments of " + std::to_string(seg_bytes) + " B, depth " + std::to_string(depth);
+        in_world(label, sh.threads, md::parse_topology(sh.topo), o, [&](auto& c, rank_ctx& cx) {
+          const auto isum = bspec<std::int32_t>(md::sum, opk::sum);
+          const auto davg = bspec<double>(md::avg, opk::avg);
+          for (std::size_t n : {std::size_t(1), std::size_t(5), std::size_t(10), std::size_t(97), std::size_t(1000),
+                                std::size_t(4099)}) {
+            cx.misaligned = n % 2 == 1;
+            do_all_reduce<std::int32_t>(c, cx, isum, n, n % 3 == 0);
+            do_all_reduce<double>(c, cx, davg, n, n % 3 == 1);
+          }
+          // the plan says how many segments: 4099 int32 in segments of 40 bytes,
+          // rounded up to a cache line (16 elements), or of 256 bytes (64 elements)
+          const std::string plan = c.template explain<std::int32_t>(4099);
+          const std::size_t want = seg_bytes == 40 ? 257 : 65;
+          if (plan.find("pipelined: " + std::to_string(want) + " segments") == std::string::npos)
+            cx.fail("explain does not say " + std::to_string(want) + " segments:\n" + plan);
+        });
+      }
 }
 
 TEST_CASE("collectives: every built-in op on every element type, exact") {

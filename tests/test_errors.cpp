@@ -822,7 +822,9 @@ std::vector<rank_record> absent_peer(const Topo& topo, md::options o, std::size_
   std::latch done(4);
   auto rec = on_ranks(4, [&](md::threads::endpoint ep, rank_record& r) {
     auto comm = md::bind(topo, ep, o);
-    for (std::size_t d = 0; d < comm.ndims(); ++d) r.rings.push_back(comm.topology().peers(comm.rank(), d));
+    // timeout_error's dimension is one of the executed topology (same-link dimensions merged)
+    const auto& ex = comm.executed_topology();
+    for (std::size_t d = 0; d < ex.ndims(); ++d) r.rings.push_back(ex.peers(comm.rank(), d));
     if (ep.rank != absent) {
       std::vector<float> x(4 * 1000, 1.0f), y(1000);
       const auto t0 = steady::now();

@@ -619,3 +619,55 @@ TEST_CASE("explain() refuses a dynamic extent and a rank out of range") {
     CHECK(e.argument() == "rank");
   }
 }
+
+TEST_CASE("merge_dimensions: adjacent same-link fully connected automatic dimensions run as one") {
+  auto merged = [](const std::string& text, std::size_t P, std::vector<m::algorithm> req = {}, m::tuning t = {}) {
+    return m::merge_dimensions(m::parse_topology(text).resolve(P), req, t);
+  };
+  {
+    const auto r = merged("shm:2 x shm:*", 4);
+    CHECK(r.topology.to_string() == "shm:4");
+    CHECK(r.of_user == std::vector<std::size_t>{0, 0});
+    CHECK(r.requested == std::vector<m::algorithm>{m::algorithm::automatic});
+    // ranks keep their numbers: coordinate c0 + 2 c1 of the written grid
+    const auto written = m::parse_topology("shm:2 x shm:2").resolve(4);
+    for (std::size_t rank = 0; rank < 4; ++rank) {
+      const auto c = written.coordinates(rank);
+      CHECK(r.topology.coordinates(rank)[0] == c[0] + 2 * c[1]);
+    }
+  }
+  // three levels merge up to direct_max_extent (8), then a new dimension starts
+  CHECK(merged("shm:2 x shm:2 x shm:2 x shm:2", 16).topology.to_string() == "shm:8 x shm:2");
+  CHECK(merged("shm:2 x shm:2 x shm:2 x shm:2", 16).of_user == std::vector<std::size_t>{0, 0, 0, 1});
+  // a larger direct_max_extent merges all four
+  m::tuning wide;
+  wide.direct_max_extent = 16;
+  CHECK(merged("shm:2 x shm:2 x shm:2 x shm:2", 16, {}, wide).topology.to_string() == "shm:16");
+  // different links, rings (not fully connected), explicit algorithms and the switch stop it
+  CHECK(merged("nvlink:4 x shm:2", 8).topology.to_string() == "nvlink:4 x shm:2");
+  CHECK(merged("infiniband:2 x infiniband:2", 4).topology.to_string() == "infiniband:2 x infiniband:2");
+  CHECK(merged("shm:2 x shm:2", 4, {m::algorithm::direct}).topology.to_string() == "shm:2 x shm:2");
+  CHECK(merged("shm:2 x shm:2", 4, {m::algorithm::automatic, m::algorithm::ring}).topology.to_string() ==
+        "shm:2 x shm:2");
+  m::tuning off;
+  off.merge_same_link = false;
+  CHECK(merged("shm:2 x shm:2", 4, {}, off).topology.to_string() == "shm:2 x shm:2");
+  // 3 x 3 = 9 > 8: two dimensions
+  CHECK(merged("shm:3 x shm:3", 9).topology.to_string() == "shm:3 x shm:3");
+  // nvlink:2 x nvlink:2 x infiniband:* -> nvlink:4 x infiniband:*
+  const auto g = merged("nvlink:2 x nvlink:2 x infiniband:*", 16);
+  CHECK(g.topology.to_string() == "nvlink:4 x infiniband:4");
+  CHECK(g.of_user == std::vector<std::size_t>{0, 0, 1});
+}
+
+TEST_CASE("explain() shows merged dimensions") {
+  const std::string s = m::explain<float>(m::parse_topology("shm:2 x shm:2"), 1 << 20);
+  INFO(s);
+  CHECK(contains(s, "merged: written as shm:2 x shm:2, run as shm:4"));
+  CHECK(contains(s, "direct"));
+  m::options o;
+  o.tune.merge_same_link = false;
+  CHECK_FALSE(contains(m::explain<float>(m::parse_topology("shm:2 x shm:2"), 1 << 20, m::collective::all_reduce, 0,
+                                         m::sum, o),
+                       "merged"));
+}

@@ -20,6 +20,8 @@
 
 #include "plan/blocks.hpp"
 #include "plan/cost.hpp"
+#include "plan/merge.hpp"
+#include "plan/pipeline.hpp"
 #include "plan/plan.hpp"
 
 #include "reduce/host.hpp"

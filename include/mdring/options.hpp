@@ -69,6 +69,18 @@ struct tuning {
   // direct_max_extent ranks (one pass over the data instead of one per dimension).
   bool merge_same_link = true;
 
+  // Pipelining of all_reduce across dimensions: the buffer is cut into segments
+  // that move through the stages one behind the other, so that a segment's
+  // inter-node stage overlaps the next one's intra-node stage. 0 (the default):
+  // the cost model picks the segment count (plan/pipeline.hpp); otherwise
+  // segments of about this many bytes. One segment turns pipelining off.
+  std::size_t segment_bytes = 0;
+  // The cost model never cuts segments smaller than this.
+  std::size_t min_segment_bytes = std::size_t(256) << 10;
+  // The most segments the cost model cuts, and the most in flight at once (1 to 8).
+  std::size_t max_segments = 64;
+  std::size_t pipeline_depth = 4;
+
   double gamma(memory_space s) const noexcept { return s == memory_space::device ? device_gamma : host_gamma; }
 };
 
@@ -128,6 +140,12 @@ inline void validate(const options& o) {
     throw invalid_argument("options.max_message_bytes",
                            "mdring::bind: options.max_message_bytes must be in [1, 2^31 - 1], got " +
                                std::to_string(o.max_message_bytes));
+  if (o.tune.pipeline_depth < 1 || o.tune.pipeline_depth > 8)
+    throw invalid_argument("options.tune.pipeline_depth",
+                           "mdring::bind: options.tune.pipeline_depth must be in [1, 8], got " +
+                               std::to_string(o.tune.pipeline_depth));
+  if (o.tune.max_segments < 1)
+    throw invalid_argument("options.tune.max_segments", "mdring::bind: options.tune.max_segments must be at least 1");
   if (o.tune.direct_max_extent < 2)
     throw invalid_argument("options.tune.direct_max_extent",
                            "mdring::bind: options.tune.direct_max_extent must be at least 2");

@@ -20,6 +20,7 @@
 #include "../options.hpp"
 #include "../plan/blocks.hpp"
 #include "../plan/cost.hpp"
+#include "../plan/merge.hpp"
 #include "../plan/plan.hpp"
 #include "../reduce/ops.hpp"
 #include "../reduce/types.hpp"
@@ -162,8 +163,12 @@ public:
                              "mdring::bind: options.algorithms has " + std::to_string(opts_.algorithms.size()) +
                                  " entries but the topology \"" + topo_.to_string() + "\" has " +
                                  std::to_string(topo_.ndims()) + " dimensions");
-    extents_ = topo_.extents();
-    coords_ = topo_.coordinates(rank_);
+    merged_ = merge_dimensions(topo_, opts_.algorithms, opts_.tune);
+    const runtime_topology& ex = merged_.topology;
+    extents_ = ex.extents();
+    coords_ = ex.coordinates(rank_);
+    written_extents_ = topo_.extents();
+    written_coords_ = topo_.coordinates(rank_);
     const std::size_t k = extents_.size();
     std::size_t pmax = 1;
     for (std::size_t d = 0; d < k; ++d) {
@@ -171,15 +176,16 @@ public:
       auto& dim = dims_.back();
       dim.extent = extents_[d];
       dim.coord = coords_[d];
-      dim.link = topo_.dim(d).link;
-      const algorithm requested = d < opts_.algorithms.size() ? opts_.algorithms[d] : algorithm::automatic;
-      dim.requested = requested;
-      dim.algo = choose_algorithm(requested, dim.link, dim.extent, opts_.tune, true);
-      dim.members = topo_.peers(rank_, d);
+      dim.link = ex.dim(d).link;
+      dim.requested = merged_.requested[d];
+      dim.algo = choose_algorithm(dim.requested, dim.link, dim.extent, opts_.tune, true);
+      dim.members = ex.peers(rank_, d);
       if (dim.extent > 1) dim.ch = tr_->make_channel(d, dim.members, dim.coord);
       pmax = dim.extent > pmax ? dim.extent : pmax;
     }
-    nreq_ = 2 * pmax + 2;
+    // One set of request slots per segment an all_reduce has in flight.
+    req_per_slot_ = 2 * pmax + 2;
+    nreq_ = req_per_slot_ * opts_.tune.pipeline_depth;
     reqs_.reset(new typename Transport::request[nreq_]);
     req_info_.resize(nreq_);
     ptrs_.resize(pmax);
@@ -192,16 +198,24 @@ public:
 
   std::size_t size() const noexcept { return size_; }
   std::size_t rank() const noexcept { return rank_; }
-  std::size_t ndims() const noexcept { return extents_.size(); }
-  const std::vector<std::size_t>& coordinates() const noexcept { return coords_; }
-  const std::vector<std::size_t>& extents() const noexcept { return extents_; }
+  // The dimensions of the topology as written (see executed_topology()).
+  std::size_t ndims() const noexcept { return topo_.ndims(); }
+  const std::vector<std::size_t>& coordinates() const noexcept { return written_coords_; }
+  const std::vector<std::size_t>& extents() const noexcept { return written_extents_; }
+  // The same for executed_topology() (what the engine works with).
+  const std::vector<std::size_t>& executed_coordinates() const noexcept { return coords_; }
+  const std::vector<std::size_t>& executed_extents() const noexcept { return extents_; }
   // The resolved topology (dynamic extent filled in).
   const runtime_topology& topology() const noexcept { return topo_; }
+  // The dimensions the collectives run: topology() with adjacent same-link
+  // dimensions merged (plan/merge.hpp, tuning::merge_same_link).
+  const runtime_topology& executed_topology() const noexcept { return merged_.topology; }
   const options& get_options() const noexcept { return opts_; }
   Transport& get_transport() noexcept { return *tr_; }
   const Transport& get_transport() const noexcept { return *tr_; }
-  // The algorithm dimension d runs for commutative ops (non-commutative: direct).
-  algorithm algorithm_of(std::size_t d) const { return dims_.at(d).algo; }
+  // The algorithm dimension d of topology() runs for commutative ops
+  // (non-commutative: direct); a merged dimension reports its merged stage's.
+  algorithm algorithm_of(std::size_t d) const { return dims_.at(merged_.of_user.at(d)).algo; }
 
   bool usable() const noexcept { return !broken_; }
   const std::string& failure() const noexcept { return broken_why_; }
@@ -219,8 +233,10 @@ public:
     for (std::size_t d = 0; d < dims_.size(); ++d)
       al[d] = choose_algorithm(dims_[d].requested, dims_[d].link, dims_[d].extent, opts_.tune,
                                op_traits<Op>::commutative);
-    return mdring::make_plan(kind, topo_, rank_, count, sizeof(T), al, opts_.tune, root, type_name<T>(),
-                             op_traits<Op>::name());
+    plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, sizeof(T), al, opts_.tune, root, type_name<T>(),
+                                op_traits<Op>::name());
+    pl.written = topo_;
+    return pl;
   }
   template <class T = float, class Op = sum_t>
   std::string explain(std::size_t count, collective kind = collective::all_reduce, Op op = {},
@@ -246,6 +262,7 @@ public:
   std::vector<dim_state>& dims() noexcept { return dims_; }
   typename Transport::request* requests() noexcept { return reqs_.get(); }
   std::size_t request_slots() const noexcept { return nreq_; }
+  std::size_t request_slot_size() const noexcept { return req_per_slot_; }
   std::vector<request_info>& request_infos() noexcept { return req_info_; }
   std::vector<const void*>& pointer_slots() noexcept { return ptrs_; }
   std::vector<std::size_t>& root_coordinates() noexcept { return root_coords_; }
@@ -263,12 +280,13 @@ private:
   options opts_;
   detail::workspace ws_;
   runtime_topology topo_;
+  merged_dimensions merged_;
   std::size_t size_ = 0, rank_ = 0;
-  std::vector<std::size_t> extents_, coords_, root_coords_;
+  std::vector<std::size_t> extents_, coords_, root_coords_, written_extents_, written_coords_;
   std::vector<block_range> ranges_;
   std::vector<dim_state> dims_;
   std::unique_ptr<typename Transport::request[]> reqs_;
-  std::size_t nreq_ = 0;
+  std::size_t nreq_ = 0, req_per_slot_ = 0;
   std::vector<request_info> req_info_;
   std::vector<const void*> ptrs_;
   bool broken_ = false;
@@ -295,12 +313,14 @@ std::string explain(const Topology& topo, std::size_t count, collective kind = c
   if (rank >= rt.size())
     throw invalid_argument("rank", "mdring::explain: rank " + std::to_string(rank) + " is not below the size " +
                                        std::to_string(rt.size()) + " of \"" + rt.to_string() + "\"");
-  std::vector<algorithm> al(rt.ndims());
-  for (std::size_t d = 0; d < rt.ndims(); ++d)
-    al[d] = choose_algorithm(d < opts.algorithms.size() ? opts.algorithms[d] : algorithm::automatic,
-                             rt.dim(d).link, rt.extent(d), opts.tune, op_traits<Op>::commutative);
-  return make_plan(kind, rt, rank, count, sizeof(T), al, opts.tune, root, type_name<T>(), op_traits<Op>::name())
-      .to_string();
+  const merged_dimensions m = merge_dimensions(rt, opts.algorithms, opts.tune);
+  std::vector<algorithm> al(m.topology.ndims());
+  for (std::size_t d = 0; d < al.size(); ++d)
+    al[d] = choose_algorithm(m.requested[d], m.topology.dim(d).link, m.topology.extent(d), opts.tune,
+                             op_traits<Op>::commutative);
+  plan pl = make_plan(kind, m.topology, rank, count, sizeof(T), al, opts.tune, root, type_name<T>(), op_traits<Op>::name());
+  pl.written = rt;
+  return pl.to_string();
 }
 
 MDRING_NAMESPACE_END

@@ -32,12 +32,14 @@
 #include "../transport/shared_access.hpp"
 #include "communicator.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 MDRING_NAMESPACE_BEGIN
 
@@ -97,32 +99,18 @@ public:
 
   engine(Comm& c, const char* name, Op op, bool commutative)
       : c_(c), tr_(c.get_transport()), red_(op, c.size()), name_(name), dims_(c.dims()),
-        ext_(c.extents()), coords_(c.coordinates()), reqs_(c.requests()), infos_(c.request_infos()),
+        ext_(c.executed_extents()), coords_(c.executed_coordinates()), reqs_(c.requests()), infos_(c.request_infos()),
         commutative_(commutative) {}
 
   // ---- the five collectives (arguments already checked) ---------------------
 
+  // all_reduce: the reduce-scatter stages inwards-out, then the all-gathers back,
+  // run by the segment executor below (one segment: the stages one after another).
   void all_reduce(const T* send, T* recv, std::size_t n) {
-    auto& rg = ranges(n);
-    const int first = first_dim(), last = last_dim();
-    if (first < 0) return red_.finalize(recv, send, n, true);
-    reserve(n, sizes_rs(n, false, true, false));
-    view<const T> src{send};
-    for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d) {
-      if (ext_[d] == 1) continue;
-      const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
-      if (int(d) == last && shared(d)) {
-        // The innermost-last stage's all-gather follows its reduce-scatter at once: fuse them.
-        shared_all_reduce_stage(d, r, src, recv + r.offset, true);
-        break;
-      }
-      reduce_scatter_stage(d, r, src, recv + r.offset, recv + r.offset + b.offset, int(d) == last);
-      src = view<const T>{recv};
-    }
-    for (std::size_t d = std::size_t(last) + 1; d-- > std::size_t(first);) {
-      if (ext_[d] == 1 || (int(d) == last && shared(d))) continue;
-      all_gather_stage(d, rg[d], recv + rg[d].offset);
-    }
+    if (first_dim() < 0) return red_.finalize(recv, send, n, true);
+    pipeline pl = pipeline_of(n);
+    reserve_pipeline(pl);
+    run_pipeline(pl, send, recv);
   }
 
   void reduce_scatter(const T* send, T* recv, std::size_t rc) {
@@ -225,7 +213,7 @@ public:
     const bool multi = nontrivial_dims() > 1;
     scratch_sizes s;
     switch (kind) {
-      case collective::all_reduce: s = sizes_rs(n, false, true, false); break;
+      case collective::all_reduce: return pipeline_scratch_bytes(pipeline_of(n));
       case collective::reduce_scatter: s = sizes_rs(n, multi, false, multi); break;
       case collective::all_gather: s = sizes_ag(n, multi); break;
       case collective::reduce: s = sizes_rs(n, false, false, true); break;  // a non-root rank
@@ -237,22 +225,28 @@ public:
 private:
   // ---- messages -------------------------------------------------------------
 
-  static int tag_of(phase ph, std::size_t step) { return (int(ph) << 13) | int(step & 0x1fff); }
+  // 15 bits (MPI guarantees tags up to 32767): the segment (mod 8, at most 8 in
+  // flight), the phase, and the step (mod 1024; a segment's steps in one stage
+  // follow each other, so equal tags never meet).
+  int tag_of(phase ph, std::size_t step) const {
+    return int((seg_ % 8) << 12) | (int(ph) << 10) | int(step & 0x3ff);
+  }
 
   void post_recv(std::size_t d, T* p, std::size_t n, std::size_t peer_coord, phase ph, std::size_t step) {
     if (n == 0) return;
-    infos_[nreq_] = {d, dims_[d].members[peer_coord], false};
-    tr_.irecv(dims_[d].ch, p, n * sizeof(T), peer_coord, tag_of(ph, step), reqs_[nreq_++]);
+    infos_[base_ + nreq_] = {d, dims_[d].members[peer_coord], false};
+    tr_.irecv(dims_[d].ch, p, n * sizeof(T), peer_coord, tag_of(ph, step), reqs_[base_ + nreq_++]);
   }
   void post_send(std::size_t d, const T* p, std::size_t n, std::size_t peer_coord, phase ph, std::size_t step) {
     if (n == 0) return;
-    infos_[nreq_] = {d, dims_[d].members[peer_coord], true};
-    tr_.isend(dims_[d].ch, p, n * sizeof(T), peer_coord, tag_of(ph, step), reqs_[nreq_++]);
+    infos_[base_ + nreq_] = {d, dims_[d].members[peer_coord], true};
+    tr_.isend(dims_[d].ch, p, n * sizeof(T), peer_coord, tag_of(ph, step), reqs_[base_ + nreq_++]);
   }
 
+  // Waits for the requests posted since the last wait (of the current segment).
   void wait(phase ph, std::size_t d, std::size_t step) {
     if (nreq_ == 0) return;
-    std::span<typename transport_t::request> rs(reqs_, nreq_);
+    std::span<typename transport_t::request> rs(reqs_ + base_, nreq_);
     const auto deadline = deadline_clock::now() + c_.get_options().timeout;
     wait_status st;
     try {
@@ -268,7 +262,7 @@ private:
     }
     tr_.cancel_all(rs);
     nreq_ = 0;
-    const auto& info = infos_[st.index];
+    const auto& info = infos_[base_ + st.index];
     raise(st, ph, st.kind == wait_status::timeout ? info.dim : d, step, info.peer,
           info.is_send ? " to receive what rank " : " to send to rank ");
   }
@@ -480,72 +474,109 @@ private:
 
   // Reduce-scatter in dimension d over range r (see the buffer roles at the top).
   void reduce_scatter_stage(std::size_t d, block_range r, const view<const T>& src, T* mid, T* out, bool final) {
-    const std::size_t p = ext_[d], c = coords_[d], n = r.count;
-    if (n == 0) return;
+    const std::size_t p = ext_[d];
+    if (r.count == 0) return;
     if (shared(d)) return shared_reduce_scatter_stage(d, r, src, out, final);
-    if (dims_[d].algo_for(commutative_) == algorithm::direct) {
-      const std::size_t mb = max_block(n, p);
-      const block_range bc = block_of(n, p, c);
-      auto slot = [&](std::size_t j) { return (j < c ? j : j - 1) * mb; };
-      for (std::size_t j = 0; j < p; ++j)
-        if (j != c) post_recv(d, Q_ + slot(j), bc.count, j, phase::reduce_scatter, 0);
-      for (std::size_t j = 0; j < p; ++j) {
-        if (j == c) continue;
-        const block_range bj = block_of(n, p, j);
-        post_send(d, contiguous_or_pack(src, r.offset + bj.offset, bj.count, P_ + slot(j)), bj.count, j,
-                  phase::reduce_scatter, 0);
-      }
+    if (direct(d)) {
+      direct_rs_post(d, r, src, Q_, P_);
       wait(phase::reduce_scatter, d, 0);
-      auto& ptrs = c_.pointer_slots();
-      src.runs(r.offset + bc.offset, bc.count, [&](const T* own, std::size_t rel, std::size_t len) {
-        for (std::size_t j = 0; j < p; ++j) ptrs[j] = j == c ? own : Q_ + slot(j) + rel;
-        red_.combine_n(out + rel, reinterpret_cast<const T* const*>(ptrs.data()), p, len, final);
-      });
-      return;
+      return direct_rs_fold(d, r, src, Q_, out, final);
     }
+    const ring_bufs b{mid, R_[0], R_[1]};
     for (std::size_t s = 0; s + 1 < p; ++s) {
-      const block_range bs = block_of(n, p, ring_rs_send_block(c, s, p));
-      const block_range br = block_of(n, p, ring_rs_recv_block(c, s, p));
-      const bool last = s + 2 == p;
-      const T* sp;
-      if (s == 0) sp = contiguous_or_pack(src, r.offset + bs.offset, bs.count, R_[1]);
-      else sp = mid ? mid + bs.offset : R_[(s - 1) % 2];
-      T* rp = mid ? R_[0] : R_[s % 2];
-      post_recv(d, rp, br.count, (c + p - 1) % p, phase::reduce_scatter, s);
-      post_send(d, sp, bs.count, (c + 1) % p, phase::reduce_scatter, s);
+      ring_rs_post(d, r, src, b, s);
       wait(phase::reduce_scatter, d, s);
-      T* dst = last ? out : (mid ? mid + br.offset : rp);
-      // The partial from the left (ranks c-1, c-2, ...) first, this rank's input second.
-      src.runs(r.offset + br.offset, br.count, [&](const T* own, std::size_t rel, std::size_t len) {
-        red_.combine(dst + rel, rp + rel, own, len, last && final);
-      });
+      ring_rs_fold(d, r, src, b, out, s, final);
     }
   }
 
   // All-gather in dimension d; buf holds the stage's whole range, own block present.
   void all_gather_stage(std::size_t d, block_range r, T* buf) {
-    const std::size_t p = ext_[d], c = coords_[d], n = r.count;
-    if (n == 0) return;
+    const std::size_t p = ext_[d];
+    if (r.count == 0) return;
     if (shared(d)) return shared_all_gather_stage(d, r, buf);
-    if (dims_[d].algo_for(commutative_) == algorithm::direct) {
-      const block_range bc = block_of(n, p, c);
-      for (std::size_t j = 0; j < p; ++j) {
-        if (j == c) continue;
-        const block_range bj = block_of(n, p, j);
-        post_recv(d, buf + bj.offset, bj.count, j, phase::all_gather, 0);
-      }
-      for (std::size_t j = 0; j < p; ++j)
-        if (j != c) post_send(d, buf + bc.offset, bc.count, j, phase::all_gather, 0);
-      wait(phase::all_gather, d, 0);
-      return;
+    if (direct(d)) {
+      direct_ag_post(d, r, buf);
+      return wait(phase::all_gather, d, 0);
     }
     for (std::size_t s = 0; s + 1 < p; ++s) {
-      const block_range bs = block_of(n, p, ring_ag_send_block(c, s, p));
-      const block_range br = block_of(n, p, ring_ag_recv_block(c, s, p));
-      post_recv(d, buf + br.offset, br.count, (c + p - 1) % p, phase::all_gather, s);
-      post_send(d, buf + bs.offset, bs.count, (c + 1) % p, phase::all_gather, s);
+      ring_ag_post(d, r, buf, s);
       wait(phase::all_gather, d, s);
     }
+  }
+
+  // ---- the steps of the message stages (one post, one wait, one fold) --------
+
+  bool direct(std::size_t d) const { return dims_[d].algo_for(commutative_) == algorithm::direct; }
+
+  // Where a ring reduce-scatter keeps things: mid covers the range (or is null),
+  // r0 receives, r1 holds a packed first send and, without mid, alternates with
+  // r0 as the partial being sent.
+  struct ring_bufs {
+    T* mid;
+    T* r0;
+    T* r1;
+    T* recv_buf(std::size_t s) const { return mid || s % 2 == 0 ? r0 : r1; }
+  };
+
+  void ring_rs_post(std::size_t d, block_range r, const view<const T>& src, const ring_bufs& b, std::size_t s) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const block_range bs = block_of(r.count, p, ring_rs_send_block(c, s, p));
+    const block_range br = block_of(r.count, p, ring_rs_recv_block(c, s, p));
+    const T* sp = s == 0 ? contiguous_or_pack(src, r.offset + bs.offset, bs.count, b.r1)
+                         : (b.mid ? b.mid + bs.offset : b.recv_buf(s - 1));
+    post_recv(d, b.recv_buf(s), br.count, (c + p - 1) % p, phase::reduce_scatter, s);
+    post_send(d, sp, bs.count, (c + 1) % p, phase::reduce_scatter, s);
+  }
+  // The partial from the left (ranks c-1, c-2, ...) first, this rank's input second.
+  void ring_rs_fold(std::size_t d, block_range r, const view<const T>& src, const ring_bufs& b, T* out, std::size_t s,
+                    bool final) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const block_range br = block_of(r.count, p, ring_rs_recv_block(c, s, p));
+    const bool last = s + 2 == p;
+    T* rp = b.recv_buf(s);
+    T* dst = last ? out : (b.mid ? b.mid + br.offset : rp);
+    src.runs(r.offset + br.offset, br.count, [&](const T* own, std::size_t rel, std::size_t len) {
+      red_.combine(dst + rel, rp + rel, own, len, last && final);
+    });
+  }
+  // Direct: p-1 receive slots of max_block elements in q, packed sends in pack.
+  void direct_rs_post(std::size_t d, block_range r, const view<const T>& src, T* q, T* pack) {
+    const std::size_t p = ext_[d], c = coords_[d], mb = max_block(r.count, p);
+    const block_range bc = block_of(r.count, p, c);
+    auto slot = [&](std::size_t j) { return (j < c ? j : j - 1) * mb; };
+    for (std::size_t j = 0; j < p; ++j)
+      if (j != c) post_recv(d, q + slot(j), bc.count, j, phase::reduce_scatter, 0);
+    for (std::size_t j = 0; j < p; ++j) {
+      if (j == c) continue;
+      const block_range bj = block_of(r.count, p, j);
+      post_send(d, contiguous_or_pack(src, r.offset + bj.offset, bj.count, pack + slot(j)), bj.count, j,
+                phase::reduce_scatter, 0);
+    }
+  }
+  void direct_rs_fold(std::size_t d, block_range r, const view<const T>& src, const T* q, T* out, bool final) {
+    const std::size_t p = ext_[d], c = coords_[d], mb = max_block(r.count, p);
+    const block_range bc = block_of(r.count, p, c);
+    auto& ptrs = c_.pointer_slots();
+    src.runs(r.offset + bc.offset, bc.count, [&](const T* own, std::size_t rel, std::size_t len) {
+      for (std::size_t j = 0; j < p; ++j) ptrs[j] = j == c ? own : q + (j < c ? j : j - 1) * mb + rel;
+      red_.combine_n(out + rel, reinterpret_cast<const T* const*>(ptrs.data()), p, len, final);
+    });
+  }
+  void ring_ag_post(std::size_t d, block_range r, T* buf, std::size_t s) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const block_range bs = block_of(r.count, p, ring_ag_send_block(c, s, p));
+    const block_range br = block_of(r.count, p, ring_ag_recv_block(c, s, p));
+    post_recv(d, buf + br.offset, br.count, (c + p - 1) % p, phase::all_gather, s);
+    post_send(d, buf + bs.offset, bs.count, (c + 1) % p, phase::all_gather, s);
+  }
+  void direct_ag_post(std::size_t d, block_range r, T* buf) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const block_range bc = block_of(r.count, p, c);
+    for (std::size_t j = 0; j < p; ++j)
+      if (j != c) post_recv(d, buf + block_of(r.count, p, j).offset, block_of(r.count, p, j).count, j, phase::all_gather, 0);
+    for (std::size_t j = 0; j < p; ++j)
+      if (j != c) post_send(d, buf + bc.offset, bc.count, j, phase::all_gather, 0);
   }
 
   // All-gather in dimension d whose result lands in `out` through the permutation;
@@ -652,6 +683,172 @@ private:
       reduce_scatter_stage(d, r, src, recv + r.offset, recv + r.offset + b.offset, int(d) == last);
       src = view<const T>{recv};
     }
+  }
+
+  // ---- the segment executor of all_reduce ------------------------------------
+  //
+  // The buffer is cut into segments (plan/pipeline.hpp picks how many); each is an
+  // all_reduce of its own range, whose program is the reduce-scatter stages, the
+  // last dimension's reduce-scatter and all-gather (fused when shared), and the
+  // all-gathers back. Up to tuning::pipeline_depth segments are in flight, each
+  // with its own requests and receive slots; a new one starts when the newest has
+  // left the first stage, so consecutive segments sit in consecutive stages.
+  //
+  // The executor always completes the step of the segment that has waited longest
+  // (a FIFO), and every stage has the same number of steps on every rank (ring:
+  // p-1, direct and shared: 1; empty ranges post nothing): so every rank runs the
+  // same sequence of posts and waits. The wait that comes first in it has all its
+  // messages posted by then, which is why this cannot deadlock; tags carry the
+  // segment, so the matching does not depend on the order either.
+
+  struct pipeline {
+    std::size_t segments = 1, seg_len = 0, depth = 1;
+    std::vector<block_range> full, tail;  // stage ranges of a full and of the last segment
+    std::size_t slot_elems = 0;           // receive slots of one segment in flight
+    std::size_t piece_elems = 0;          // shared access between processes: p-1 pieces
+  };
+  struct pipeline_stage {
+    phase ph;
+    std::size_t d;
+    std::size_t rs_steps;  // the fused last stage: steps [0, rs_steps) reduce-scatter
+    std::size_t steps;
+  };
+  struct segment {
+    std::size_t index = 0, lo = 0, stage = 0, step = 0, nreq = 0;
+    bool busy = false;
+  };
+  static constexpr std::size_t max_depth = 8;
+
+  std::size_t stage_steps(std::size_t d) const { return direct(d) ? 1 : ext_[d] - 1; }
+
+  pipeline pipeline_of(std::size_t n) {
+    pipeline pl;
+    const auto& tune = c_.get_options().tune;
+    std::vector<algorithm> al(dims_.size());
+    for (std::size_t d = 0; d < dims_.size(); ++d) al[d] = dims_[d].algo_for(commutative_);
+    const std::size_t len = segment_elements(c_.executed_topology(), al, n, sizeof(T), tune);
+    pl.seg_len = len;
+    pl.segments = len ? max_block(n, len) : 1;
+    pl.depth = tune.pipeline_depth < pl.segments ? tune.pipeline_depth : pl.segments;
+    pl.full.resize(ext_.size());
+    pl.tail.resize(ext_.size());
+    stage_ranges(len, ext_, coords_, pl.full);
+    stage_ranges(n - (pl.segments - 1) * len, ext_, coords_, pl.tail);
+    for (std::size_t d = 0; d < ext_.size(); ++d) {
+      if (ext_[d] == 1) continue;
+      std::size_t need;
+      if (shared(d)) {
+        need = direct_slots(d, pl.full[d].count);
+        pl.piece_elems = need > pl.piece_elems ? need : pl.piece_elems;
+        continue;
+      }
+      const std::size_t mb = max_block(pl.full[d].count, ext_[d]);
+      need = direct(d) ? (ext_[d] - 1) * mb : mb;
+      pl.slot_elems = need > pl.slot_elems ? need : pl.slot_elems;
+    }
+    return pl;
+  }
+  std::size_t pipeline_scratch_bytes(const pipeline& pl) const {
+    return pl.depth * align_up(pl.slot_elems * sizeof(T)) + align_up(pl.piece_elems * sizeof(T));
+  }
+  void reserve_pipeline(const pipeline& pl) {
+    auto* base = static_cast<unsigned char*>(c_.scratch().get(pipeline_scratch_bytes(pl)));
+    slots_ = reinterpret_cast<T*>(base);
+    slot_stride_ = align_up(pl.slot_elems * sizeof(T)) / sizeof(T);
+    Q_ = reinterpret_cast<T*>(base + pl.depth * align_up(pl.slot_elems * sizeof(T)));
+  }
+
+  void run_pipeline(const pipeline& pl, const T* send, T* recv) {
+    const std::size_t first = std::size_t(first_dim()), last = std::size_t(last_dim());
+    std::vector<pipeline_stage> prog;
+    for (std::size_t d = first; d <= last; ++d)
+      if (ext_[d] > 1)
+        prog.push_back({phase::reduce_scatter, d, stage_steps(d), stage_steps(d) * (d == last ? 2 : 1)});
+    for (std::size_t d = last; d-- > first;)
+      if (ext_[d] > 1) prog.push_back({phase::all_gather, d, 0, stage_steps(d)});
+
+    std::array<segment, max_depth> segs{};
+    std::array<std::size_t, max_depth> queue{};
+    std::size_t head = 0, queued = 0, active = 0, next = 0, newest = max_depth;
+    const std::size_t per_slot = c_.request_slot_size();
+    auto select = [&](segment& sg, std::size_t slot) {
+      seg_ = sg.index;
+      base_ = slot * per_slot;
+      nreq_ = sg.nreq;
+    };
+    auto post = [&](std::size_t slot) {
+      segment& sg = segs[slot];
+      select(sg, slot);
+      pipeline_step(pl, prog[sg.stage], sg, slot, send, recv, false, first, last);
+      sg.nreq = nreq_;
+      queue[(head + queued++) % max_depth] = slot;
+    };
+    auto admit = [&] {
+      while (next < pl.segments && active < pl.depth &&
+             (newest == max_depth || !segs[newest].busy || segs[newest].stage > 0)) {
+        std::size_t slot = 0;
+        while (segs[slot].busy) ++slot;
+        segs[slot] = segment{next, next * pl.seg_len, 0, 0, 0, true};
+        ++next, ++active;
+        newest = slot;
+        post(slot);
+      }
+    };
+    try {
+      admit();
+      while (queued) {
+        const std::size_t slot = queue[head];
+        head = (head + 1) % max_depth, --queued;
+        segment& sg = segs[slot];
+        select(sg, slot);
+        pipeline_step(pl, prog[sg.stage], sg, slot, send, recv, true, first, last);
+        sg.nreq = 0;
+        if (++sg.step == prog[sg.stage].steps) sg.step = 0, ++sg.stage;
+        if (sg.stage < prog.size()) post(slot);
+        else sg.busy = false, --active;
+        admit();
+      }
+    } catch (...) {
+      for (std::size_t slot = 0; slot < max_depth; ++slot)
+        if (segs[slot].busy && segs[slot].nreq)
+          tr_.cancel_all(std::span<typename transport_t::request>(reqs_ + slot * per_slot, segs[slot].nreq));
+      nreq_ = 0;
+      throw;
+    }
+  }
+
+  // Posts (finish == false) or completes one step of segment sg.
+  void pipeline_step(const pipeline& pl, const pipeline_stage& st, const segment& sg, std::size_t slot, const T* send,
+                     T* recv, bool finish, std::size_t first, std::size_t last) {
+    const std::size_t d = st.d, p = ext_[d], c = coords_[d];
+    const auto& rg = sg.index + 1 == pl.segments ? pl.tail : pl.full;
+    const block_range r{sg.lo + rg[d].offset, rg[d].count};
+    const view<const T> src{d == first ? send : recv};
+    T* mid = recv + r.offset;
+    T* out = mid + block_of(r.count, p, c).offset;
+    const bool rs = st.ph == phase::reduce_scatter && sg.step < st.rs_steps;
+    const std::size_t s = rs ? sg.step : sg.step - st.rs_steps;
+    const bool final = d == last;
+    if (shared(d)) {
+      if (!finish || s != 0 || r.count == 0) return;
+      if (st.rs_steps && st.steps > st.rs_steps) {
+        if (rs) shared_all_reduce_stage(d, r, src, mid, true);  // the fused last dimension
+      } else if (rs) {
+        shared_reduce_scatter_stage(d, r, src, out, final);
+      } else {
+        shared_all_gather_stage(d, r, mid);
+      }
+      return;
+    }
+    T* q = slots_ + slot * slot_stride_;
+    const ring_bufs b{mid, q, nullptr};
+    if (!finish) {
+      if (rs) direct(d) ? direct_rs_post(d, r, src, q, nullptr) : ring_rs_post(d, r, src, b, s);
+      else direct(d) ? direct_ag_post(d, r, mid) : ring_ag_post(d, r, mid, s);
+      return;
+    }
+    wait(rs ? phase::reduce_scatter : phase::all_gather, d, s);
+    if (rs) direct(d) ? direct_rs_fold(d, r, src, q, out, final) : ring_rs_fold(d, r, src, b, out, s, final);
   }
 
   // ---- helpers --------------------------------------------------------------
@@ -773,7 +970,11 @@ private:
   typename transport_t::request* reqs_;
   std::vector<typename Comm::request_info>& infos_;
   bool commutative_;
-  std::size_t nreq_ = 0;
+  std::size_t nreq_ = 0;   // requests posted by the current segment
+  std::size_t base_ = 0;   // its first request slot
+  std::size_t seg_ = 0;    // its index (in the tags)
+  T* slots_ = nullptr;     // the pipeline's receive slots
+  std::size_t slot_stride_ = 0;
   std::size_t w_lo_ = 0;
   T* R_[2] = {nullptr, nullptr};
   T* Q_ = nullptr;

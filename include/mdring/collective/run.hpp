@@ -88,10 +88,12 @@ inline std::string ptr_string(const void* p) {
 template <class Comm>
 std::optional<arg_error> check_op(Comm& comm, bool commutative, const char* name) {
   if (commutative) return std::nullopt;
-  for (std::size_t d = 0; d < comm.ndims(); ++d) {
-    const auto& dim = comm.dims()[d];
+  const auto& written = comm.topology();
+  const auto& requested = comm.get_options().algorithms;
+  for (std::size_t d = 0; d < written.ndims(); ++d) {
+    const auto& dim = written.dim(d);
     if (dim.extent < 2) continue;
-    if (dim.requested == algorithm::ring)
+    if (d < requested.size() && requested[d] == algorithm::ring)
       return arg_error{"op", std::string("mdring::") + name + ": options.algorithms[" + std::to_string(d) +
                                  "] is ring, but the op is not commutative; only the direct algorithm combines in "
                                  "rank order"};

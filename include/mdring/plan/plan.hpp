@@ -20,6 +20,7 @@
 #include "../topology/runtime.hpp"
 #include "blocks.hpp"
 #include "cost.hpp"
+#include "pipeline.hpp"
 
 #include <cstddef>
 #include <cstdio>
@@ -66,13 +67,21 @@ struct plan {
   std::size_t count = 0;       // as passed to the collective
   std::size_t elements = 0;    // elements of the whole buffer the stages cut up
   std::string op;
-  runtime_topology topology;   // resolved
+  runtime_topology topology;   // resolved, as executed (same-link dimensions merged)
+  runtime_topology written;    // as the user wrote it (resolved), when known
   std::size_t rank = 0;
   std::vector<std::size_t> coords;
   std::size_t root = 0;
   std::vector<plan_stage> stages;
+  // all_reduce cut into this many segments that move through the stages one
+  // behind the other (plan/pipeline.hpp); each stage's seconds above are for the
+  // whole buffer, and pipelined_seconds is the model's total for the segments.
+  std::size_t segments = 1;
+  std::size_t segment_elements = 0;
+  double pipelined_seconds = 0;
 
   double seconds() const noexcept {
+    if (segments > 1) return pipelined_seconds;
     double s = 0;
     for (auto& st : stages) s += st.seconds;
     return s;
@@ -202,6 +211,12 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     for (std::size_t d = k; d-- > 0;) add(phase::all_gather, d);
   if (kind == collective::reduce)
     for (std::size_t d = k; d-- > 0;) add(phase::gather, d);
+  if (kind == collective::all_reduce) {
+    const std::size_t len = segment_elements(topo, algos, count, elem_size, tune);
+    pl.segments = len ? max_block(count, len) : 1;
+    pl.segment_elements = len;
+    if (pl.segments > 1) pl.pipelined_seconds = mdring::pipelined_seconds(topo, algos, count, elem_size, tune, len);
+  }
   return pl;
 }
 
@@ -220,6 +235,11 @@ inline std::string plan::to_string() const {
                     ? (", root " + std::to_string(root)).c_str()
                     : "");
   s += line;
+  if (written.ndims() && written != topology) {
+    std::snprintf(line, sizeof line, "merged: written as %s, run as %s (adjacent dimensions of one fully connected link)\n",
+                  written.to_string().c_str(), topology.to_string().c_str());
+    s += line;
+  }
   std::snprintf(line, sizeof line, "  %-2s %-15s %3s %-11s %5s %-7s %6s %-16s %-16s %11s %11s\n", "#", "phase", "dim",
                 "link", "ranks", "algo", "steps", "sends to", "receives from", "bytes out", "predicted");
   s += line;
@@ -233,6 +253,11 @@ inline std::string plan::to_string() const {
     s += line;
   }
   if (stages.empty()) s += "  (one rank: a local copy, no stage)\n";
+  if (segments > 1) {
+    std::snprintf(line, sizeof line, "pipelined: %zu segments of up to %s, the stages of different segments overlap\n",
+                  segments, detail::human_bytes(double(segment_elements) * double(elem_size)).c_str());
+    s += line;
+  }
   std::snprintf(line, sizeof line, "predicted total: %s (alpha-beta-gamma model from the links' traits)\n",
                 detail::human_seconds(seconds()).c_str());
   s += line;

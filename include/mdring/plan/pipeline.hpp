@@ -1,0 +1,93 @@
+// mdring/plan/pipeline.hpp: how many segments an all_reduce is cut into.
+//
+// Without pipelining an all_reduce over dimensions d = 0..k-1 takes
+//   T(1) = sum_d [RS_d(n) + AG_d(n)]
+// and every link idles while another dimension works. Cut into K segments that
+// follow each other through the stages, the slowest dimension sets the pace:
+//   T(K) = sum_d [RS_d(n/K) + AG_d(n/K)] + (K - 1) max_d [RS_d(n/K) + AG_d(n/K)]
+// (a dimension's reduce-scatter and all-gather share its links, so they count
+// together). The first term is the pipeline's fill and drain; the latencies in
+// RS_d and AG_d are what stops K from growing without bound. The model picks the
+// K in {1, 2, 4, ...} with the smallest T(K), with segments of at least
+// tuning::min_segment_bytes and at most tuning::max_segments of them;
+// tuning::segment_bytes overrides it. Segment lengths are rounded up to whole
+// cache lines, so the count can come out a little lower than K.
+//
+// Only all_reduce is pipelined, and only when two or more dimensions have more
+// than one rank and at least one of them moves messages: dimensions of fully
+// connected host links with the direct algorithm run by shared access, on the
+// same cores, so overlapping them with each other gains nothing.
+#pragma once
+
+#include "../config.hpp"
+#include "../options.hpp"
+#include "../topology/runtime.hpp"
+#include "blocks.hpp"
+#include "cost.hpp"
+
+#include <cstddef>
+#include <span>
+
+MDRING_NAMESPACE_BEGIN
+
+// Predicted seconds of the reduce-scatter plus all-gather of every dimension, for
+// an all_reduce of n elements (ranges shrink by each dimension's extent).
+struct dimension_times {
+  double sum = 0;      // all stages, one after the other
+  double slowest = 0;  // the largest RS_d + AG_d
+};
+
+inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, std::span<const algorithm> algos,
+                                                  std::size_t n, std::size_t elem_size, const tuning& tune) {
+  dimension_times t;
+  std::size_t range = n;
+  for (std::size_t d = 0; d < topo.ndims(); ++d) {
+    const std::size_t p = topo.extent(d);
+    if (p <= 1) continue;
+    const auto& link = topo.dim(d).link;
+    const double g = tune.gamma(link.space);
+    const double both = stage_seconds(phase::reduce_scatter, algos[d], p, range, elem_size, link, g) +
+                        stage_seconds(phase::all_gather, algos[d], p, range, elem_size, link, g);
+    t.sum += both;
+    t.slowest = both > t.slowest ? both : t.slowest;
+    range = max_block(range, p);
+  }
+  return t;
+}
+
+// Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
+// pipelining). Segments after the first start on a cache line.
+inline std::size_t segment_elements(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
+                                    std::size_t elem_size, const tuning& tune) {
+  std::size_t busy = 0;
+  bool messages = false;
+  for (std::size_t d = 0; d < topo.ndims(); ++d) {
+    if (topo.extent(d) <= 1) continue;
+    ++busy;
+    const auto& link = topo.dim(d).link;
+    messages |= !(link.fully_connected && link.space == memory_space::host && algos[d] == algorithm::direct);
+  }
+  if (busy < 2 || !messages || n == 0) return n;
+  const std::size_t line = elem_size < 64 ? 64 / elem_size : 1;
+  auto round = [&](std::size_t len) { return len >= n ? n : (len + line - 1) / line * line; };
+  if (tune.segment_bytes) return round(max_block(tune.segment_bytes, elem_size));
+  std::size_t best = 1;
+  double best_t = all_reduce_dimension_times(topo, algos, n, elem_size, tune).sum;
+  const double bytes = double(n) * double(elem_size);
+  for (std::size_t K = 2; K <= tune.max_segments && bytes / double(K) >= double(tune.min_segment_bytes); K *= 2) {
+    const auto t = all_reduce_dimension_times(topo, algos, max_block(n, K), elem_size, tune);
+    const double total = t.sum + double(K - 1) * t.slowest;
+    if (total < best_t) best_t = total, best = K;
+  }
+  return round(max_block(n, best));
+}
+
+// The predicted seconds of an all_reduce cut into segments of len elements.
+inline double pipelined_seconds(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
+                                std::size_t elem_size, const tuning& tune, std::size_t len) {
+  const std::size_t K = len ? max_block(n, len) : 1;
+  const auto t = all_reduce_dimension_times(topo, algos, len < n ? len : n, elem_size, tune);
+  return t.sum + double(K - 1) * t.slowest;
+}
+
+MDRING_NAMESPACE_END
