@@ -46,6 +46,7 @@ struct config {
   int iters = 20, warmup = 5;
   bool check = false, json = false, inplace = false;
   std::string baseline = "none";
+  std::string plot;  // --plot FILE.png: also FILE.png.jsonl, drawn by scripts/plot_bench.py
   int threads = 0;  // > 0: in-process ranks
   std::vector<md::algorithm> algorithms;
   double timeout = 0;
@@ -60,6 +61,7 @@ struct config {
                "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
                "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|none] [--json]\n"
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
+               "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
                "sizes take K, M, G suffixes (powers of 1024)\n",
                why.c_str());
   std::exit(2);
@@ -101,6 +103,7 @@ config parse(int argc, char** argv) {
     else if (a == "--check") c.check = true;
     else if (a == "--inplace") c.inplace = true;
     else if (a == "--json") c.json = true;
+    else if (a == "--plot") c.plot = next();
     else if (a == "--baseline") c.baseline = next();
     else if (a == "--threads") c.threads = std::atoi(next().c_str());
     else if (a == "--root") c.root = std::size_t(std::atol(next().c_str()));
@@ -301,28 +304,59 @@ std::vector<result_row> run_sizes(const config& cfg, Comm& comm, const world_ops
   return rows;
 }
 
+std::string json_row(const config& cfg, const result_row& r, const std::string& topo, std::size_t P,
+                     const std::string& transport) {
+  const double f = bus_factor(cfg.op, P);
+  const double algbw = r.mdring_s > 0 ? double(r.bytes) / r.mdring_s / 1e9 : 0;
+  char buf[1024];
+  std::string s;
+  std::snprintf(buf, sizeof buf,
+                "{\"op\": \"%s\", \"dtype\": \"%s\", \"reduce_op\": \"%s\", \"topology\": \"%s\", \"ranks\": %zu, "
+                "\"transport\": \"%s\", \"bytes\": %zu, \"elements\": %zu, \"mdring_s\": %.9g, ",
+                cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(), r.bytes,
+                r.elements, r.mdring_s);
+  s += buf;
+  if (r.has_baseline) {
+    const double balg = r.baseline_s > 0 ? double(r.bytes) / r.baseline_s / 1e9 : 0;
+    std::snprintf(buf, sizeof buf,
+                  "\"baseline\": \"%s\", \"baseline_s\": %.9g, \"ratio\": %.6g, \"baseline_algbw\": %.6g, "
+                  "\"baseline_busbw\": %.6g, ",
+                  cfg.baseline.c_str(), r.baseline_s, r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0, balg, balg * f);
+    s += buf;
+  } else {
+    s += "\"baseline\": null, \"baseline_s\": null, \"ratio\": null, ";
+  }
+  std::snprintf(buf, sizeof buf, "\"algbw\": %.6g, \"busbw\": %.6g, \"iters\": %d, \"check\": %s}", algbw,
+                algbw * f, cfg.iters, cfg.check ? (r.errors ? "\"FAILED\"" : "\"ok\"") : "null");
+  return s + buf;
+}
+
+#ifndef MDRING_SOURCE_DIR
+#define MDRING_SOURCE_DIR "."  // CMake sets the source tree
+#endif
+
+// --plot FILE.png: the rows go to FILE.png.jsonl and scripts/plot_bench.py draws them.
+void plot_rows(const config& cfg, const std::vector<result_row>& rows, const std::string& topo, std::size_t P,
+               const std::string& transport) {
+  const std::string data = cfg.plot + ".jsonl";
+  std::FILE* f = std::fopen(data.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "mdring-bench: --plot: cannot write %s\n", data.c_str());
+    return;
+  }
+  for (auto& r : rows) std::fprintf(f, "%s\n", json_row(cfg, r, topo, P, transport).c_str());
+  std::fclose(f);
+  const std::string cmd = "python3 \"" MDRING_SOURCE_DIR "/scripts/plot_bench.py\" \"" + cfg.plot + "\" \"" + data + "\"";
+  if (std::system(cmd.c_str()) != 0)
+    std::fprintf(stderr, "mdring-bench: --plot: %s failed (is python3-matplotlib installed?)\n", cmd.c_str());
+}
+
 void print_rows(const config& cfg, const std::vector<result_row>& rows, const std::string& topo, std::size_t P,
                 const std::string& transport) {
   const double f = bus_factor(cfg.op, P);
+  if (!cfg.plot.empty()) plot_rows(cfg, rows, topo, P, transport);
   if (cfg.json) {
-    for (auto& r : rows) {
-      const double algbw = r.mdring_s > 0 ? double(r.bytes) / r.mdring_s / 1e9 : 0;
-      std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"reduce_op\": \"%s\", \"topology\": \"%s\", \"ranks\": %zu, "
-                  "\"transport\": \"%s\", \"bytes\": %zu, \"elements\": %zu, \"mdring_s\": %.9g, ",
-                  cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(),
-                  r.bytes, r.elements, r.mdring_s);
-      if (r.has_baseline) {
-        const double balg = r.baseline_s > 0 ? double(r.bytes) / r.baseline_s / 1e9 : 0;
-        std::printf("\"baseline\": \"%s\", \"baseline_s\": %.9g, \"ratio\": %.6g, \"baseline_algbw\": %.6g, "
-                    "\"baseline_busbw\": %.6g, ",
-                    cfg.baseline.c_str(), r.baseline_s, r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0, balg,
-                    balg * f);
-      } else {
-        std::printf("\"baseline\": null, \"baseline_s\": null, \"ratio\": null, ");
-      }
-      std::printf("\"algbw\": %.6g, \"busbw\": %.6g, \"iters\": %d, \"check\": %s}\n", algbw, algbw * f, cfg.iters,
-                  cfg.check ? (r.errors ? "\"FAILED\"" : "\"ok\"") : "null");
-    }
+    for (auto& r : rows) std::printf("%s\n", json_row(cfg, r, topo, P, transport).c_str());
     return;
   }
   std::printf("# mdring-bench: %s of %s (op %s), topology %s = %zu ranks, %s transport, %s, median of %d iters "
