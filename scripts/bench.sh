@@ -44,5 +44,6 @@ for name in np2 np4; do
     --title "mdring vs MPI, $name on $(nproc) cores: busbw against size"
 done
 
+# MDRING_BENCH_NOTE="..." adds a line on the conditions of the run.
 $py scripts/perf_report.py "$out" > docs/PERFORMANCE.md
 echo "wrote docs/PERFORMANCE.md"
