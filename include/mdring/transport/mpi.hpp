@@ -16,6 +16,12 @@
 // floor(bytes / max) elements of a contiguous type of max bytes, plus the rest.
 // Waits poll MPI_Testall and the control channel until the deadline.
 //
+// Under SimGrid SMPI (compiled with smpicxx; MDRING_SMPI, see docs/SCALING.md) the
+// ranks are simulated actors of one process and time is simulated: waits block in
+// MPI_Waitall instead (each MPI_Test would inject simulated time, and a wall-clock
+// deadline means nothing there), so options::timeout and the control channel's
+// early stop do not apply, and shared access is off (every byte is a message).
+//
 // Destroy mdring communicators before MPI_Finalize (after it, their destructor
 // frees nothing: MPI is gone).
 #pragma once
@@ -29,7 +35,16 @@
 
 #include <mpi.h>
 
-#if defined(__linux__)
+// SimGrid's mpi.h defines SMPI_SHARED_MALLOC: building with smpicxx is enough.
+#ifndef MDRING_SMPI
+#if defined(SMPI_SHARED_MALLOC)
+#define MDRING_SMPI 1
+#else
+#define MDRING_SMPI 0
+#endif
+#endif
+
+#if defined(__linux__) && !MDRING_SMPI
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -108,7 +123,7 @@ public:
 
   // Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
   transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
-      : max_bytes_(opts.max_message_bytes), shared_memory_(opts.shared_memory),
+      : max_bytes_(opts.max_message_bytes), shared_memory_(opts.shared_memory && !MDRING_SMPI),
         staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64) {
     int init = 0;
     MPI_Initialized(&init);
@@ -191,6 +206,10 @@ public:
   }
 
   wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
+#if MDRING_SMPI
+    (void)deadline;
+    return wait_all_simulated(rs);
+#else
     for (unsigned spin = 0;; ++spin) {
       bool all = true;
       for (auto& rq : rs) {
@@ -224,7 +243,32 @@ public:
         std::this_thread::yield();
       }
     }
+#endif
   }
+
+#if MDRING_SMPI
+  // Blocks until every request is done, one after the other: the simulated network
+  // moves all of them meanwhile, and a blocked actor costs no simulated time. A rank
+  // that fails leaves the others blocked, and SimGrid ends the run as a deadlock.
+  wait_status wait_all_simulated(std::span<request> rs) {
+    for (auto& rq : rs) {
+      if (rq.n == 0) continue;
+      MPI_Status st[2];
+      const int rc = MPI_Waitall(rq.n, rq.r, st);
+      if (rc != MPI_SUCCESS) {
+        int code = rc;
+        for (int i = 0; i < rq.n; ++i)
+          if (rc == MPI_ERR_IN_STATUS && st[i].MPI_ERROR != MPI_SUCCESS) code = st[i].MPI_ERROR;
+        throw mpi_error("mdring::mpi: a message failed: " + detail::error_string(code) +
+                            " (did the ranks pass different counts or types to the same collective?)",
+                        code);
+      }
+      if (rq.recv) check_received(rq, st);
+      rq.n = 0;
+    }
+    return wait_status::ok();
+  }
+#endif
 
   // Cancels what is pending. Receives are cancelled and completed (so MPI will not
   // write into the caller's buffers later); sends that cannot be cancelled are freed.
