@@ -12,10 +12,23 @@
 // broadcast and reduce 1); bytes is the size of the whole buffer (all_reduce,
 // broadcast, reduce: the data; reduce_scatter: the send buffer; all_gather: the
 // receive buffer). --check verifies every result of every iteration, both
-// libraries', against exact expected values.
+// libraries', against exact expected values. --json adds the cost model's
+// prediction (explain(), rank 0) as predicted_s. --link NAME=BW,LAT[,full][,device]
+// registers a link (bytes/s, seconds) for --topology, e.g. to match a platform.
+//
+// Built with smpicxx (the `smpi` CMake preset), it runs under SimGrid's smpirun
+// on simulated clusters (docs/SCALING.md): times are simulated (MPI_Wtime), and
+// buffers and mdring's scratch are SMPI_SHARED_MALLOC'd unless --check is given.
 #include <mdring/mdring.hpp>
 #if MDRING_BENCH_WITH_MPI
 #include <mdring/mpi.hpp>
+#endif
+#if MDRING_BENCH_WITH_MPI && defined(MDRING_SMPI) && MDRING_SMPI
+#define MDRING_BENCH_SMPI 1
+#include <memory_resource>
+#include <new>
+#else
+#define MDRING_BENCH_SMPI 0
 #endif
 
 #include <algorithm>
@@ -47,10 +60,12 @@ struct config {
   bool check = false, json = false, inplace = false;
   std::string baseline = "none";
   std::string plot;  // --plot FILE.png: also FILE.png.jsonl, drawn by scripts/plot_bench.py
+  bool baseline_only = false;  // time the baseline alone (mdring's columns are null)
   int threads = 0;  // > 0: in-process ranks
   std::vector<md::algorithm> algorithms;
   double timeout = 0;
   std::size_t root = 0;
+  std::vector<md::link_info> links;  // --link, registered before --topology is parsed
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -59,10 +74,11 @@ struct config {
                "usage: mdring-bench [--op all_reduce|reduce_scatter|all_gather|broadcast|reduce]\n"
                "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
                "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
-               "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|none] [--json]\n"
+               "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|none] [--baseline-only] [--json]\n"
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
-               "sizes take K, M, G suffixes (powers of 1024)\n",
+               "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]...\n"
+               "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
                why.c_str());
   std::exit(2);
 }
@@ -80,6 +96,38 @@ std::size_t parse_bytes(const std::string& s) {
     default: usage("not a size: " + s);
   }
   return std::size_t(v * mult);
+}
+
+// NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]: bytes per second per rank,
+// seconds per message; ring-only and host memory unless told.
+md::link_info parse_link(const std::string& s) {
+  const std::size_t eq = s.find('=');
+  if (eq == std::string::npos || eq == 0) usage("--link needs NAME=BANDWIDTH,LATENCY[,full][,device]: " + s);
+  md::link_info l;
+  l.name = s.substr(0, eq);
+  std::vector<std::string> f;
+  for (std::size_t pos = eq + 1; pos <= s.size();) {
+    const std::size_t comma = std::min(s.find(',', pos), s.size());
+    f.push_back(s.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  auto number = [&](const std::string& v) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end) usage("--link " + s + ": not a number: " + v);
+    return x;
+  };
+  if (f.size() < 2) usage("--link " + s + ": needs a bandwidth and a latency");
+  l.bandwidth = number(f[0]);
+  l.latency = number(f[1]);
+  for (std::size_t i = 2; i < f.size(); ++i) {
+    if (f[i] == "full") l.fully_connected = true;
+    else if (f[i] == "ring") l.fully_connected = false;
+    else if (f[i] == "device") l.space = md::memory_space::device;
+    else if (f[i] == "host") l.space = md::memory_space::host;
+    else usage("--link " + s + ": unknown flag " + f[i] + " (full, ring, host, device)");
+  }
+  return l;
 }
 
 config parse(int argc, char** argv) {
@@ -105,9 +153,11 @@ config parse(int argc, char** argv) {
     else if (a == "--json") c.json = true;
     else if (a == "--plot") c.plot = next();
     else if (a == "--baseline") c.baseline = next();
+    else if (a == "--baseline-only") c.baseline_only = true;
     else if (a == "--threads") c.threads = std::atoi(next().c_str());
     else if (a == "--root") c.root = std::size_t(std::atol(next().c_str()));
     else if (a == "--timeout") c.timeout = std::atof(next().c_str());
+    else if (a == "--link") c.links.push_back(parse_link(next()));
     else if (a == "--algorithms") {
       std::string s = next();
       std::size_t pos = 0;
@@ -127,6 +177,7 @@ config parse(int argc, char** argv) {
       c.op != "reduce")
     usage("unknown --op " + c.op);
   if (c.baseline != "none" && c.baseline != "mpi") usage("unknown --baseline " + c.baseline);
+  if (c.baseline_only && c.baseline == "none") usage("--baseline-only needs --baseline mpi");
   if (c.iters < 1 || c.warmup < 0) usage("--iters must be >= 1 and --warmup >= 0");
   if (c.factor <= 1) usage("--factor must be > 1");
   if (c.min_bytes > c.max_bytes) usage("--min-bytes must not exceed --max-bytes");
@@ -137,6 +188,14 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+md::collective collective_of(const std::string& op) {
+  if (op == "reduce_scatter") return md::collective::reduce_scatter;
+  if (op == "all_gather") return md::collective::all_gather;
+  if (op == "broadcast") return md::collective::broadcast;
+  if (op == "reduce") return md::collective::reduce;
+  return md::collective::all_reduce;
 }
 
 double bus_factor(const std::string& op, std::size_t p) {
@@ -196,6 +255,7 @@ struct world_ops {
 struct result_row {
   std::size_t bytes = 0, elements = 0;
   double mdring_s = 0, baseline_s = 0;
+  double predicted_s = 0;  // the cost model's (explain(), rank 0)
   bool has_baseline = false;
   long errors = 0;
 };
@@ -205,13 +265,83 @@ bool equal_value(T a, T b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
+// Seconds since some fixed point: simulated time under SMPI (steady_clock would
+// read the machine running the simulation).
+double now_seconds() {
+#if MDRING_BENCH_SMPI
+  return MPI_Wtime();
+#else
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+#endif
+}
+
+#if MDRING_BENCH_SMPI
+// ---- SimGrid SMPI ------------------------------------------------------------
+// Every simulated rank lives in this one process. SMPI_SHARED_MALLOC maps each
+// allocation onto the same few physical pages (the data is garbage, the timing is
+// not) and SMPI copies no payload between such buffers, so 1024 ranks x 100 MB
+// fit in a few GB. The user buffers and all of mdring's scratch (options::memory)
+// come from it; --check needs real data and keeps ordinary memory (small runs).
+class smpi_shared_resource final : public std::pmr::memory_resource {
+  void* do_allocate(std::size_t bytes, std::size_t align) override {
+    void* p = SMPI_SHARED_MALLOC(bytes ? bytes : 1);
+    if (!p || reinterpret_cast<std::uintptr_t>(p) % align) throw std::bad_alloc();  // mmap: page aligned
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t, std::size_t) override { SMPI_SHARED_FREE(p); }
+  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
+};
+
+bool sim_shared_data = true;  // false with --check
+std::pmr::memory_resource* sim_memory() {
+  static smpi_shared_resource shared;
+  return sim_shared_data ? static_cast<std::pmr::memory_resource*>(&shared) : std::pmr::new_delete_resource();
+}
+
+// What runner needs of std::vector, without touching the memory: 1024 ranks
+// zero-filling shared pages would cost minutes of the host's time for nothing.
+template <class T>
+class sim_buffer {
+public:
+  sim_buffer() = default;
+  sim_buffer(const sim_buffer&) = delete;
+  sim_buffer& operator=(const sim_buffer&) = delete;
+  ~sim_buffer() { release(); }
+  void resize(std::size_t n) {
+    release();
+    if (n) p_ = static_cast<T*>(sim_memory()->allocate(n * sizeof(T), alignof(T) < 64 ? 64 : alignof(T)));
+    n_ = n;
+    if (n && !sim_shared_data) std::memset(static_cast<void*>(p_), 0, n * sizeof(T));
+  }
+  T* data() noexcept { return p_; }
+  const T* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+  T& operator[](std::size_t i) noexcept { return p_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return p_[i]; }
+
+private:
+  void release() noexcept {
+    if (p_) sim_memory()->deallocate(p_, n_ * sizeof(T), alignof(T) < 64 ? 64 : alignof(T));
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+template <class T>
+using bench_buffer = sim_buffer<T>;
+#else
+template <class T>
+using bench_buffer = std::vector<T>;
+#endif
+
 // Sets up buffers for one size and runs one collective on them.
 template <class T, class Comm>
 struct runner {
   const config& cfg;
   Comm& comm;
   std::size_t P, rank, count;  // count: per rank for reduce_scatter/all_gather, else the whole buffer
-  std::vector<T> send, recv;
+  bench_buffer<T> send, recv;
 
   runner(const config& c, Comm& cm, std::size_t bytes) : cfg(c), comm(cm), P(cm.size()), rank(cm.rank()) {
     const std::size_t elems = std::max<std::size_t>(bytes / sizeof(T), 0);
@@ -229,6 +359,9 @@ struct runner {
   }
 
   void fill() {
+#if MDRING_BENCH_SMPI
+    if (sim_shared_data) return;  // shared pages: nothing to compute on
+#endif
     auto& in = cfg.inplace ? recv : send;
     if (cfg.op == "all_gather") {
       T* own = cfg.inplace ? recv.data() + rank * count : send.data();
@@ -281,20 +414,21 @@ std::vector<result_row> run_sizes(const config& cfg, Comm& comm, const world_ops
     row.has_baseline = has_baseline;
     std::vector<double> tm, tb;
     for (int it = -cfg.warmup; it < cfg.iters; ++it) {
-      for (int lib = 0; lib < (has_baseline ? 2 : 1); ++lib) {
+      for (int lib = cfg.baseline_only ? 1 : 0; lib < (has_baseline ? 2 : 1); ++lib) {
         rn.fill();
         w.barrier();
-        const auto t0 = std::chrono::steady_clock::now();
+        const double t0 = now_seconds();
         if (lib == 0) rn.run_mdring(op);
         else baseline(rn);
-        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double dt = now_seconds() - t0;
         const double slowest = w.max(dt);
         if (it >= 0) (lib == 0 ? tm : tb).push_back(slowest);
         if (cfg.check) row.errors += rn.verify();
       }
     }
-    row.mdring_s = median(tm);
+    row.mdring_s = tm.empty() ? 0 : median(tm);
     row.baseline_s = has_baseline ? median(tb) : 0;
+    row.predicted_s = comm.template make_plan<T>(rn.count, collective_of(cfg.op), op, cfg.root).seconds();
     row.errors = w.sum_int(int(std::min<long>(row.errors, 1 << 20)));
     rows.push_back(row);
     if (bytes >= cfg.max_bytes) break;
@@ -308,26 +442,34 @@ std::string json_row(const config& cfg, const result_row& r, const std::string& 
                      const std::string& transport) {
   const double f = bus_factor(cfg.op, P);
   const double algbw = r.mdring_s > 0 ? double(r.bytes) / r.mdring_s / 1e9 : 0;
+  // --baseline-only: mdring did not run, its numbers are null.
+  auto num = [&](const char* fmt, double v) {
+    char b[64] = "null";
+    if (!cfg.baseline_only) std::snprintf(b, sizeof b, fmt, v);
+    return std::string(b);
+  };
   char buf[1024];
   std::string s;
   std::snprintf(buf, sizeof buf,
                 "{\"op\": \"%s\", \"dtype\": \"%s\", \"reduce_op\": \"%s\", \"topology\": \"%s\", \"ranks\": %zu, "
-                "\"transport\": \"%s\", \"bytes\": %zu, \"elements\": %zu, \"mdring_s\": %.9g, ",
+                "\"transport\": \"%s\", \"bytes\": %zu, \"elements\": %zu, \"mdring_s\": %s, ",
                 cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(), r.bytes,
-                r.elements, r.mdring_s);
+                r.elements, num("%.9g", r.mdring_s).c_str());
   s += buf;
   if (r.has_baseline) {
     const double balg = r.baseline_s > 0 ? double(r.bytes) / r.baseline_s / 1e9 : 0;
     std::snprintf(buf, sizeof buf,
-                  "\"baseline\": \"%s\", \"baseline_s\": %.9g, \"ratio\": %.6g, \"baseline_algbw\": %.6g, "
+                  "\"baseline\": \"%s\", \"baseline_s\": %.9g, \"ratio\": %s, \"baseline_algbw\": %.6g, "
                   "\"baseline_busbw\": %.6g, ",
-                  cfg.baseline.c_str(), r.baseline_s, r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0, balg, balg * f);
+                  cfg.baseline.c_str(), r.baseline_s,
+                  num("%.6g", r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0).c_str(), balg, balg * f);
     s += buf;
   } else {
     s += "\"baseline\": null, \"baseline_s\": null, \"ratio\": null, ";
   }
-  std::snprintf(buf, sizeof buf, "\"algbw\": %.6g, \"busbw\": %.6g, \"iters\": %d, \"check\": %s}", algbw,
-                algbw * f, cfg.iters, cfg.check ? (r.errors ? "\"FAILED\"" : "\"ok\"") : "null");
+  std::snprintf(buf, sizeof buf, "\"algbw\": %s, \"busbw\": %s, \"predicted_s\": %.9g, \"iters\": %d, \"check\": %s}",
+                num("%.6g", algbw).c_str(), num("%.6g", algbw * f).c_str(), r.predicted_s, cfg.iters,
+                cfg.check ? (r.errors ? "\"FAILED\"" : "\"ok\"") : "null");
   return s + buf;
 }
 
@@ -369,11 +511,13 @@ void print_rows(const config& cfg, const std::vector<result_row>& rows, const st
   std::printf("%s\n", cfg.check ? " | check" : "");
   for (auto& r : rows) {
     const double algbw = r.mdring_s > 0 ? double(r.bytes) / r.mdring_s / 1e9 : 0;
-    std::printf("  %12zu %12zu | %11.2f %9.3f %9.3f", r.bytes, r.elements, r.mdring_s * 1e6, algbw, algbw * f);
+    if (cfg.baseline_only) std::printf("  %12zu %12zu | %11s %9s %9s", r.bytes, r.elements, "-", "-", "-");
+    else std::printf("  %12zu %12zu | %11.2f %9.3f %9.3f", r.bytes, r.elements, r.mdring_s * 1e6, algbw, algbw * f);
     if (b) {
       const double balg = r.baseline_s > 0 ? double(r.bytes) / r.baseline_s / 1e9 : 0;
-      std::printf(" | %11.2f %9.3f %9.3f | %6.3f", r.baseline_s * 1e6, balg, balg * f,
-                  r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0);
+      std::printf(" | %11.2f %9.3f %9.3f", r.baseline_s * 1e6, balg, balg * f);
+      if (cfg.baseline_only) std::printf(" | %6s", "-");
+      else std::printf(" | %6.3f", r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0);
     }
     if (cfg.check) std::printf(" | %s", r.errors ? "FAILED" : "ok");
     std::printf("\n");
@@ -495,7 +639,13 @@ int run_mpi(const config& cfg) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  auto comm = md::bind(md::parse_topology(cfg.topology), MPI_COMM_WORLD, make_options(cfg));
+  md::options opts = make_options(cfg);
+#if MDRING_BENCH_SMPI
+  sim_shared_data = !cfg.check;
+  opts.memory = sim_memory();  // all scratch in shared pages too
+  opts.shared_memory = false;  // one process: every byte must be a simulated message
+#endif
+  auto comm = md::bind(md::parse_topology(cfg.topology), MPI_COMM_WORLD, opts);
   world_ops w;
   w.rank = std::size_t(rank);
   w.size = std::size_t(size);
@@ -548,6 +698,13 @@ int run_mpi(const config& cfg) {
 
 int main(int argc, char** argv) {
   const config cfg = parse(argc, argv);
+  for (auto& l : cfg.links) {
+    try {
+      md::register_link(l);
+    } catch (const std::exception& e) {
+      usage(e.what());
+    }
+  }
   if (cfg.threads > 0) {
     try {
       return run_threads(cfg);
