@@ -1,8 +1,9 @@
 # Shared by scripts/*.sh: install what is missing, on Debian 12 (as root, or with sudo).
 # shellcheck shell=bash
 
-# The packages a build with tests, MPI and Boost.MPI needs.
-MDRING_PACKAGES=(g++ make cmake libopenmpi-dev openmpi-bin libboost-mpi-dev doctest-dev)
+# The packages a build with tests, MPI and Boost.MPI needs (libsimgrid-dev: the
+# smpi_smoke test, the MPI transport on simulated ranks; about 15 MB).
+MDRING_PACKAGES=(g++ make cmake libopenmpi-dev openmpi-bin libboost-mpi-dev doctest-dev libsimgrid-dev)
 
 mdring_ensure_packages() {
   local missing=()
@@ -36,3 +37,6 @@ mdring_build() {
   cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE="${MDRING_BUILD_TYPE:-RelWithDebInfo}" >/dev/null
   cmake --build "$root/build" -j "$(mdring_jobs)" "$@"
 }
+
+# What scripts/simulate.sh adds: SimGrid (smpicxx, smpirun) and the plots.
+MDRING_SMPI_PACKAGES=(g++ make cmake libsimgrid-dev python3 python3-matplotlib)
