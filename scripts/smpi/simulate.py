@@ -1,0 +1,602 @@
+#!/usr/bin/env python3
+"""mdring on simulated clusters with SimGrid SMPI (scripts/simulate.sh runs this).
+
+Every point is one smpirun of build-smpi/benchmarks/mdring-bench on a platform
+written by simplatform.py: mdring (the multi-dimensional ring, topology
+"sim-intra:G x sim-inter:N"), a flat ring (mdring on "sim-flat:P", one ring over
+all ranks) and SMPI's built-in MPI_Allreduce algorithms (--cfg=smpi/allreduce:X),
+all on the same buffers and the same simulated network. See docs/SCALING.md.
+
+Results are cached in OUT/results.jsonl: a built-in algorithm's point is reused
+as long as the platform and SimGrid stay the same; mdring's and the flat ring's
+are reused only while include/ and benchmarks/mdring_bench.cpp are unchanged, so
+re-running after a library change re-simulates mdring and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from simplatform import Platform, hostfile, platform_xml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build-smpi"
+BENCH = BUILD / "benchmarks" / "mdring-bench"
+PINGPONG = BUILD / "benchmarks" / "smpi-pingpong"
+SHIM_SRC = ROOT / "scripts" / "smpi" / "tmpfs_shmalloc.cpp"
+SHIM = BUILD / "libtmpfs_shmalloc.so"
+
+MB = 1_000_000
+MiB = 1 << 20
+RESNET50_BYTES = 25_600_000 * 4  # ResNet-50's 25.6 M fp32 gradients: 102.4 MB
+
+PLATFORMS = {
+    # The PowerAI DDL setup: 4 P100 per node on NVLink (2 bricks, 40 GB/s per GPU),
+    # one 10 GB/s InfiniBand uplink per node.
+    "paper": Platform("paper", 4, 40e9, 2e-6, 10e9, 5e-6,
+                      "PowerAI DDL's: 4 P100 per node on NVLink, 10 GB/s InfiniBand per node"),
+    # A DGX-like node: 8 GPUs on NVSwitch, 2 x 100 Gb/s per node.
+    "dgx": Platform("dgx", 8, 150e9, 3e-6, 25e9, 5e-6, "8 GPUs per node on NVSwitch, 25 GB/s per node"),
+    # Commodity: 4 GPUs on PCIe, 25 Gb/s Ethernet per node.
+    "ethernet": Platform("ethernet", 4, 12e9, 5e-6, 3.125e9, 20e-6, "4 GPUs per node on PCIe, 25 Gb/s Ethernet"),
+    # Two GPUs per node behind one fast NIC: the inter-node link is not much slower.
+    "fatnic": Platform("fatnic", 2, 40e9, 2e-6, 25e9, 3e-6, "2 GPUs per node, 25 GB/s per node"),
+}
+
+# SMPI 3.32's MPI_Allreduce algorithms (smpi/allreduce). Left out: "default",
+# "redbcast" and "impi" (all reduce+broadcast at these sizes, 30x slower),
+# "automatic" (runs them all), "smp_binomial_pipeline" (slow to simulate and
+# slow), "rab" (refuses MPI_FLOAT in 3.32).
+BUILTINS = ["ompi", "mpich", "mvapich2", "lr", "ompi_ring_segmented", "rab_rdb", "rab1", "rab2", "rdb",
+            "smp_rdb", "smp_rsag", "smp_rsag_lr", "smp_rsag_rab", "smp_binomial", "mvapich2_two_level",
+            "mvapich2_rs"]
+# Above 256 ranks only these (the competitive ones at large sizes; the others
+# take 10+ minutes of wall time each there, or too much memory).
+BUILTINS_LARGE = ["ompi", "mvapich2", "lr", "ompi_ring_segmented", "smp_rsag", "smp_rsag_rab", "mvapich2_rs"]
+
+# SimGrid configuration of every run.
+#  - smpi/simulate-computation:no  the host's computing (mdring's and MPI's
+#    reductions, copies) takes no simulated time: GPUs whose fused reductions run
+#    far faster than the links (mdring's cost model uses tuning::device_gamma).
+#  - ideal links: smpi/bw-factor and lat-factor 1 (SMPI's defaults are a TCP
+#    calibration), no TCP cross-traffic (acknowledgements on the reverse path).
+COMMON_CFG = ["--cfg=smpi/simulate-computation:no", "--log=root.thres:error"]
+IDEAL_CFG = ["--cfg=smpi/bw-factor:0:1", "--cfg=smpi/lat-factor:0:1", "--cfg=network/crosstraffic:0"]
+
+# Paper table: scaling efficiency of ResNet-50 (PowerAI DDL, arXiv:1708.02188).
+PAPER_GPUS = [4, 8, 16, 32, 64, 128, 256]
+PAPER_EFFICIENCY = [1.00, 1.00, 0.98, 0.99, 0.97, 0.95, 0.95]
+# One iteration: 32 images per GPU at ~215 images/s (a P100 trains ResNet-50 at
+# 200-230 images/s in fp32), then the exposed all_reduce of the gradients.
+PAPER_BATCH = 32
+PAPER_IMAGES_PER_S = 215.0
+PAPER_COMPUTE_S = PAPER_BATCH / PAPER_IMAGES_PER_S
+
+
+# ---------------------------------------------------------------------------
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def sha(*parts) -> str:
+    h = hashlib.sha1()
+    for p in parts:
+        h.update(repr(p).encode())
+    return h.hexdigest()[:16]
+
+
+def code_version() -> str:
+    """Hash of what mdring's simulated time depends on."""
+    h = hashlib.sha1()
+    files = sorted((ROOT / "include").rglob("*.hpp")) + [ROOT / "benchmarks" / "mdring_bench.cpp"]
+    for f in files:
+        h.update(str(f.relative_to(ROOT)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def simgrid_version() -> str:
+    try:
+        out = subprocess.run(["smpirun", "-version"], capture_output=True, text=True, timeout=30).stdout
+        return out.strip().splitlines()[0] if out.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 1 << 62
+
+
+def blocksize_for(ranks: int, nbytes: int) -> int:
+    """smpi/shared-malloc-blocksize: SMPI maps every allocation block by block, and
+    Linux allows vm.max_map_count (65530) mappings. About four allocations of
+    nbytes per rank (send, receive, scratch, MPI's temporaries)."""
+    bs = MiB
+    while ranks * 4 * math.ceil(max(nbytes, 1) / bs) > 40000 and bs < (1 << 30):
+        bs *= 2
+    return bs
+
+
+class Simulator:
+    def __init__(self, args):
+        self.args = args
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "platforms").mkdir(exist_ok=True)
+        self.cache_file = self.out / "results.jsonl"
+        self.cache: dict[str, dict] = {}
+        if self.cache_file.exists():
+            for line in self.cache_file.read_text().splitlines():
+                if line.strip():
+                    r = json.loads(line)
+                    self.cache[r["key"]] = r
+        self.code = code_version()
+        self.simgrid = simgrid_version()
+        self.network_cfg = IDEAL_CFG if args.network == "ideal" else []
+        self.shim = self._shim()
+        self.wall_total = 0.0
+        self.fresh: set[str] = set()  # keys simulated in this run
+
+    # ---- running smpirun ---------------------------------------------------
+    def _shim(self):
+        if self.args.no_tmpfs or not Path("/dev/shm").is_dir():
+            return None
+        if not SHIM.exists() or SHIM.stat().st_mtime < SHIM_SRC.stat().st_mtime:
+            cxx = shutil.which("g++") or shutil.which("c++")
+            if not cxx:
+                return None
+            r = subprocess.run([cxx, "-O2", "-shared", "-fPIC", "-o", str(SHIM), str(SHIM_SRC), "-ldl"],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                log(f"simulate: could not build {SHIM.name} (runs will be slower): {r.stderr.strip()}")
+                return None
+        return SHIM
+
+    def platform_files(self, p: Platform, nodes: int):
+        xml = self.out / "platforms" / f"{p.name}-{nodes}.xml"
+        hf = self.out / "platforms" / f"{p.name}-{nodes}.hosts"
+        text = platform_xml(p, nodes)
+        if not xml.exists() or xml.read_text() != text:
+            xml.write_text(text)
+            hf.write_text(hostfile(p, nodes))
+        return xml, hf
+
+    def smpirun(self, p: Platform, nodes: int, program: Path, prog_args: list[str], extra_cfg=(), nbytes=0):
+        xml, hf = self.platform_files(p, nodes)
+        ranks = nodes * p.gpus
+        cmd = ["nice", "-n", str(self.args.nice), "smpirun"]
+        if not self.args.privatize:
+            cmd.append("-no-privatize")
+        cmd += ["-np", str(ranks), "-platform", str(xml), "-hostfile", str(hf)]
+        cmd += COMMON_CFG + self.network_cfg + [f"--cfg=smpi/shared-malloc-blocksize:{blocksize_for(ranks, nbytes)}"]
+        cmd += list(extra_cfg) + [str(program)] + prog_args
+        env = dict(os.environ)
+        if self.shim:
+            env["LD_PRELOAD"] = (str(self.shim) + " " + env.get("LD_PRELOAD", "")).strip()
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True, cwd=str(self.out))
+        guard = None
+        try:
+            # Poll: stop the simulation before it takes the machine's last memory.
+            while True:
+                try:
+                    out, err = proc.communicate(timeout=2)
+                    break
+                except subprocess.TimeoutExpired:
+                    if mem_available() < self.args.min_free_gb * (1 << 30):
+                        guard = f"stopped: less than {self.args.min_free_gb} GB of memory left"
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    elif self.args.timeout and time.monotonic() - t0 > self.args.timeout:
+                        guard = f"stopped after {self.args.timeout} s (--timeout)"
+                        os.killpg(proc.pid, signal.SIGKILL)
+        except BaseException:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raise
+        wall = time.monotonic() - t0
+        self.wall_total += wall
+        return proc.returncode, out, err, wall, guard, " ".join(cmd)
+
+    # ---- measured links ------------------------------------------------------
+    def links(self, p: Platform) -> dict:
+        """Latency and bandwidth of each kind of link, measured with smpi-pingpong
+        on two nodes: per rank while every rank of a ring sends (what a ring step
+        of mdring sees), and one large message alone through an uplink (B_node)."""
+        key = "links|" + sha(p, self.args.network, self.simgrid, "v2")
+        if key in self.cache:
+            return self.cache[key]
+        G = p.gpus
+        big = 64 * MiB
+        res = {"key": key, "kind": "links", "platform": p.name}
+
+        def measure(pattern_flag, pattern):
+            rc, out, err, wall, guard, cmd = self.smpirun(
+                p, 2, PINGPONG, [pattern_flag, pattern, "--bytes", f"1,{big}", "--iters", "20"], nbytes=big)
+            rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+            if rc != 0 or len(rows) != 2:
+                raise SystemExit(f"simulate: smpi-pingpong failed ({cmd}):\n{err[-3000:]}")
+            t1, tb = rows[0]["seconds"], rows[1]["seconds"]
+            return t1, big / (tb - t1)
+
+        if G > 1:
+            res["alpha_intra"], res["bw_intra_rank"] = measure("--rings", ",".join(str(i) for i in range(G)))
+        else:
+            res["alpha_intra"], res["bw_intra_rank"] = 0.0, p.bw_gpu
+        res["alpha_inter"], res["bw_inter_rank"] = measure("--rings", "/".join(f"{i},{G + i}" for i in range(G)))
+        res["alpha_node"], res["bw_node"] = measure("--pairs", f"0:{G}")
+        self.store(res)
+        return res
+
+    # ---- one point -----------------------------------------------------------
+    def point(self, p: Platform, nodes: int, nbytes: int, lib: str) -> dict:
+        """lib: "mdring", "flat" or "mpi:<algorithm>"."""
+        ranks = nodes * p.gpus
+        L = self.links(p)
+        if lib in ("mdring", "flat"):
+            key = f"{lib}|" + sha(p, self.args.network, self.simgrid, nodes, nbytes, self.code)
+        else:
+            key = f"{lib}|" + sha(p, self.args.network, self.simgrid, nodes, nbytes)
+        rerun = self.args.rerun == "all" or (self.args.rerun == "mdring" and lib in ("mdring", "flat"))
+        if key in self.fresh or (key in self.cache and not rerun):
+            return self.cache[key]
+        intra = f"sim-intra={L['bw_intra_rank']:.9g},{L['alpha_intra']:.9g},full,device"
+        inter = f"sim-inter={L['bw_inter_rank']:.9g},{L['alpha_inter']:.9g},ring,device"
+        # The flat ring's step is limited by its one message per uplink direction.
+        flat_link = (f"sim-flat={L['bw_node']:.9g},{L['alpha_inter']:.9g},ring,device" if nodes > 1 else
+                     f"sim-flat={L['bw_intra_rank']:.9g},{L['alpha_intra']:.9g},ring,device")
+        args = ["--op", "all_reduce", "--dtype", "float", "--bytes", str(nbytes), "--iters", "1", "--warmup", "0",
+                "--json"]
+        cfg = []
+        if lib == "mdring":
+            topo = f"sim-intra:{p.gpus}xsim-inter:{nodes}" if nodes > 1 else f"sim-intra:{p.gpus}"
+            args += ["--topology", topo, "--link", intra, "--link", inter]
+        elif lib == "flat":
+            args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link]
+        else:
+            alg = lib.split(":", 1)[1]
+            topo = f"sim-intra:{p.gpus}xsim-inter:{nodes}" if nodes > 1 else f"sim-intra:{p.gpus}"
+            args += ["--topology", topo, "--link", intra, "--link", inter, "--baseline", "mpi", "--baseline-only"]
+            cfg = [f"--cfg=smpi/allreduce:{alg}"]
+        log(f"simulate: {p.name} {nodes}x{p.gpus}={ranks} ranks, {nbytes} B, {lib} ...")
+        rc, out, err, wall, guard, cmd = self.smpirun(p, nodes, BENCH, args, cfg, nbytes=nbytes)
+        rows = [json.loads(l) for l in out.splitlines() if l.startswith('{"op"')]
+        r = {"key": key, "kind": "point", "platform": p.name, "gpus": p.gpus, "nodes": nodes, "ranks": ranks,
+             "bytes": nbytes, "lib": lib, "wall_s": round(wall, 2), "code": self.code if lib in ("mdring", "flat") else None,
+             "simgrid": self.simgrid, "network": self.args.network}
+        if rc == 0 and len(rows) == 1:
+            row = rows[0]
+            r["status"] = "ok"
+            r["sim_s"] = row["baseline_s"] if lib.startswith("mpi:") else row["mdring_s"]
+            r["predicted_s"] = row["predicted_s"] if lib in ("mdring", "flat") else None
+        else:
+            r["status"] = "failed"
+            r["error"] = guard or (err.strip().splitlines() or ["exit code %d" % rc])[-1][:300]
+            log(f"simulate:   failed: {r['error']}")
+        log(f"simulate:   {r.get('sim_s', float('nan')) * 1e3 if r['status'] == 'ok' else float('nan'):.3f} ms simulated, "
+            f"{wall:.1f} s wall")
+        self.fresh.add(key)
+        self.store(r)
+        return r
+
+    def store(self, r: dict) -> None:
+        self.cache[r["key"]] = r
+        with open(self.cache_file, "a") as f:
+            f.write(json.dumps(r) + "\n")
+
+    def builtins_for(self, ranks: int) -> list[str]:
+        names = self.args.builtins
+        if ranks > 256 and not self.args.all_builtins_large:
+            names = [b for b in names if b in BUILTINS_LARGE]
+        return ["mpi:" + b for b in names]
+
+    def best_builtin(self, p, nodes, nbytes):
+        best = None
+        for lib in self.builtins_for(nodes * p.gpus):
+            r = self.point(p, nodes, nbytes, lib)
+            if r["status"] == "ok" and (best is None or r["sim_s"] < best["sim_s"]):
+                best = r
+        return best
+
+
+# ---------------------------------------------------------------------------
+def bound_s(links: dict, nodes: int, nbytes: int) -> float:
+    """Inter-node lower bound 2 (N-1)/N S / B_node: each node must send and receive
+    that much through its uplink."""
+    return 2 * (nodes - 1) / nodes * nbytes / links["bw_node"] if nodes > 1 else float("nan")
+
+
+def fmt_ms(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 1e3:.2f}"
+
+
+def fmt_bytes(b: int) -> str:
+    if b == RESNET50_BYTES:
+        return "102.4 MB"
+    if b % MiB == 0:
+        return f"{b // MiB} MiB"
+    return f"{b / MB:g} MB"
+
+
+def sweep(sim: Simulator, p: Platform, points: list[tuple[int, int]], builtins=True):
+    """Rows for (nodes, bytes) points: mdring, flat ring, best built-in, bound."""
+    L = sim.links(p)
+    rows = []
+    for nodes, nbytes in points:
+        md = sim.point(p, nodes, nbytes, "mdring")
+        fl = sim.point(p, nodes, nbytes, "flat")
+        per_alg = {}
+        best = None
+        if builtins:
+            for lib in sim.builtins_for(nodes * p.gpus):
+                r = sim.point(p, nodes, nbytes, lib)
+                per_alg[lib[4:]] = r.get("sim_s") if r["status"] == "ok" else None
+                if r["status"] == "ok" and (best is None or r["sim_s"] < best["sim_s"]):
+                    best = r
+        b = bound_s(L, nodes, nbytes)
+        row = {"platform": p.name, "gpus_per_node": p.gpus, "nodes": nodes, "ranks": nodes * p.gpus, "bytes": nbytes,
+               "mdring_s": md.get("sim_s"), "mdring_predicted_s": md.get("predicted_s"),
+               "flat_s": fl.get("sim_s"), "flat_predicted_s": fl.get("predicted_s"),
+               "best_builtin": best["lib"][4:] if best else None, "best_builtin_s": best["sim_s"] if best else None,
+               "bound_s": b, "mdring_wall_s": md["wall_s"], "flat_wall_s": fl["wall_s"],
+               "builtins_wall_s": round(sum(sim.point(p, nodes, nbytes, l)["wall_s"] for l in sim.builtins_for(nodes * p.gpus)), 1) if builtins else 0,
+               "builtins": per_alg}
+        rows.append(row)
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    flat = []
+    for r in rows:
+        r = dict(r)
+        b = r.pop("builtins", {}) or {}
+        for k, v in b.items():
+            r[f"mpi_{k}_s"] = v
+        flat.append(r)
+    keys = []
+    for r in flat:
+        for k in r:
+            if k not in keys:
+                keys.append(k)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in flat:
+            w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def ratio(a, b):
+    return a / b if a and b and not math.isnan(a) and not math.isnan(b) else float("nan")
+
+
+def table_scaling(rows, title) -> str:
+    s = [f"### {title}", "",
+         "| ranks (nodes x GPUs) | size | mdring ms | predicted ms | flat ring ms | best built-in | ms | bound ms | "
+         "mdring / bound | mdring / best built-in |",
+         "| ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        s.append(f"| {r['ranks']} ({r['nodes']}x{r['gpus_per_node']}) | {fmt_bytes(r['bytes'])} | {fmt_ms(r['mdring_s'])} | "
+                 f"{fmt_ms(r['mdring_predicted_s'])} | {fmt_ms(r['flat_s'])} | {r['best_builtin'] or '-'} | "
+                 f"{fmt_ms(r['best_builtin_s'])} | {fmt_ms(r['bound_s'])} | {ratio(r['mdring_s'], r['bound_s']):.3f} | "
+                 f"{ratio(r['mdring_s'], r['best_builtin_s']):.3f} |")
+    return "\n".join(s) + "\n"
+
+
+def table_model(rows) -> str:
+    s = ["| platform | ranks | size | mdring simulated ms | predicted ms | error | flat ring simulated ms | "
+         "predicted ms | error |",
+         "| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        e1 = ratio(r["mdring_predicted_s"], r["mdring_s"]) - 1
+        e2 = ratio(r["flat_predicted_s"], r["flat_s"]) - 1
+        s.append(f"| {r['platform']} | {r['ranks']} | {fmt_bytes(r['bytes'])} | {fmt_ms(r['mdring_s'])} | "
+                 f"{fmt_ms(r['mdring_predicted_s'])} | {e1:+.1%} | {fmt_ms(r['flat_s'])} | "
+                 f"{fmt_ms(r['flat_predicted_s'])} | {e2:+.1%} |")
+    return "\n".join(s) + "\n"
+
+
+def table_paper(rows) -> str:
+    by_gpus = {r["ranks"]: r for r in rows}
+    s = [f"Efficiency = T_compute / (T_compute + T_all_reduce), T_compute = {PAPER_BATCH} images / "
+         f"{PAPER_IMAGES_PER_S:g} images/s = {PAPER_COMPUTE_S * 1e3:.1f} ms, all_reduce of {RESNET50_BYTES / 1e6:g} MB "
+         "(25.6 M fp32 gradients), exposed.", "",
+         "| GPUs | PowerAI DDL (paper) | mdring | flat ring | best built-in | (which) | mdring all_reduce ms |",
+         "| ---: | ---: | ---: | ---: | ---: | :--- | ---: |"]
+    for g, e in zip(PAPER_GPUS, PAPER_EFFICIENCY):
+        r = by_gpus.get(g)
+        if not r:
+            continue
+        eff = lambda t: f"{PAPER_COMPUTE_S / (PAPER_COMPUTE_S + t):.3f}" if t else "-"  # noqa: E731
+        s.append(f"| {g} | {e:.2f} | {eff(r['mdring_s'])} | {eff(r['flat_s'])} | {eff(r['best_builtin_s'])} | "
+                 f"{r['best_builtin'] or '-'} | {fmt_ms(r['mdring_s'])} |")
+    return "\n".join(s) + "\n"
+
+
+def plot(rows_ranks, rows_bytes, out: Path) -> list[Path]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("simulate: no matplotlib (apt-get install python3-matplotlib): no plots")
+        return []
+    made = []
+    for rows, xkey, name, xlabel in ((rows_ranks, "ranks", "scaling_ranks.png", "ranks (4 GPUs per node)"),
+                                     (rows_bytes, "bytes", "scaling_bytes.png", "bytes")):
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+        xs = [r[xkey] for r in rows]
+        series = [("mdring", "mdring_s", "o-"), ("mdring, cost model", "mdring_predicted_s", "x:"),
+                  ("flat ring", "flat_s", "s-"), ("best SMPI built-in", "best_builtin_s", "^-"),
+                  ("bound 2(N-1)/N S/B_node", "bound_s", "--")]
+        for label, k, style in series:
+            ys = [r[k] * 1e3 if r.get(k) and not math.isnan(r[k]) else float("nan") for r in rows]
+            ax.plot(xs, ys, style, label=label)
+        ax.set_xscale("log", base=2 if xkey == "ranks" else 10)
+        if xkey == "bytes":
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("all_reduce time, ms (simulated)")
+        p0 = rows[0]
+        ax.set_title(f"{p0['platform']} platform, " + (f"{fmt_bytes(p0['bytes'])} fp32" if xkey == "ranks"
+                                                        else f"{p0['ranks']} ranks"))
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+# ---------------------------------------------------------------------------
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="a tiny check (16 ranks, 1 MiB; and 16 ranks checked "
+                    "element by element): about a minute with the build")
+    ap.add_argument("--sections", default="links,ranks,bytes,model,paper",
+                    help="what to run: links, ranks, bytes, model, paper, large (comma separated)")
+    ap.add_argument("--large", action="store_true", help="add the 1024-rank points (256 nodes x 4); long")
+    ap.add_argument("--paper", action="store_true", help="only the paper's table (same as --sections paper)")
+    ap.add_argument("--builtins", default=",".join(BUILTINS), help="SMPI allreduce algorithms to compare")
+    ap.add_argument("--all-builtins-large", action="store_true", help="every built-in above 256 ranks too")
+    ap.add_argument("--rerun", choices=["none", "mdring", "all"], default="none",
+                    help="ignore cached results (mdring: mdring's and the flat ring's)")
+    ap.add_argument("--network", choices=["ideal", "smpi"], default="ideal",
+                    help="ideal links (default) or SMPI's default TCP-calibrated factors")
+    ap.add_argument("--privatize", action="store_true", help="SMPI privatization of globals (slower; "
+                    "mdring-bench runs correctly without)")
+    ap.add_argument("--no-tmpfs", action="store_true", help="do not LD_PRELOAD tmpfs_shmalloc (slower)")
+    ap.add_argument("--nice", type=int, default=10)
+    ap.add_argument("--timeout", type=float, default=0, help="stop a run after this many seconds (0: never)")
+    ap.add_argument("--min-free-gb", type=float, default=3.0, help="stop a run when less memory is left")
+    ap.add_argument("--out", default=str(ROOT / "out" / "simulate"))
+    ap.add_argument("--publish", metavar="DIR", help="also copy the CSVs, plots and tables.md here "
+                    "(docs/scaling for the repository's)")
+    args = ap.parse_args()
+    args.builtins = [b for b in args.builtins.split(",") if b]
+    if not BENCH.exists() or not PINGPONG.exists():
+        log(f"simulate: {BENCH} is missing: cmake --preset smpi && cmake --build --preset smpi")
+        return 2
+    sim = Simulator(args)
+    out = sim.out
+    log(f"simulate: {sim.simgrid}, network {args.network}, results in {out}"
+        + ("" if sim.shim else " (without the tmpfs shim: slower)"))
+
+    if args.smoke:
+        return smoke(sim)
+
+    sections = set(args.sections.split(","))
+    if args.paper:
+        sections = {"paper"}
+    if args.large:
+        sections.add("large")
+    paper = PLATFORMS["paper"]
+    report = [f"Simulated with {sim.simgrid} (network: {args.network}), mdring code {sim.code}.", ""]
+    csvs = []
+
+    if "links" in sections or "model" in sections:
+        report += ["### Links (measured with smpi-pingpong on two nodes)", "",
+                   "| platform | intra: latency us, GB/s per rank | inter: latency us, GB/s per rank "
+                   "| one message through the uplink: GB/s (B_node) |",
+                   "| :--- | ---: | ---: | ---: |"]
+        for name in ("paper", "dgx", "ethernet", "fatnic"):
+            L = sim.links(PLATFORMS[name])
+            report.append(f"| {PLATFORMS[name].describe()} | {L['alpha_intra'] * 1e6:.2f}, {L['bw_intra_rank'] / 1e9:.2f} | "
+                          f"{L['alpha_inter'] * 1e6:.2f}, {L['bw_inter_rank'] / 1e9:.3f} | {L['bw_node'] / 1e9:.3f} |")
+        report.append("")
+
+    rows_ranks, rows_bytes = [], []
+    nodes_list = [1, 2, 4, 8, 16, 32, 64] + ([256] if "large" in sections else [])
+    if "ranks" in sections or "paper" in sections or "large" in sections:
+        rows_ranks = sweep(sim, paper, [(n, RESNET50_BYTES) for n in nodes_list
+                                        if "ranks" in sections or "large" in sections or n <= 64])
+        write_csv(out / "scaling_ranks.csv", rows_ranks)
+        csvs.append(out / "scaling_ranks.csv")
+        report.append(table_scaling(rows_ranks, f"Time against ranks: {paper.describe()}, 102.4 MB"))
+    if "bytes" in sections:
+        rows_bytes = sweep(sim, paper, [(64, b) for b in (MiB, 4 * MiB, 16 * MiB, 64 * MiB)]
+                           + [(64, RESNET50_BYTES)])
+        write_csv(out / "scaling_bytes.csv", rows_bytes)
+        csvs.append(out / "scaling_bytes.csv")
+        report.append(table_scaling(rows_bytes, f"Time against bytes: {paper.describe()}, 256 ranks"))
+    if "model" in sections:
+        pts = []
+        for name, nodes in (("paper", 64), ("dgx", 16), ("ethernet", 16), ("fatnic", 32)):
+            pts += sweep(sim, PLATFORMS[name], [(nodes, b) for b in (MiB, 16 * MiB, RESNET50_BYTES)], builtins=False)
+        write_csv(out / "cost_model.csv", pts)
+        csvs.append(out / "cost_model.csv")
+        report += ["### Cost model (explain()) against simulation", "", table_model(pts)]
+    if "paper" in sections and rows_ranks:
+        pr = [r for r in rows_ranks if r["ranks"] in PAPER_GPUS]
+        write_csv(out / "paper_table.csv", [{"gpus": r["ranks"], "paper": e,
+                                             "mdring": PAPER_COMPUTE_S / (PAPER_COMPUTE_S + r["mdring_s"]),
+                                             "flat_ring": PAPER_COMPUTE_S / (PAPER_COMPUTE_S + r["flat_s"]),
+                                             "best_builtin": PAPER_COMPUTE_S / (PAPER_COMPUTE_S + r["best_builtin_s"]),
+                                             "best_builtin_name": r["best_builtin"]}
+                                            for r, e in zip(pr, PAPER_EFFICIENCY)])
+        csvs.append(out / "paper_table.csv")
+        report += ["### ResNet-50 scaling efficiency (paper platform)", "", table_paper(pr)]
+    pngs = plot(rows_ranks if "ranks" in sections or "large" in sections else [], rows_bytes, out)
+    text = "\n".join(report)
+    (out / "tables.md").write_text(text)
+    print(text)
+    log(f"simulate: {sim.wall_total:.0f} s of simulations in this run; tables in {out / 'tables.md'}")
+    if args.publish:
+        dest = Path(args.publish)
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in csvs + pngs + [out / "tables.md"]:
+            shutil.copy(f, dest / f.name)
+        log(f"simulate: copied {len(csvs) + len(pngs) + 1} files to {dest}")
+    return 0
+
+
+def smoke(sim: Simulator) -> int:
+    """16 ranks: mdring, the flat ring and two built-ins time 1 MiB; mdring's
+    results are checked element by element with real buffers (--check)."""
+    p = PLATFORMS["paper"]
+    sim.args.builtins = ["lr", "ompi"]
+    rows = sweep(sim, p, [(4, MiB)])
+    r = rows[0]
+    ok = all(r[k] for k in ("mdring_s", "flat_s", "best_builtin_s"))
+    L = sim.links(p)
+    intra = f"sim-intra={L['bw_intra_rank']:.9g},{L['alpha_intra']:.9g},full,device"
+    inter = f"sim-inter={L['bw_inter_rank']:.9g},{L['alpha_inter']:.9g},ring,device"
+    rc, out, err, wall, guard, cmd = sim.smpirun(
+        p, 4, BENCH, ["--topology", "sim-intra:4xsim-inter:4", "--link", intra, "--link", inter, "--min-bytes", "4",
+                      "--max-bytes", "256K", "--factor", "64", "--iters", "2", "--warmup", "1", "--check",
+                      "--baseline", "mpi", "--json"], ["--cfg=smpi/allreduce:lr"], nbytes=256 * 1024)
+    checks = [json.loads(l)["check"] for l in out.splitlines() if l.startswith('{"op"')]
+    print(table_scaling(rows, "smoke: 16 ranks (4 nodes x 4), 1 MiB"))
+    print(f"checked runs (16 ranks, 4 B .. 256 KiB, real buffers): {checks} ({wall:.1f} s)")
+    if rc != 0 or not checks or any(c != "ok" for c in checks):
+        print(err[-2000:], file=sys.stderr)
+        ok = False
+    print("smoke: " + ("ok" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
