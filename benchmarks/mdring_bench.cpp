@@ -66,6 +66,7 @@ struct config {
   double timeout = 0;
   std::size_t root = 0;
   std::vector<md::link_info> links;  // --link, registered before --topology is parsed
+  std::size_t segment_bytes = 0, pipeline_depth = 0;  // options.tune's, when given
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -77,7 +78,7 @@ struct config {
                "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|none] [--baseline-only] [--json]\n"
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
-               "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]...\n"
+               "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]... [--segment-bytes N] [--pipeline-depth N]\n"
                "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
                why.c_str());
   std::exit(2);
@@ -158,6 +159,8 @@ config parse(int argc, char** argv) {
     else if (a == "--root") c.root = std::size_t(std::atol(next().c_str()));
     else if (a == "--timeout") c.timeout = std::atof(next().c_str());
     else if (a == "--link") c.links.push_back(parse_link(next()));
+    else if (a == "--segment-bytes") c.segment_bytes = parse_bytes(next());
+    else if (a == "--pipeline-depth") c.pipeline_depth = std::size_t(std::atol(next().c_str()));
     else if (a == "--algorithms") {
       std::string s = next();
       std::size_t pos = 0;
@@ -551,6 +554,8 @@ md::options make_options(const config& cfg) {
   md::options o;
   o.algorithms = cfg.algorithms;
   if (cfg.timeout > 0) o.timeout = std::chrono::milliseconds(long(cfg.timeout * 1000));
+  if (cfg.segment_bytes) o.tune.segment_bytes = cfg.segment_bytes;
+  if (cfg.pipeline_depth) o.tune.pipeline_depth = cfg.pipeline_depth;
   return o;
 }
 
