@@ -57,7 +57,7 @@ struct config {
   std::size_t min_bytes = 4096, max_bytes = std::size_t(64) << 20;
   double factor = 2;
   int iters = 20, warmup = 5;
-  bool check = false, json = false, inplace = false;
+  bool check = false, json = false, inplace = false, explain = false;
   std::string baseline = "none";
   std::string plot;  // --plot FILE.png: also FILE.png.jsonl, drawn by scripts/plot_bench.py
   bool baseline_only = false;  // time the baseline alone (mdring's columns are null)
@@ -76,6 +76,7 @@ struct config {
                "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
                "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
                "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|none] [--baseline-only] [--json]\n"
+               "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
                "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]... [--segment-bytes N] [--pipeline-depth N]\n"
@@ -150,6 +151,7 @@ config parse(int argc, char** argv) {
     else if (a == "--iters") c.iters = std::atoi(next().c_str());
     else if (a == "--warmup") c.warmup = std::atoi(next().c_str());
     else if (a == "--check") c.check = true;
+    else if (a == "--explain") c.explain = true;
     else if (a == "--inplace") c.inplace = true;
     else if (a == "--json") c.json = true;
     else if (a == "--plot") c.plot = next();
@@ -431,7 +433,9 @@ std::vector<result_row> run_sizes(const config& cfg, Comm& comm, const world_ops
     }
     row.mdring_s = tm.empty() ? 0 : median(tm);
     row.baseline_s = has_baseline ? median(tb) : 0;
-    row.predicted_s = comm.template make_plan<T>(rn.count, collective_of(cfg.op), op, cfg.root).seconds();
+    const auto pl = comm.template make_plan<T>(rn.count, collective_of(cfg.op), op, cfg.root);
+    row.predicted_s = pl.seconds();
+    if (cfg.explain && comm.rank() == 0) std::fprintf(stderr, "%s\n", pl.to_string().c_str());
     row.errors = w.sum_int(int(std::min<long>(row.errors, 1 << 20)));
     rows.push_back(row);
     if (bytes >= cfg.max_bytes) break;

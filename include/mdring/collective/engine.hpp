@@ -783,8 +783,16 @@ private:
       sg.nreq = nreq_;
       queue[(head + queued++) % max_depth] = slot;
     };
+    // Tags carry the segment modulo max_depth: when segments finish out of order,
+    // one may start only while no segment max_depth before it is still in flight.
+    auto oldest = [&] {
+      std::size_t o = next;
+      for (const auto& sg : segs)
+        if (sg.busy && sg.index < o) o = sg.index;
+      return o;
+    };
     auto admit = [&] {
-      while (next < pl.segments && active < pl.depth &&
+      while (next < pl.segments && active < pl.depth && next - oldest() < max_depth &&
              (newest == max_depth || !segs[newest].busy || segs[newest].stage > 0)) {
         std::size_t slot = 0;
         while (segs[slot].busy) ++slot;
@@ -794,19 +802,46 @@ private:
         post(slot);
       }
     };
+    // Completes the posted step of the segment in queue position i and posts its next.
+    auto advance = [&](std::size_t i) {
+      const std::size_t slot = queue[(head + i) % max_depth];
+      for (std::size_t j = i; j > 0; --j) queue[(head + j) % max_depth] = queue[(head + j - 1) % max_depth];
+      head = (head + 1) % max_depth, --queued;
+      segment& sg = segs[slot];
+      select(sg, slot);
+      pipeline_step(pl, prog[sg.stage], sg, slot, send, recv, true, first, last);
+      sg.nreq = 0;
+      if (++sg.step == prog[sg.stage].steps) sg.step = 0, ++sg.stage;
+      if (sg.stage < prog.size()) post(slot);
+      else sg.busy = false, --active;
+      admit();
+    };
     try {
       admit();
-      while (queued) {
-        const std::size_t slot = queue[head];
-        head = (head + 1) % max_depth, --queued;
-        segment& sg = segs[slot];
-        select(sg, slot);
-        pipeline_step(pl, prog[sg.stage], sg, slot, send, recv, true, first, last);
-        sg.nreq = 0;
-        if (++sg.step == prog[sg.stage].steps) sg.step = 0, ++sg.stage;
-        if (sg.stage < prog.size()) post(slot);
-        else sg.busy = false, --active;
-        admit();
+      if (any_order(prog)) {
+        // Whichever segment's step is done goes on first, so a long stage of one
+        // segment (a direct stage inside a node) does not hold up the steps of the
+        // others (a ring between nodes). No step here is a shared one, whose
+        // arrive/leave must happen in the same order on every rank; every other
+        // step waits only for messages already posted (see above), so this order
+        // cannot deadlock either.
+        while (queued) {
+          std::size_t ready = queued;
+          for (std::size_t i = 0; i < queued && ready == queued; ++i) {
+            const segment& sg = segs[queue[(head + i) % max_depth]];
+            const auto* rq = reqs_ + queue[(head + i) % max_depth] * per_slot;
+            bool done = true;
+            for (std::size_t k = 0; k < sg.nreq && done; ++k) done = transport_t::complete(rq[k]);
+            if (done) ready = i;
+          }
+          if (ready < queued) {
+            advance(ready);
+            continue;
+          }
+          wait_any_segment(prog, segs, pl.depth * per_slot, per_slot);
+        }
+      } else {
+        while (queued) advance(0);
       }
     } catch (...) {
       for (std::size_t slot = 0; slot < max_depth; ++slot)
@@ -814,6 +849,39 @@ private:
           tr_.cancel_all(std::span<typename transport_t::request>(reqs_ + slot * per_slot, segs[slot].nreq));
       nreq_ = 0;
       throw;
+    }
+  }
+
+  static constexpr bool has_wait_any = requires(transport_t& t, std::span<typename transport_t::request> rs,
+                                                const typename transport_t::request& r, deadline_clock::time_point dl) {
+    { t.wait_any(rs, dl) } -> std::same_as<wait_status>;
+    { transport_t::complete(r) } -> std::convertible_to<bool>;
+  };
+  // Segments may complete their steps out of order: the transport can wait for
+  // any of several requests, and no stage of the program uses shared access.
+  bool any_order(const std::vector<pipeline_stage>& prog) {
+    if constexpr (!has_wait_any) return false;
+    for (const auto& st : prog)
+      if (shared(st.d)) return false;
+    return true;
+  }
+  // Blocks until some request of the segments in flight completes; raises what a
+  // timeout or a failed peer means, naming the step of the segment it concerns.
+  template <class Segs>
+  void wait_any_segment(const std::vector<pipeline_stage>& prog, Segs& segs, std::size_t n, std::size_t per_slot) {
+    if constexpr (has_wait_any) {
+      std::span<typename transport_t::request> rs(reqs_, n);
+      const wait_status st = tr_.wait_any(rs, deadline());
+      if (st.kind == wait_status::done) return;
+      const std::size_t slot = st.kind == wait_status::timeout ? st.index / per_slot : 0;
+      const auto& sg = segs[slot];
+      const auto& stage = prog[sg.stage < prog.size() ? sg.stage : 0];
+      const bool rs_phase = stage.ph == phase::reduce_scatter && sg.step < stage.rs_steps;
+      const std::size_t step = rs_phase ? sg.step : sg.step - stage.rs_steps;
+      const auto& info = infos_[st.kind == wait_status::timeout ? st.index : slot * per_slot];
+      raise(st, rs_phase ? phase::reduce_scatter : phase::all_gather,
+            st.kind == wait_status::timeout ? info.dim : stage.d, step, info.peer,
+            info.is_send ? " to receive what rank " : " to send to rank ");
     }
   }
 

@@ -210,29 +210,33 @@ public:
     (void)deadline;
     return wait_all_simulated(rs);
 #else
+    return wait_until(rs, deadline, false);
+#endif
+  }
+
+  // Returns once at least one of the requests that are pending in rs has
+  // completed (at once when none is pending); complete() says which. It lets the
+  // pipelined all_reduce go on with whichever segment's step is done first.
+  wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
+#if MDRING_SMPI
+    (void)deadline;
+    return wait_any_simulated(rs);
+#else
+    return wait_until(rs, deadline, true);
+#endif
+  }
+  static bool complete(const request& rq) noexcept { return rq.n == 0; }
+
+#if !MDRING_SMPI
+  wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
     for (unsigned spin = 0;; ++spin) {
-      bool all = true;
+      bool all = true, some = false;
       for (auto& rq : rs) {
         if (rq.n == 0) continue;
-        int flag = 0;
-        MPI_Status st[2];
-        const int rc = MPI_Testall(rq.n, rq.r, &flag, st);
-        if (rc != MPI_SUCCESS) {
-          int code = rc;
-          for (int i = 0; i < rq.n; ++i)
-            if (rc == MPI_ERR_IN_STATUS && st[i].MPI_ERROR != MPI_SUCCESS) code = st[i].MPI_ERROR;
-          throw mpi_error("mdring::mpi: a message failed: " + detail::error_string(code) +
-                              " (did the ranks pass different counts or types to the same collective?)",
-                          code);
-        }
-        if (!flag) {
-          all = false;
-          continue;
-        }
-        if (rq.recv) check_received(rq, st);
-        rq.n = 0;
+        if (test(rq)) some = true;
+        else all = false;
       }
-      if (all) return wait_status::ok();
+      if (all || (any && some)) return wait_status::ok();
       if (auto f = poll_control()) return *f;
       if ((spin & 63) == 63) {
         if (deadline_clock::now() >= deadline) {
@@ -243,7 +247,27 @@ public:
         std::this_thread::yield();
       }
     }
+  }
+  // Completes rq if its messages are done (true); throws if one failed.
+  bool test(request& rq) {
+    int flag = 0;
+    MPI_Status st[2];
+    const int rc = MPI_Testall(rq.n, rq.r, &flag, st);
+    if (rc != MPI_SUCCESS) message_failed(rq, rc, st);
+    if (!flag) return false;
+    if (rq.recv) check_received(rq, st);
+    rq.n = 0;
+    return true;
+  }
 #endif
+
+  [[noreturn]] static void message_failed(const request& rq, int rc, const MPI_Status* st) {
+    int code = rc;
+    for (int i = 0; i < rq.n; ++i)
+      if (rc == MPI_ERR_IN_STATUS && st[i].MPI_ERROR != MPI_SUCCESS) code = st[i].MPI_ERROR;
+    throw mpi_error("mdring::mpi: a message failed: " + detail::error_string(code) +
+                        " (did the ranks pass different counts or types to the same collective?)",
+                    code);
   }
 
 #if MDRING_SMPI
@@ -255,17 +279,30 @@ public:
       if (rq.n == 0) continue;
       MPI_Status st[2];
       const int rc = MPI_Waitall(rq.n, rq.r, st);
-      if (rc != MPI_SUCCESS) {
-        int code = rc;
-        for (int i = 0; i < rq.n; ++i)
-          if (rc == MPI_ERR_IN_STATUS && st[i].MPI_ERROR != MPI_SUCCESS) code = st[i].MPI_ERROR;
-        throw mpi_error("mdring::mpi: a message failed: " + detail::error_string(code) +
-                            " (did the ranks pass different counts or types to the same collective?)",
-                        code);
-      }
+      if (rc != MPI_SUCCESS) message_failed(rq, rc, st);
       if (rq.recv) check_received(rq, st);
       rq.n = 0;
     }
+    return wait_status::ok();
+  }
+  // MPI_Waitany over the first piece of every pending request, then the rest of
+  // that request's pieces (one message cut in two: they complete together).
+  wait_status wait_any_simulated(std::span<request> rs) {
+    any_req_.clear();
+    any_idx_.clear();
+    for (std::size_t i = 0; i < rs.size(); ++i)
+      if (rs[i].n) any_req_.push_back(rs[i].r[0]), any_idx_.push_back(i);
+    if (any_req_.empty()) return wait_status::ok();
+    int k = MPI_UNDEFINED;
+    MPI_Status st[2];
+    int rc = MPI_Waitany(int(any_req_.size()), any_req_.data(), &k, &st[0]);
+    if (k == MPI_UNDEFINED) return wait_status::ok();
+    request& rq = rs[any_idx_[std::size_t(k)]];
+    rq.r[0] = MPI_REQUEST_NULL;
+    if (rc == MPI_SUCCESS && rq.n > 1) rc = MPI_Wait(&rq.r[1], &st[1]);
+    if (rc != MPI_SUCCESS) message_failed(rq, rc, st);
+    if (rq.recv) check_received(rq, st);
+    rq.n = 0;
     return wait_status::ok();
   }
 #endif
@@ -505,6 +542,10 @@ private:
   bool failed_ = false;
   std::size_t failed_rank_ = 0;
   std::string failed_reason_;
+#if MDRING_SMPI
+  std::vector<MPI_Request> any_req_;  // wait_any_simulated's
+  std::vector<std::size_t> any_idx_;
+#endif
 };
 
 }  // namespace mpi

@@ -280,30 +280,18 @@ public:
   }
 
   wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
-    auto& me = w_->box(rank_);
-    for (;;) {
-      std::uint64_t seen;
-      {
-        std::lock_guard lock(me.m);
-        seen = me.events;
-      }
-      bool all = true;
-      for (auto& r : rs) {
-        if (r.kind == request::recv && !r.done) try_receive(r);
-        if (!complete(r)) all = false;
-      }
-      if (all) return wait_status::ok();
-      if (w_->failed()) return failure();
-      std::unique_lock lock(me.m);
-      const bool woke = me.cv.wait_until(lock, deadline, [&] { return me.events != seen; });
-      if (!woke) {
-        lock.unlock();
-        for (std::size_t i = 0; i < rs.size(); ++i) {
-          if (rs[i].kind == request::recv && !rs[i].done) try_receive(rs[i]);
-          if (!complete(rs[i])) return wait_status{wait_status::timeout, i, 0, {}};
-        }
-        return wait_status::ok();
-      }
+    return wait_until(rs, deadline, false);
+  }
+  // Returns once at least one request that was pending in rs has completed (at
+  // once when none was); complete() says which.
+  wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
+    return wait_until(rs, deadline, true);
+  }
+  static bool complete(const request& r) noexcept {
+    switch (r.kind) {
+      case request::send: return r.desc.state.load(std::memory_order_acquire) == detail::send_desc::done;
+      case request::recv: return r.done;
+      default: return true;
     }
   }
 
@@ -330,11 +318,37 @@ public:
   void abort(const std::string& reason) noexcept { w_->fail(rank_, reason); }
 
 private:
-  static bool complete(const request& r) noexcept {
-    switch (r.kind) {
-      case request::send: return r.desc.state.load(std::memory_order_acquire) == detail::send_desc::done;
-      case request::recv: return r.done;
-      default: return true;
+  wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
+    auto& me = w_->box(rank_);
+    std::size_t pending = 0;
+    for (auto& r : rs) pending += !complete(r);
+    for (;;) {
+      std::uint64_t seen;
+      {
+        std::lock_guard lock(me.m);
+        seen = me.events;
+      }
+      std::size_t left = 0;
+      for (auto& r : rs) {
+        if (r.kind == request::recv && !r.done) try_receive(r);
+        left += !complete(r);
+      }
+      if (left == 0 || (any && left < pending)) return wait_status::ok();
+      if (w_->failed()) return failure();
+      std::unique_lock lock(me.m);
+      const bool woke = me.cv.wait_until(lock, deadline, [&] { return me.events != seen; });
+      if (!woke) {
+        lock.unlock();
+        left = 0;
+        for (auto& r : rs) {
+          if (r.kind == request::recv && !r.done) try_receive(r);
+          left += !complete(r);
+        }
+        if (left == 0 || (any && left < pending)) return wait_status::ok();
+        for (std::size_t i = 0; i < rs.size(); ++i)
+          if (!complete(rs[i])) return wait_status{wait_status::timeout, i, 0, {}};
+        return wait_status::ok();
+      }
     }
   }
 
