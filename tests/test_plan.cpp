@@ -314,6 +314,36 @@ TEST_CASE("stage_seconds: the table of cost.hpp with hand-computed numbers") {
         doctest::Approx(63 * (2e-6 + 65536.0 / 12.5e9)).epsilon(1e-12));
 }
 
+TEST_CASE("pipeline model: segments in flight overlap their latencies (hand-computed)") {
+  // Two rings of 2 ranks, 64 bytes/s, latency 1 s and 2 s, no folding cost; 512
+  // one-byte elements. One segment: dim 0 moves 256-byte blocks (4 s), so
+  // t_0 = 2 x (1 + 4) = 10, dim 1 moves 128-byte blocks: t_1 = 2 x (2 + 2) = 8.
+  m::register_link({"pm-a", 64.0, 1.0, false, m::memory_space::device});
+  m::register_link({"pm-b", 64.0, 2.0, false, m::memory_space::device});
+  const auto topo = m::parse_topology("pm-a:2 x pm-b:2");
+  const std::vector<m::algorithm> ring2{m::algorithm::ring, m::algorithm::ring};
+  m::tuning t;
+  t.device_gamma = 0;
+  t.min_segment_bytes = 1;
+  // K = 2 segments of 256: t_0 = 2 x (1 + 2) = 6 (busy 4), t_1 = 2 x (2 + 1) = 6 (busy 2).
+  // Depth 1: each dimension passes a segment every t_d: T = 12 + 1 x 6 = 18.
+  t.pipeline_depth = 1;
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == 18.0);
+  // Depth 4 (two in flight): pace_d = max(busy_d, t_d / 2) = max(4, 3), max(2, 3): T = 12 + 4 = 16.
+  t.pipeline_depth = 4;
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == 16.0);
+  // K = 4 segments of 128, four in flight: t_0 = 2 x (1 + 1) = 4 (busy 2), t_1 = 2 x (2 + 0.5)
+  // = 5 (busy 1), paces max(2, 1) = 2 and max(1, 1.25) = 1.25: T = 9 + 3 x 2 = 15.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 128) == 15.0);
+  // K = 8: t = 3 and 4.5, paces 1 and 1.125: T = 7.5 + 7 x 1.125 = 15.375; K = 16: 22.6875.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 64) == 15.375);
+  // So the model picks four segments of 128; with depth 1 (T(2) = 18, T(4) = 9 + 3 x 5 = 24)
+  // none is better than T(1) = 18: no pipelining.
+  CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 128);
+  t.pipeline_depth = 1;
+  CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 512);
+}
+
 TEST_CASE("choose_algorithm rules") {
   const m::tuning t{};
   const auto nv = m::link_info_of<m::nvlink>(), ib = m::link_info_of<m::infiniband>(),

@@ -83,10 +83,15 @@ IDEAL_CFG = ["--cfg=smpi/bw-factor:0:1", "--cfg=smpi/lat-factor:0:1", "--cfg=net
 # Paper table: scaling efficiency of ResNet-50 (PowerAI DDL, arXiv:1708.02188).
 PAPER_GPUS = [4, 8, 16, 32, 64, 128, 256]
 PAPER_EFFICIENCY = [1.00, 1.00, 0.98, 0.99, 0.97, 0.95, 0.95]
-# One iteration: 32 images per GPU at ~215 images/s (a P100 trains ResNet-50 at
-# 200-230 images/s in fp32), then the exposed all_reduce of the gradients.
+# One iteration: 32 images per GPU (the 8192-image global batch of the 256-GPU
+# runs), then the exposed all_reduce of the gradients. The compute time comes from
+# the paper's own run: ResNet-50, 90 epochs of ImageNet-1k (1,281,167 images) in
+# 50 minutes on 256 GPUs is 150.1 images/s per GPU at 0.95 efficiency, so one GPU
+# computes 158.0 images/s: 32 images take 202.5 ms.
 PAPER_BATCH = 32
-PAPER_IMAGES_PER_S = 215.0
+IMAGENET_IMAGES = 1_281_167
+PAPER_EPOCHS, PAPER_MINUTES, PAPER_RUN_GPUS, PAPER_RUN_EFFICIENCY = 90, 50, 256, 0.95
+PAPER_IMAGES_PER_S = IMAGENET_IMAGES * PAPER_EPOCHS / (PAPER_MINUTES * 60) / PAPER_RUN_GPUS / PAPER_RUN_EFFICIENCY
 PAPER_COMPUTE_S = PAPER_BATCH / PAPER_IMAGES_PER_S
 
 
@@ -429,20 +434,30 @@ def table_model(rows) -> str:
     return "\n".join(s) + "\n"
 
 
+def efficiency(t_all_reduce, t_compute=None):
+    tc = PAPER_COMPUTE_S if t_compute is None else t_compute
+    return tc / (tc + t_all_reduce) if t_all_reduce == t_all_reduce and t_all_reduce is not None else float("nan")
+
+
 def table_paper(rows) -> str:
     by_gpus = {r["ranks"]: r for r in rows}
-    s = [f"Efficiency = T_compute / (T_compute + T_all_reduce), T_compute = {PAPER_BATCH} images / "
-         f"{PAPER_IMAGES_PER_S:g} images/s = {PAPER_COMPUTE_S * 1e3:.1f} ms, all_reduce of {RESNET50_BYTES / 1e6:g} MB "
-         "(25.6 M fp32 gradients), exposed.", "",
-         "| GPUs | PowerAI DDL (paper) | mdring | flat ring | best built-in | (which) | mdring all_reduce ms |",
-         "| ---: | ---: | ---: | ---: | ---: | :--- | ---: |"]
+    s = [f"Efficiency = T_compute / (T_compute + T_all_reduce): one GPU computes {PAPER_BATCH} images in "
+         f"T_compute = {PAPER_COMPUTE_S * 1e3:.1f} ms ({PAPER_IMAGES_PER_S:.1f} images/s: the paper's 90 epochs of "
+         f"ImageNet-1k in {PAPER_MINUTES} minutes on {PAPER_RUN_GPUS} GPUs at {PAPER_RUN_EFFICIENCY}), then waits for "
+         f"the all_reduce of {RESNET50_BYTES / 1e6:g} MB (25.6 M fp32 gradients), not overlapped. \"at the bound\": "
+         "an all_reduce that takes exactly the inter-node lower bound 2 (N-1)/N S / B_node.", "",
+         "| GPUs | PowerAI DDL (paper) | mdring | flat ring | best built-in | (which) | at the bound "
+         "| mdring all_reduce ms | T_compute for mdring at 0.95 |",
+         "| ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: |"]
     for g, e in zip(PAPER_GPUS, PAPER_EFFICIENCY):
         r = by_gpus.get(g)
         if not r:
             continue
-        eff = lambda t: f"{PAPER_COMPUTE_S / (PAPER_COMPUTE_S + t):.3f}" if t else "-"  # noqa: E731
+        eff = lambda t: f"{efficiency(t):.3f}" if t else "-"  # noqa: E731
+        bound = eff(r["bound_s"]) if r["bound_s"] == r["bound_s"] else "1.000"
         s.append(f"| {g} | {e:.2f} | {eff(r['mdring_s'])} | {eff(r['flat_s'])} | {eff(r['best_builtin_s'])} | "
-                 f"{r['best_builtin'] or '-'} | {fmt_ms(r['mdring_s'])} |")
+                 f"{r['best_builtin'] or '-'} | {bound} | {fmt_ms(r['mdring_s'])} | "
+                 f"{fmt_ms(19 * r['mdring_s'])} ms |")
     return "\n".join(s) + "\n"
 
 
@@ -566,11 +581,13 @@ def main() -> int:
         report += ["### Cost model (explain()) against simulation", "", table_model(pts)]
     if "paper" in sections and rows_ranks:
         pr = [r for r in rows_ranks if r["ranks"] in PAPER_GPUS]
-        write_csv(out / "paper_table.csv", [{"gpus": r["ranks"], "paper": e,
-                                             "mdring": PAPER_COMPUTE_S / (PAPER_COMPUTE_S + r["mdring_s"]),
-                                             "flat_ring": PAPER_COMPUTE_S / (PAPER_COMPUTE_S + r["flat_s"]),
-                                             "best_builtin": PAPER_COMPUTE_S / (PAPER_COMPUTE_S + r["best_builtin_s"]),
-                                             "best_builtin_name": r["best_builtin"]}
+        write_csv(out / "paper_table.csv", [{"gpus": r["ranks"], "paper": e, "compute_s": PAPER_COMPUTE_S,
+                                             "mdring": efficiency(r["mdring_s"]),
+                                             "flat_ring": efficiency(r["flat_s"]),
+                                             "best_builtin": efficiency(r["best_builtin_s"]),
+                                             "best_builtin_name": r["best_builtin"],
+                                             "at_bound": efficiency(r["bound_s"]) if r["bound_s"] == r["bound_s"] else 1.0,
+                                             "mdring_all_reduce_s": r["mdring_s"]}
                                             for r, e in zip(pr, PAPER_EFFICIENCY)])
         csvs.append(out / "paper_table.csv")
         report += ["### ResNet-50 scaling efficiency (paper platform)", "", table_paper(pr)]

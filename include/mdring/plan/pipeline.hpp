@@ -1,13 +1,17 @@
 // mdring/plan/pipeline.hpp: how many segments an all_reduce is cut into.
 //
 // Without pipelining an all_reduce over dimensions d = 0..k-1 takes
-//   T(1) = sum_d [RS_d(n) + AG_d(n)]
+//   T(1) = sum_d t_d(n),   t_d = RS_d + AG_d
 // and every link idles while another dimension works. Cut into K segments that
 // follow each other through the stages, the slowest dimension sets the pace:
-//   T(K) = sum_d [RS_d(n/K) + AG_d(n/K)] + (K - 1) max_d [RS_d(n/K) + AG_d(n/K)]
+//   T(K) = sum_d t_d(n/K) + (K - 1) max_d pace_d(n/K)
 // (a dimension's reduce-scatter and all-gather share its links, so they count
-// together). The first term is the pipeline's fill and drain; the latencies in
-// RS_d and AG_d are what stops K from growing without bound. The model picks the
+// together). The first term is the pipeline's fill and drain. With c = min(K,
+// tuning::pipeline_depth) segments in flight, one segment's latencies overlap the
+// others' transfers, so a dimension passes a segment every
+//   pace_d = max(b_d, t_d / c)
+// where b_d is t_d without the latencies (the time the link is busy): the
+// latencies are what stops K from growing without bound. The model picks the
 // K in {1, 2, 4, ...} with the smallest T(K), with segments of at least
 // tuning::min_segment_bytes and at most tuning::max_segments of them;
 // tuning::segment_bytes overrides it. Segment lengths are rounded up to whole
@@ -34,25 +38,38 @@ MDRING_NAMESPACE_BEGIN
 // an all_reduce of n elements (ranges shrink by each dimension's extent).
 struct dimension_times {
   double sum = 0;      // all stages, one after the other
-  double slowest = 0;  // the largest RS_d + AG_d
+  double pace = 0;     // the largest pace_d for `concurrent` segments in flight
 };
 
 inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, std::span<const algorithm> algos,
-                                                  std::size_t n, std::size_t elem_size, const tuning& tune) {
+                                                  std::size_t n, std::size_t elem_size, const tuning& tune,
+                                                  std::size_t concurrent = 1) {
   dimension_times t;
   std::size_t range = n;
+  const double c = double(concurrent ? concurrent : 1);
   for (std::size_t d = 0; d < topo.ndims(); ++d) {
     const std::size_t p = topo.extent(d);
     if (p <= 1) continue;
     const auto& link = topo.dim(d).link;
     const double g = tune.gamma(link.space);
-    const double both = stage_seconds(phase::reduce_scatter, algos[d], p, range, elem_size, link, g) +
-                        stage_seconds(phase::all_gather, algos[d], p, range, elem_size, link, g);
+    auto both_for = [&](const link_info& l) {
+      return stage_seconds(phase::reduce_scatter, algos[d], p, range, elem_size, l, g) +
+             stage_seconds(phase::all_gather, algos[d], p, range, elem_size, l, g);
+    };
+    const double both = both_for(link);
+    link_info busy_link = link;
+    busy_link.latency = 0;
+    const double busy = both_for(busy_link), pace = busy > both / c ? busy : both / c;
     t.sum += both;
-    t.slowest = both > t.slowest ? both : t.slowest;
+    t.pace = pace > t.pace ? pace : t.pace;
     range = max_block(range, p);
   }
   return t;
+}
+
+// Segments in flight at once when there are K of them.
+inline std::size_t in_flight(std::size_t K, const tuning& tune) {
+  return tune.pipeline_depth < K ? tune.pipeline_depth : K;
 }
 
 // Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
@@ -75,8 +92,8 @@ inline std::size_t segment_elements(const runtime_topology& topo, std::span<cons
   double best_t = all_reduce_dimension_times(topo, algos, n, elem_size, tune).sum;
   const double bytes = double(n) * double(elem_size);
   for (std::size_t K = 2; K <= tune.max_segments && bytes / double(K) >= double(tune.min_segment_bytes); K *= 2) {
-    const auto t = all_reduce_dimension_times(topo, algos, max_block(n, K), elem_size, tune);
-    const double total = t.sum + double(K - 1) * t.slowest;
+    const auto t = all_reduce_dimension_times(topo, algos, max_block(n, K), elem_size, tune, in_flight(K, tune));
+    const double total = t.sum + double(K - 1) * t.pace;
     if (total < best_t) best_t = total, best = K;
   }
   return round(max_block(n, best));
@@ -86,8 +103,8 @@ inline std::size_t segment_elements(const runtime_topology& topo, std::span<cons
 inline double pipelined_seconds(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
                                 std::size_t elem_size, const tuning& tune, std::size_t len) {
   const std::size_t K = len ? max_block(n, len) : 1;
-  const auto t = all_reduce_dimension_times(topo, algos, len < n ? len : n, elem_size, tune);
-  return t.sum + double(K - 1) * t.slowest;
+  const auto t = all_reduce_dimension_times(topo, algos, len < n ? len : n, elem_size, tune, in_flight(K, tune));
+  return t.sum + double(K - 1) * t.pace;
 }
 
 MDRING_NAMESPACE_END
