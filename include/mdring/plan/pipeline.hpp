@@ -9,9 +9,12 @@
 // together). The first term is the pipeline's fill and drain. With c = min(K,
 // tuning::pipeline_depth) segments in flight, one segment's latencies overlap the
 // others' transfers, so a dimension passes a segment every
-//   pace_d = max(b_d, t_d / c)
-// where b_d is t_d without the latencies (the time the link is busy): the
-// latencies are what stops K from growing without bound. The model picks the
+//   pace_d = max(b_d, t_d / c_eff),   c_eff = (c + 1) / 2
+// where b_d is t_d without the latencies (the time the link is busy), and c_eff
+// counts that about half the segments in flight are in the other dimensions'
+// stages at any time (fitted on simulated clusters, docs/SCALING.md: depth 2, 4
+// and 8 overlap like 1.4, 2.7 and more than 3 segments). The latencies are what
+// stops K from growing without bound. The model picks the
 // K in {1, 2, 4, ...} with the smallest T(K), with segments of at least
 // tuning::min_segment_bytes and at most tuning::max_segments of them;
 // tuning::segment_bytes overrides it. Segment lengths are rounded up to whole
@@ -46,7 +49,7 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
                                                   std::size_t concurrent = 1) {
   dimension_times t;
   std::size_t range = n;
-  const double c = double(concurrent ? concurrent : 1);
+  const double c = (double(concurrent ? concurrent : 1) + 1) / 2;  // c_eff
   for (std::size_t d = 0; d < topo.ndims(); ++d) {
     const std::size_t p = topo.extent(d);
     if (p <= 1) continue;
