@@ -14,9 +14,11 @@
 //   leave()            this rank is done touching the peers' buffers
 //   wait_left()        every peer is done touching this rank's buffers
 //
-// Waiting spins briefly, then yields, then sleeps on a futex that the arriving rank
-// wakes: when ranks outnumber cores, a waiting rank gives its core to the rank it
-// waits for. Every wait has a deadline and also watches for a peer's failure.
+// Waiting spins for a few microseconds, then yields for up to 2 ms, then sleeps on
+// a futex that the arriving rank wakes: when ranks outnumber cores, a yielding rank
+// gives its core to the rank it waits for, and only a long wait (a peer still
+// computing) pays a futex wake-up, which on a loaded machine can take a scheduler
+// tick. Every wait has a deadline and also watches for a peer's failure.
 #pragma once
 
 #include "../config.hpp"
@@ -169,6 +171,7 @@ private:
       if (j == me_) continue;
       auto& w = slot(j).*word;
       unsigned spins = 0;
+      deadline_clock::time_point yield_until{};
       for (;;) {
         const std::uint32_t v = w.load(std::memory_order_acquire);
         if (reached(v, seq_)) break;
@@ -177,7 +180,8 @@ private:
           MDRING_CPU_RELAX();
           continue;
         }
-        if (spins < 320) {
+        if (spins == 256) yield_until = deadline_clock::now() + std::chrono::milliseconds(2);
+        if (deadline_clock::now() < yield_until) {
           std::this_thread::yield();
           continue;
         }
