@@ -146,7 +146,7 @@ def blocksize_for(ranks: int, nbytes: int) -> int:
 class Simulator:
     def __init__(self, args):
         self.args = args
-        self.out = Path(args.out)
+        self.out = Path(args.out).resolve()
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "platforms").mkdir(exist_ok=True)
         self.cache_file = self.out / "results.jsonl"
