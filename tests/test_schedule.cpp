@@ -10,6 +10,8 @@
 //     direct stages (rank order), float quarters (exact);
 //   - bitwise identity on every rank;
 //   - every message of step i has a matching message on the peer, of the same count;
+//   - no receive of a step overlaps a send or another receive of the same rank (on
+//     the GPU they run concurrently);
 //   - every step has the same (segment, stage, dimension, index) on every rank;
 //   - scratch stays inside scratch_elements; folds never read unwritten scratch;
 //   - with vector_elements V, every fold's destination and inputs have the same
@@ -137,6 +139,25 @@ struct sim {
           std::size_t found = 0;
           for (const auto& m : ranks[j].sch.recvs_of(ranks[j].sch.steps[i])) found += m.peer == rs.coords[st.dim];
           if (found != 1) fail("step " + std::to_string(i) + ": a send of rank " + std::to_string(r) + " has no receiver");
+        }
+      }
+      // On the GPU a step's copies run concurrently with the peers' reads of this
+      // rank's buffers: no receive may overlap a send or another receive of the
+      // same rank in the same step.
+      for (std::size_t r = 0; r < P; ++r) {
+        const auto& sch = ranks[r].sch;
+        const auto& st = sch.steps[i];
+        auto buf = [&](md::region g) { return g == md::region::send && in_place ? md::region::recv : g; };
+        auto overlap = [&](const md::transfer& a, const md::transfer& b) {
+          return buf(a.at.where) == buf(b.at.where) && a.at.offset < b.at.offset + b.count &&
+                 b.at.offset < a.at.offset + a.count;
+        };
+        const auto recvs = sch.recvs_of(st);
+        for (std::size_t a = 0; a < recvs.size(); ++a) {
+          for (const auto& x : sch.sends_of(st))
+            if (overlap(recvs[a], x)) fail("step " + std::to_string(i) + ": a receive overlaps a send of the same rank");
+          for (std::size_t b2 = a + 1; b2 < recvs.size(); ++b2)
+            if (overlap(recvs[a], recvs[b2])) fail("step " + std::to_string(i) + ": two receives overlap");
         }
       }
       // Copy (reading the senders' buffers as they were before this step's folds).

@@ -2,11 +2,11 @@
 // against the host path's reducer and a float64 reference.
 //
 //   every built-in op (sum prod min max avg) on int8 uint8 int16 uint16 int32 uint32
-//   int64 uint64 float double half bfloat16; 1, 2, 3, 8, 16 and 17 inputs (17: two
+//   int64 uint64 float double half bfloat16; 1, 2, 3, 8, 64 and 67 inputs (67: two
 //   launches); counts 0, 1, 13, 97, 4099, 2^18 + 3; pointers aligned, all misaligned
 //   by one element (vector path after a head), misaligned differently (element by
 //   element), and in place (dst is input 0); avg finalized and not.
-// Up to 16 inputs the result must equal host_reducer's bit for bit (same order,
+// Up to 64 inputs the result must equal host_reducer's bit for bit (same order,
 // same accumulator, one rounding); otherwise and for floats also within the
 // float64 bound. A user op (bitwise xor, __host__ __device__) and a count above
 // 2^31 elements are checked too.
@@ -73,7 +73,7 @@ void fold_case(opk k, Op op, std::size_t inputs, std::size_t n, int align, bool 
 template <class T>
 void type_suite(u64 seed) {
   const std::size_t counts[] = {0, 1, 13, 97, 4099, (std::size_t(1) << 18) + 3};
-  const std::size_t inputs[] = {1, 2, 3, 8, 16, 17};
+  const std::size_t inputs[] = {1, 2, 3, 8, 64, 67};
   int c = 0;
   for (opk k : {opk::sum, opk::prod, opk::min, opk::max, opk::avg})
     with_op(k, [&](auto op) {
@@ -87,7 +87,7 @@ void type_suite(u64 seed) {
 
 }  // namespace
 
-GPU_TEST("fold: every op on every type, every alignment, 1 to 17 inputs") {
+GPU_TEST("fold: every op on every type, every alignment, 1 to 67 inputs") {
   require_gpu();
   type_suite<std::int8_t>(1);
   type_suite<std::uint8_t>(2);
@@ -101,6 +101,19 @@ GPU_TEST("fold: every op on every type, every alignment, 1 to 17 inputs") {
   type_suite<double>(10);
   type_suite<md::half>(11);
   type_suite<md::bfloat16>(12);
+}
+
+GPU_TEST("fold: dst may not alias an input of a later pass") {
+  require_gpu();
+  dbuf<float> a(10);
+  std::vector<const float*> in(70, a.get());
+  bool thrown = false;
+  try {
+    md::cuda::fold(a.get(), std::span<const float* const>(in.data(), in.size()), 10, md::sum, false, 1, nullptr);
+  } catch (const md::invalid_argument& e) {
+    thrown = e.argument() == "in";
+  }
+  check(thrown, "dst aliasing input 64 of 70 was not refused with invalid_argument(\"in\")");
 }
 
 GPU_TEST("fold: a user op (xor) in device code") {

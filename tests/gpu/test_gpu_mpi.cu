@@ -5,6 +5,8 @@
 //     a 64 KiB chunk size forces many chunks), on shm:2 x ethernet:* and ethernet:*;
 //   - mpi_cuda_aware as well when this MPI library says it is CUDA-aware;
 //   - NCCL where there are as many GPUs as processes (one rank per GPU);
+//   - the compile-time ring<nvlink, 2> * ring<infiniband> (NCCL where it can run,
+//     staged MPI otherwise);
 //   - a stream being captured is refused with invalid_argument("stream").
 // Run with mpiexec -n 2 (or 4); checks the spmd suite and bitwise identity across
 // ranks (one MPI_Allreduce of the result hashes).
@@ -75,6 +77,25 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
       check(refused, label, ": a captured call was not refused with invalid_argument(\"stream\")");
       check(comm.usable(), label, ": the refusal left the communicator unusable");
     }
+  // The form the README advertises: a compile-time topology, ring<nvlink, 2> *
+  // ring<infiniband> (dynamic extent), on device buffers. With a GPU per process
+  // the defaults hold (NCCL in both dimensions); otherwise NCCL cannot put two
+  // ranks on one GPU, so both dimensions go through staged MPI.
+  if (P % 2 == 0) {
+    constexpr auto topo = md::ring<md::nvlink, 2> * md::ring<md::infiniband>;
+    md::options o;
+#ifndef MDRING_CUDA_NO_NCCL
+    if (G < P)
+#endif
+      o.device_transports = {md::device_transport::mpi_staged, md::device_transport::mpi_staged};
+    auto comm = md::cuda::bind(topo, MPI_COMM_WORLD, o);
+    check(comm.algorithm_of(0) == md::algorithm::direct && comm.algorithm_of(1) == md::algorithm::ring,
+          "ring<nvlink, 2> * ring<infiniband>: nvlink direct, infiniband ring");
+    auto s = md::cuda::unique_stream::create();
+    std::vector<u64> hashes;
+    spmd_suite(comm, s.get(), "ring<nvlink, 2> * ring<infiniband>", hashes);
+    check_same(hashes, "ring<nvlink, 2> * ring<infiniband>");
+  }
 #ifndef MDRING_CUDA_NO_NCCL
   if (G >= P) {
     auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), MPI_COMM_WORLD);

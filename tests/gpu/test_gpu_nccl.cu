@@ -5,8 +5,8 @@
 //
 //   topologies  nvlink:G, nvlink:G ring, and with G even and >= 4 nvlink:2 x infiniband:G/2
 //               (NCCL in both dimensions: infiniband is a fast fabric)
-//   checks      the spmd suite (counts 0 .. 2^20+7, in place, misaligned, every op on
-//               bfloat16 int64 half double), bitwise identity across ranks, a
+//   checks      the spmd suite (counts 0 .. 2^20+7, in place, misaligned, int32 and float
+//               sums, bfloat16 avg, half max, int64 prod, double min), bitwise identity across ranks, a
 //               pipelined call, and a call captured into a CUDA graph and replayed.
 #include "spmd.cuh"
 

@@ -59,11 +59,7 @@ public:
         ws_(opts_.device_memory) {
     mdring::detail::validate(opts_);
     topo_ = mdring::detail::to_runtime(topo).resolve(size_, "cuda::bind");
-    if (opts_.algorithms.size() > topo_.ndims())
-      throw invalid_argument("options.algorithms",
-                             "mdring::cuda::bind: options.algorithms has " + std::to_string(opts_.algorithms.size()) +
-                                 " entries but the topology \"" + topo_.to_string() + "\" has " +
-                                 std::to_string(topo_.ndims()) + " dimensions");
+    mdring::detail::check_algorithm_count(topo_, opts_, "mdring::cuda::bind");
     merged_ = merge_dimensions(topo_, opts_.algorithms, opts_.tune);
     transports_ = select_device_transports(topo_, merged_, opts_.device_transports, support);
     const runtime_topology& ex = merged_.topology;
@@ -72,6 +68,12 @@ public:
     for (std::size_t d = 0; d < extents_.size(); ++d) {
       algos_.push_back(choose_algorithm(merged_.requested[d], ex.dim(d).link, extents_[d], opts_.tune, true));
       members_.push_back(ex.peers(rank_, d));
+      if (algos_[d] == algorithm::direct && extents_[d] > std::size_t(max_fold_inputs))
+        throw invalid_argument("options.algorithms",
+                               "mdring::cuda::bind: dimension " + std::to_string(d) + " (" + ex.dim(d).link.name + ":" +
+                                   std::to_string(extents_[d]) + ") runs the direct algorithm over more than " +
+                                   std::to_string(max_fold_inputs) +
+                                   " ranks, more inputs than the GPU path folds in one pass; use ring there");
     }
     links_.resize(extents_.size());
   }
@@ -225,6 +227,14 @@ std::optional<mdring::detail::arg_error> check_all_reduce(C& comm, const T* send
                             (address(send) % alignof(T) ? "sendbuf" : "recvbuf") +
                             " is not aligned to its element type (" + std::to_string(alignof(T)) + " bytes)"};
   if (!err) err = md::check_op(comm, op_traits<Op>::commutative, name);
+  if (!err && !op_traits<Op>::commutative)  // direct everywhere: at most max_fold_inputs ranks per dimension
+    for (std::size_t d = 0; d < comm.executed_extents().size(); ++d)
+      if (comm.executed_extents()[d] > std::size_t(max_fold_inputs))
+        err = md::arg_error{"op", std::string("mdring::cuda::") + name +
+                                      ": the op is not commutative, so every dimension runs direct, but dimension " +
+                                      std::to_string(d) + " has " + std::to_string(comm.executed_extents()[d]) +
+                                      " ranks, more than the " + std::to_string(max_fold_inputs) +
+                                      " inputs the GPU path folds in one pass"};
   return err;
 }
 

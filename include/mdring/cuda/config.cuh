@@ -6,7 +6,7 @@
 //                              mdring do not collide (everything is also inside the
 //                              versioned inline namespace mdring::v0)
 //   cuda::detail::check(e, what)   throws mdring::cuda_error naming the call
-//   cuda::unique_stream, unique_event   owning handles
+//   cuda::unique_handle, unique_stream, unique_event   owning handles
 //   cuda::detail::capturing(s)     the stream is being captured into a CUDA graph
 //
 // Only .cuh headers include CUDA; the .hpp headers stay plain C++.
@@ -64,55 +64,59 @@ inline std::uintptr_t address(const void* p) noexcept { return reinterpret_cast<
 
 }  // namespace detail
 
-// An owning cudaStream_t (non-blocking: no implicit synchronization with the legacy stream).
-class unique_stream {
+// An owning handle: Destroy{}(h) releases a non-null H. Move-only.
+template <class H, class Destroy>
+class unique_handle {
 public:
-  unique_stream() = default;
-  static unique_stream create() {
-    unique_stream s;
-    detail::check(cudaStreamCreateWithFlags(&s.s_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    return s;
-  }
-  unique_stream(unique_stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  unique_stream& operator=(unique_stream&& o) noexcept {
-    if (this != &o) reset(), s_ = std::exchange(o.s_, nullptr);
+  unique_handle() = default;
+  explicit unique_handle(H h) noexcept : h_(h) {}
+  unique_handle(unique_handle&& o) noexcept : h_(std::exchange(o.h_, H{})) {}
+  unique_handle& operator=(unique_handle&& o) noexcept {
+    if (this != &o) reset(std::exchange(o.h_, H{}));
     return *this;
   }
-  ~unique_stream() { reset(); }
-  cudaStream_t get() const noexcept { return s_; }
-  explicit operator bool() const noexcept { return s_ != nullptr; }
+  ~unique_handle() { reset(); }
+  H get() const noexcept { return h_; }
+  H release() noexcept { return std::exchange(h_, H{}); }
+  void reset(H h = H{}) noexcept {
+    if (h_) Destroy{}(h_);
+    h_ = h;
+  }
+  explicit operator bool() const noexcept { return h_ != H{}; }
 
 private:
-  void reset() noexcept {
-    if (s_) cudaStreamDestroy(s_);
-    s_ = nullptr;
-  }
-  cudaStream_t s_ = nullptr;
+  H h_{};
 };
 
-// An owning cudaEvent_t without timing (cheapest to record and wait on).
-class unique_event {
-public:
-  unique_event() = default;
-  static unique_event create(unsigned flags = cudaEventDisableTiming) {
-    unique_event e;
-    detail::check(cudaEventCreateWithFlags(&e.e_, flags), "cudaEventCreateWithFlags");
-    return e;
-  }
-  unique_event(unique_event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
-  unique_event& operator=(unique_event&& o) noexcept {
-    if (this != &o) reset(), e_ = std::exchange(o.e_, nullptr);
-    return *this;
-  }
-  ~unique_event() { reset(); }
-  cudaEvent_t get() const noexcept { return e_; }
+namespace detail {
+struct stream_destroy {
+  void operator()(cudaStream_t s) const noexcept { cudaStreamDestroy(s); }
+};
+struct event_destroy {
+  void operator()(cudaEvent_t e) const noexcept { cudaEventDestroy(e); }
+};
+}  // namespace detail
 
-private:
-  void reset() noexcept {
-    if (e_) cudaEventDestroy(e_);
-    e_ = nullptr;
+// An owning cudaStream_t (non-blocking: no implicit synchronization with the legacy stream).
+class unique_stream : public unique_handle<cudaStream_t, detail::stream_destroy> {
+public:
+  using unique_handle::unique_handle;
+  static unique_stream create() {
+    cudaStream_t s = nullptr;
+    detail::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    return unique_stream(s);
   }
-  cudaEvent_t e_ = nullptr;
+};
+
+// An owning cudaEvent_t, by default without timing (cheapest to record and wait on).
+class unique_event : public unique_handle<cudaEvent_t, detail::event_destroy> {
+public:
+  using unique_handle::unique_handle;
+  static unique_event create(unsigned flags = cudaEventDisableTiming) {
+    cudaEvent_t e = nullptr;
+    detail::check(cudaEventCreateWithFlags(&e, flags), "cudaEventCreateWithFlags");
+    return unique_event(e);
+  }
 };
 
 namespace detail {

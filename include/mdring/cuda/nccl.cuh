@@ -71,46 +71,39 @@ class nccl_link {
 public:
   nccl_link() = default;
   explicit nccl_link(ncclComm_t c) noexcept : comm_(c) {}
-  nccl_link(nccl_link&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
-  nccl_link& operator=(nccl_link&& o) noexcept {
-    if (this != &o) reset(), comm_ = std::exchange(o.comm_, nullptr);
-    return *this;
-  }
-  ~nccl_link() { reset(); }
 
-  ncclComm_t get() const noexcept { return comm_; }
+  ncclComm_t get() const noexcept { return comm_.get(); }
   bool capturable() const noexcept { return true; }
 
   // One group of receives and sends on `stream`.
   void exchange(std::span<const device_message> sends, std::span<const device_message> recvs, cudaStream_t stream,
                 const step_context& cx) {
-    if (!comm_) throw communicator_error(cx.where() + ": the NCCL communicator was aborted after an earlier error");
+    ncclComm_t comm = comm_.get();
+    if (!comm) throw communicator_error(cx.where() + ": the NCCL communicator was aborted after an earlier error");
     const std::string where = cx.where();
-    detail::nccl_check(ncclGroupStart(), where, "ncclGroupStart", comm_);
+    detail::nccl_check(ncclGroupStart(), where, "ncclGroupStart", comm);
     ncclResult_t r = ncclSuccess;
     const char* call = "ncclRecv";
     for (const auto& m : recvs)
-      if (r == ncclSuccess) r = ncclRecv(m.ptr, m.bytes, ncclUint8, int(m.peer), comm_, stream);
+      if (r == ncclSuccess) r = ncclRecv(m.ptr, m.bytes, ncclUint8, int(m.peer), comm, stream);
     if (r == ncclSuccess) call = "ncclSend";
     for (const auto& m : sends)
-      if (r == ncclSuccess) r = ncclSend(m.ptr, m.bytes, ncclUint8, int(m.peer), comm_, stream);
+      if (r == ncclSuccess) r = ncclSend(m.ptr, m.bytes, ncclUint8, int(m.peer), comm, stream);
     const ncclResult_t end = ncclGroupEnd();
-    detail::nccl_check(r, where, call, comm_);
-    detail::nccl_check(end, where, "ncclGroupEnd", comm_);
+    detail::nccl_check(r, where, call, comm);
+    detail::nccl_check(end, where, "ncclGroupEnd", comm);
   }
 
   // After a failure: make NCCL give up on what is in flight.
   void abort(const std::string&) noexcept {
-    if (comm_) ncclCommAbort(comm_);
-    comm_ = nullptr;
+    if (ncclComm_t c = comm_.release()) ncclCommAbort(c);
   }
 
 private:
-  void reset() noexcept {
-    if (comm_) ncclCommDestroy(comm_);
-    comm_ = nullptr;
-  }
-  ncclComm_t comm_ = nullptr;
+  struct destroy {
+    void operator()(ncclComm_t c) const noexcept { ncclCommDestroy(c); }
+  };
+  unique_handle<ncclComm_t, destroy> comm_;
 };
 
 namespace detail {

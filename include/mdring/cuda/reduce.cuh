@@ -29,9 +29,11 @@
 // boundary and the tail go element by element. Pointers whose offsets modulo 16
 // differ take the element-by-element path for the whole range (correct, slower);
 // the all_reduce schedule places its receive slots so that this does not happen
-// (plan/schedule.hpp). Up to max_fold_inputs inputs go in one launch; more are
-// folded in several passes (the partial result is then rounded to T in between,
-// which matters only for 16-bit types beyond 16 ranks in one direct stage).
+// (plan/schedule.hpp). Up to max_fold_inputs (64) inputs go in one launch; more
+// are folded in several passes, the partial result first (rounded to T in
+// between, which matters only for 16-bit types), and then dst may alias only
+// inputs of the first pass (invalid_argument("in") otherwise). The GPU
+// communicators never run a direct stage over more than 64 ranks.
 //
 // Kernels are MDRING_KERNEL (hidden visibility) templates in mdring::v0::cuda.
 #pragma once
@@ -46,13 +48,14 @@
 #include <cstddef>
 #include <cstring>
 #include <span>
+#include <string>
 #include <type_traits>
 
 MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-inline constexpr int max_fold_inputs = 16;
+inline constexpr int max_fold_inputs = 64;
 inline constexpr int fold_threads = 256;
 
 // The element types the device folds accept for op Op (and why not, at compile time).
@@ -107,6 +110,7 @@ struct fold_params {
   std::size_t head;   // elements before the first 16-byte boundary (vector path)
   std::size_t nvec;   // 16-byte vectors after the head (0: element by element)
   std::size_t ranks;  // avg divides by this
+  bool final;         // apply op.finalize (uniform across the grid: one branch, no extra kernel)
 };
 
 template <class T, int V>
@@ -121,8 +125,8 @@ __device__ __forceinline__ void store_vector(T* p, const T (&in)[V]) {
   *reinterpret_cast<uint4*>(p) = v;  // st.global.v4
 }
 
-// K > 0: exactly K inputs (compile time); K == 0: p.k inputs. Final: apply op.finalize.
-template <class T, class Op, int K, bool Final>
+// K > 0: exactly K inputs (compile time); K == 0: p.k inputs.
+template <class T, class Op, int K>
 MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params<T> p, const Op op) {
   using A = arith<T, Op>;
   using acc = typename A::acc;
@@ -131,7 +135,7 @@ MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params
   const std::size_t tid = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   auto fin = [&](const acc& x) -> acc {
-    if constexpr (Final) return op.finalize(x, p.ranks);
+    if constexpr (op_traits<Op>::has_finalize) return p.final ? op.finalize(x, p.ranks) : x;
     else return x;
   };
 
@@ -182,9 +186,11 @@ MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params
   }
 }
 
-template <class T, class Op, bool Final>
-void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op, std::size_t ranks, cudaStream_t s) {
+template <class T, class Op>
+void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op, std::size_t ranks, bool final,
+                 cudaStream_t s) {
   fold_params<T> p{};
+  p.final = final;
   p.dst = dst;
   for (int j = 0; j < k; ++j) p.in[j] = in[j];
   p.k = k;
@@ -208,8 +214,8 @@ void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op,
   const std::size_t max_blocks = std::size_t(sm_count(current_device())) * 8;
   std::size_t blocks = (work + fold_threads - 1) / fold_threads;
   blocks = blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks);
-  if (k == 2) fold_kernel<T, Op, 2, Final><<<unsigned(blocks), fold_threads, 0, s>>>(p, op);
-  else fold_kernel<T, Op, 0, Final><<<unsigned(blocks), fold_threads, 0, s>>>(p, op);
+  if (k == 2) fold_kernel<T, Op, 2><<<unsigned(blocks), fold_threads, 0, s>>>(p, op);
+  else fold_kernel<T, Op, 0><<<unsigned(blocks), fold_threads, 0, s>>>(p, op);
   check(cudaGetLastError(), "launching mdring::cuda::fold_kernel");
 }
 
@@ -229,7 +235,15 @@ void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, boo
       detail::check(cudaMemcpyAsync(dst, in[0], n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
     return;
   }
-  // More inputs than one launch takes: fold them in passes, the partial result first.
+  // More inputs than one launch takes: fold them in passes, the partial result
+  // first. A later pass must not read an input that the first one overwrote.
+  for (std::size_t j = max_fold_inputs; j < in.size(); ++j)
+    if (in[j] == dst)
+      throw invalid_argument("in", "mdring::cuda::fold: dst is input " + std::to_string(j) + " of " +
+                                       std::to_string(in.size()) + "; with more than " +
+                                       std::to_string(max_fold_inputs) +
+                                       " inputs dst may only be one of the first " +
+                                       std::to_string(max_fold_inputs));
   const T* chunk[max_fold_inputs];
   std::size_t next = 0;
   bool first = true;
@@ -238,12 +252,7 @@ void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, boo
     if (!first) chunk[k++] = dst;
     while (k < max_fold_inputs && next < in.size()) chunk[k++] = in[next++];
     const bool last = next == in.size();
-    if constexpr (op_traits<Op>::has_finalize) {
-      if (last && fin) detail::launch_fold<T, Op, true>(dst, chunk, k, n, op, ranks, stream);
-      else detail::launch_fold<T, Op, false>(dst, chunk, k, n, op, ranks, stream);
-    } else {
-      detail::launch_fold<T, Op, false>(dst, chunk, k, n, op, ranks, stream);
-    }
+    detail::launch_fold<T, Op>(dst, chunk, k, n, op, ranks, last && fin, stream);
     first = false;
   }
 }
