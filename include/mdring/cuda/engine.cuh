@@ -150,7 +150,7 @@ public:
     if (!pipelined_) return;
     prepare(dims, segments);
     last_.assign(segments, nullptr);
-    used_.assign(dims, false);
+    forked_ = dims;
     check(cudaEventRecord(fork_.get(), user), "cudaEventRecord");
     for (std::size_t d = 0; d < dims; ++d) check(cudaStreamWaitEvent(dim_streams_[d].get(), fork_.get(), 0), "cudaStreamWaitEvent");
   }
@@ -159,7 +159,6 @@ public:
   cudaStream_t enter(const schedule_step& st) {
     if (!pipelined_) return user_;
     cudaStream_t s = dim_streams_[st.dim].get();
-    used_[st.dim] = true;
     if (st.stage_begin && last_[st.segment] && last_[st.segment] != s)
       check(cudaStreamWaitEvent(s, seg_events_[st.segment].get(), 0), "cudaStreamWaitEvent");
     return s;
@@ -170,10 +169,11 @@ public:
     last_[st.segment] = s;
   }
 
+  // Every forked stream joins back, used or not: a stream left out of the join
+  // would make cudaStreamEndCapture fail (cudaErrorStreamCaptureUnjoined).
   void end() {
     if (!pipelined_) return;
-    for (std::size_t d = 0; d < used_.size(); ++d) {
-      if (!used_[d]) continue;
+    for (std::size_t d = 0; d < forked_; ++d) {
       check(cudaEventRecord(join_[d].get(), dim_streams_[d].get()), "cudaEventRecord");
       check(cudaStreamWaitEvent(user_, join_[d].get(), 0), "cudaStreamWaitEvent");
     }
@@ -187,7 +187,7 @@ private:
   std::vector<unique_event> join_, seg_events_;
   unique_event fork_;
   std::vector<cudaStream_t> last_;
-  std::vector<bool> used_;
+  std::size_t forked_ = 0;
 };
 
 // One rank's buffers for one call.
