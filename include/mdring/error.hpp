@@ -9,7 +9,9 @@
 //   ├── mdring::remote_error           another rank failed inside the same collective
 //   ├── mdring::communicator_error     the bound communicator is unusable (after an error)
 //   └── mdring::transport_error        the transport failed; code() carries its code
-//       └── mdring::mpi_error          an MPI call failed; code() is the MPI error code
+//       ├── mdring::mpi_error          an MPI call failed; code() is the MPI error code
+//       ├── mdring::cuda_error         a CUDA runtime call failed; code() is the cudaError_t
+//       └── mdring::nccl_error         an NCCL call failed; code() is the ncclResult_t
 //
 // Every message starts with "mdring::<function>: " so that a log line says which
 // call failed without a stack trace.
@@ -96,6 +98,18 @@ private:
 };
 
 class mpi_error : public transport_error {
+public:
+  using transport_error::transport_error;
+};
+
+// Thrown by the GPU path (mdring/cuda/*.cuh); declared here so that host code can
+// catch them without including CUDA headers.
+class cuda_error : public transport_error {
+public:
+  using transport_error::transport_error;
+};
+
+class nccl_error : public transport_error {
 public:
   using transport_error::transport_error;
 };

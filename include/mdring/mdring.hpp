@@ -23,11 +23,13 @@
 #include "plan/merge.hpp"
 #include "plan/pipeline.hpp"
 #include "plan/plan.hpp"
+#include "plan/schedule.hpp"
 
 #include "reduce/host.hpp"
 #include "reduce/ops.hpp"
 #include "reduce/types.hpp"
 
+#include "transport/device_select.hpp"
 #include "transport/threads.hpp"
 #include "transport/transport.hpp"
 

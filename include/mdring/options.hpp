@@ -42,6 +42,27 @@ constexpr std::string_view to_string(algorithm a) noexcept {
   }
 }
 
+// The transport of one dimension when the buffers are in GPU memory (mdring/cuda/,
+// docs/GPU.md). automatic picks by the dimension's link (transport/device_select.hpp):
+// NCCL on GPU links and fast fabrics, MPI on slow host links.
+//   nccl            one NCCL communicator per dimension, grouped ncclSend/ncclRecv
+//                   on the stream: stream-ordered, can be captured in a CUDA graph
+//   mpi_staged      MPI through pinned host buffers, chunked and double-buffered
+//                   (synchronizes the host with the stream; not capturable)
+//   mpi_cuda_aware  MPI on the device pointers, when the MPI library supports it
+//   local           several logical ranks on one GPU in one process (cudaMemcpyAsync)
+enum class device_transport { automatic, nccl, mpi_staged, mpi_cuda_aware, local };
+
+constexpr std::string_view to_string(device_transport t) noexcept {
+  switch (t) {
+    case device_transport::nccl: return "nccl";
+    case device_transport::mpi_staged: return "mpi_staged";
+    case device_transport::mpi_cuda_aware: return "mpi_cuda_aware";
+    case device_transport::local: return "local";
+    default: return "automatic";
+  }
+}
+
 // How much argument checking a collective does.
 //   local       each rank checks its own arguments (null buffers, overlap, root); a
 //               rank that fails tells its peers, so nobody waits for it.
@@ -80,6 +101,10 @@ struct tuning {
   // The most segments the cost model cuts, and the most in flight at once (1 to 8).
   std::size_t max_segments = 64;
   std::size_t pipeline_depth = 4;
+
+  // GPU path, MPI staged through pinned host memory: bytes per chunk; each message
+  // has two chunks in flight (one being copied, one on the wire).
+  std::size_t staging_chunk_bytes = std::size_t(1) << 20;
 
   double gamma(memory_space s) const noexcept { return s == memory_space::device ? device_gamma : host_gamma; }
 };
@@ -129,6 +154,12 @@ struct options {
   // the default off.
   bool shared_memory = detail::default_shared();
 
+  // GPU path (mdring/cuda/): the transport of each dimension (missing entries:
+  // automatic), and where device scratch comes from (nullptr: cudaMalloc); a
+  // resource given here must return device memory.
+  std::vector<device_transport> device_transports{};
+  std::pmr::memory_resource* device_memory = nullptr;
+
   tuning tune{};
 };
 
@@ -146,6 +177,10 @@ inline void validate(const options& o) {
                                std::to_string(o.tune.pipeline_depth));
   if (o.tune.max_segments < 1)
     throw invalid_argument("options.tune.max_segments", "mdring::bind: options.tune.max_segments must be at least 1");
+  if (o.tune.staging_chunk_bytes < 4096 || o.tune.staging_chunk_bytes > (std::size_t(1) << 30))
+    throw invalid_argument("options.tune.staging_chunk_bytes",
+                           "mdring::bind: options.tune.staging_chunk_bytes must be in [4096, 2^30], got " +
+                               std::to_string(o.tune.staging_chunk_bytes));
   if (o.tune.direct_max_extent < 2)
     throw invalid_argument("options.tune.direct_max_extent",
                            "mdring::bind: options.tune.direct_max_extent must be at least 2");

@@ -90,6 +90,15 @@ runtime_topology to_runtime(const Topology& t) {
   else return describe(t);
 }
 
+// options.algorithms has at most one entry per dimension of the (resolved) topology.
+inline void check_algorithm_count(const runtime_topology& t, const options& o, const char* fn) {
+  if (o.algorithms.size() > t.ndims())
+    throw invalid_argument("options.algorithms", std::string(fn) + ": options.algorithms has " +
+                                                     std::to_string(o.algorithms.size()) +
+                                                     " entries but the topology \"" + t.to_string() + "\" has " +
+                                                     std::to_string(t.ndims()) + " dimensions");
+}
+
 // What every rank of a communicator must agree on at bind time: the topology and
 // everything that changes the schedule.
 inline std::string fingerprint(const runtime_topology& t, const options& o) {
@@ -158,11 +167,7 @@ public:
     size_ = tr_->size();
     rank_ = tr_->rank();
     topo_ = detail::to_runtime(topo).resolve(size_, "bind");
-    if (opts_.algorithms.size() > topo_.ndims())
-      throw invalid_argument("options.algorithms",
-                             "mdring::bind: options.algorithms has " + std::to_string(opts_.algorithms.size()) +
-                                 " entries but the topology \"" + topo_.to_string() + "\" has " +
-                                 std::to_string(topo_.ndims()) + " dimensions");
+    detail::check_algorithm_count(topo_, opts_, "mdring::bind");
     merged_ = merge_dimensions(topo_, opts_.algorithms, opts_.tune);
     const runtime_topology& ex = merged_.topology;
     extents_ = ex.extents();

@@ -1,0 +1,242 @@
+// mdring/cuda/engine.cuh: runs an all_reduce schedule (plan/schedule.hpp) on streams.
+//
+// Nothing here waits on the host for the GPU: every step's messages are handed to
+// the dimension's transport (NCCL enqueues them on the stream; the local transport
+// enqueues copies; only MPI has to synchronize) and the step's folds are enqueued
+// behind them. So the whole collective is ordered after the work already on the
+// caller's stream, and the caller's later work is ordered after it: stream-ordered,
+// and capturable in a CUDA graph when every transport it uses is.
+//
+// Streams. A call of one segment runs on the caller's stream. A call cut into
+// several segments (pipelining across dimensions, plan/pipeline.hpp) runs each
+// executed dimension's stages on a stream of its own: the dimension streams wait
+// for the caller's stream at the start (fork), a segment's stage waits for its
+// previous stage through the segment's event when that ran on another stream,
+// and the caller's stream waits for every dimension stream at the end (join).
+// Each segment has its own receive slots, so no slot is reused within a call and
+// no other ordering is needed.
+#pragma once
+
+#include "../error.hpp"
+#include "../plan/schedule.hpp"
+#include "../reduce/ops.hpp"
+#include "../transport/transport.hpp"
+#include "config.cuh"
+#include "reduce.cuh"
+
+#include <cstddef>
+#include <memory_resource>
+#include <span>
+#include <string>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace cuda {
+
+// One message of a step, as a transport sees it: `bytes` at `ptr`, to or from the
+// rank at coordinate `peer` of the dimension.
+struct device_message {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  std::size_t peer = 0;
+};
+
+// Where a step is, for error messages and deadlines.
+struct step_context {
+  const char* collective = "all_reduce";
+  std::size_t dim = 0;
+  std::string link;  // "nvlink:4"
+  phase ph = phase::reduce_scatter;
+  std::size_t step = 0;
+  std::size_t rank = 0;
+  deadline_clock::time_point deadline{};
+
+  std::string where() const {
+    return std::string("mdring::cuda::") + collective + ": dimension " + std::to_string(dim) + " (" + link + "), " +
+           std::string(to_string(ph)) + " step " + std::to_string(step) + " on rank " + std::to_string(rank);
+  }
+};
+
+namespace detail {
+
+// Makes `device` current for the scope.
+class device_guard {
+public:
+  explicit device_guard(int device) {
+    check(cudaGetDevice(&old_), "cudaGetDevice");
+    if (old_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+    set_ = old_ != device;
+  }
+  ~device_guard() {
+    if (set_) cudaSetDevice(old_);
+  }
+  device_guard(const device_guard&) = delete;
+  device_guard& operator=(const device_guard&) = delete;
+
+private:
+  int old_ = 0;
+  bool set_ = false;
+};
+
+// Device scratch: one block from options::device_memory (or cudaMalloc) that grows
+// to the largest call and is then reused. Growing is refused while the stream is
+// being captured (reserve() first).
+class device_workspace {
+public:
+  explicit device_workspace(std::pmr::memory_resource* mr = nullptr) : mr_(mr) {}
+  device_workspace(device_workspace&& o) noexcept
+      : mr_(o.mr_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  device_workspace& operator=(device_workspace&& o) noexcept {
+    if (this != &o) release(), mr_ = o.mr_, p_ = std::exchange(o.p_, nullptr), bytes_ = std::exchange(o.bytes_, 0);
+    return *this;
+  }
+  ~device_workspace() { release(); }
+
+  void* get(std::size_t bytes, cudaStream_t stream, const char* fn) {
+    if (bytes <= bytes_) return p_;
+    if (stream && capturing(stream))
+      throw invalid_argument("stream", std::string("mdring::cuda::") + fn + ": device scratch must grow to " +
+                                           std::to_string(bytes) +
+                                           " bytes while the stream is being captured into a CUDA graph; call "
+                                           "comm.reserve<T>(count) (or run the call once) before capturing");
+    // Work already enqueued may still use the old block.
+    if (p_) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    release();
+    const std::size_t rounded = (bytes + (std::size_t(1) << 20) - 1) >> 20 << 20;
+    if (mr_) {
+      p_ = mr_->allocate(rounded, alignment);
+    } else {
+      check(cudaMalloc(&p_, rounded), "cudaMalloc");
+    }
+    bytes_ = rounded;
+    return p_;
+  }
+  std::size_t capacity() const noexcept { return bytes_; }
+
+  static constexpr std::size_t alignment = 256;
+
+private:
+  void release() noexcept {
+    if (!p_) return;
+    if (mr_) mr_->deallocate(p_, bytes_, alignment);
+    else cudaFree(p_);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  std::pmr::memory_resource* mr_ = nullptr;
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// The streams and events of one rank (see the top of this file).
+class stream_plan {
+public:
+  // Streams for `dims` executed dimensions and events for `segments` segments
+  // (created once, on the first call that needs them).
+  void prepare(std::size_t dims, std::size_t segments) {
+    if (segments <= 1) return;
+    while (dim_streams_.size() < dims) {
+      dim_streams_.push_back(unique_stream::create());
+      join_.push_back(unique_event::create());
+    }
+    if (!fork_.get()) fork_ = unique_event::create();
+    while (seg_events_.size() < segments) seg_events_.push_back(unique_event::create());
+  }
+
+  void begin(cudaStream_t user, std::size_t dims, std::size_t segments) {
+    user_ = user;
+    pipelined_ = segments > 1;
+    if (!pipelined_) return;
+    prepare(dims, segments);
+    last_.assign(segments, nullptr);
+    forked_ = dims;
+    check(cudaEventRecord(fork_.get(), user), "cudaEventRecord");
+    for (std::size_t d = 0; d < dims; ++d) check(cudaStreamWaitEvent(dim_streams_[d].get(), fork_.get(), 0), "cudaStreamWaitEvent");
+  }
+
+  // The stream step `st` runs on, after what it depends on.
+  cudaStream_t enter(const schedule_step& st) {
+    if (!pipelined_) return user_;
+    cudaStream_t s = dim_streams_[st.dim].get();
+    if (st.stage_begin && last_[st.segment] && last_[st.segment] != s)
+      check(cudaStreamWaitEvent(s, seg_events_[st.segment].get(), 0), "cudaStreamWaitEvent");
+    return s;
+  }
+  void leave(const schedule_step& st, cudaStream_t s) {
+    if (!pipelined_ || !st.stage_end) return;
+    check(cudaEventRecord(seg_events_[st.segment].get(), s), "cudaEventRecord");
+    last_[st.segment] = s;
+  }
+
+  // Every forked stream joins back, used or not: a stream left out of the join
+  // would make cudaStreamEndCapture fail (cudaErrorStreamCaptureUnjoined).
+  void end() {
+    if (!pipelined_) return;
+    for (std::size_t d = 0; d < forked_; ++d) {
+      check(cudaEventRecord(join_[d].get(), dim_streams_[d].get()), "cudaEventRecord");
+      check(cudaStreamWaitEvent(user_, join_[d].get(), 0), "cudaStreamWaitEvent");
+    }
+    pipelined_ = false;
+  }
+
+private:
+  cudaStream_t user_ = nullptr;
+  bool pipelined_ = false;
+  std::vector<unique_stream> dim_streams_;
+  std::vector<unique_event> join_, seg_events_;
+  unique_event fork_;
+  std::vector<cudaStream_t> last_;
+  std::size_t forked_ = 0;
+};
+
+// One rank's buffers for one call.
+template <class T>
+struct call_buffers {
+  const T* send = nullptr;
+  T* recv = nullptr;
+  T* scratch = nullptr;
+
+  T* at(slice s) const {
+    switch (s.where) {
+      case region::send: return const_cast<T*>(send) + s.offset;
+      case region::recv: return recv + s.offset;
+      default: return scratch + s.offset;
+    }
+  }
+};
+
+// Enqueues step st's folds on stream s.
+template <class T, class Op>
+void run_folds(const all_reduce_schedule& sch, const schedule_step& st, const call_buffers<T>& b, const Op& op,
+               std::size_t ranks, cudaStream_t s) {
+  thread_local std::vector<const T*> ptrs;  // grows to the largest fold, then reused
+  for (const auto& f : sch.folds_of(st)) {
+    ptrs.clear();
+    for (const auto& in : sch.inputs_of(f)) ptrs.push_back(b.at(in));
+    fold(b.at(f.dst), std::span<const T* const>(ptrs.data(), ptrs.size()), f.count, op, f.final, ranks, s);
+  }
+}
+
+// The messages of step st as byte pointers.
+template <class T>
+void step_messages(const all_reduce_schedule& sch, const schedule_step& st, const call_buffers<T>& b,
+                   std::vector<device_message>& sends, std::vector<device_message>& recvs) {
+  sends.clear();
+  recvs.clear();
+  for (const auto& m : sch.sends_of(st)) sends.push_back({b.at(m.at), m.count * sizeof(T), m.peer});
+  for (const auto& m : sch.recvs_of(st)) recvs.push_back({b.at(m.at), m.count * sizeof(T), m.peer});
+}
+
+// Element misalignment of p within 16 bytes (what the schedule shifts slots by).
+template <class T>
+std::size_t misalignment(const T* p) noexcept {
+  constexpr std::size_t V = std::size_t(vector_elements<T>);
+  return V > 1 ? (address(p) / sizeof(T)) % V : 0;
+}
+
+}  // namespace detail
+
+}  // namespace cuda
+
+MDRING_NAMESPACE_END

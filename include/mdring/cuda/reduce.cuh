@@ -1,0 +1,268 @@
+// mdring/cuda/reduce.cuh: the fused reduction kernels of the GPU path.
+//
+//   cuda::fold(dst, inputs, n, op, final, ranks, stream)
+//       dst[i] = in_0[i] op in_1[i] op ... op in_{k-1}[i]   (i < n, in input order)
+//   in one pass over memory:
+//   - n-ary fused reduce: k inputs to one output (the direct algorithm on a fully
+//     connected dimension reads its block from all k ranks at once);
+//   - reduce-and-forward: k = 2, the received block and the local one, written
+//     where the ring sends from next (recvbuf), so the block to forward is produced
+//     by the same pass that folds;
+//   - `final` applies the op's finalize in the same pass (avg: one division by
+//     `ranks`, in the accumulator type, by the element's owner);
+//   - k = 1: a copy (cudaMemcpyAsync), or the finalize alone.
+// dst may be exactly one of the inputs (in place); partial overlap is not allowed.
+//
+// Arithmetic is that of the host path (reduce/host.hpp): built-in ops compute in
+// accumulator_t<T>, so mdring::half and mdring::bfloat16 (layout-compatible with
+// __half and __nv_bfloat16) are widened to float, all k inputs are folded in float,
+// and the result is rounded once (round to nearest even). User ops see T itself
+// and must be callable in device code (a __host__ __device__ operator()).
+// long double has no device representation and is rejected at compile time.
+//
+// Memory access: each thread moves 16-byte vectors (loads with the streaming
+// cache hint, ld.global.cs.v4, since every input is read exactly once; CUB's
+// ThreadLoad<LOAD_CS> emits the generic-space ld.cs instead), several vectors in
+// flight per thread, grid-stride over the range. benchmarks/gpu_bench.cu compares
+// these kernels with cub::DeviceTransform and with a device-to-device copy. The vector path needs every
+// pointer to have the same address modulo 16; the head up to the first 16-byte
+// boundary and the tail go element by element. Pointers whose offsets modulo 16
+// differ take the element-by-element path for the whole range (correct, slower);
+// the all_reduce schedule places its receive slots so that this does not happen
+// (plan/schedule.hpp). Up to max_fold_inputs (64) inputs go in one launch; more
+// are folded in several passes, the partial result first (rounded to T in
+// between, which matters only for 16-bit types), and then dst may alias only
+// inputs of the first pass (invalid_argument("in") otherwise). The GPU
+// communicators never run a direct stage over more than 64 ranks.
+//
+// Kernels are MDRING_KERNEL (hidden visibility) templates in mdring::v0::cuda.
+#pragma once
+
+#include "../reduce/ops.hpp"
+#include "../reduce/types.hpp"
+#include "config.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace cuda {
+
+inline constexpr int max_fold_inputs = 64;
+inline constexpr int fold_threads = 256;
+
+// The element types the device folds accept for op Op (and why not, at compile time).
+template <class T, class Op>
+constexpr bool device_reducible() {
+  return !std::is_same_v<std::remove_cv_t<T>, long double> && reduction_for<Op, T>;
+}
+
+namespace detail {
+
+// Elements per 16-byte vector, or 1 when T does not tile 16 bytes.
+template <class T>
+inline constexpr int vector_elements = (sizeof(T) <= 16 && 16 % sizeof(T) == 0) ? int(16 / sizeof(T)) : 1;
+
+// Vectors in flight per thread: about 64 bytes of inputs, 32 registers of accumulators.
+template <class T>
+inline constexpr int unroll = sizeof(T) >= 4 ? 4 : 2;
+
+// Loads and stores between storage T and the accumulator of op Op.
+template <class T, class Op>
+struct arith {
+  using acc = std::conditional_t<op_traits<Op>::builtin, accumulator_t<T>, T>;
+  static constexpr bool widen_half = op_traits<Op>::builtin && std::is_same_v<T, half>;
+  static constexpr bool widen_bf16 = op_traits<Op>::builtin && std::is_same_v<T, bfloat16>;
+
+  static __device__ __forceinline__ acc load(const T& x) {
+    if constexpr (widen_half) return __half2float(__ushort_as_half(x.bits));
+    else if constexpr (widen_bf16) return __bfloat162float(__ushort_as_bfloat16(x.bits));
+    else return x;
+  }
+  static __device__ __forceinline__ T store(const acc& a) {
+    if constexpr (widen_half) {
+      T t;
+      t.bits = __half_as_ushort(__float2half_rn(a));
+      return t;
+    } else if constexpr (widen_bf16) {
+      T t;
+      t.bits = __bfloat16_as_ushort(__float2bfloat16_rn(a));
+      return t;
+    } else {
+      return a;
+    }
+  }
+};
+
+template <class T>
+struct fold_params {
+  T* dst;
+  const T* in[max_fold_inputs];
+  int k;
+  std::size_t n;      // elements
+  std::size_t head;   // elements before the first 16-byte boundary (vector path)
+  std::size_t nvec;   // 16-byte vectors after the head (0: element by element)
+  std::size_t ranks;  // avg divides by this
+  bool final;         // apply op.finalize (uniform across the grid: one branch, no extra kernel)
+};
+
+template <class T, int V>
+__device__ __forceinline__ void load_vector(const T* p, T (&out)[V]) {
+  const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));  // ld.global.cs.v4
+  std::memcpy(out, &v, sizeof(v));
+}
+template <class T, int V>
+__device__ __forceinline__ void store_vector(T* p, const T (&in)[V]) {
+  uint4 v;
+  std::memcpy(&v, in, sizeof(v));
+  *reinterpret_cast<uint4*>(p) = v;  // st.global.v4
+}
+
+// K > 0: exactly K inputs (compile time); K == 0: p.k inputs.
+template <class T, class Op, int K>
+MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params<T> p, const Op op) {
+  using A = arith<T, Op>;
+  using acc = typename A::acc;
+  constexpr int V = vector_elements<T>;
+  const int k = K > 0 ? K : p.k;
+  const std::size_t tid = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  auto fin = [&](const acc& x) -> acc {
+    if constexpr (op_traits<Op>::has_finalize) return p.final ? op.finalize(x, p.ranks) : x;
+    else return x;
+  };
+
+  if constexpr (V > 1) {
+    constexpr int U = unroll<T>;
+    for (std::size_t base = tid; base < p.nvec; base += stride * U) {
+      acc a[U][V];
+      T x[U][V];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const std::size_t v = base + std::size_t(u) * stride;
+        if (v < p.nvec) load_vector(p.in[0] + p.head + v * V, x[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int e = 0; e < V; ++e) a[u][e] = A::load(x[u][e]);
+      for (int j = 1; j < k; ++j) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const std::size_t v = base + std::size_t(u) * stride;
+          if (v < p.nvec) load_vector(p.in[j] + p.head + v * V, x[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int e = 0; e < V; ++e) a[u][e] = op(a[u][e], A::load(x[u][e]));
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const std::size_t v = base + std::size_t(u) * stride;
+        if (v >= p.nvec) continue;
+#pragma unroll
+        for (int e = 0; e < V; ++e) x[u][e] = A::store(fin(a[u][e]));
+        store_vector(p.dst + p.head + v * V, x[u]);
+      }
+    }
+  }
+
+  // The head, the tail, or (no common alignment) everything, element by element.
+  const std::size_t tail = p.head + p.nvec * std::size_t(V);
+  const std::size_t scalars = p.head + (p.n - tail);
+  for (std::size_t s = tid; s < scalars; s += stride) {
+    const std::size_t i = s < p.head ? s : tail + (s - p.head);
+    acc a = A::load(p.in[0][i]);
+    for (int j = 1; j < k; ++j) a = op(a, A::load(p.in[j][i]));
+    p.dst[i] = A::store(fin(a));
+  }
+}
+
+template <class T, class Op>
+void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op, std::size_t ranks, bool final,
+                 cudaStream_t s) {
+  fold_params<T> p{};
+  p.final = final;
+  p.dst = dst;
+  for (int j = 0; j < k; ++j) p.in[j] = in[j];
+  p.k = k;
+  p.n = n;
+  p.ranks = ranks;
+  constexpr int V = vector_elements<T>;
+  std::size_t work = n;
+  if constexpr (V > 1) {
+    const std::uintptr_t mis = address(dst) % 16;
+    bool same = mis % sizeof(T) == 0;
+    for (int j = 0; j < k && same; ++j) same = address(in[j]) % 16 == mis;
+    if (same) {
+      const std::size_t head = (16 - mis) % 16 / sizeof(T);
+      p.head = head < n ? head : n;
+      p.nvec = (n - p.head) / std::size_t(V);
+      const std::size_t scalars = n - p.nvec * std::size_t(V);
+      const std::size_t vec_work = (p.nvec + unroll<T> - 1) / unroll<T>;
+      work = vec_work > scalars ? vec_work : scalars;
+    }
+  }
+  const std::size_t max_blocks = std::size_t(sm_count(current_device())) * 8;
+  std::size_t blocks = (work + fold_threads - 1) / fold_threads;
+  blocks = blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks);
+  if (k == 2) fold_kernel<T, Op, 2><<<unsigned(blocks), fold_threads, 0, s>>>(p, op);
+  else fold_kernel<T, Op, 0><<<unsigned(blocks), fold_threads, 0, s>>>(p, op);
+  check(cudaGetLastError(), "launching mdring::cuda::fold_kernel");
+}
+
+}  // namespace detail
+
+// See the top of this file. Enqueued on `stream`; returns at once.
+template <class T, class Op>
+void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks,
+          cudaStream_t stream) {
+  static_assert(!std::is_same_v<std::remove_cv_t<T>, long double>,
+                "mdring::cuda::fold: long double has no device representation; use double");
+  static_assert(reduction_for<Op, T>, "mdring::cuda::fold: the op cannot reduce this element type");
+  if (n == 0 || in.empty()) return;
+  const bool fin = final && op_traits<Op>::has_finalize && ranks > 1;
+  if (in.size() == 1 && !fin) {
+    if (dst != in[0])
+      detail::check(cudaMemcpyAsync(dst, in[0], n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    return;
+  }
+  // More inputs than one launch takes: fold them in passes, the partial result
+  // first. A later pass must not read an input that the first one overwrote.
+  for (std::size_t j = max_fold_inputs; j < in.size(); ++j)
+    if (in[j] == dst)
+      throw invalid_argument("in", "mdring::cuda::fold: dst is input " + std::to_string(j) + " of " +
+                                       std::to_string(in.size()) + "; with more than " +
+                                       std::to_string(max_fold_inputs) +
+                                       " inputs dst may only be one of the first " +
+                                       std::to_string(max_fold_inputs));
+  const T* chunk[max_fold_inputs];
+  std::size_t next = 0;
+  bool first = true;
+  while (next < in.size()) {
+    int k = 0;
+    if (!first) chunk[k++] = dst;
+    while (k < max_fold_inputs && next < in.size()) chunk[k++] = in[next++];
+    const bool last = next == in.size();
+    detail::launch_fold<T, Op>(dst, chunk, k, n, op, ranks, last && fin, stream);
+    first = false;
+  }
+}
+
+template <class T, class Op>
+void fold(T* dst, std::initializer_list<const T*> in, std::size_t n, const Op& op, bool final, std::size_t ranks,
+          cudaStream_t stream) {
+  fold(dst, std::span<const T* const>(in.begin(), in.size()), n, op, final, ranks, stream);
+}
+
+}  // namespace cuda
+
+MDRING_NAMESPACE_END

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU: builds the GPU path for that GPU, runs the GPU
+# tests (ctest -L gpu) and mdring-gpu-bench, and prints a short table.
+#
+#   scripts/gpu-check.sh            full benchmark (1 MiB .. 1 GiB)
+#   MDRING_GPU_QUICK=1 scripts/gpu-check.sh   fewer iterations, up to 256 MiB
+#
+# It needs nvcc (on PATH, $CUDACXX or /usr/local/cuda), CMake and Python 3. It
+# builds what it can with what is there and says what it skipped: without
+# doctest no host tests, without MPI no MPI GPU test, without NCCL no NCCL test,
+# and the NCCL test itself needs two GPUs. Logs and JSON rows go to $MDRING_GPU_OUT
+# (default: $OUT when set, else build-gpu/out). Exit status: 0 when every test
+# that ran passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=${MDRING_GPU_BUILD:-$root/build-gpu}
+out=${MDRING_GPU_OUT:-${OUT:-$build/out}}
+mkdir -p "$out"
+skipped=()
+
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no NVIDIA GPU here (nvidia-smi -L failed); nothing to check" >&2
+  exit 1
+fi
+nvidia-smi -L | tee "$out/gpus.txt"
+if ! command -v nvcc >/dev/null; then
+  for c in "${CUDACXX:-}" /usr/local/cuda/bin/nvcc; do
+    [ -n "$c" ] && [ -x "$c" ] && export CUDACXX="$c" && break
+  done
+fi
+command -v nvcc >/dev/null || [ -n "${CUDACXX:-}" ] || { echo "gpu-check: no nvcc found" >&2; exit 1; }
+
+# Optional packages, if this is a Debian/Ubuntu machine that can install (quietly; a
+# machine without network simply keeps what it has).
+if command -v apt-get >/dev/null && [ "$(id -u)" -eq 0 ]; then
+  missing=()
+  for p in doctest-dev libopenmpi-dev openmpi-bin; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "gpu-check: trying to install ${missing[*]} (optional)"
+    timeout 120 env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+      >"$out/apt.log" 2>&1 || echo "gpu-check: could not install ${missing[*]} (see $out/apt.log); going on without"
+  fi
+fi
+
+have_doctest=OFF
+if [ -f /usr/include/doctest/doctest.h ] || [ -f /usr/local/include/doctest/doctest.h ]; then
+  have_doctest=ON
+else
+  skipped+=("host tests (no doctest)")
+fi
+
+# Build for the GPU that is here only (faster than 80;90).
+archs=native
+cmake_minor=$(cmake --version | head -1 | sed -E 's/.* ([0-9]+)\.([0-9]+).*/\1 \2/')
+read -r cmaj cmin <<<"$cmake_minor"
+if [ "$cmaj" -lt 3 ] || { [ "$cmaj" -eq 3 ] && [ "$cmin" -lt 24 ]; }; then archs=90; fi
+
+echo "gpu-check: configuring in $build (CUDA architectures $archs, host tests $have_doctest)"
+if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMDRING_CUDA=ON -DMDRING_BUILD_TESTS=$have_doctest \
+    -DMDRING_BUILD_GPU_TESTS=ON -DMDRING_BUILD_EXAMPLES=OFF -DMDRING_BUILD_BENCHMARKS=ON -DMDRING_INSTALL=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=$archs >"$out/configure.log" 2>&1; then
+  tail -30 "$out/configure.log"
+  echo "gpu-check: configure failed (log: $out/configure.log)" >&2
+  exit 1
+fi
+grep "mdring 0" "$out/configure.log"
+grep -q "NCCL ON" "$out/configure.log" || skipped+=("NCCL test (no NCCL found)")
+grep -q "MPI ON" "$out/configure.log" || skipped+=("MPI GPU test (no MPI found)")
+grep -q "GPU present ON" "$out/configure.log" || echo "gpu-check: configure did not see the GPU; tests will not be registered" >&2
+
+targets=(test_gpu_fold test_gpu_all_reduce mdring-gpu-bench)
+grep -q "NCCL ON" "$out/configure.log" && targets+=(test_gpu_nccl)
+grep -q "MPI ON" "$out/configure.log" && targets+=(test_gpu_mpi)
+echo "gpu-check: building ${targets[*]}"
+start=$(date +%s)
+if ! cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1; then
+  grep -E "error|Error" "$out/build.log" | head -40
+  echo "gpu-check: build failed (log: $out/build.log)" >&2
+  exit 1
+fi
+echo "gpu-check: built in $(( $(date +%s) - start )) s"
+
+status=0
+export MDRING_TIMEOUT=120 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+ctest --test-dir "$build" -L gpu --output-on-failure --timeout 900 2>&1 | tee "$out/ctest.log" || status=1
+
+bench_args=(--json "$out/gpu_bench.jsonl")
+[ "${MDRING_GPU_QUICK:-0}" = 1 ] && bench_args+=(--quick)
+"$build/benchmarks/mdring-gpu-bench" "${bench_args[@]}" 2>&1 | tee "$out/gpu_bench.txt" || status=1
+
+python3 - "$out" "${skipped[@]}" <<'PY'
+import json, re, sys
+out, skipped = sys.argv[1], sys.argv[2:]
+print("\n==== mdring gpu-check summary ====")
+print(open(f"{out}/gpus.txt").read().strip())
+for line in open(f"{out}/ctest.log"):
+    m = re.search(r"Test\s+#\d+: (\S+) \.+\s*(\*\*\*\w+|Passed|\w+.*?)\s+[\d.]+ sec", line)
+    if m: print(f"  test {m.group(1):28s} {m.group(2)}")
+rows = [json.loads(l) for l in open(f"{out}/gpu_bench.jsonl")] if __import__("os").path.exists(f"{out}/gpu_bench.jsonl") else []
+folds = [r for r in rows if r["kind"] == "fold"]
+if folds:
+    sizes = sorted({r["bytes"] for r in folds})
+    print("  fold sum, achieved GB/s (% of a device copy of the same bytes in the same run):")
+    print("    " + " " * 13 + "".join(f"{str(s >> 20) + ' MiB':>16}" for s in sizes))
+    for t in ("fp32", "bf16"):
+        for k in (2, 4):
+            cells = {r["bytes"]: r for r in folds if r["type"] == t and r["inputs"] == k}
+            print(f"    {t} {k} inputs " + "".join(
+                f"{cells[s]['fold_gbs']:>9.0f} ({100 * cells[s]['ratio']:3.0f}%)" if s in cells else " " * 18 for s in sizes))
+    big = [r for r in folds if r["bytes"] >= 256 << 20]
+    if big:
+        worst = min(big, key=lambda r: r["ratio"])
+        verdict = "meets" if worst["ratio"] >= 0.9 else "MISSES"
+        print(f"  target >= 90 % of copy at >= 256 MiB: {verdict} (lowest {100 * worst['ratio']:.1f} %: "
+              f"{worst['type']} {worst['inputs']} inputs {worst['bytes'] >> 20} MiB)")
+ars = [r for r in rows if r["kind"] == "all_reduce"]
+if ars:
+    print("  all_reduce fp32 over logical ranks on one GPU (ms per call, algbw GB/s):")
+    for r in ars:
+        print(f"    {r['topology']:26s} {r['bytes'] >> 20:>5} MiB/rank {r['ms']:9.3f} ms {r['algbw_gbs']:8.1f} GB/s  segments {r['segments']}")
+for s in skipped:
+    print(f"  skipped: {s}")
+PY
+exit $status

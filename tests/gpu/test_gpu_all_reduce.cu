@@ -1,0 +1,357 @@
+// tests/gpu/test_gpu_all_reduce.cu: all_reduce on device buffers over logical
+// ranks on one GPU (mdring/cuda/local.cuh), i.e. the full multi-dimensional
+// schedule with local copies.
+//
+//   shapes   nvlink:4 (direct), nvlink:4 ring, infiniband:5, nvlink:2 x infiniband:3,
+//            pcie:3 x ethernet:2, nvlink:2 x nvlink:2 x infiniband:2 (merged to 4 x 2),
+//            nvlink:1 x infiniband:4, infiniband:4 x nvlink:1, nvlink:9 (ring: above
+//            direct_max_extent), nvlink:2 x infiniband:* (dynamic), and the compile-time
+//            ring<nvlink, 4> * ring<infiniband, 2>
+//   counts   0, 1, fewer than the ranks, 13, 97, 1009, 4099, and large ones cut into
+//            segments (pipelined over per-dimension streams)
+//   checks   every rank's result against the float64 reference (exact for integers),
+//            bitwise identity across ranks, in place and out of place, buffers
+//            misaligned by one element, every op on float double half bfloat16 int8
+//            uint8 int32 int64, a non-commutative op on direct stages, per-rank streams,
+//            one shared stream, the default stream, CUDA-graph capture (one stream,
+//            and per-rank streams forked from the captured one), repeated calls, and
+//            the errors a caller can make.
+#include "common.cuh"
+
+#include <mdring/cuda/local.cuh>
+
+#include <memory>
+
+using namespace gpu_test;
+using md::algorithm;
+
+// Associative, not commutative: the result is rank 0's value when combined in rank order.
+struct keep_left {
+  static constexpr bool is_commutative = false;
+  __host__ __device__ std::int32_t operator()(std::int32_t a, std::int32_t) const { return a; }
+};
+
+namespace {
+
+template <class T>
+struct rank_buffers {
+  std::vector<std::unique_ptr<dbuf<T>>> send, recv;
+  std::vector<const T*> sp;
+  std::vector<T*> rp;
+  std::vector<std::vector<T>> host;
+};
+
+template <class T>
+rank_buffers<T> make_buffers(std::size_t P, std::size_t n, bool in_place, bool misaligned, u64 seed, opk k) {
+  rank_buffers<T> b;
+  for (std::size_t r = 0; r < P; ++r) {
+    std::vector<T> h(n);
+    for (std::size_t i = 0; i < n; ++i) h[i] = value<T>(seed, r, i, k);
+    b.recv.push_back(std::make_unique<dbuf<T>>(n, misaligned));
+    if (in_place) {
+      b.recv.back()->upload(h);
+      b.sp.push_back(b.recv.back()->get());
+    } else {
+      b.send.push_back(std::make_unique<dbuf<T>>(n, misaligned));
+      b.send.back()->upload(h);
+      b.recv.back()->poison();
+      b.sp.push_back(b.send.back()->get());
+    }
+    b.rp.push_back(b.recv.back()->get());
+    b.host.push_back(std::move(h));
+  }
+  return b;
+}
+
+// Checks every rank's result: same bits as rank 0, and the reference.
+template <class T>
+void check_results(const std::string& where, rank_buffers<T>& b, std::size_t n, opk k) {
+  const std::size_t P = b.rp.size();
+  std::vector<std::vector<T>> got(P);
+  for (std::size_t r = 0; r < P; ++r) got[r] = b.recv[r]->download();
+  for (std::size_t r = 1; r < P; ++r) {
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) bad += !same_bits(got[r][i], got[0][i]);
+    check(bad == 0, where, ": rank ", r, " differs from rank 0 in ", bad, " elements");
+  }
+  std::vector<const T*> xs;
+  for (auto& h : b.host) xs.push_back(h.data());
+  check_against_reference<T>(where, k, xs, got[0].data(), n, 2.0 * double(P));
+}
+
+template <class T, class Comms, class Op>
+void one_call(Comms& comms, opk k, Op op, std::size_t n, bool in_place, bool misaligned, u64 seed,
+              const std::vector<cudaStream_t>& streams, const std::string& label) {
+  auto b = make_buffers<T>(comms.size(), n, in_place, misaligned, seed, k);
+  md::cuda::all_reduce(comms, b.sp, b.rp, n, op, streams);
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check_results<T>(cat(label, " all_reduce<", md::type_name<T>(), "> ", name_of(k), " n ", n,
+                       in_place ? " in place" : " out of place", misaligned ? " misaligned" : ""),
+                   b, n, k);
+}
+
+struct streams_t {
+  std::vector<md::cuda::unique_stream> owned;
+  std::vector<cudaStream_t> raw;
+  explicit streams_t(std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) owned.push_back(md::cuda::unique_stream::create()), raw.push_back(owned.back().get());
+  }
+};
+
+template <class Comms>
+void shape_suite(Comms& comms, const std::string& label) {
+  const std::size_t P = comms.size();
+  std::vector<std::size_t> counts = {0, 1, 13, 97, 1009, 4099};
+  if (P > 2) counts.push_back(P - 1);
+  streams_t per_rank(P), shared(1);
+  int c = 0;
+  for (std::size_t n : counts) {
+    ++c;
+    const auto& st = c % 3 == 0 ? std::vector<cudaStream_t>{} : c % 3 == 1 ? per_rank.raw : shared.raw;
+    one_call<std::int32_t>(comms, opk::sum, md::sum, n, false, c % 2 == 0, 10 + c, st, label);
+    one_call<std::int32_t>(comms, opk::sum, md::sum, n, true, c % 2 == 1, 20 + c, st, label);
+    one_call<float>(comms, opk::sum, md::sum, n, c % 2 == 0, true, 30 + c, per_rank.raw, label);
+  }
+  // Large enough for the cost model to cut segments (1 Mi floats), and a forced
+  // small segment size (many segments in flight over per-dimension streams).
+  one_call<float>(comms, opk::sum, md::sum, std::size_t(1) << 20, false, false, 41, per_rank.raw, label);
+  one_call<md::bfloat16>(comms, opk::avg, md::avg, (std::size_t(1) << 20) + 3, true, true, 42, shared.raw, label);
+}
+
+std::vector<std::pair<std::string, md::options>> shapes() {
+  std::vector<std::pair<std::string, md::options>> s;
+  auto add = [&](std::string t, std::vector<algorithm> a = {}, std::size_t seg = 0, bool merge = true) {
+    md::options o;
+    o.algorithms = std::move(a);
+    o.tune.segment_bytes = seg;
+    o.tune.merge_same_link = merge;
+    s.emplace_back(std::move(t), o);
+  };
+  add("nvlink:4");
+  add("nvlink:4", {algorithm::ring});
+  add("infiniband:5");
+  add("nvlink:2 x infiniband:3");
+  add("nvlink:2 x infiniband:3", {algorithm::ring, algorithm::direct}, 16 << 10);
+  add("pcie:3 x ethernet:2");
+  add("nvlink:2 x nvlink:2 x infiniband:2");
+  add("nvlink:2 x nvlink:2 x infiniband:2", {}, 32 << 10, false);
+  add("nvlink:1 x infiniband:4");
+  add("infiniband:4 x nvlink:1");
+  add("nvlink:9");
+  add("nvlink:1");
+  return s;
+}
+
+}  // namespace
+
+GPU_TEST("all_reduce: every shape, every count, in and out of place, misaligned, three kinds of streams") {
+  require_gpu();
+  for (auto& [text, opts] : shapes()) {
+    const auto topo = md::parse_topology(text);
+    md::cuda::local_world world(topo.size());
+    auto comms = md::cuda::bind(topo, world, opts);
+    shape_suite(comms, cat("\"", text, "\" segment_bytes ", opts.tune.segment_bytes));
+  }
+  // A dynamic extent, resolved by the world's size.
+  md::cuda::local_world w8(8);
+  auto dyn = md::cuda::bind(md::parse_topology("nvlink:2 x infiniband:*"), w8);
+  check(dyn[0].executed_extents() == std::vector<std::size_t>{2, 4}, "nvlink:2 x infiniband:* on 8 ranks is 2 x 4");
+  shape_suite(dyn, "\"nvlink:2 x infiniband:*\"");
+}
+
+GPU_TEST("all_reduce: ring<nvlink, 4> * ring<infiniband, 2> written as a type") {
+  require_gpu();
+  constexpr auto topo = md::ring<md::nvlink, 4> * md::ring<md::infiniband, 2>;
+  md::cuda::local_world world(decltype(topo)::size());
+  auto comms = md::cuda::bind(topo, world);
+  check(comms[0].algorithm_of(0) == algorithm::direct && comms[0].algorithm_of(1) == algorithm::ring,
+        "nvlink direct, infiniband ring");
+  check(comms[0].transport_of(0) == md::device_transport::local, "local transport");
+  shape_suite(comms, "ring<nvlink, 4> * ring<infiniband, 2>");
+}
+
+namespace {
+template <class T, class Comms>
+void type_suite(Comms& comms, const std::string& label) {
+  streams_t st(comms.size());
+  int c = 0;
+  for (opk k : {opk::sum, opk::prod, opk::min, opk::max, opk::avg})
+    with_op(k, [&](auto op) {
+      for (std::size_t n : {std::size_t(1), std::size_t(97), std::size_t(4099)}) {
+        ++c;
+        one_call<T>(comms, k, op, n, c % 2 == 0, c % 3 == 0, 100 + c, st.raw, label);
+      }
+    });
+}
+template <class Comms>
+void all_types(Comms& comms, const std::string& label) {
+  type_suite<float>(comms, label);
+  type_suite<double>(comms, label);
+  type_suite<md::half>(comms, label);
+  type_suite<md::bfloat16>(comms, label);
+  type_suite<std::int8_t>(comms, label);
+  type_suite<std::uint8_t>(comms, label);
+  type_suite<std::int32_t>(comms, label);
+  type_suite<std::int64_t>(comms, label);
+}
+}  // namespace
+
+GPU_TEST("all_reduce: every op and type (direct x ring, and direct)") {
+  require_gpu();
+  for (const char* text : {"nvlink:2 x infiniband:3", "nvlink:4"}) {
+    md::cuda::local_world world(md::parse_topology(text).size());
+    auto comms = md::cuda::bind(md::parse_topology(text), world);
+    all_types(comms, cat("\"", text, "\""));
+  }
+}
+
+GPU_TEST("all_reduce: a non-commutative op combines in rank order (direct stages)") {
+  require_gpu();
+  md::options o;
+  o.tune.merge_same_link = false;  // two direct dimensions
+  const auto topo = md::parse_topology("nvlink:2 x nvlink:3");
+  md::cuda::local_world world(6);
+  auto comms = md::cuda::bind(topo, world, o);
+  for (std::size_t n : {std::size_t(1), std::size_t(13), std::size_t(4099)}) {
+    std::vector<std::unique_ptr<dbuf<std::int32_t>>> bufs;
+    std::vector<const std::int32_t*> sp;
+    std::vector<std::int32_t*> rp;
+    for (std::size_t r = 0; r < 6; ++r) {
+      std::vector<std::int32_t> h(n);
+      for (std::size_t i = 0; i < n; ++i) h[i] = std::int32_t(r * 100000 + i);
+      bufs.push_back(std::make_unique<dbuf<std::int32_t>>(n, true));
+      bufs.back()->upload(h);
+      sp.push_back(bufs.back()->get());
+      rp.push_back(bufs.back()->get());
+    }
+    md::cuda::all_reduce(comms, sp, rp, n, keep_left{});
+    cuda_ok(cudaDeviceSynchronize(), "sync");
+    for (std::size_t r = 0; r < 6; ++r) {
+      const auto got = bufs[r]->download();
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < n; ++i) bad += got[i] != std::int32_t(i);
+      check(bad == 0, "keep_left n ", n, " rank ", r, ": ", bad, " elements are not rank 0's");
+    }
+  }
+}
+
+GPU_TEST("all_reduce: captured into a CUDA graph and replayed") {
+  require_gpu();
+  for (const char* text : {"nvlink:2 x infiniband:3", "nvlink:4"}) {
+    for (std::size_t seg : {std::size_t(0), std::size_t(16) << 10}) {
+      md::options o;
+      o.tune.segment_bytes = seg;
+      const auto topo = md::parse_topology(text);
+      const std::size_t P = topo.size(), n = 100003;
+      md::cuda::local_world world(P);
+      auto comms = md::cuda::bind(topo, world, o);
+      for (auto& c : comms) c.reserve<float>(n);
+      for (bool per_rank : {false, true}) {
+        auto b = make_buffers<float>(P, n, false, false, 7, opk::sum);
+        streams_t ranks(P);
+        auto origin = md::cuda::unique_stream::create();
+        auto fork = md::cuda::unique_event::create();
+        std::vector<md::cuda::unique_event> joins;
+        for (std::size_t r = 0; r < P; ++r) joins.push_back(md::cuda::unique_event::create());
+        cudaGraph_t graph = nullptr;
+        cuda_ok(cudaStreamBeginCapture(origin.get(), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+        if (per_rank) {
+          cuda_ok(cudaEventRecord(fork.get(), origin.get()), "record");
+          for (auto s : ranks.raw) cuda_ok(cudaStreamWaitEvent(s, fork.get(), 0), "wait");
+          md::cuda::all_reduce(comms, b.sp, b.rp, n, md::sum, ranks.raw);
+          for (std::size_t r = 0; r < P; ++r) {
+            cuda_ok(cudaEventRecord(joins[r].get(), ranks.raw[r]), "record");
+            cuda_ok(cudaStreamWaitEvent(origin.get(), joins[r].get(), 0), "wait");
+          }
+        } else {
+          md::cuda::all_reduce(comms, b.sp, b.rp, n, md::sum, std::vector<cudaStream_t>{origin.get()});
+        }
+        cuda_ok(cudaStreamEndCapture(origin.get(), &graph), "cudaStreamEndCapture");
+        cudaGraphExec_t exec = nullptr;
+        cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+        for (u64 round = 0; round < 2; ++round) {
+          // Fresh inputs each replay: the graph reads the buffers, not their values at capture.
+          for (std::size_t r = 0; r < P; ++r) {
+            for (std::size_t i = 0; i < n; ++i) b.host[r][i] = value<float>(round + 70, r, i, opk::sum);
+            b.send[r]->upload(b.host[r]);
+            b.recv[r]->poison();
+          }
+          cuda_ok(cudaGraphLaunch(exec, origin.get()), "cudaGraphLaunch");
+          cuda_ok(cudaStreamSynchronize(origin.get()), "sync");
+          check_results<float>(cat("graph \"", text, "\" segment_bytes ", seg, per_rank ? " per-rank streams" : " one stream",
+                                   " replay ", round),
+                               b, n, opk::sum);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+      }
+    }
+  }
+}
+
+namespace {
+template <class F>
+void expect_invalid(const char* arg, const std::string& where, F&& f) {
+  try {
+    f();
+    check(false, where, ": no exception");
+  } catch (const md::invalid_argument& e) {
+    check(e.argument() == arg, where, ": argument() is \"", e.argument(), "\", expected \"", arg, "\" (", e.what(), ")");
+  } catch (const std::exception& e) {
+    check(false, where, ": unexpected exception ", e.what());
+  }
+}
+}  // namespace
+
+GPU_TEST("all_reduce: errors name the argument") {
+  require_gpu();
+  expect_invalid("ranks", "local_world(0)", [] { md::cuda::local_world w(0); });
+  md::cuda::local_world world(4);
+  {
+    md::options o;
+    o.device_transports = {md::device_transport::nccl};
+    expect_invalid("options.device_transports", "nccl on a local world",
+                   [&] { md::cuda::bind(md::parse_topology("nvlink:4"), world, o); });
+  }
+  expect_invalid("topology", "4 ranks for nvlink:3", [&] { md::cuda::bind(md::parse_topology("nvlink:3"), world); });
+  auto comms = md::cuda::bind(md::parse_topology("nvlink:2 x infiniband:2"), world);
+  auto b = make_buffers<float>(4, 100, false, false, 1, opk::sum);
+  expect_invalid("comm", "one rank's call on a local communicator",
+                 [&] { md::cuda::all_reduce(comms[0], b.sp[0], b.rp[0], 100, md::sum); });
+  auto sp = b.sp;
+  sp[2] = nullptr;
+  expect_invalid("sendbufs", "null sendbuf", [&] { md::cuda::all_reduce(comms, sp, b.rp, 100); });
+  expect_invalid("recvbufs", "three recvbufs", [&] {
+    std::vector<float*> rp(b.rp.begin(), b.rp.begin() + 3);
+    md::cuda::all_reduce(comms, b.sp, rp, 100);
+  });
+  expect_invalid("streams", "two streams for four ranks", [&] {
+    std::vector<cudaStream_t> two = {nullptr, nullptr};
+    md::cuda::all_reduce(comms, b.sp, b.rp, 100, md::sum, two);
+  });
+  expect_invalid("recvbufs", "overlapping buffers", [&] {
+    auto rp = b.rp;
+    rp[1] = const_cast<float*>(b.sp[1]) + 1;
+    md::cuda::all_reduce(comms, b.sp, rp, 50);
+  });
+  expect_invalid("comms", "communicators out of order", [&] {
+    md::cuda::all_reduce(std::span(comms.data() + 1, 3), std::span<const float* const>(b.sp.data(), 3),
+                         std::span<float* const>(b.rp.data(), 3), 10);
+  });
+  {
+    // Scratch cannot grow during capture: reserve first.
+    auto fresh = md::cuda::bind(md::parse_topology("nvlink:2 x infiniband:2"), world);
+    auto s = md::cuda::unique_stream::create();
+    cudaGraph_t g = nullptr;
+    cuda_ok(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal), "begin");
+    expect_invalid("stream", "growing scratch during capture",
+                   [&] { md::cuda::all_reduce(fresh, b.sp, b.rp, 100, md::sum, std::vector<cudaStream_t>{s.get()}); });
+    cudaStreamEndCapture(s.get(), &g);
+    if (g) cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+  }
+  // A communicator stays usable after argument errors.
+  one_call<float>(comms, opk::sum, md::sum, 100, false, false, 3, {}, "after errors");
+}
+
+int main(int argc, char** argv) { return gpu_test::run_all(argc, argv); }

@@ -1,0 +1,166 @@
+// tests/gpu/test_gpu_fold.cu: the fused reduction kernels (mdring/cuda/reduce.cuh)
+// against the host path's reducer and a float64 reference.
+//
+//   every built-in op (sum prod min max avg) on int8 uint8 int16 uint16 int32 uint32
+//   int64 uint64 float double half bfloat16; 1, 2, 3, 8, 64 and 67 inputs (67: two
+//   launches); counts 0, 1, 13, 97, 4099, 2^18 + 3; pointers aligned, all misaligned
+//   by one element (vector path after a head), misaligned differently (element by
+//   element), and in place (dst is input 0); avg finalized and not.
+// Up to 64 inputs the result must equal host_reducer's bit for bit (same order,
+// same accumulator, one rounding); otherwise and for floats also within the
+// float64 bound. A user op (bitwise xor, __host__ __device__) and a count above
+// 2^31 elements are checked too.
+#include "common.cuh"
+
+#include <mdring/cuda/reduce.cuh>
+
+using namespace gpu_test;
+
+// A user op (outside an anonymous namespace: a kernel instantiated on a type with
+// internal linkage cannot be given hidden visibility, and nvcc says so, warning 1407).
+struct xor_op {
+  template <class T>
+  __host__ __device__ T operator()(T a, T b) const { return T(a ^ b); }
+};
+
+namespace {
+
+template <class T, class Op>
+void fold_case(opk k, Op op, std::size_t inputs, std::size_t n, int align, bool final, u64 seed) {
+  const std::size_t ranks = 7;
+  const bool in_place = align == 3;
+  std::vector<std::vector<T>> h(inputs, std::vector<T>(n));
+  for (std::size_t j = 0; j < inputs; ++j)
+    for (std::size_t i = 0; i < n; ++i) h[j][i] = value<T>(seed, j, i, k);
+  std::vector<std::unique_ptr<dbuf<T>>> d;
+  for (std::size_t j = 0; j < inputs; ++j) {
+    // align 1: everything one element past a boundary; align 2: inputs misaligned
+    // one way, dst another (no common phase: element by element).
+    const bool mis = align == 1 || (align == 2 && j % 2 == 0);
+    d.push_back(std::make_unique<dbuf<T>>(n, mis));
+    d.back()->upload(h[j]);
+  }
+  dbuf<T> out(n, align == 1);
+  out.poison();
+  T* dst = in_place ? d[0]->get() : out.get();
+  std::vector<const T*> ptrs;
+  for (auto& b : d) ptrs.push_back(b->get());
+  md::cuda::fold(dst, std::span<const T* const>(ptrs.data(), ptrs.size()), n, op, final, ranks, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  std::vector<T> got(n);
+  cuda_ok(cudaMemcpy(got.data(), dst, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+
+  const std::string where = cat("fold<", md::type_name<T>(), "> ", name_of(k), " inputs ", inputs, " n ", n,
+                                " align ", align, final ? " final" : "");
+  std::vector<const T*> hp;
+  for (auto& v : h) hp.push_back(v.data());
+  std::vector<T> want(n);
+  md::host_reducer<T, Op> red(op, ranks);
+  red.combine_n(want.data(), hp.data(), inputs, n, final);
+  const bool one_pass = inputs <= std::size_t(md::cuda::max_fold_inputs);
+  if (one_pass || !md::is_16bit_float_v<T>) {
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!same_bits(got[i], want[i]) && bad++ < 3)
+        check(false, where, " element ", i, ": got ", to_double(got[i]), ", host_reducer ", to_double(want[i]));
+    check(bad == 0, where, ": ", bad, " elements differ from host_reducer");
+  }
+  if constexpr (is_float_like<T>) {
+    if (!(final && k == opk::avg)) check_against_reference<T>(where, k, hp, got.data(), n, one_pass ? 1 : 2);
+  }
+}
+
+template <class T>
+void type_suite(u64 seed) {
+  const std::size_t counts[] = {0, 1, 13, 97, 4099, (std::size_t(1) << 18) + 3};
+  const std::size_t inputs[] = {1, 2, 3, 8, 64, 67};
+  int c = 0;
+  for (opk k : {opk::sum, opk::prod, opk::min, opk::max, opk::avg})
+    with_op(k, [&](auto op) {
+      for (std::size_t in : inputs)
+        for (std::size_t n : counts) {
+          ++c;
+          fold_case<T>(k, op, in, n, c % 4, k == opk::avg && c % 2 == 0, seed + std::size_t(c));
+        }
+    });
+}
+
+}  // namespace
+
+GPU_TEST("fold: every op on every type, every alignment, 1 to 67 inputs") {
+  require_gpu();
+  type_suite<std::int8_t>(1);
+  type_suite<std::uint8_t>(2);
+  type_suite<std::int16_t>(3);
+  type_suite<std::uint16_t>(4);
+  type_suite<std::int32_t>(5);
+  type_suite<std::uint32_t>(6);
+  type_suite<std::int64_t>(7);
+  type_suite<std::uint64_t>(8);
+  type_suite<float>(9);
+  type_suite<double>(10);
+  type_suite<md::half>(11);
+  type_suite<md::bfloat16>(12);
+}
+
+GPU_TEST("fold: dst may not alias an input of a later pass") {
+  require_gpu();
+  dbuf<float> a(10);
+  std::vector<const float*> in(70, a.get());
+  bool thrown = false;
+  try {
+    md::cuda::fold(a.get(), std::span<const float* const>(in.data(), in.size()), 10, md::sum, false, 1, nullptr);
+  } catch (const md::invalid_argument& e) {
+    thrown = e.argument() == "in";
+  }
+  check(thrown, "dst aliasing input 64 of 70 was not refused with invalid_argument(\"in\")");
+}
+
+GPU_TEST("fold: a user op (xor) in device code") {
+  require_gpu();
+  for (int align = 0; align < 4; ++align)
+    for (std::size_t in : {2, 5})
+      fold_case<std::uint32_t>(opk::sum, xor_op{}, in, 4099, align, false, 99);
+}
+
+GPU_TEST("fold: half and bfloat16 accumulate in float and round once") {
+  require_gpu();
+  // 1 + 8 * 2^-11 in half: each partial sum 1 + 2^-11 would round back to 1 in
+  // half, the float accumulation keeps all eight and rounds 1 + 2^-8 once.
+  const std::size_t k = 9, n = 1000;
+  std::vector<std::vector<md::half>> h(k, std::vector<md::half>(n, md::half(0x1.0p-11f)));
+  h[0].assign(n, md::half(1.0f));
+  std::vector<std::unique_ptr<dbuf<md::half>>> d;
+  std::vector<const md::half*> ptrs;
+  for (auto& v : h) d.push_back(std::make_unique<dbuf<md::half>>(n)), d.back()->upload(v), ptrs.push_back(d.back()->get());
+  dbuf<md::half> out(n);
+  md::cuda::fold(out.get(), std::span<const md::half* const>(ptrs.data(), k), n, md::sum, false, 1, nullptr);
+  const auto got = out.download();
+  check(float(got[0]) == 1.0f + 0x1.0p-8f, "half: got ", float(got[0]), ", expected ", 1.0f + 0x1.0p-8f);
+  check(float(got[n - 1]) == 1.0f + 0x1.0p-8f, "half: last element");
+}
+
+GPU_TEST("fold: more than 2^31 elements (64-bit indexing)") {
+  require_gpu();
+  const std::size_t n = (std::size_t(1) << 31) + 17;
+  size_t free_b = 0, total_b = 0;
+  cuda_ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  if (free_b < 3 * n + (std::size_t(1) << 30)) {
+    std::printf("  (skipped: needs %zu bytes of free device memory)\n", 3 * n);
+    return;
+  }
+  dbuf<std::uint8_t> a(n), b(n), out(n);
+  cuda_ok(cudaMemset(a.get(), 3, n), "cudaMemset");
+  cuda_ok(cudaMemset(b.get(), 4, n), "cudaMemset");
+  out.poison();
+  const std::uint8_t* in[2] = {a.get(), b.get()};
+  md::cuda::fold(out.get(), std::span<const std::uint8_t* const>(in, 2), n, md::sum, false, 1, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "sync");
+  for (std::size_t i : {std::size_t(0), std::size_t(1) << 31, n - 17, n - 1}) {
+    std::uint8_t v = 0;
+    cuda_ok(cudaMemcpy(&v, out.get() + i, 1, cudaMemcpyDeviceToHost), "download");
+    check(v == 7, "element ", i, " is ", int(v), ", expected 7");
+  }
+}
+
+int main(int argc, char** argv) { return gpu_test::run_all(argc, argv); }

@@ -1,0 +1,115 @@
+// tests/test_device_select.cpp: the transport of each dimension on the GPU path
+// (transport/device_select.hpp), by link, support and request; exact expectations.
+#include <doctest/doctest.h>
+#include <mdring/mdring.hpp>
+#include <mdring/transport/device_select.hpp>
+
+#include <string>
+#include <vector>
+
+namespace md = mdring;
+using dt = md::device_transport;
+
+namespace {
+
+std::vector<dt> select(const std::string& topo, std::vector<dt> req, md::device_transport_support s,
+                       md::tuning tune = {}) {
+  const auto t = md::parse_topology(topo);
+  const auto m = md::merge_dimensions(t, {}, tune);
+  return md::select_device_transports(t, m, req, s);
+}
+
+md::device_transport_support nccl_mpi() { return {true, true, false, false}; }
+
+std::string message_of(auto&& f) {
+  try {
+    f();
+  } catch (const md::invalid_argument& e) {
+    CHECK(e.argument() == "options.device_transports");
+    return e.what();
+  }
+  return "no exception";
+}
+
+}  // namespace
+
+TEST_CASE("device transports: defaults by link") {
+  const md::device_transport_support all = nccl_mpi();
+  CHECK(md::default_device_transport(md::link_info_of<md::nvlink>(), all) == dt::nccl);
+  CHECK(md::default_device_transport(md::link_info_of<md::pcie>(), all) == dt::nccl);
+  CHECK(md::default_device_transport(md::link_info_of<md::infiniband>(), all) == dt::nccl);
+  CHECK(md::default_device_transport(md::link_info_of<md::shm>(), all) == dt::nccl);
+  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), all) == dt::mpi_staged);
+  md::device_transport_support aware = all;
+  aware.cuda_aware_mpi = true;
+  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), aware) == dt::mpi_cuda_aware);
+  CHECK(md::default_device_transport(md::link_info_of<md::nvlink>(), aware) == dt::nccl);
+  // The threshold: 5 GB/s in host memory space.
+  md::link_info slow{"slow", 4.99e9, 1e-6, false, md::memory_space::host};
+  md::link_info fast{"fast", 5e9, 1e-6, false, md::memory_space::host};
+  CHECK(md::default_device_transport(slow, all) == dt::mpi_staged);
+  CHECK(md::default_device_transport(fast, all) == dt::nccl);
+  // What is there when the preferred one is not.
+  CHECK(md::default_device_transport(md::link_info_of<md::nvlink>(), {false, true, false, false}) == dt::mpi_staged);
+  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), {true, false, false, false}) == dt::nccl);
+  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), {}) == dt::automatic);
+  // A local world is local everywhere.
+  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), {true, true, true, true}) == dt::local);
+}
+
+TEST_CASE("device transports: per dimension, merged dimensions, requests") {
+  CHECK(select("nvlink:4 x infiniband:64", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::nccl});
+  CHECK(select("nvlink:4 x ethernet:16", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::mpi_staged});
+  CHECK(select("nvlink:4 x ethernet:16", {}, {true, true, true, false}) ==
+        std::vector<dt>{dt::nccl, dt::mpi_cuda_aware});
+  CHECK(select("nvlink:4 x infiniband:64", {dt::automatic, dt::mpi_staged}, nccl_mpi()) ==
+        std::vector<dt>{dt::nccl, dt::mpi_staged});
+  CHECK(select("nvlink:4 x infiniband:64", {dt::mpi_staged}, nccl_mpi()) ==
+        std::vector<dt>{dt::mpi_staged, dt::nccl});
+  // nvlink:2 x nvlink:2 runs as nvlink:4: one executed dimension.
+  CHECK(select("nvlink:2 x nvlink:2 x ethernet:3", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::mpi_staged});
+  CHECK(select("nvlink:2 x nvlink:2", {dt::automatic, dt::mpi_staged}, nccl_mpi()) == std::vector<dt>{dt::mpi_staged});
+  md::tuning nomerge;
+  nomerge.merge_same_link = false;
+  CHECK(select("nvlink:2 x nvlink:2", {dt::nccl, dt::mpi_staged}, nccl_mpi(), nomerge) ==
+        std::vector<dt>{dt::nccl, dt::mpi_staged});
+  CHECK(select("nvlink:2 x ethernet:4", {}, {false, false, false, true}) == std::vector<dt>{dt::local, dt::local});
+  // A dimension of one rank never throws for want of a transport.
+  CHECK(select("ethernet:1 x nvlink:2", {}, {true, false, false, false}) == std::vector<dt>{dt::nccl, dt::nccl});
+}
+
+TEST_CASE("device transports: errors name the entry") {
+  CHECK(message_of([] { select("nvlink:4", {dt::nccl, dt::nccl}, nccl_mpi()); }) ==
+        "mdring::cuda::bind: options.device_transports has 2 entries but the topology \"nvlink:4\" has 1 dimensions");
+  CHECK(message_of([] { select("nvlink:4 x infiniband:2", {dt::automatic, dt::mpi_cuda_aware}, nccl_mpi()); }) ==
+        "mdring::cuda::bind: options.device_transports[1] is mpi_cuda_aware, which this communicator cannot use "
+        "(it supports: nccl, mpi_staged)");
+  CHECK(message_of([] { select("nvlink:4", {dt::nccl}, {false, false, false, true}); }) ==
+        "mdring::cuda::bind: options.device_transports[0] is nccl, which this communicator cannot use (it "
+        "supports: local)");
+  CHECK(message_of([] { select("nvlink:2 x nvlink:2", {dt::nccl, dt::mpi_staged}, nccl_mpi()); }) ==
+        "mdring::cuda::bind: options.device_transports[1] is mpi_staged but options.device_transports[0] is nccl, "
+        "and the two dimensions run merged as one (same fully connected link); ask for the same transport or set "
+        "options.tune.merge_same_link = false");
+  CHECK(message_of([] { select("ethernet:2", {}, {}); }) ==
+        "mdring::cuda::bind: no transport can move device buffers in dimension 0 (ethernet): the communicator "
+        "supports none");
+}
+
+TEST_CASE("device transports: names and option checks") {
+  CHECK(md::to_string(dt::automatic) == "automatic");
+  CHECK(md::to_string(dt::nccl) == "nccl");
+  CHECK(md::to_string(dt::mpi_staged) == "mpi_staged");
+  CHECK(md::to_string(dt::mpi_cuda_aware) == "mpi_cuda_aware");
+  CHECK(md::to_string(dt::local) == "local");
+  md::options o;
+  o.tune.staging_chunk_bytes = 100;
+  try {
+    md::detail::validate(o);
+    FAIL("no exception");
+  } catch (const md::invalid_argument& e) {
+    CHECK(e.argument() == "options.tune.staging_chunk_bytes");
+    CHECK(std::string(e.what()) ==
+          "mdring::bind: options.tune.staging_chunk_bytes must be in [4096, 2^30], got 100");
+  }
+}

@@ -1,0 +1,394 @@
+// tests/test_schedule.cpp: the stream-executable all_reduce program (plan/schedule.hpp).
+//
+// The GPU path replays make_all_reduce_schedule() on streams; this test replays it
+// on the host, for all ranks in lock step (exactly what the single-GPU executor of
+// several logical ranks does: step i's messages are matched between ranks, copied,
+// then step i's folds run), with host_reducer for the folds. So the schedule the
+// GPU runs is checked here without a GPU:
+//   - exact results: int32 sums of rank-dependent values, avg on int32 (truncating
+//     division once, by the owner), non-commutative "keep the left operand" on
+//     direct stages (rank order), float quarters (exact);
+//   - bitwise identity on every rank;
+//   - every message of step i has a matching message on the peer, of the same count;
+//   - no receive of a step overlaps a send or another receive of the same rank (on
+//     the GPU they run concurrently);
+//   - every step has the same (segment, stage, dimension, index) on every rank;
+//   - scratch stays inside scratch_elements; folds never read unwritten scratch;
+//   - with vector_elements V, every fold's destination and inputs have the same
+//     address modulo V (send and recv equally misaligned), which is what lets the
+//     kernels use 16-byte loads on any block boundaries;
+//   - counts 0, 1, fewer than ranks, 13, 97, 1009, 4099; in and out of place; one
+//     segment and many (pipelined wavefront order).
+#include <doctest/doctest.h>
+#include <mdring/mdring.hpp>
+#include <mdring/plan/schedule.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace md = mdring;
+using md::algorithm;
+
+namespace {
+
+struct rank_state {
+  std::vector<std::size_t> coords;
+  md::all_reduce_schedule sch;
+  std::vector<std::int64_t> raw_send, raw_recv, raw_scratch;  // element storage with guard room
+  std::vector<unsigned char> written;                          // scratch elements written so far
+};
+
+constexpr std::size_t guard = 16;
+
+template <class T>
+struct sim {
+  std::vector<std::size_t> ext;
+  std::vector<algorithm> algos;
+  std::size_t n, seg_len, V, mis;
+  bool in_place;
+  std::size_t P = 1;
+  std::vector<rank_state> ranks;
+  std::vector<std::vector<T>> send, recv, scratch;
+  std::vector<std::vector<unsigned char>> scratch_written;
+  std::vector<std::string> failures;
+
+  sim(std::vector<std::size_t> e, std::vector<algorithm> a, std::size_t count, std::size_t len, std::size_t v,
+      std::size_t m, bool ip)
+      : ext(std::move(e)), algos(std::move(a)), n(count), seg_len(len), V(v), mis(m), in_place(ip) {
+    for (auto x : ext) P *= x;
+    ranks.resize(P);
+    send.resize(P), recv.resize(P), scratch.resize(P), scratch_written.resize(P);
+    for (std::size_t r = 0; r < P; ++r) {
+      auto& rs = ranks[r];
+      rs.coords.resize(ext.size());
+      md::to_coordinates(r, ext, rs.coords);
+      md::schedule_params p;
+      p.extents = ext;
+      p.coords = rs.coords;
+      p.algos = algos;
+      p.count = n;
+      p.segment_length = seg_len;
+      p.vector_elements = V;
+      p.recv_misalignment = mis;
+      rs.sch = md::make_all_reduce_schedule(p);
+      scratch[r].assign(rs.sch.scratch_elements, T{});
+      scratch_written[r].assign(rs.sch.scratch_elements, 0);
+    }
+  }
+
+  void fail(const std::string& s) {
+    if (failures.size() < 20) failures.push_back(s);
+  }
+
+  T* base(std::size_t r, md::region g) {
+    switch (g) {
+      case md::region::send: return in_place ? recv[r].data() : send[r].data();
+      case md::region::recv: return recv[r].data();
+      default: return scratch[r].data();
+    }
+  }
+  std::size_t limit(std::size_t r, md::region g) const {
+    return g == md::region::scratch ? ranks[r].sch.scratch_elements : n;
+  }
+  // Address modulo V of element `off` of region g (recv and send are misaligned by mis).
+  std::size_t phase_of(md::region g, std::size_t off) const {
+    return ((g == md::region::scratch ? 0 : mis) + off) % V;
+  }
+
+  template <class Op>
+  void run(Op op) {
+    const std::size_t steps = ranks[0].sch.steps.size();
+    for (std::size_t r = 1; r < P; ++r)
+      if (ranks[r].sch.steps.size() != steps) return fail("step counts differ between ranks 0 and " + std::to_string(r));
+    for (std::size_t i = 0; i < steps; ++i) {
+      const auto& s0 = ranks[0].sch.steps[i];
+      for (std::size_t r = 1; r < P; ++r) {
+        const auto& s = ranks[r].sch.steps[i];
+        if (s.segment != s0.segment || s.stage != s0.stage || s.dim != s0.dim || s.index != s0.index || s.ph != s0.ph)
+          return fail("step " + std::to_string(i) + " differs between ranks 0 and " + std::to_string(r));
+      }
+      // Messages: each recv matched with exactly one send of the peer, same count.
+      struct copy {
+        std::size_t r, j;
+        md::transfer to, from;
+      };
+      std::vector<copy> copies;
+      for (std::size_t r = 0; r < P; ++r) {
+        const auto& rs = ranks[r];
+        const auto& st = rs.sch.steps[i];
+        for (const auto& m : rs.sch.recvs_of(st)) {
+          const std::size_t j = md::peer_of(r, st.dim, m.peer, ext);
+          const auto& ps = ranks[j].sch;
+          std::size_t found = 0;
+          md::transfer from;
+          for (const auto& x : ps.sends_of(ps.steps[i]))
+            if (x.peer == rs.coords[st.dim]) ++found, from = x;
+          if (found != 1) {
+            fail("step " + std::to_string(i) + ": rank " + std::to_string(r) + " receives from " + std::to_string(j) +
+                 " which sends " + std::to_string(found) + " messages to it");
+            continue;
+          }
+          if (from.count != m.count) fail("step " + std::to_string(i) + ": count mismatch");
+          copies.push_back({r, j, m, from});
+        }
+        // And each send has a receiver.
+        for (const auto& x : rs.sch.sends_of(st)) {
+          const std::size_t j = md::peer_of(r, st.dim, x.peer, ext);
+          std::size_t found = 0;
+          for (const auto& m : ranks[j].sch.recvs_of(ranks[j].sch.steps[i])) found += m.peer == rs.coords[st.dim];
+          if (found != 1) fail("step " + std::to_string(i) + ": a send of rank " + std::to_string(r) + " has no receiver");
+        }
+      }
+      // On the GPU a step's copies run concurrently with the peers' reads of this
+      // rank's buffers: no receive may overlap a send or another receive of the
+      // same rank in the same step.
+      for (std::size_t r = 0; r < P; ++r) {
+        const auto& sch = ranks[r].sch;
+        const auto& st = sch.steps[i];
+        auto buf = [&](md::region g) { return g == md::region::send && in_place ? md::region::recv : g; };
+        auto overlap = [&](const md::transfer& a, const md::transfer& b) {
+          return buf(a.at.where) == buf(b.at.where) && a.at.offset < b.at.offset + b.count &&
+                 b.at.offset < a.at.offset + a.count;
+        };
+        const auto recvs = sch.recvs_of(st);
+        for (std::size_t a = 0; a < recvs.size(); ++a) {
+          for (const auto& x : sch.sends_of(st))
+            if (overlap(recvs[a], x)) fail("step " + std::to_string(i) + ": a receive overlaps a send of the same rank");
+          for (std::size_t b2 = a + 1; b2 < recvs.size(); ++b2)
+            if (overlap(recvs[a], recvs[b2])) fail("step " + std::to_string(i) + ": two receives overlap");
+        }
+      }
+      // Copy (reading the senders' buffers as they were before this step's folds).
+      std::vector<std::vector<T>> staged;
+      for (auto& c : copies) {
+        if (c.from.at.offset + c.from.count > limit(c.j, c.from.at.where) ||
+            c.to.at.offset + c.to.count > limit(c.r, c.to.at.where)) {
+          fail("step " + std::to_string(i) + ": message out of bounds");
+          staged.emplace_back();
+          continue;
+        }
+        const T* src = base(c.j, c.from.at.where) + c.from.at.offset;
+        staged.emplace_back(src, src + c.from.count);
+        if (c.from.at.where == md::region::scratch) fail("a send reads scratch");
+      }
+      for (std::size_t k = 0; k < copies.size(); ++k) {
+        auto& c = copies[k];
+        if (staged[k].empty()) continue;
+        std::memcpy(base(c.r, c.to.at.where) + c.to.at.offset, staged[k].data(), c.to.count * sizeof(T));
+        if (c.to.at.where == md::region::scratch)
+          for (std::size_t e = 0; e < c.to.count; ++e) scratch_written[c.r][c.to.at.offset + e] = 1;
+      }
+      // Folds.
+      for (std::size_t r = 0; r < P; ++r) {
+        const auto& sch = ranks[r].sch;
+        md::host_reducer<T, Op> red(op, P);
+        for (const auto& f : sch.folds_of(sch.steps[i])) {
+          std::vector<const T*> in;
+          const std::size_t want = phase_of(f.dst.where, f.dst.offset);
+          for (const auto& s : sch.inputs_of(f)) {
+            if (s.offset + f.count > limit(r, s.where)) {
+              fail("fold input out of bounds");
+              return;
+            }
+            if (phase_of(s.where, s.offset) != want) fail("fold input not vector-aligned with its destination");
+            if (s.where == md::region::scratch)
+              for (std::size_t e = 0; e < f.count; ++e)
+                if (!scratch_written[r][s.offset + e]) {
+                  fail("fold reads scratch nothing wrote");
+                  break;
+                }
+            in.push_back(base(r, s.where) + s.offset);
+          }
+          if (f.dst.where != md::region::recv) fail("fold writes outside recvbuf");
+          red.combine_n(base(r, f.dst.where) + f.dst.offset, in.data(), in.size(), f.count, f.final);
+        }
+      }
+    }
+  }
+};
+
+std::string label(const std::vector<std::size_t>& ext, const std::vector<algorithm>& a, std::size_t n,
+                  std::size_t len, std::size_t V, std::size_t mis, bool ip) {
+  std::string s = "extents";
+  for (auto e : ext) s += " " + std::to_string(e);
+  s += ", algorithms";
+  for (auto x : a) s += " " + std::string(md::to_string(x));
+  return s + ", n " + std::to_string(n) + ", segment " + std::to_string(len) + ", V " + std::to_string(V) +
+         ", misaligned " + std::to_string(mis) + (ip ? ", in place" : ", out of place");
+}
+
+// Runs one case with op on T: input(rank, i) -> T, want(i) -> T expected.
+template <class T, class Op, class In, class Want>
+void check_case(const std::vector<std::size_t>& ext, const std::vector<algorithm>& algos, std::size_t n,
+                std::size_t len, std::size_t V, std::size_t mis, bool ip, Op op, In input, Want want) {
+  sim<T> s(ext, algos, n, len, V, mis, ip);
+  const std::string where = label(ext, algos, n, len, V, mis, ip);
+  for (std::size_t r = 0; r < s.P; ++r) {
+    s.recv[r].assign(n, T{});
+    s.send[r].assign(n, T{});
+    for (std::size_t i = 0; i < n; ++i) (ip ? s.recv[r] : s.send[r])[i] = input(r, i);
+    if (!ip)
+      for (std::size_t i = 0; i < n; ++i) s.recv[r][i] = T(-7);  // poison
+  }
+  s.run(op);
+  for (auto& f : s.failures) FAIL_CHECK(where << ": " << f);
+  if (!s.failures.empty()) return;
+  std::size_t bad = 0;
+  for (std::size_t r = 0; r < s.P; ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::memcmp(&s.recv[r][i], &s.recv[0][i], sizeof(T)) != 0 && bad++ < 3)
+        FAIL_CHECK(where << ": rank " << r << " element " << i << " differs from rank 0 in its bits");
+      if (!(s.recv[r][i] == want(i)) && bad++ < 3)
+        FAIL_CHECK(where << ": rank " << r << " element " << i << " is " << double(s.recv[r][i]) << ", expected "
+                         << double(want(i)));
+    }
+  CHECK_MESSAGE(bad == 0, where);
+}
+
+struct keep_left {
+  static constexpr bool is_commutative = false;
+  std::int32_t operator()(std::int32_t a, std::int32_t) const { return a; }
+};
+
+const std::vector<std::pair<std::vector<std::size_t>, std::vector<algorithm>>> shapes = {
+    {{1}, {algorithm::ring}},
+    {{2}, {algorithm::direct}},
+    {{2}, {algorithm::ring}},
+    {{5}, {algorithm::ring}},
+    {{5}, {algorithm::direct}},
+    {{1, 4}, {algorithm::ring, algorithm::direct}},
+    {{4, 1}, {algorithm::ring, algorithm::ring}},
+    {{2, 3}, {algorithm::direct, algorithm::ring}},
+    {{2, 3}, {algorithm::ring, algorithm::direct}},
+    {{4, 3}, {algorithm::direct, algorithm::ring}},
+    {{3, 5}, {algorithm::ring, algorithm::ring}},
+    {{2, 2, 2}, {algorithm::direct, algorithm::ring, algorithm::direct}},
+    {{2, 1, 3}, {algorithm::ring, algorithm::ring, algorithm::direct}},
+    {{9}, {algorithm::ring}},
+};
+
+}  // namespace
+
+TEST_CASE("schedule: int32 sum on every shape, count, segment length, alignment, in and out of place") {
+  for (const auto& [ext, algos] : shapes) {
+    std::size_t P = 1;
+    for (auto e : ext) P *= e;
+    std::vector<std::size_t> counts = {0, 1, 13, 97, 1009, 4099};
+    if (P > 2) counts.push_back(P - 1);
+    for (std::size_t n : counts)
+      for (std::size_t len : {std::size_t(0), std::size_t(64), std::size_t(1000)})
+        for (std::size_t V : {std::size_t(1), std::size_t(4)})
+          for (bool ip : {false, true}) {
+            const std::size_t mis = V > 1 ? (n + len) % V : 0;
+            auto in = [](std::size_t r, std::size_t i) { return std::int32_t((r + 1) * 1000 + i % 997); };
+            auto want = [P](std::size_t i) {
+              std::int64_t s = 0;
+              for (std::size_t r = 0; r < P; ++r) s += std::int64_t((r + 1) * 1000 + i % 997);
+              return std::int32_t(s);
+            };
+            check_case<std::int32_t>(ext, algos, n, len, V, mis, ip, md::sum, in, want);
+          }
+  }
+}
+
+TEST_CASE("schedule: avg divides once by the owner; float quarters are exact") {
+  for (const auto& [ext, algos] : shapes) {
+    std::size_t P = 1;
+    for (auto e : ext) P *= e;
+    for (std::size_t n : {std::size_t(1), std::size_t(97), std::size_t(1009)})
+      for (std::size_t len : {std::size_t(0), std::size_t(128)}) {
+        // Truncation shows that the division happens once, on the full sum.
+        auto in = [](std::size_t r, std::size_t i) { return std::int32_t(3 * r + i % 5); };
+        auto want = [P](std::size_t i) {
+          std::int64_t s = 0;
+          for (std::size_t r = 0; r < P; ++r) s += std::int64_t(3 * r + i % 5);
+          return std::int32_t(s / std::int64_t(P));
+        };
+        check_case<std::int32_t>(ext, algos, n, len, 4, 1, false, md::avg, in, want);
+        auto fin = [](std::size_t r, std::size_t i) { return float(r) * 0.25f + float(i % 7); };
+        auto fwant = [P](std::size_t i) {
+          double s = 0;
+          for (std::size_t r = 0; r < P; ++r) s += double(r) * 0.25 + double(i % 7);
+          return float(s);
+        };
+        check_case<float>(ext, algos, n, len, 4, 3, true, md::sum, fin, fwant);
+      }
+  }
+}
+
+TEST_CASE("schedule: a non-commutative op on direct stages combines in rank order") {
+  // keep_left over ranks 0..P-1 in rank order gives rank 0's value.
+  const std::vector<std::pair<std::vector<std::size_t>, std::vector<algorithm>>> direct_shapes = {
+      {{2}, {algorithm::direct}}, {{5}, {algorithm::direct}}, {{2, 3}, {algorithm::direct, algorithm::direct}},
+      {{2, 2, 2}, {algorithm::direct, algorithm::direct, algorithm::direct}}};
+  for (const auto& [ext, algos] : direct_shapes)
+    for (std::size_t n : {std::size_t(1), std::size_t(13), std::size_t(1009)})
+      for (std::size_t len : {std::size_t(0), std::size_t(100)})
+        check_case<std::int32_t>(ext, algos, n, len, 1, 0, false, keep_left{},
+                                 [](std::size_t r, std::size_t i) { return std::int32_t(r * 100000 + i); },
+                                 [](std::size_t i) { return std::int32_t(i); });
+}
+
+TEST_CASE("schedule: structure") {
+  // 2 ranks, direct, n = 10, rank 0: the example at the top of schedule.hpp.
+  const std::vector<std::size_t> ext = {2}, coords = {0};
+  const std::vector<algorithm> algos = {algorithm::direct};
+  md::schedule_params p;
+  p.extents = ext, p.coords = coords, p.algos = algos, p.count = 10;
+  auto s = md::make_all_reduce_schedule(p);
+  REQUIRE(s.steps.size() == 2);
+  CHECK(s.segments == 1);
+  CHECK(s.stage_dims == std::vector<std::size_t>{0, 0});
+  const auto& rs = s.steps[0];
+  CHECK(rs.ph == md::phase::reduce_scatter);
+  REQUIRE(rs.sends == 1);
+  CHECK(s.sends[rs.first_send].peer == 1);
+  CHECK(s.sends[rs.first_send].at == md::slice{md::region::send, 5});
+  CHECK(s.sends[rs.first_send].count == 5);
+  REQUIRE(rs.recvs == 1);
+  CHECK(s.recvs[rs.first_recv].at.where == md::region::scratch);
+  CHECK(s.recvs[rs.first_recv].count == 5);
+  REQUIRE(rs.folds == 1);
+  const auto& f = s.folds[rs.first_fold];
+  CHECK(f.dst == md::slice{md::region::recv, 0});
+  CHECK(f.count == 5);
+  CHECK(f.final);
+  REQUIRE(f.inputs == 2);
+  CHECK(s.inputs[f.first_input] == md::slice{md::region::send, 0});  // coordinate 0 first: this rank
+  const auto& ag = s.steps[1];
+  CHECK(ag.ph == md::phase::all_gather);
+  CHECK(s.sends[ag.first_send].at == md::slice{md::region::recv, 0});
+  CHECK(s.recvs[ag.first_recv].at == md::slice{md::region::recv, 5});
+  CHECK(ag.folds == 0);
+
+  // 4 segments over 2 dimensions (2 stages each way): wavefront order.
+  const std::vector<std::size_t> ext2 = {2, 2}, c2 = {0, 0};
+  const std::vector<algorithm> a2 = {algorithm::direct, algorithm::direct};
+  p.extents = ext2, p.coords = c2, p.algos = a2, p.count = 400, p.segment_length = 100;
+  s = md::make_all_reduce_schedule(p);
+  CHECK(s.segments == 4);
+  CHECK(s.stage_dims == std::vector<std::size_t>{0, 1, 1, 0});
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (segment, stage)
+  for (auto& st : s.steps) order.emplace_back(st.segment, st.stage);
+  const std::vector<std::pair<std::size_t, std::size_t>> expect = {
+      {0, 0}, {1, 0}, {0, 1}, {2, 0}, {1, 1}, {0, 2}, {3, 0}, {2, 1}, {1, 2}, {0, 3},
+      {3, 1}, {2, 2}, {1, 3}, {3, 2}, {2, 3}, {3, 3}};
+  CHECK(order == expect);
+  // Each segment has its own scratch.
+  CHECK(s.scratch_elements == 4 * s.segment_scratch);
+
+  // Count 0: nothing to do; a single rank: a copy.
+  p.count = 0;
+  CHECK(md::make_all_reduce_schedule(p).steps.empty());
+  const std::vector<std::size_t> one = {1}, zero = {0};
+  const std::vector<algorithm> ring = {algorithm::ring};
+  p.extents = one, p.coords = zero, p.algos = ring, p.count = 10, p.segment_length = 0;
+  s = md::make_all_reduce_schedule(p);  // one local step: recvbuf = sendbuf
+  REQUIRE(s.steps.size() == 1);
+  CHECK(s.steps[0].sends + s.steps[0].recvs == 0);
+  REQUIRE(s.steps[0].folds == 1);
+  CHECK(s.folds[0].inputs == 1);
+  CHECK(s.inputs[0] == md::slice{md::region::send, 0});
+}
