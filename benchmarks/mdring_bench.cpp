@@ -15,6 +15,10 @@
 // libraries', against exact expected values. --json adds the cost model's
 // prediction (explain(), rank 0) as predicted_s. --link NAME=BW,LAT[,full][,device]
 // registers a link (bytes/s, seconds) for --topology, e.g. to match a platform.
+// --alloc node (the default) allocates the buffers with mdring::node_alloc, so
+// that processes on one node read and write each other's buffers in place (the
+// zero-copy path, mdring/memory.hpp); --alloc heap uses ordinary memory, which
+// mdring reaches by cross-memory attach. Both libraries use the same buffers.
 //
 // Built with smpicxx (the `smpi` CMake preset), it runs under SimGrid's smpirun
 // on simulated clusters (docs/SCALING.md): times are simulated (MPI_Wtime), and
@@ -58,6 +62,7 @@ struct config {
   double factor = 2;
   int iters = 20, warmup = 5;
   bool check = false, json = false, inplace = false, explain = false;
+  std::string alloc = "node";  // node: mdring::node_alloc; heap: std::allocator
   std::string baseline = "none";
   std::string plot;  // --plot FILE.png: also FILE.png.jsonl, drawn by scripts/plot_bench.py
   bool baseline_only = false;  // time the baseline alone (mdring's columns are null)
@@ -76,6 +81,7 @@ struct config {
                "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
                "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
                "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|none] [--baseline-only] [--json]\n"
+               "  [--alloc node|heap]  (buffers from mdring::node_alloc, the default, or ordinary memory)\n"
                "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
@@ -153,6 +159,10 @@ config parse(int argc, char** argv) {
     else if (a == "--check") c.check = true;
     else if (a == "--explain") c.explain = true;
     else if (a == "--inplace") c.inplace = true;
+    else if (a == "--alloc") {
+      c.alloc = next();
+      if (c.alloc != "node" && c.alloc != "heap") usage("--alloc takes node or heap, not " + c.alloc);
+    }
     else if (a == "--json") c.json = true;
     else if (a == "--plot") c.plot = next();
     else if (a == "--baseline") c.baseline = next();
@@ -336,8 +346,27 @@ private:
 template <class T>
 using bench_buffer = sim_buffer<T>;
 #else
+// node_alloc or the heap, by --alloc (set once before any buffer exists).
+bool bench_node_memory = true;
 template <class T>
-using bench_buffer = std::vector<T>;
+struct bench_allocator {
+  using value_type = T;
+  bench_allocator() = default;
+  template <class U>
+  bench_allocator(const bench_allocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    return bench_node_memory ? md::node_allocator<T>().allocate(n) : std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    bench_node_memory ? md::node_allocator<T>().deallocate(p, n) : std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const bench_allocator<U>&) const noexcept {
+    return true;
+  }
+};
+template <class T>
+using bench_buffer = std::vector<T, bench_allocator<T>>;
 #endif
 
 // Sets up buffers for one size and runs one collective on them.
@@ -459,9 +488,10 @@ std::string json_row(const config& cfg, const result_row& r, const std::string& 
   std::string s;
   std::snprintf(buf, sizeof buf,
                 "{\"op\": \"%s\", \"dtype\": \"%s\", \"reduce_op\": \"%s\", \"topology\": \"%s\", \"ranks\": %zu, "
-                "\"transport\": \"%s\", \"bytes\": %zu, \"elements\": %zu, \"mdring_s\": %s, ",
-                cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(), r.bytes,
-                r.elements, num("%.9g", r.mdring_s).c_str());
+                "\"transport\": \"%s\", \"alloc\": \"%s\", \"inplace\": %s, \"bytes\": %zu, \"elements\": %zu, "
+                "\"mdring_s\": %s, ",
+                cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(),
+                cfg.alloc.c_str(), cfg.inplace ? "true" : "false", r.bytes, r.elements, num("%.9g", r.mdring_s).c_str());
   s += buf;
   if (r.has_baseline) {
     const double balg = r.baseline_s > 0 ? double(r.bytes) / r.baseline_s / 1e9 : 0;
@@ -508,10 +538,10 @@ void print_rows(const config& cfg, const std::vector<result_row>& rows, const st
     for (auto& r : rows) std::printf("%s\n", json_row(cfg, r, topo, P, transport).c_str());
     return;
   }
-  std::printf("# mdring-bench: %s of %s (op %s), topology %s = %zu ranks, %s transport, %s, median of %d iters "
-              "(%d warmup), time = slowest rank\n",
+  std::printf("# mdring-bench: %s of %s (op %s), topology %s = %zu ranks, %s transport, %s, %s memory, median of "
+              "%d iters (%d warmup), time = slowest rank\n",
               cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(),
-              cfg.inplace ? "in place" : "out of place", cfg.iters, cfg.warmup);
+              cfg.inplace ? "in place" : "out of place", cfg.alloc.c_str(), cfg.iters, cfg.warmup);
   const bool b = !rows.empty() && rows[0].has_baseline;
   std::printf("# %12s %12s | %11s %9s %9s", "bytes", "elements", "mdring us", "algbw", "busbw");
   if (b) std::printf(" | %11s %9s %9s | %6s", (cfg.baseline + " us").c_str(), "algbw", "busbw", "ratio");
@@ -707,6 +737,9 @@ int run_mpi(const config& cfg) {
 
 int main(int argc, char** argv) {
   const config cfg = parse(argc, argv);
+#if !MDRING_BENCH_SMPI
+  bench_node_memory = cfg.alloc == "node";
+#endif
   for (auto& l : cfg.links) {
     try {
       md::register_link(l);

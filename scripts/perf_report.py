@@ -20,7 +20,8 @@ def load(d):
             for line in f:
                 if line.startswith("{"):
                     r = json.loads(line)
-                    rows.setdefault((r["op"], r["ranks"]), {})[r["bytes"]] = r
+                    # rows from before --alloc existed used the heap
+                    rows.setdefault((r.get("alloc", "heap"), r["op"], r["ranks"]), {})[r["bytes"]] = r
     return rows
 
 
@@ -66,15 +67,25 @@ def main():
     p("This machine is a shared 2-core VM: absolute times are noisy, and 4 processes oversubscribe "
       "the cores. Only the ratios, measured in the same run, mean something; expect a few percent "
       "of spread between runs.\n")
-    p("What mdring does here: all processes are on one node, so the `shm` dimensions read each "
-      "other's buffers by cross-memory attach (process_vm_readv/writev), synchronized through an MPI "
-      "shared window; `shm:2 x shm:*` on 4 processes is merged into one direct stage over 4 ranks "
+    p("What mdring does here: all processes are on one node and synchronize through an MPI shared "
+      "window; `shm:2 x shm:*` on 4 processes is merged into one direct stage over 4 ranks "
       "(plan/merge.hpp), and each rank folds its quarter straight from its peers' send buffers and "
       "writes the result into every peer's receive buffer in one pass (the fused stage). Ranges up "
-      "to 64 KiB go through per-rank staging buffers with one synchronization instead.\n")
+      "to 64 KiB go through per-rank staging buffers with one synchronization instead. How a rank "
+      "reaches its peers' buffers depends on where they were allocated, so every table comes twice:\n")
+    p("- **node_alloc buffers** (`mdring-bench --alloc node`, the default): the buffers come from "
+      "`mdring::node_alloc` (mdring/memory.hpp, memory files). Peers map each other's buffers once "
+      "and read and write them in place, with non-temporal stores for results of 1 MiB and more "
+      "(`tuning::nontemporal_bytes`). MPI gets the same buffers.\n")
+    p("- **heap buffers** (`--alloc heap`): ordinary memory, which peers reach by cross-memory "
+      "attach (process_vm_readv / writev: one kernel copy per 256 KiB piece).\n")
+    p("With 4 processes on 2 cores a waiting rank yields its core at once instead of spinning "
+      "first (the rank it waits for may need it).\n")
+    names = {"node": "node_alloc buffers", "heap": "heap buffers"}
     targets = []
-    for (op, np_), by in sorted(rows.items()):
-        p(f"## {op}, {np_} processes ({next(iter(by.values()))['topology']}) against {BASELINE_OF.get(op, '?')}\n")
+    for (alloc, op, np_), by in sorted(rows.items(), key=lambda kv: (kv[0][0] != "node",) + kv[0]):
+        p(f"## {op}, {np_} processes ({next(iter(by.values()))['topology']}), {names.get(alloc, alloc)}, "
+          f"against {BASELINE_OF.get(op, '?')}\n")
         p("| bytes | mdring µs | MPI µs | ratio | mdring busbw GB/s | MPI busbw GB/s |")
         p("| ---: | ---: | ---: | ---: | ---: | ---: |")
         worst = 0
@@ -84,15 +95,19 @@ def main():
               f"{r['busbw']:.2f} | {r['baseline_busbw']:.2f} |")
             worst = max(worst, r["ratio"])
         p("")
-        plot = f"perf/busbw-np{np_}.png"
-        targets.append((f"{op}, {np_} processes: no size from 4 KiB to 256 MiB above 1.1 x", worst, 1.1,
+        tag = f" ({names.get(alloc, alloc)})"
+        targets.append((f"{op}, {np_} processes: no size from 4 KiB to 256 MiB above 1.1 x{tag}", worst, 1.1,
                         max(by) >= 256 << 20))
         if op == "all_reduce" and np_ == 2 and (64 << 20) in by:
-            targets.append(("all_reduce, 2 processes, 64 MiB: at most 0.45 x", by[64 << 20]["ratio"], 0.45, True))
+            targets.append((f"all_reduce, 2 processes, 64 MiB: at most 0.45 x{tag}", by[64 << 20]["ratio"], 0.45,
+                            True))
         if op == "all_reduce" and np_ == 4 and (16 << 20) in by:
-            targets.append(("all_reduce, 4 processes, 16 MiB: at most 0.6 x", by[16 << 20]["ratio"], 0.6, True))
-    for np_ in sorted({k[1] for k in rows}):
-        p(f"![busbw, {np_} processes](perf/busbw-np{np_}.png)\n")
+            targets.append((f"all_reduce, 4 processes, 16 MiB: at most 0.6 x{tag}", by[16 << 20]["ratio"], 0.6,
+                            True))
+    for alloc in sorted({k[0] for k in rows}, key=lambda a: a != "node"):
+        suffix = "" if alloc == "node" else "-" + alloc
+        for np_ in sorted({k[2] for k in rows if k[0] == alloc}):
+            p(f"![busbw, {np_} processes, {names.get(alloc, alloc)}](perf/busbw-np{np_}{suffix}.png)\n")
     p("## Targets (issue 4)\n")
     p("| target | measured ratio | met |")
     p("| --- | ---: | :---: |")

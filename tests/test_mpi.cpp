@@ -614,6 +614,76 @@ TEST_CASE("all_reduce in segments: steps of different segments complete out of o
       }
 }
 
+// Buffers from mdring::node_alloc: processes on the node map each other's and
+// fold and copy in place, instead of cross-memory attach. `where` picks the
+// memory per rank: 0 node_alloc everywhere, 1 even ranks only (the others are
+// reached by cross-memory attach), 2 heap everywhere. Data start 3 elements
+// into the allocation (not 16-byte aligned: the non-temporal stores have a head
+// and a tail); nontemporal_bytes 0 streams every stage, SIZE_MAX none.
+template <class T>
+struct placed {
+  static constexpr std::size_t guard = 3;
+  T* base = nullptr;
+  std::size_t n = 0;
+  bool node = false;
+  placed(std::size_t count, bool in_node, T fill) : n(count), node(in_node) {
+    base = node ? static_cast<T*>(md::node_alloc((n + 2 * guard) * sizeof(T))) : new T[n + 2 * guard];
+    std::fill(base, base + n + 2 * guard, fill);
+  }
+  placed(const placed&) = delete;
+  ~placed() { node ? md::node_free(base) : delete[] base; }
+  T* data() { return base + guard; }
+  T& operator[](std::size_t i) { return base[guard + i]; }
+  bool guards_intact(T fill) const {
+    for (std::size_t i = 0; i < guard; ++i)
+      if (base[i] != fill || base[n + guard + i] != fill) return false;
+    return true;
+  }
+};
+
+TEST_CASE("buffers from node_alloc: peers map them, results exact, guards intact") {
+  const std::size_t P = world_size(), R = world_rank();
+  for (int where : {0, 1, 2})
+    for (std::size_t nt : {std::size_t(0), std::size_t(-1)})
+      for (const char* topo : {"shm:*", "shm:2 x shm:*", "shm:* x ethernet:1"}) {
+        if (std::string(topo) == "shm:2 x shm:*" && P % 2) continue;
+        md::options o;
+        o.tune.nontemporal_bytes = nt;
+        auto comm = md::bind(md::parse_topology(topo), MPI_COMM_WORLD, o);
+        const bool node = where == 0 || (where == 1 && R % 2 == 0);
+        for (std::size_t n : {std::size_t(5), std::size_t(1009), std::size_t(20011), std::size_t(65537)}) {
+          INFO(topo << ", memory " << where << ", nontemporal_bytes " << nt << ", count " << n);
+          placed<std::int64_t> send(n, node, -77), recv(n, node, -77);
+          for (std::size_t i = 0; i < n; ++i) send[i] = val(R, i);
+          md::all_reduce(comm, send.data(), recv.data(), n);
+          CHECK(first_bad(n, [&](std::size_t i) { return recv[i] == val_sum(P, i); }) == n);
+          CHECK(first_bad(n, [&](std::size_t i) { return send[i] == val(R, i); }) == n);
+          CHECK(recv.guards_intact(-77));
+          CHECK(send.guards_intact(-77));
+          md::all_reduce(comm, send.data(), n);  // in place
+          CHECK(first_bad(n, [&](std::size_t i) { return send[i] == val_sum(P, i); }) == n);
+          CHECK(send.guards_intact(-77));
+          // reduce_scatter and all_gather, each rank's part n elements
+          placed<std::int64_t> whole(n * P, node, -77), part(n, node, -77);
+          for (std::size_t j = 0; j < n * P; ++j) whole[j] = val(R, j);
+          md::reduce_scatter(comm, whole.data(), part.data(), n);
+          CHECK(first_bad(n, [&](std::size_t i) { return part[i] == val_sum(P, R * n + i); }) == n);
+          CHECK(part.guards_intact(-77));
+          for (std::size_t i = 0; i < n; ++i) part[i] = val(R, i);
+          md::all_gather(comm, part.data(), whole.data(), n);
+          CHECK(first_bad(n * P, [&](std::size_t j) { return whole[j] == val(j / n, j % n); }) == n * P);
+          CHECK(whole.guards_intact(-77));
+        }
+        // With node memory everywhere, every peer's buffers were mapped (stages
+        // above 64 KiB skip the staging buffers); with the heap, none.
+        const auto& tr = comm.get_transport();
+        if (P > 1 && tr.shared_channels()) {
+          if (where == 0) CHECK(tr.mapped_segments() > 0);
+          if (where == 2) CHECK(tr.mapped_segments() == 0);
+        }
+      }
+}
+
 TEST_CASE("count 0 with null buffers, on every collective") {
   const std::size_t P = world_size();
   for_each_topology([&](auto& comm, const std::string& label) {

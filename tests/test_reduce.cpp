@@ -417,6 +417,7 @@ struct erased_reducer {
   std::function<void(void*, const void*, const void*, std::size_t, bool)> combine;
   std::function<void(void*, const std::vector<const void*>&, std::size_t, bool)> combine_n;
   std::function<void(void*, const void*, std::size_t, bool)> finalize;
+  std::function<void(const std::vector<void*>&, const std::vector<const void*>&, std::size_t, bool, bool)> combine_n_to;
 };
 
 template <class T, class Op>
@@ -432,6 +433,13 @@ erased_reducer erase_reducer(Op op, std::size_t ranks) {
           },
           [r](void* d, const void* s, std::size_t n, bool f) {
             r.finalize(static_cast<T*>(d), static_cast<const T*>(s), n, f);
+          },
+          [r](const std::vector<void*>& out, const std::vector<const void*>& in, std::size_t n, bool f, bool nt) {
+            std::vector<T*> o(out.size());
+            for (std::size_t j = 0; j < out.size(); ++j) o[j] = static_cast<T*>(out[j]);
+            std::vector<const T*> p(in.size());
+            for (std::size_t j = 0; j < in.size(); ++j) p[j] = static_cast<const T*>(in[j]);
+            r.combine_n_to(o.data(), o.size(), p.data(), p.size(), n, f, nt);
           }};
 }
 
@@ -525,6 +533,34 @@ void check_reducer(const erased_type& t, kind k, const erased_reducer& r, std::s
             if (int(j) != w) verdict(copy[j].diff(in[j]), ctx + " (input " + std::to_string(j) + ")");
         }
       }
+      // ---- combine_n_to: the same fold written to 1..3 outputs, plain or
+      // non-temporal stores (buffers start one element past an aligned address,
+      // so the streamed middle has a head and a tail), out[0] == in[0] or not ----
+      for (std::size_t kk : {std::size_t(1), std::size_t(2), std::size_t(5)})
+        for (std::size_t nout : {std::size_t(1), std::size_t(3)})
+          for (bool nt : {false, true})
+            for (bool in_place : {false, true}) {
+              std::vector<buffer> in(kk, buffer(t, n, guard_value));
+              buffer want(t, n, guard_value);
+              std::vector<long long> xs(kk);
+              for (std::size_t i = 0; i < n; ++i) {
+                for (std::size_t j = 0; j < kk; ++j) t.make(in[j].at(i), xs[j] = value(k, j, i));
+                t.expected(want.at(i), k, xs, ranks, final);
+              }
+              auto copy = in;
+              std::vector<buffer> outs(nout, buffer(t, n, guard_value));
+              std::vector<const void*> ptrs(kk);
+              for (std::size_t j = 0; j < kk; ++j) ptrs[j] = copy[j].data();
+              std::vector<void*> optrs(nout);
+              for (std::size_t o = 0; o < nout; ++o) optrs[o] = o == 0 && in_place ? copy[0].data() : outs[o].data();
+              r.combine_n_to(optrs, ptrs, n, final, nt);
+              const std::string ctx = name + " combine_n_to k=" + std::to_string(kk) + " outputs=" +
+                                      std::to_string(nout) + (nt ? " streamed" : "") + (in_place ? " in place" : "") + cfg;
+              for (std::size_t o = 0; o < nout; ++o)
+                verdict((o == 0 && in_place ? copy[0] : outs[o]).diff(want), ctx + " (output " + std::to_string(o) + ")");
+              for (std::size_t j = in_place ? 1 : 0; j < kk; ++j)
+                verdict(copy[j].diff(in[j]), ctx + " (input " + std::to_string(j) + ")");
+            }
       // ---- finalize: dst = fin(src) (avg) or a copy, out of place and in place ----
       {
         buffer src(t, n, guard_value), want(t, n, guard_value);
@@ -545,6 +581,7 @@ void check_reducer(const erased_type& t, kind k, const erased_reducer& r, std::s
   // length 0 touches nothing, not even null pointers
   r.combine(nullptr, nullptr, nullptr, 0, true);
   r.combine_n(nullptr, {}, 0, true);
+  r.combine_n_to({}, {}, 0, true, true);
   r.finalize(nullptr, nullptr, 0, true);
 }
 

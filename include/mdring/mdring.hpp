@@ -11,6 +11,7 @@
 
 #include "config.hpp"
 #include "error.hpp"
+#include "memory.hpp"
 #include "options.hpp"
 
 #include "topology/coordinates.hpp"

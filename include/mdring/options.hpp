@@ -85,6 +85,12 @@ struct tuning {
   // rank's staging buffers (copy in, one synchronization, read the peers') rather
   // than reading the peers' buffers in place or by cross-memory attach.
   std::size_t shared_staging_bytes = std::size_t(64) << 10;
+  // Shared access: a rank whose results of one stage (its block, times the ranks
+  // it writes it to) reach this many bytes writes them with non-temporal stores,
+  // which skip reading the destination lines and leave the cache alone: about 2 x
+  // faster for large buffers, slower when the caller rereads a small result from
+  // cache. SIZE_MAX turns them off.
+  std::size_t nontemporal_bytes = std::size_t(1) << 20;
   // Adjacent dimensions with the same fully connected link, all `automatic`, are
   // run as one direct stage over their product when it has at most
   // direct_max_extent ranks (one pass over the data instead of one per dimension).

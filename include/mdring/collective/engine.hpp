@@ -337,8 +337,28 @@ private:
   // enough that the p-1 pieces and the output stay in L2 while they are folded.
   static constexpr std::size_t piece = (std::size_t(256) << 10) / sizeof(T);
 
+  // Peer j's `remote` range of n elements as a pointer this rank can use: the
+  // address itself for threads, the mapped node_alloc segment between processes
+  // (transport's local_address), else nullptr (then: cross-memory attach).
+  template <class P>
+  P* reach(std::size_t d, std::size_t j, P* remote, std::size_t n) {
+    if constexpr (transport_t::same_address_space) {
+      return remote;
+    } else if constexpr (requires(transport_t& t, typename transport_t::channel& ch) {
+                           t.local_address(ch, j, remote, n);
+                         }) {
+      return static_cast<P*>(tr_.local_address(dims_[d].ch, j, remote, n * sizeof(T)));
+    } else {
+      (void)d, (void)j, (void)remote, (void)n;
+      return nullptr;
+    }
+  }
+  // Stage results of this many bytes are written with non-temporal stores.
+  bool stream(std::size_t bytes) const noexcept { return bytes >= c_.get_options().tune.nontemporal_bytes; }
+
   // out[i] = fold over the ring of src[i] for the elements [lo, lo+n) of the
-  // nested order, reading the peers' src through the published bases.
+  // nested order, reading the peers' src through the published bases: in place
+  // where they are reachable by pointer, else piece by piece through scratch.
   void shared_fold(std::size_t d, const view<const T>& src, std::size_t lo, std::size_t n, T* out, bool final) {
     if constexpr (has_shared_access) {
       const std::size_t p = ext_[d], c = coords_[d];
@@ -346,30 +366,68 @@ private:
       auto& g = tr_.group(ch);
       auto& ptrs = c_.pointer_slots();
       const std::uintptr_t base = src.base_address();
+      const bool nt = stream(n * sizeof(T));
       src.runs(lo, n, [&](const T* own, std::size_t rel, std::size_t len) {
         // The same byte offset from the base in every rank's view.
         const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(own) - base;
         auto peer = [&](std::size_t j) { return reinterpret_cast<const T*>(reinterpret_cast<std::uintptr_t>(g.peer_src(j)) + off); };
-        if constexpr (transport_t::same_address_space) {
-          for (std::size_t j = 0; j < p; ++j) ptrs[j] = j == c ? own : peer(j);
-          red_.combine_n(out + rel, reinterpret_cast<const T* const*>(ptrs.data()), p, len, final);
-        } else {
-          for (std::size_t done = 0; done < len; done += piece) {
-            const std::size_t m = len - done < piece ? len - done : piece;
-            for (std::size_t j = 0; j < p; ++j) {
-              if (j == c) {
-                ptrs[j] = own + done;
-                continue;
-              }
-              T* slot = Q_ + (j < c ? j : j - 1) * piece;
-              tr_.read(ch, j, peer(j) + done, slot, m * sizeof(T));
-              ptrs[j] = slot;
+        bool direct = true;
+        for (std::size_t j = 0; j < p && direct; ++j) direct = (ptrs[j] = j == c ? own : reach(d, j, peer(j), len));
+        if (direct) {
+          T* o = out + rel;
+          return red_.combine_n_to(&o, 1, reinterpret_cast<const T* const*>(ptrs.data()), p, len, final, nt);
+        }
+        for (std::size_t done = 0; done < len; done += piece) {
+          const std::size_t m = len - done < piece ? len - done : piece;
+          for (std::size_t j = 0; j < p; ++j) {
+            if (j == c) {
+              ptrs[j] = own + done;
+              continue;
             }
-            red_.combine_n(out + rel + done, reinterpret_cast<const T* const*>(ptrs.data()), p, m, final);
+            T* slot = Q_ + (j < c ? j : j - 1) * piece;
+            tr_.read(ch, j, peer(j) + done, slot, m * sizeof(T));
+            ptrs[j] = slot;
           }
+          red_.combine_n(out + rel + done, reinterpret_cast<const T* const*>(ptrs.data()), p, m, final);
         }
       });
     }
+  }
+
+  // The fused stage when every peer's source and destination are reachable by
+  // pointer: one pass reads the p inputs of block c and writes the result into all
+  // p buffers. False (nothing done) when some peer's are not.
+  bool shared_all_reduce_direct(std::size_t d, block_range r, block_range bc, const view<const T>& src, T* buf,
+                                bool final) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    auto& g = tr_.group(dims_[d].ch);
+    auto& ptrs = c_.pointer_slots();
+    T* outs[detail::access_group::max_ranks];
+    const std::uintptr_t base = src.base_address();
+    const bool nt = stream(bc.count * sizeof(T) * p);
+    bool direct = p <= detail::access_group::max_ranks;
+    auto gather = [&](const T* own, std::size_t rel, std::size_t len) {
+      const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(own) - base;
+      for (std::size_t j = 0; j < p && direct; ++j) {
+        const std::size_t at = bc.offset + rel;
+        if (j == c) {
+          ptrs[j] = own;
+          outs[j] = buf + at;
+          continue;
+        }
+        const auto* in = reinterpret_cast<const T*>(reinterpret_cast<std::uintptr_t>(g.peer_src(j)) + off);
+        ptrs[j] = reach(d, j, in, len);
+        outs[j] = reach(d, j, static_cast<T*>(g.peer_dst(j)) + at, len);
+        direct = ptrs[j] && outs[j];
+      }
+    };
+    src.runs(r.offset + bc.offset, bc.count, gather);  // every run reachable?
+    if (!direct) return false;
+    src.runs(r.offset + bc.offset, bc.count, [&](const T* own, std::size_t rel, std::size_t len) {
+      gather(own, rel, len);
+      red_.combine_n_to(outs, p, reinterpret_cast<const T* const*>(ptrs.data()), p, len, final, nt);
+    });
+    return true;
   }
 
   // A stage of n elements on dimension d goes through the staging buffers.
@@ -443,7 +501,7 @@ private:
 
   // The last dimension's reduce-scatter and all-gather in one pass: rank c folds
   // block c from every peer's source and writes the result into every peer's
-  // buffer, piece by piece while it is in cache. No block is read twice.
+  // buffer (directly, or piece by piece while it is in cache). No block is read twice.
   void shared_all_reduce_stage(std::size_t d, block_range r, const view<const T>& src, T* buf, bool final) {
     if constexpr (has_shared_access) {
       const std::size_t p = ext_[d], c = coords_[d];
@@ -459,6 +517,7 @@ private:
         return;
       }
       shared_arrive(d, phase::reduce_scatter, r.count, reinterpret_cast<const void*>(src.base_address()), buf);
+      if (shared_all_reduce_direct(d, r, bc, src, buf, final)) return shared_leave(d, phase::all_gather);
       for (std::size_t done = 0; done < bc.count; done += piece) {
         const std::size_t m = bc.count - done < piece ? bc.count - done : piece;
         T* mine = buf + bc.offset + done;

@@ -14,7 +14,12 @@
 #include "types.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 // A loop over [0, n) as blocks of a compile-time width plus a scalar tail: GCC's
 // -O2 vectorizer (cost model "very cheap") only takes loops whose trip count it
@@ -32,6 +37,40 @@
   } while (0)
 
 MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+// memcpy with non-temporal stores for the aligned middle: the destination lines are
+// written without being read first and do not displace the cache. Call
+// stream_fence() before another thread or process may read what was written.
+inline void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept {
+#if defined(__SSE2__)
+  auto* d = static_cast<unsigned char*>(dst);
+  auto* s = static_cast<const unsigned char*>(src);
+  const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16;
+  if (bytes < head + 64) return void(std::memcpy(d, s, bytes));
+  std::memcpy(d, s, head);
+  d += head, s += head, bytes -= head;
+  for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  }
+  std::memcpy(d, s, bytes);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+inline void stream_fence() noexcept {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+}  // namespace detail
 
 template <class T, class Op>
 class host_reducer {
@@ -58,6 +97,27 @@ public:
     if (k == 1) return finalize(dst, in[0], n, final);
     if (final && needs_finalize()) return combine_n_loop<true>(dst, in, k, n);
     combine_n_loop<false>(dst, in, k, n);
+  }
+
+  // The fold of combine_n written to every out[o], o < nout, in one pass over the
+  // inputs (the fused shared stage: this rank's buffer and its peers'). An out[o]
+  // may equal an in[j] exactly; no other overlap. stream: non-temporal stores
+  // (see detail::stream_copy), fenced before returning.
+  void combine_n_to(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool final,
+                    bool stream) const {
+    if (n == 0) return;
+    const bool fin_now = final && needs_finalize();
+    acc buf[tile];
+    alignas(64) T res[tile];
+    for (std::size_t base = 0; base < n; base += tile) {
+      const std::size_t m = n - base < tile ? n - base : tile;
+      load_tile(buf, in[0] + base, m);
+      for (std::size_t j = 1; j < k; ++j) fold_tile(buf, in[j] + base, m);
+      fin_now ? store_tile<true>(res, buf, m) : store_tile<false>(res, buf, m);
+      for (std::size_t o = 0; o < nout; ++o)
+        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T)) : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
+    }
+    if (stream) detail::stream_fence();
   }
 
   // dst = fin(src) when final (and the op has a finalize), else a copy.

@@ -45,7 +45,10 @@
 #endif
 
 #if defined(__linux__) && !MDRING_SMPI
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <cerrno>
@@ -191,11 +194,41 @@ public:
   }
   // Copies `bytes` from peer j's address space (at `remote`) into this process.
   void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (const void* mine = local_address(ch, j, remote, bytes)) return void(std::memcpy(local, mine, bytes));
     cma(ch, j, const_cast<void*>(remote), local, bytes, false);
   }
   // Copies `bytes` from this process into peer j's address space (at `remote`).
   void write(channel& ch, std::size_t j, const void* local, void* remote, std::size_t bytes) {
+    if (bytes == 0) return;
+    if (void* mine = local_address(ch, j, remote, bytes)) return void(std::memcpy(mine, local, bytes));
     cma(ch, j, remote, const_cast<void*>(local), bytes, true);
+  }
+
+  // How many peers' node_alloc segments this process has mapped (zero-copy), and
+  // whether any dimension runs on shared access at all.
+  std::size_t mapped_segments() const noexcept {
+    std::size_t n = 0;
+    for (const auto& m : mappings_) n += m.local != nullptr;
+    return n;
+  }
+  bool shared_channels() const noexcept { return !windows_.empty(); }
+
+  // Where peer j's bytes [remote, remote + bytes) can be reached in this process:
+  // when the peer published them (at this stage's arrive) inside a node_alloc
+  // segment, the segment is mapped here once and the address returned; else
+  // nullptr (then read / write go through cross-memory attach).
+  void* local_address(channel& ch, std::size_t j, const void* remote, std::size_t bytes) {
+#if MDRING_HAVE_CMA
+    const auto a = reinterpret_cast<std::uintptr_t>(remote);
+    for (const auto* sg : {&ch.group.peer_src_segment(j), &ch.group.peer_dst_segment(j)}) {
+      if (sg->id == 0 || a < sg->base || a - sg->base > sg->size || bytes > sg->size - (a - sg->base)) continue;
+      if (char* base = map_segment(ch.pids[j], *sg)) return base + (a - sg->base);
+    }
+#else
+    (void)ch, (void)j, (void)remote, (void)bytes;
+#endif
+    return nullptr;
   }
 
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
@@ -450,7 +483,7 @@ private:
     MPI_Barrier(ch.comm);
     if (!agree(ch.comm, ok)) return free_window(ch);
     mine->src = mine->dst = 0;
-    ch.group = mdring::detail::access_group(slots.data(), std::size_t(p), me, staging_);
+    ch.group = mdring::detail::access_group(slots.data(), std::size_t(p), me, staging_, true, oversubscribed());
 #else
     (void)ch;
     (void)me;
@@ -458,6 +491,21 @@ private:
   }
 
   static std::uint64_t probe_value(std::size_t rank) { return 0x6d6472696e670000ull ^ rank; }
+
+  // More processes of this communicator on this node than the node has cores.
+  bool oversubscribed() {
+    if (node_ranks_ == 0) {
+      MPI_Comm node = MPI_COMM_NULL;
+      int n = 1;
+      if (MPI_Comm_split_type(ctrl_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &n);
+        MPI_Comm_free(&node);
+      }
+      node_ranks_ = std::size_t(n);
+    }
+    const unsigned cores = std::thread::hardware_concurrency();
+    return cores && node_ranks_ > cores;
+  }
 
   // Every member says ok (MPI_MIN over the channel).
   static bool agree(MPI_Comm comm, int ok) {
@@ -511,7 +559,59 @@ private:
     return wait_status{wait_status::peer_failed, 0, failed_rank_, failed_reason_};
   }
 
+  // A peer's node_alloc segment, mapped into this process (local == nullptr: the
+  // mapping failed once; it is not tried again).
+  struct mapping {
+    long pid = 0;
+    std::uint32_t id = 0;
+    std::uint64_t size = 0;
+    char* local = nullptr;
+    std::uint64_t used = 0;
+  };
+  static constexpr std::size_t max_mappings = 256;
+
+  char* map_segment(long pid, const mdring::detail::node_segment& sg) {
+    ++use_clock_;
+    for (auto& m : mappings_)
+      if (m.pid == pid && m.id == sg.id && m.size == sg.size) {
+        m.used = use_clock_;
+        return m.local;
+      }
+    mapping m{pid, sg.id, sg.size, nullptr, use_clock_};
+#if MDRING_HAVE_CMA
+    // The owner is inside the collective that published the segment, so its
+    // descriptor is open; ids are never reused, so a cached mapping stays right.
+    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(sg.fd);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd >= 0) {
+      struct stat st {};
+      if (fstat(fd, &st) == 0 && std::uint64_t(st.st_size) >= sg.size) {
+        void* p = mmap(nullptr, sg.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) m.local = static_cast<char*>(p);
+      }
+      close(fd);
+    }
+#endif
+    if (mappings_.size() >= max_mappings) {  // drop the least recently used
+      std::size_t lru = 0;
+      for (std::size_t i = 1; i < mappings_.size(); ++i)
+        if (mappings_[i].used < mappings_[lru].used) lru = i;
+      unmap(mappings_[lru]);
+      mappings_.erase(mappings_.begin() + std::ptrdiff_t(lru));
+    }
+    mappings_.push_back(m);
+    return m.local;
+  }
+  static void unmap(mapping& m) noexcept {
+#if MDRING_HAVE_CMA
+    if (m.local) munmap(m.local, m.size);
+#endif
+    m.local = nullptr;
+  }
+
   void free_all() noexcept {
+    for (auto& m : mappings_) unmap(m);
+    mappings_.clear();
     if (detail::finalized()) return;
     if (control_req_ != MPI_REQUEST_NULL) {
       MPI_Cancel(&control_req_);
@@ -529,6 +629,9 @@ private:
   MPI_Comm ctrl_ = MPI_COMM_NULL;
   std::vector<MPI_Comm> owned_;
   std::vector<MPI_Win> windows_;  // freed before the communicators
+  std::vector<mapping> mappings_;
+  std::uint64_t use_clock_ = 0;
+  std::size_t node_ranks_ = 0;  // oversubscribed()'s, once known
   std::uint64_t probe_[2] = {0, 0};
   std::size_t rank_ = 0, size_ = 0;
   std::size_t max_bytes_;

@@ -4,9 +4,11 @@
 // A dimension whose ranks share a node can skip messages altogether: each rank
 // publishes the addresses of its buffers in a control slot that all of them map,
 // and then reads its peers' data (or writes its results into their buffers)
-// itself. Threads of one process dereference the peers' pointers; processes use
-// cross-memory attach (process_vm_readv / process_vm_writev, one kernel copy and no
-// intermediate buffer). A stage is
+// itself. Threads of one process dereference the peers' pointers. Processes map
+// each other's buffers when they come from mdring::node_alloc (arrive publishes
+// the segments, mdring/memory.hpp) and then dereference them too; other buffers
+// they reach by cross-memory attach (process_vm_readv / process_vm_writev, one
+// kernel copy per piece). A stage is
 //
 //   arrive(src, dst)   publish this rank's addresses for the stage; bump `arrive`
 //   wait_arrived()     every peer has published (their addresses are now valid)
@@ -14,7 +16,8 @@
 //   leave()            this rank is done touching the peers' buffers
 //   wait_left()        every peer is done touching this rank's buffers
 //
-// Waiting spins for a few microseconds, then yields for up to 2 ms, then sleeps on
+// Waiting spins for a few microseconds (not at all when the node's ranks outnumber
+// its cores), then yields for up to 2 ms, then sleeps on
 // a futex that the arriving rank wakes: when ranks outnumber cores, a yielding rank
 // gives its core to the rank it waits for, and only a long wait (a peer still
 // computing) pays a futex wake-up, which on a loaded machine can take a scheduler
@@ -22,6 +25,7 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../memory.hpp"
 #include "transport.hpp"
 
 #include <atomic>
@@ -64,8 +68,12 @@ struct alignas(64) access_slot {
   // compare it, so mismatched counts are caught. A peer is at most one stage
   // ahead, so the entry of this rank's stage stays put while it is compared.
   std::uint64_t signature[2] = {0, 0};
+  // Between processes: the node_alloc segments that hold src and dst (id 0: none),
+  // so that peers can map them and skip cross-memory attach.
+  node_segment src_segment{};
+  node_segment dst_segment{};
 };
-static_assert(sizeof(access_slot) == 64);
+static_assert(sizeof(access_slot) == 128);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 
 inline void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
@@ -108,8 +116,13 @@ constexpr std::size_t access_region_bytes(std::size_t staging) noexcept { return
 class access_group {
 public:
   access_group() = default;
-  access_group(access_slot* const* slots, std::size_t p, std::size_t me, std::size_t staging = 0)
-      : p_(p), me_(me), staging_(staging) {
+  // publish_segments: arrive() also publishes which node_alloc segments hold the
+  // buffers (processes; threads read each other's memory anyway).
+  // oversubscribed: more ranks on the node than cores, so a waiting rank yields
+  // at once instead of spinning first (the rank it waits for may need its core).
+  access_group(access_slot* const* slots, std::size_t p, std::size_t me, std::size_t staging = 0,
+               bool publish_segments = false, bool oversubscribed = false)
+      : p_(p), me_(me), staging_(staging), publish_(publish_segments), spins_(oversubscribed ? 1 : 256) {
     for (std::size_t j = 0; j < p && j < max_ranks; ++j) slots_[j] = slots[j];
   }
   static constexpr std::size_t max_ranks = 64;
@@ -128,6 +141,11 @@ public:
     auto& s = slot(me_);
     s.src = reinterpret_cast<std::uintptr_t>(src);
     s.dst = reinterpret_cast<std::uintptr_t>(dst);
+    if (publish_) {
+      auto& reg = node_registry::instance();
+      s.src_segment = reg.find(src);
+      s.dst_segment = reg.find(dst);
+    }
     s.signature[(seq_ + 1) % 2] = signature;
     ++seq_;
     s.arrive.store(seq_, std::memory_order_seq_cst);
@@ -161,6 +179,8 @@ public:
 
   const void* peer_src(std::size_t j) const noexcept { return reinterpret_cast<const void*>(slot(j).src); }
   void* peer_dst(std::size_t j) const noexcept { return reinterpret_cast<void*>(slot(j).dst); }
+  const node_segment& peer_src_segment(std::size_t j) const noexcept { return slot(j).src_segment; }
+  const node_segment& peer_dst_segment(std::size_t j) const noexcept { return slot(j).dst_segment; }
   std::uint32_t sequence() const noexcept { return seq_; }
 
 private:
@@ -176,11 +196,11 @@ private:
         const std::uint32_t v = w.load(std::memory_order_acquire);
         if (reached(v, seq_)) break;
         ++spins;
-        if (spins < 256) {
+        if (spins < spins_) {
           MDRING_CPU_RELAX();
           continue;
         }
-        if (spins == 256) yield_until = deadline_clock::now() + std::chrono::milliseconds(2);
+        if (spins == spins_) yield_until = deadline_clock::now() + std::chrono::milliseconds(2);
         if (deadline_clock::now() < yield_until) {
           std::this_thread::yield();
           continue;
@@ -204,6 +224,8 @@ private:
 
   access_slot* slots_[max_ranks] = {};
   std::size_t p_ = 0, me_ = 0, staging_ = 0;
+  bool publish_ = false;
+  unsigned spins_ = 256;
   std::uint32_t seq_ = 0;
 };
 
