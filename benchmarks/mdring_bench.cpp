@@ -72,6 +72,7 @@ struct config {
   std::size_t root = 0;
   std::vector<md::link_info> links;  // --link, registered before --topology is parsed
   std::size_t segment_bytes = 0, pipeline_depth = 0;  // options.tune's, when given
+  std::size_t staging_bytes = std::size_t(-1), nontemporal_bytes = std::size_t(-1);  // the same (-1: default)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -86,6 +87,7 @@ struct config {
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
                "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]... [--segment-bytes N] [--pipeline-depth N]\n"
+               "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
                "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
                why.c_str());
   std::exit(2);
@@ -173,6 +175,8 @@ config parse(int argc, char** argv) {
     else if (a == "--link") c.links.push_back(parse_link(next()));
     else if (a == "--segment-bytes") c.segment_bytes = parse_bytes(next());
     else if (a == "--pipeline-depth") c.pipeline_depth = std::size_t(std::atol(next().c_str()));
+    else if (a == "--staging-bytes") c.staging_bytes = parse_bytes(next());
+    else if (a == "--nontemporal-bytes") c.nontemporal_bytes = parse_bytes(next());
     else if (a == "--algorithms") {
       std::string s = next();
       std::size_t pos = 0;
@@ -590,6 +594,8 @@ md::options make_options(const config& cfg) {
   if (cfg.timeout > 0) o.timeout = std::chrono::milliseconds(long(cfg.timeout * 1000));
   if (cfg.segment_bytes) o.tune.segment_bytes = cfg.segment_bytes;
   if (cfg.pipeline_depth) o.tune.pipeline_depth = cfg.pipeline_depth;
+  if (cfg.staging_bytes != std::size_t(-1)) o.tune.shared_staging_bytes = cfg.staging_bytes;
+  if (cfg.nontemporal_bytes != std::size_t(-1)) o.tune.nontemporal_bytes = cfg.nontemporal_bytes;
   return o;
 }
 

@@ -71,7 +71,7 @@ def main():
       "window; `shm:2 x shm:*` on 4 processes is merged into one direct stage over 4 ranks "
       "(plan/merge.hpp), and each rank folds its quarter straight from its peers' send buffers and "
       "writes the result into every peer's receive buffer in one pass (the fused stage). Ranges up "
-      "to 64 KiB go through per-rank staging buffers with one synchronization instead. How a rank "
+      "to 16 KiB go through per-rank staging buffers with one synchronization instead. How a rank "
       "reaches its peers' buffers depends on where they were allocated, so every table comes twice:\n")
     p("- **node_alloc buffers** (`mdring-bench --alloc node`, the default): the buffers come from "
       "`mdring::node_alloc` (mdring/memory.hpp, memory files). Peers map each other's buffers once "

@@ -675,7 +675,7 @@ TEST_CASE("buffers from node_alloc: peers map them, results exact, guards intact
           CHECK(whole.guards_intact(-77));
         }
         // With node memory everywhere, every peer's buffers were mapped (stages
-        // above 64 KiB skip the staging buffers); with the heap, none.
+        // above 16 KiB skip the staging buffers); with the heap, none.
         const auto& tr = comm.get_transport();
         if (P > 1 && tr.shared_channels()) {
           if (where == 0) CHECK(tr.mapped_segments() > 0);

@@ -84,7 +84,7 @@ struct tuning {
   // Shared access: a stage whose range fits in this many bytes goes through each
   // rank's staging buffers (copy in, one synchronization, read the peers') rather
   // than reading the peers' buffers in place or by cross-memory attach.
-  std::size_t shared_staging_bytes = std::size_t(64) << 10;
+  std::size_t shared_staging_bytes = std::size_t(16) << 10;
   // Shared access: a rank whose results of one stage (its block, times the ranks
   // it writes it to) reach this many bytes writes them with non-temporal stores,
   // which skip reading the destination lines and leave the cache alone: about 2 x

@@ -223,7 +223,7 @@ public:
   };
 
   transport(endpoint ep, const std::string& topology, bool shared_memory = true,
-            std::size_t staging = std::size_t(64) << 10)
+            std::size_t staging = std::size_t(16) << 10)
       : w_(ep.w), rank_(ep.rank), context_(ep.w->new_context(ep.rank, topology)), shared_memory_(shared_memory),
         staging_((staging + 63) / 64 * 64) {}
 
