@@ -30,6 +30,7 @@
 //            check_level::collective, explain().
 #include <doctest/doctest.h>
 #include <mdring/mdring.hpp>
+#include "test_support.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -77,12 +78,7 @@ private:
 
 // ---- values ---------------------------------------------------------------------
 
-constexpr u64 mix(u64 x) noexcept {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using mdring_test::mix;
 constexpr u64 hash3(u64 a, u64 b, u64 c) noexcept { return mix(mix(mix(a) ^ b) ^ c); }
 
 // Arbitrary bits (for the data-movement collectives, which must copy bits exactly).
@@ -191,16 +187,8 @@ std::string where_of(const char* call, const char* type, const std::string& op, 
 
 // ---- specs: the inputs of an op and their exact reduction -------------------------------
 
-enum class opk { sum, prod, min, max, avg };
-const char* name_of(opk k) {
-  switch (k) {
-    case opk::sum: return "sum";
-    case opk::prod: return "prod";
-    case opk::min: return "min";
-    case opk::max: return "max";
-    default: return "avg";
-  }
-}
+using mdring_test::name_of;
+using mdring_test::opk;
 
 template <class T>
 T from_int(long long v) {

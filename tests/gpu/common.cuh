@@ -3,6 +3,7 @@
 #pragma once
 
 #include "harness.hpp"
+#include "../test_support.hpp"
 
 #include <mdring/cuda/config.cuh>
 #include <mdring/mdring.hpp>
@@ -57,23 +58,10 @@ private:
   std::size_t n_;
 };
 
-constexpr u64 mix(u64 x) noexcept {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using mdring_test::mix;
 
-enum class opk { sum, prod, min, max, avg };
-inline const char* name_of(opk k) {
-  switch (k) {
-    case opk::sum: return "sum";
-    case opk::prod: return "prod";
-    case opk::min: return "min";
-    case opk::max: return "max";
-    default: return "avg";
-  }
-}
+using mdring_test::name_of;
+using mdring_test::opk;
 
 template <class T>
 constexpr bool is_float_like = std::is_floating_point_v<T> || md::is_16bit_float_v<T>;
