@@ -353,6 +353,10 @@ private:
       return nullptr;
     }
   }
+  // Peer j's published source, `off` bytes further (in the peer's address space).
+  static const T* peer_src_at(const detail::access_group& g, std::size_t j, std::uintptr_t off) {
+    return reinterpret_cast<const T*>(reinterpret_cast<std::uintptr_t>(g.peer_src(j)) + off);
+  }
   // Stage results of this many bytes are written with non-temporal stores.
   bool stream(std::size_t bytes) const noexcept { return bytes >= c_.get_options().tune.nontemporal_bytes; }
 
@@ -370,7 +374,7 @@ private:
       src.runs(lo, n, [&](const T* own, std::size_t rel, std::size_t len) {
         // The same byte offset from the base in every rank's view.
         const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(own) - base;
-        auto peer = [&](std::size_t j) { return reinterpret_cast<const T*>(reinterpret_cast<std::uintptr_t>(g.peer_src(j)) + off); };
+        auto peer = [&](std::size_t j) { return peer_src_at(g, j, off); };
         bool direct = true;
         for (std::size_t j = 0; j < p && direct; ++j) direct = (ptrs[j] = j == c ? own : reach(d, j, peer(j), len));
         if (direct) {
@@ -415,8 +419,7 @@ private:
           outs[j] = buf + at;
           continue;
         }
-        const auto* in = reinterpret_cast<const T*>(reinterpret_cast<std::uintptr_t>(g.peer_src(j)) + off);
-        ptrs[j] = reach(d, j, in, len);
+        ptrs[j] = reach(d, j, peer_src_at(g, j, off), len);
         outs[j] = reach(d, j, static_cast<T*>(g.peer_dst(j)) + at, len);
         direct = ptrs[j] && outs[j];
       }

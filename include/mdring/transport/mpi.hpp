@@ -503,8 +503,7 @@ private:
       }
       node_ranks_ = std::size_t(n);
     }
-    const unsigned cores = std::thread::hardware_concurrency();
-    return cores && node_ranks_ > cores;
+    return mdring::detail::oversubscribed(node_ranks_);
   }
 
   // Every member says ok (MPI_MIN over the channel).

@@ -96,6 +96,12 @@ inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
 #endif
 }
 
+// More ranks on the node than it has cores: waits should yield at once.
+inline bool oversubscribed(std::size_t node_ranks) noexcept {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores && node_ranks > cores;
+}
+
 // counter has reached seq (32-bit sequence numbers that wrap).
 inline bool reached(std::uint32_t counter, std::uint32_t seq) noexcept {
   return static_cast<std::int32_t>(counter - seq) >= 0;

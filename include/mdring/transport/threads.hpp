@@ -239,9 +239,8 @@ public:
       std::vector<mdring::detail::access_slot*> ptrs;
       for (std::size_t j = 0; j < members.size(); ++j)
         ptrs.push_back(reinterpret_cast<mdring::detail::access_slot*>(regions + j * mdring::detail::access_region_bytes(staging_)));
-      const unsigned cores = std::thread::hardware_concurrency();
       ch.group = mdring::detail::access_group(ptrs.data(), members.size(), my_index, staging_, false,
-                                              cores && w_->size() > cores);
+                                              mdring::detail::oversubscribed(w_->size()));
     }
     return ch;
   }
