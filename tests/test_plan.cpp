@@ -345,6 +345,30 @@ TEST_CASE("pipeline model: segments in flight overlap their latencies (hand-comp
   CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 512);
 }
 
+TEST_CASE("pipeline model: dimensions on the same link share it (hand-computed)") {
+  // Two dimensions of one link (the nodes of one uplink cut into a 2 x 2 grid):
+  // segments in flight in both go through the same port, so the dimensions' paces
+  // add up. 64 bytes/s, latency 1 s, 512 one-byte elements, K = 2 segments of 256:
+  // dim 0 moves 128-byte blocks: t_0 = 2 x (1 + 2) = 6 (busy 4); dim 1 moves 64-byte
+  // blocks: t_1 = 2 x (1 + 1) = 4 (busy 2). Two in flight, c_eff = 1.5: the link's
+  // pace is max(4 + 2, (6 + 4) / 1.5) = 20/3, T = 10 + 20/3.
+  m::register_link({"pm-shared", 64.0, 1.0, false, m::memory_space::device});
+  m::register_link({"pm-other", 64.0, 1.0, false, m::memory_space::device});
+  const std::vector<m::algorithm> ring2{m::algorithm::ring, m::algorithm::ring};
+  m::tuning t;
+  t.device_gamma = 0;
+  t.min_segment_bytes = 1;
+  t.pipeline_depth = 4;
+  const auto shared = m::parse_topology("pm-shared:2 x pm-shared:2");
+  CHECK(m::pipelined_seconds(shared, ring2, 512, 1, t, 256) == doctest::Approx(10 + 20.0 / 3).epsilon(1e-12));
+  // The same figures on two links of their own: paces max(4, 4) and max(2, 8/3), T = 10 + 4.
+  const auto separate = m::parse_topology("pm-shared:2 x pm-other:2");
+  CHECK(m::pipelined_seconds(separate, ring2, 512, 1, t, 256) == doctest::Approx(14.0).epsilon(1e-12));
+  // One segment: the stages run one after the other, t_0 = 2 x (1 + 4), t_1 = 2 x (1 + 2).
+  CHECK(m::pipelined_seconds(shared, ring2, 512, 1, t, 512) == 10.0 + 6.0);
+  CHECK(m::pipelined_seconds(separate, ring2, 512, 1, t, 512) == 10.0 + 6.0);
+}
+
 TEST_CASE("choose_algorithm rules") {
   const m::tuning t{};
   const auto nv = m::link_info_of<m::nvlink>(), ib = m::link_info_of<m::infiniband>(),

@@ -95,6 +95,15 @@ PAPER_IMAGES_PER_S = IMAGENET_IMAGES * PAPER_EPOCHS / (PAPER_MINUTES * 60) / PAP
 PAPER_COMPUTE_S = PAPER_BATCH / PAPER_IMAGES_PER_S
 
 
+MDRING_LIBS = ("mdring", "mdring3", "flat")
+
+
+def inter_split(nodes: int) -> tuple[int, int]:
+    """N nodes as a x b with a <= b, a as close to sqrt(N) as divides N."""
+    a = max(d for d in range(1, math.isqrt(nodes) + 1) if nodes % d == 0)
+    return a, nodes // a
+
+
 # ---------------------------------------------------------------------------
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
@@ -258,14 +267,16 @@ class Simulator:
 
     # ---- one point -----------------------------------------------------------
     def point(self, p: Platform, nodes: int, nbytes: int, lib: str) -> dict:
-        """lib: "mdring", "flat" or "mpi:<algorithm>"."""
+        """lib: "mdring" (sim-intra:G x sim-inter:N), "mdring3" (the N nodes as two
+        inter-node dimensions, sim-intra:G x sim-inter:a x sim-inter:b, a x b = N),
+        "flat" or "mpi:<algorithm>"."""
         ranks = nodes * p.gpus
         L = self.links(p)
-        if lib in ("mdring", "flat"):
+        if lib in MDRING_LIBS:
             key = f"{lib}|" + sha(p, self.args.network, self.simgrid, nodes, nbytes, self.code)
         else:
             key = f"{lib}|" + sha(p, self.args.network, self.simgrid, nodes, nbytes)
-        rerun = self.args.rerun == "all" or (self.args.rerun == "mdring" and lib in ("mdring", "flat"))
+        rerun = self.args.rerun == "all" or (self.args.rerun == "mdring" and lib in MDRING_LIBS)
         if key in self.fresh or (key in self.cache and not rerun):
             return self.cache[key]
         intra = f"sim-intra={L['bw_intra_rank']:.9g},{L['alpha_intra']:.9g},full,device"
@@ -279,6 +290,9 @@ class Simulator:
         if lib == "mdring":
             topo = f"sim-intra:{p.gpus}xsim-inter:{nodes}" if nodes > 1 else f"sim-intra:{p.gpus}"
             args += ["--topology", topo, "--link", intra, "--link", inter]
+        elif lib == "mdring3":
+            a, b = inter_split(nodes)
+            args += ["--topology", f"sim-intra:{p.gpus}xsim-inter:{a}xsim-inter:{b}", "--link", intra, "--link", inter]
         elif lib == "flat":
             args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link]
         else:
@@ -295,13 +309,13 @@ class Simulator:
             log(f"simulate:   killed by signal {-rc} from outside, again")
         rows = [json.loads(l) for l in out.splitlines() if l.startswith('{"op"')]
         r = {"key": key, "kind": "point", "platform": p.name, "gpus": p.gpus, "nodes": nodes, "ranks": ranks,
-             "bytes": nbytes, "lib": lib, "wall_s": round(wall, 2), "code": self.code if lib in ("mdring", "flat") else None,
+             "bytes": nbytes, "lib": lib, "wall_s": round(wall, 2), "code": self.code if lib in MDRING_LIBS else None,
              "simgrid": self.simgrid, "network": self.args.network}
         if rc == 0 and len(rows) == 1:
             row = rows[0]
             r["status"] = "ok"
             r["sim_s"] = row["baseline_s"] if lib.startswith("mpi:") else row["mdring_s"]
-            r["predicted_s"] = row["predicted_s"] if lib in ("mdring", "flat") else None
+            r["predicted_s"] = row["predicted_s"] if lib in MDRING_LIBS else None
         else:
             r["status"] = "failed"
             r["error"] = guard or (err.strip().splitlines() or ["exit code %d" % rc])[-1][:300]

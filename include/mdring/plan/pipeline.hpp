@@ -13,7 +13,12 @@
 // where b_d is t_d without the latencies (the time the link is busy), and c_eff
 // counts that about half the segments in flight are in the other dimensions'
 // stages at any time (fitted on simulated clusters, docs/SCALING.md: depth 2, 4
-// and 8 overlap like 1.4, 2.7 and more than 3 segments). The latencies are what
+// and 8 overlap like 1.4, 2.7 and more than 3 segments). Dimensions of the same
+// link (the same link name: "ib:16 x ib:16", the nodes behind one uplink cut into
+// a grid) send through the same port, so they share its pace: for such a group
+//   pace = max(sum b_d, sum t_d / c_eff).
+// Give links of their own a name of their own (register_link) when they are
+// separate ports, as in a torus. The latencies are what
 // stops K from growing without bound. The model picks the
 // K in {1, 2, 4, ...} with the smallest T(K), with segments of at least
 // tuning::min_segment_bytes and at most tuning::max_segments of them;
@@ -34,6 +39,7 @@
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 MDRING_NAMESPACE_BEGIN
 
@@ -50,7 +56,11 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
   dimension_times t;
   std::size_t range = n;
   const double c = (double(concurrent ? concurrent : 1) + 1) / 2;  // c_eff
-  for (std::size_t d = 0; d < topo.ndims(); ++d) {
+  // Per dimension: the stages' time and the time the link is busy; then the
+  // dimensions of one link are added up (a topology has a handful of dimensions).
+  const std::size_t k = topo.ndims();
+  std::vector<double> both(k, 0.0), busy(k, 0.0);
+  for (std::size_t d = 0; d < k; ++d) {
     const std::size_t p = topo.extent(d);
     if (p <= 1) continue;
     const auto& link = topo.dim(d).link;
@@ -59,13 +69,22 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
       return stage_seconds(phase::reduce_scatter, algos[d], p, range, elem_size, l, g) +
              stage_seconds(phase::all_gather, algos[d], p, range, elem_size, l, g);
     };
-    const double both = both_for(link);
+    both[d] = both_for(link);
     link_info busy_link = link;
     busy_link.latency = 0;
-    const double busy = both_for(busy_link), pace = busy > both / c ? busy : both / c;
-    t.sum += both;
-    t.pace = pace > t.pace ? pace : t.pace;
+    busy[d] = both_for(busy_link);
+    t.sum += both[d];
     range = max_block(range, p);
+  }
+  for (std::size_t d = 0; d < k; ++d) {
+    bool first = true;  // of its link: the group is counted once
+    for (std::size_t e = 0; e < d && first; ++e) first = topo.dim(e).link.name != topo.dim(d).link.name;
+    if (!first) continue;
+    double group_both = 0, group_busy = 0;
+    for (std::size_t e = d; e < k; ++e)
+      if (topo.dim(e).link.name == topo.dim(d).link.name) group_both += both[e], group_busy += busy[e];
+    const double pace = group_busy > group_both / c ? group_busy : group_both / c;
+    t.pace = pace > t.pace ? pace : t.pace;
   }
   return t;
 }
