@@ -73,6 +73,7 @@ struct config {
   std::vector<md::link_info> links;  // --link, registered before --topology is parsed
   std::size_t segment_bytes = 0, pipeline_depth = 0;  // options.tune's, when given
   std::size_t staging_bytes = std::size_t(-1), nontemporal_bytes = std::size_t(-1);  // the same (-1: default)
+  std::size_t split_ring_extent = std::size_t(-1);                                      // the same
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -88,6 +89,7 @@ struct config {
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
                "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]... [--segment-bytes N] [--pipeline-depth N]\n"
                "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
+               "  [--split-ring-extent N]  (options.tune.split_ring_extent: rings of N ranks or more run as a x b; 0: never)\n"
                "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
                why.c_str());
   std::exit(2);
@@ -177,6 +179,7 @@ config parse(int argc, char** argv) {
     else if (a == "--pipeline-depth") c.pipeline_depth = std::size_t(std::atol(next().c_str()));
     else if (a == "--staging-bytes") c.staging_bytes = parse_bytes(next());
     else if (a == "--nontemporal-bytes") c.nontemporal_bytes = parse_bytes(next());
+    else if (a == "--split-ring-extent") c.split_ring_extent = std::size_t(std::atol(next().c_str()));
     else if (a == "--algorithms") {
       std::string s = next();
       std::size_t pos = 0;
@@ -596,6 +599,7 @@ md::options make_options(const config& cfg) {
   if (cfg.pipeline_depth) o.tune.pipeline_depth = cfg.pipeline_depth;
   if (cfg.staging_bytes != std::size_t(-1)) o.tune.shared_staging_bytes = cfg.staging_bytes;
   if (cfg.nontemporal_bytes != std::size_t(-1)) o.tune.nontemporal_bytes = cfg.nontemporal_bytes;
+  if (cfg.split_ring_extent != std::size_t(-1)) o.tune.split_ring_extent = cfg.split_ring_extent;
   return o;
 }
 

@@ -58,14 +58,24 @@ TEST_CASE("device transports: defaults by link") {
 }
 
 TEST_CASE("device transports: per dimension, merged dimensions, requests") {
-  CHECK(select("nvlink:4 x infiniband:64", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::nccl});
-  CHECK(select("nvlink:4 x ethernet:16", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::mpi_staged});
+  // Per executed dimension. A ring of 16 or more ranks on a switched link runs as
+  // two (plan/merge.hpp): both halves get its transport, chosen or requested.
+  CHECK(select("nvlink:4 x infiniband:8", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::nccl});
+  CHECK(select("nvlink:4 x infiniband:64", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::nccl, dt::nccl});
+  CHECK(select("nvlink:4 x ethernet:16", {}, nccl_mpi()) ==
+        std::vector<dt>{dt::nccl, dt::mpi_staged, dt::mpi_staged});
   CHECK(select("nvlink:4 x ethernet:16", {}, {true, true, true, false}) ==
-        std::vector<dt>{dt::nccl, dt::mpi_cuda_aware});
+        std::vector<dt>{dt::nccl, dt::mpi_cuda_aware, dt::mpi_cuda_aware});
   CHECK(select("nvlink:4 x infiniband:64", {dt::automatic, dt::mpi_staged}, nccl_mpi()) ==
-        std::vector<dt>{dt::nccl, dt::mpi_staged});
+        std::vector<dt>{dt::nccl, dt::mpi_staged, dt::mpi_staged});
   CHECK(select("nvlink:4 x infiniband:64", {dt::mpi_staged}, nccl_mpi()) ==
-        std::vector<dt>{dt::mpi_staged, dt::nccl});
+        std::vector<dt>{dt::mpi_staged, dt::nccl, dt::nccl});
+  CHECK(select("infiniband:64 x nvlink:4", {dt::mpi_staged, dt::nccl}, nccl_mpi()) ==
+        std::vector<dt>{dt::mpi_staged, dt::mpi_staged, dt::nccl});
+  md::tuning nosplit;
+  nosplit.split_ring_extent = 0;
+  CHECK(select("nvlink:4 x infiniband:64", {dt::automatic, dt::mpi_staged}, nccl_mpi(), nosplit) ==
+        std::vector<dt>{dt::nccl, dt::mpi_staged});
   // nvlink:2 x nvlink:2 runs as nvlink:4: one executed dimension.
   CHECK(select("nvlink:2 x nvlink:2 x ethernet:3", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::mpi_staged});
   CHECK(select("nvlink:2 x nvlink:2", {dt::automatic, dt::mpi_staged}, nccl_mpi()) == std::vector<dt>{dt::mpi_staged});

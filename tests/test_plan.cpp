@@ -630,7 +630,7 @@ TEST_CASE("explain() prints the plan") {
   CHECK(contains(s, "infiniband"));
   CHECK(contains(s, "predicted"));
   CHECK(contains(s, "nvlink:4 x infiniband:64"));
-  CHECK(contains(s, "rank 5 at (1,1)"));
+  CHECK(contains(s, "rank 5 at (1,1,0)"));
   CHECK(contains(s, "direct"));  // nvlink, 4 ranks: automatic picks direct
   CHECK(contains(s, "ring"));    // infiniband: ring
 
@@ -713,6 +713,98 @@ TEST_CASE("merge_dimensions: adjacent same-link fully connected automatic dimens
   const auto g = merged("nvlink:2 x nvlink:2 x infiniband:*", 16);
   CHECK(g.topology.to_string() == "nvlink:4 x infiniband:4");
   CHECK(g.of_user == std::vector<std::size_t>{0, 0, 1});
+}
+
+TEST_CASE("merge_dimensions: a long ring on a switched link runs as a grid of two") {
+  auto merged = [](const std::string& text, std::size_t P, std::vector<m::algorithm> req = {}, m::tuning t = {}) {
+    return m::merge_dimensions(m::parse_topology(text).resolve(P), req, t);
+  };
+  // split_factor: the largest divisor up to sqrt(p), from tuning::split_ring_extent (16) on
+  CHECK(m::split_factor(16, 16) == 4);
+  CHECK(m::split_factor(64, 16) == 8);
+  CHECK(m::split_factor(256, 16) == 16);
+  CHECK(m::split_factor(24, 16) == 4);   // 4 x 6
+  CHECK(m::split_factor(18, 16) == 3);   // 3 x 6
+  CHECK(m::split_factor(17, 16) == 0);   // prime: one ring
+  CHECK(m::split_factor(15, 16) == 0);   // below the threshold
+  CHECK(m::split_factor(15, 4) == 3);
+  CHECK(m::split_factor(4, 4) == 2);
+  CHECK(m::split_factor(64, 0) == 0);    // 0: never
+  {
+    const auto r = merged("nvlink:4 x infiniband:*", 4 * 64);
+    CHECK(r.topology.to_string() == "nvlink:4 x infiniband:8 x infiniband:8");
+    CHECK(r.of_user == std::vector<std::size_t>{0, 1});
+    CHECK(r.user_of == std::vector<std::size_t>{0, 1, 1});
+    CHECK(r.requested.size() == 3);
+    // ranks keep their numbers: the ring coordinate c is c_1 + 8 c_2
+    const auto written = m::parse_topology("nvlink:4 x infiniband:64").resolve(256);
+    for (std::size_t rank = 0; rank < 256; ++rank) {
+      const auto w = written.coordinates(rank), e = r.topology.coordinates(rank);
+      REQUIRE(e.size() == 3);
+      CHECK(e[0] == w[0]);
+      CHECK(e[1] + 8 * e[2] == w[1]);
+    }
+  }
+  CHECK(merged("ethernet:24", 24).topology.to_string() == "ethernet:4 x ethernet:6");
+  // not split: below 16 ranks, a prime, a fully connected link, an explicit algorithm, the switch off
+  CHECK(merged("infiniband:8", 8).topology.to_string() == "infiniband:8");
+  CHECK(merged("infiniband:17", 17).topology.to_string() == "infiniband:17");
+  CHECK(merged("shm:16", 16).topology.to_string() == "shm:16");
+  CHECK(merged("nvlink:2 x infiniband:16", 32, {m::algorithm::automatic, m::algorithm::ring}).topology.to_string() ==
+        "nvlink:2 x infiniband:16");
+  m::tuning off;
+  off.split_ring_extent = 0;
+  CHECK(merged("infiniband:64", 64, {}, off).topology.to_string() == "infiniband:64");
+  m::tuning early;
+  early.split_ring_extent = 4;
+  CHECK(merged("infiniband:8", 8, {}, early).topology.to_string() == "infiniband:2 x infiniband:4");
+  // merged and split in one topology
+  const auto both = merged("shm:2 x shm:2 x infiniband:*", 4 * 16);
+  CHECK(both.topology.to_string() == "shm:4 x infiniband:4 x infiniband:4");
+  CHECK(both.of_user == std::vector<std::size_t>{0, 0, 1});
+  CHECK(both.user_of == std::vector<std::size_t>{0, 2, 2});
+}
+
+TEST_CASE("explain() shows a split ring, and the cost model prefers it") {
+  const auto topo = m::parse_topology("nvlink:4 x infiniband:64");
+  const std::size_t n = 25'600'000;
+  const std::string s = m::explain<float>(topo, n);
+  INFO(s);
+  CHECK(contains(s, "split: written as nvlink:4 x infiniband:64, run as nvlink:4 x infiniband:8 x infiniband:8"));
+  m::options ring;
+  ring.tune.split_ring_extent = 0;
+  const std::string r = m::explain<float>(topo, n, m::collective::all_reduce, 0, m::sum, ring);
+  CHECK_FALSE(contains(r, "split"));
+  // the same bytes through each port, 2 x (7 + 7) latencies instead of 2 x 63: faster
+  const auto total = [](const std::string& text) {
+    const auto at = text.find("predicted total: ");
+    REQUIRE(at != std::string::npos);
+    return text.substr(at);
+  };
+  const auto al = [](std::size_t k) { return std::vector<m::algorithm>(k, m::algorithm::ring); };
+  const auto split = m::merge_dimensions(topo.resolve(256), {}, m::tuning{});
+  const auto one = m::merge_dimensions(topo.resolve(256), {}, ring.tune);
+  const auto seconds = [&](const m::merged_dimensions& md) {
+    return m::make_plan(m::collective::all_reduce, md.topology, 0, n, 4, al(md.topology.ndims()), m::tuning{}).seconds();
+  };
+  CHECK(seconds(split) < seconds(one));
+  CHECK(total(s) != total(r));
+}
+
+TEST_CASE("tune.split_ring_extent must be 0 or at least 4") {
+  m::options o;
+  o.tune.split_ring_extent = 3;
+  try {
+    m::detail::validate(o);
+    FAIL("split_ring_extent 3 accepted");
+  } catch (const m::invalid_argument& e) {
+    CHECK(e.argument() == "options.tune.split_ring_extent");
+    CHECK(contains(e.what(), "at least 4"));
+  }
+  o.tune.split_ring_extent = 0;
+  CHECK_NOTHROW(m::detail::validate(o));
+  o.tune.split_ring_extent = 4;
+  CHECK_NOTHROW(m::detail::validate(o));
 }
 
 TEST_CASE("explain() shows merged dimensions") {

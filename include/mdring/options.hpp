@@ -95,6 +95,11 @@ struct tuning {
   // run as one direct stage over their product when it has at most
   // direct_max_extent ranks (one pass over the data instead of one per dimension).
   bool merge_same_link = true;
+  // A dimension of at least this many ranks on a link that is not fully connected
+  // (a switched network), algorithm automatic, runs as two, a x b (a the largest
+  // divisor of p up to sqrt(p)): 2 (a + b - 2) latencies per all_reduce instead of
+  // 2 (p - 1), the same bytes through each port (plan/merge.hpp). 0: never.
+  std::size_t split_ring_extent = 16;
 
   // Pipelining of all_reduce across dimensions: the buffer is cut into segments
   // that move through the stages one behind the other, so that a segment's
@@ -187,6 +192,10 @@ inline void validate(const options& o) {
     throw invalid_argument("options.tune.staging_chunk_bytes",
                            "mdring::bind: options.tune.staging_chunk_bytes must be in [4096, 2^30], got " +
                                std::to_string(o.tune.staging_chunk_bytes));
+  if (o.tune.split_ring_extent != 0 && o.tune.split_ring_extent < 4)
+    throw invalid_argument("options.tune.split_ring_extent",
+                           "mdring::bind: options.tune.split_ring_extent must be 0 (never split) or at least 4, got " +
+                               std::to_string(o.tune.split_ring_extent));
   if (o.tune.direct_max_extent < 2)
     throw invalid_argument("options.tune.direct_max_extent",
                            "mdring::bind: options.tune.direct_max_extent must be at least 2");

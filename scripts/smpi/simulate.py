@@ -95,13 +95,16 @@ PAPER_IMAGES_PER_S = IMAGENET_IMAGES * PAPER_EPOCHS / (PAPER_MINUTES * 60) / PAP
 PAPER_COMPUTE_S = PAPER_BATCH / PAPER_IMAGES_PER_S
 
 
-MDRING_LIBS = ("mdring", "mdring3", "flat")
+MDRING_LIBS = ("mdring", "mdring2", "flat")
+SPLIT_RING_EXTENT = 16  # mdring's tuning::split_ring_extent default
 
 
-def inter_split(nodes: int) -> tuple[int, int]:
-    """N nodes as a x b with a <= b, a as close to sqrt(N) as divides N."""
-    a = max(d for d in range(1, math.isqrt(nodes) + 1) if nodes % d == 0)
-    return a, nodes // a
+def split_factor(nodes: int) -> int:
+    """mdring's split_factor (plan/merge.hpp): the a of the a x b grid that a ring of
+    `nodes` runs as, 0 when it stays one ring."""
+    if nodes < SPLIT_RING_EXTENT:
+        return 0
+    return max([d for d in range(2, math.isqrt(nodes) + 1) if nodes % d == 0], default=0)
 
 
 # ---------------------------------------------------------------------------
@@ -267,11 +270,14 @@ class Simulator:
 
     # ---- one point -----------------------------------------------------------
     def point(self, p: Platform, nodes: int, nbytes: int, lib: str) -> dict:
-        """lib: "mdring" (sim-intra:G x sim-inter:N), "mdring3" (the N nodes as two
-        inter-node dimensions, sim-intra:G x sim-inter:a x sim-inter:b, a x b = N),
-        "flat" or "mpi:<algorithm>"."""
+        """lib: "mdring" (sim-intra:G x sim-inter:N with the library's defaults: from
+        16 nodes on, the inter-node ring runs as a grid of two, tune.split_ring_extent),
+        "mdring2" (the same with one inter-node ring: --split-ring-extent 0), "flat"
+        (one ring over all ranks) or "mpi:<algorithm>"."""
         ranks = nodes * p.gpus
         L = self.links(p)
+        if lib == "mdring2" and split_factor(nodes) == 0:
+            return self.point(p, nodes, nbytes, "mdring")  # nothing to split: the same run
         if lib in MDRING_LIBS:
             key = f"{lib}|" + sha(p, self.args.network, self.simgrid, nodes, nbytes, self.code)
         else:
@@ -290,11 +296,11 @@ class Simulator:
         if lib == "mdring":
             topo = f"sim-intra:{p.gpus}xsim-inter:{nodes}" if nodes > 1 else f"sim-intra:{p.gpus}"
             args += ["--topology", topo, "--link", intra, "--link", inter]
-        elif lib == "mdring3":
-            a, b = inter_split(nodes)
-            args += ["--topology", f"sim-intra:{p.gpus}xsim-inter:{a}xsim-inter:{b}", "--link", intra, "--link", inter]
+        elif lib == "mdring2":
+            args += ["--topology", f"sim-intra:{p.gpus}xsim-inter:{nodes}", "--link", intra, "--link", inter,
+                     "--split-ring-extent", "0"]
         elif lib == "flat":
-            args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link]
+            args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link, "--split-ring-extent", "0"]
         else:
             alg = lib.split(":", 1)[1]
             topo = f"sim-intra:{p.gpus}xsim-inter:{nodes}" if nodes > 1 else f"sim-intra:{p.gpus}"
@@ -369,12 +375,19 @@ def fmt_bytes(b: int) -> str:
     return f"{b / MB:g} MB"
 
 
+def runs_as(p: Platform, nodes: int) -> str:
+    """The grid mdring runs the nodes as: G x N, or G x a x b when the ring is split."""
+    a = split_factor(nodes)
+    return f"{p.gpus} x {a} x {nodes // a}" if a else (f"{p.gpus} x {nodes}" if nodes > 1 else f"{p.gpus}")
+
+
 def sweep(sim: Simulator, p: Platform, points: list[tuple[int, int]], builtins=True):
     """Rows for (nodes, bytes) points: mdring, flat ring, best built-in, bound."""
     L = sim.links(p)
     rows = []
     for nodes, nbytes in points:
         md = sim.point(p, nodes, nbytes, "mdring")
+        md2 = sim.point(p, nodes, nbytes, "mdring2")
         fl = sim.point(p, nodes, nbytes, "flat")
         per_alg = {}
         best = None
@@ -387,9 +400,11 @@ def sweep(sim: Simulator, p: Platform, points: list[tuple[int, int]], builtins=T
         b = bound_s(L, nodes, nbytes)
         row = {"platform": p.name, "gpus_per_node": p.gpus, "nodes": nodes, "ranks": nodes * p.gpus, "bytes": nbytes,
                "mdring_s": md.get("sim_s"), "mdring_predicted_s": md.get("predicted_s"),
+               "mdring_runs_as": runs_as(p, nodes),
+               "one_ring_s": md2.get("sim_s"), "one_ring_predicted_s": md2.get("predicted_s"),
                "flat_s": fl.get("sim_s"), "flat_predicted_s": fl.get("predicted_s"),
                "best_builtin": best["lib"][4:] if best else None, "best_builtin_s": best["sim_s"] if best else None,
-               "bound_s": b, "mdring_wall_s": md["wall_s"], "flat_wall_s": fl["wall_s"],
+               "bound_s": b, "mdring_wall_s": md["wall_s"], "one_ring_wall_s": md2["wall_s"], "flat_wall_s": fl["wall_s"],
                "builtins_wall_s": round(sum(sim.point(p, nodes, nbytes, l)["wall_s"] for l in sim.builtins_for(nodes * p.gpus, nbytes)), 1) if builtins else 0,
                "builtins": per_alg}
         rows.append(row)
@@ -424,27 +439,33 @@ def ratio(a, b):
 
 def table_scaling(rows, title) -> str:
     s = [f"### {title}", "",
-         "| ranks (nodes x GPUs) | size | mdring ms | predicted ms | flat ring ms | best built-in | ms | bound ms | "
-         "mdring / bound | mdring / best built-in |",
-         "| ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: |"]
+         "| ranks (nodes x GPUs) | size | mdring runs as | mdring ms | predicted ms | one inter-node ring ms | "
+         "flat ring ms | best built-in | ms | bound ms | mdring / bound | mdring / best built-in |",
+         "| ---: | ---: | :--- | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        s.append(f"| {r['ranks']} ({r['nodes']}x{r['gpus_per_node']}) | {fmt_bytes(r['bytes'])} | {fmt_ms(r['mdring_s'])} | "
-                 f"{fmt_ms(r['mdring_predicted_s'])} | {fmt_ms(r['flat_s'])} | {r['best_builtin'] or '-'} | "
+        one = fmt_ms(r["one_ring_s"]) if r["mdring_runs_as"].count("x") == 2 else "(same)"
+        s.append(f"| {r['ranks']} ({r['nodes']}x{r['gpus_per_node']}) | {fmt_bytes(r['bytes'])} | {r['mdring_runs_as']} | "
+                 f"{fmt_ms(r['mdring_s'])} | {fmt_ms(r['mdring_predicted_s'])} | {one} | {fmt_ms(r['flat_s'])} | "
+                 f"{r['best_builtin'] or '-'} | "
                  f"{fmt_ms(r['best_builtin_s'])} | {fmt_ms(r['bound_s'])} | {ratio(r['mdring_s'], r['bound_s']):.3f} | "
                  f"{ratio(r['mdring_s'], r['best_builtin_s']):.3f} |")
     return "\n".join(s) + "\n"
 
 
 def table_model(rows) -> str:
-    s = ["| platform | ranks | size | mdring simulated ms | predicted ms | error | flat ring simulated ms | "
-         "predicted ms | error |",
-         "| :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    s = ["| platform | ranks | size | mdring runs as | mdring simulated ms | predicted ms | error | "
+         "one inter-node ring simulated ms | predicted ms | error | flat ring simulated ms | predicted ms | error |",
+         "| :--- | ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def cells(sim_s, pred_s):
+        return f"{fmt_ms(sim_s)} | {fmt_ms(pred_s)} | {ratio(pred_s, sim_s) - 1:+.1%}"
+
     for r in rows:
-        e1 = ratio(r["mdring_predicted_s"], r["mdring_s"]) - 1
-        e2 = ratio(r["flat_predicted_s"], r["flat_s"]) - 1
-        s.append(f"| {r['platform']} | {r['ranks']} | {fmt_bytes(r['bytes'])} | {fmt_ms(r['mdring_s'])} | "
-                 f"{fmt_ms(r['mdring_predicted_s'])} | {e1:+.1%} | {fmt_ms(r['flat_s'])} | "
-                 f"{fmt_ms(r['flat_predicted_s'])} | {e2:+.1%} |")
+        one = (cells(r["one_ring_s"], r["one_ring_predicted_s"]) if r["mdring_runs_as"].count("x") == 2
+               else "(same) | | ")
+        s.append(f"| {r['platform']} | {r['ranks']} | {fmt_bytes(r['bytes'])} | {r['mdring_runs_as']} | "
+                 f"{cells(r['mdring_s'], r['mdring_predicted_s'])} | {one} | "
+                 f"{cells(r['flat_s'], r['flat_predicted_s'])} |")
     return "\n".join(s) + "\n"
 
 
@@ -491,7 +512,7 @@ def plot(rows_ranks, rows_bytes, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
         xs = [r[xkey] for r in rows]
         series = [("mdring", "mdring_s", "o-"), ("mdring, cost model", "mdring_predicted_s", "x:"),
-                  ("flat ring", "flat_s", "s-"), ("best SMPI built-in", "best_builtin_s", "^-"),
+                  ("mdring, one inter-node ring", "one_ring_s", "d-"), ("flat ring", "flat_s", "s-"), ("best SMPI built-in", "best_builtin_s", "^-"),
                   ("bound 2(N-1)/N S/B_node", "bound_s", "--")]
         for label, k, style in series:
             ys = [r[k] * 1e3 if r.get(k) and not math.isnan(r[k]) else float("nan") for r in rows]

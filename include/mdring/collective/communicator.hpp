@@ -105,6 +105,7 @@ inline std::string fingerprint(const runtime_topology& t, const options& o) {
   std::string s = t.to_string();
   for (auto a : o.algorithms) s += "|" + std::string(to_string(a));
   s += "|" + std::to_string(o.tune.direct_max_extent);
+  s += "|split " + std::to_string(o.tune.split_ring_extent);
   return s;
 }
 

@@ -1,14 +1,27 @@
-// mdring/plan/merge.hpp: adjacent dimensions that run as one.
+// mdring/plan/merge.hpp: the dimensions as they run, which need not be the ones
+// written.
 //
-// "shm:2 x shm:2" describes four ranks on one node as a 2 x 2 grid. Run as two
-// dimensions, the data crosses the node's memory twice (one reduce-scatter and one
-// all-gather per dimension); run as one direct stage over all four ranks it
-// crosses once. So adjacent dimensions with the same fully connected link, whose
-// algorithm is left automatic, are merged into one dimension of their product as
-// long as it has at most tuning::direct_max_extent ranks (tuning::merge_same_link;
-// on by default). The merged dimension's coordinate is c_d + p_d c_{d+1}, so the
-// ranks keep their numbers. Links that are not fully connected (rings of nodes)
-// are never merged: their dimensions are what the topology is for.
+// Merged. "shm:2 x shm:2" describes four ranks on one node as a 2 x 2 grid. Run
+// as two dimensions, the data crosses the node's memory twice (one reduce-scatter
+// and one all-gather per dimension); run as one direct stage over all four ranks
+// it crosses once. So adjacent dimensions with the same fully connected link,
+// whose algorithm is left automatic, are merged into one dimension of their
+// product as long as it has at most tuning::direct_max_extent ranks
+// (tuning::merge_same_link; on by default). The merged dimension's coordinate is
+// c_d + p_d c_{d+1}, so the ranks keep their numbers.
+//
+// Split. A ring of p ranks pays 2 (p - 1) latencies per all_reduce; the same ranks
+// as an a x b grid pay 2 (a - 1 + b - 1), and move the same bytes through each
+// rank's port: (1 - 1/a) + (1 - 1/b) / a = 1 - 1/p of the range each way. So a
+// dimension of at least tuning::split_ring_extent ranks (16 by default; 0: never)
+// on a link that is not fully connected (a switched network, one port per rank or
+// node), algorithm automatic, runs as a x b with a the largest divisor of p not
+// above sqrt(p) (b = p / a; a prime p is not split). Its coordinate c = c_a + a c_b,
+// so again the ranks keep their numbers, and every collective's result is the
+// same: reduce_scatter and all_gather map their blocks from the executed
+// dimensions (plan/blocks.hpp). The two dimensions keep the link, and the cost
+// model counts them on one port (plan/pipeline.hpp). Ask for algorithm::ring to
+// keep one ring.
 #pragma once
 
 #include "../config.hpp"
@@ -24,8 +37,18 @@ MDRING_NAMESPACE_BEGIN
 struct merged_dimensions {
   runtime_topology topology;         // the dimensions as executed
   std::vector<algorithm> requested;  // per executed dimension
-  std::vector<std::size_t> of_user;  // user dimension d runs in executed dimension of_user[d]
+  std::vector<std::size_t> of_user;  // user dimension d runs in executed dimension of_user[d] (the first, if split)
+  std::vector<std::size_t> user_of;  // executed dimension e runs (the first of) user dimension user_of[e]
 };
+
+// The a of a split a x b of p ranks (see above), or 0 when p stays one ring.
+inline std::size_t split_factor(std::size_t p, std::size_t min_extent) noexcept {
+  if (min_extent == 0 || p < min_extent || p < 4) return 0;
+  std::size_t a = 0;
+  for (std::size_t f = 2; f * f <= p; ++f)
+    if (p % f == 0) a = f;
+  return a;
+}
 
 // `topo` must be resolved; requested[d] (missing: automatic) is the user's choice for dimension d.
 inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::span<const algorithm> requested,
@@ -45,9 +68,15 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::spa
         continue;
       }
     }
-    out.push_back(dim);
-    m.requested.push_back(req(d));
-    m.of_user.push_back(out.size() - 1);
+    m.of_user.push_back(out.size());
+    const std::size_t a = dim.link.fully_connected || req(d) != algorithm::automatic
+                              ? 0
+                              : split_factor(dim.extent, tune.split_ring_extent);
+    for (std::size_t part : a ? std::vector<std::size_t>{a, dim.extent / a} : std::vector<std::size_t>{dim.extent}) {
+      out.push_back({dim.link, part});
+      m.requested.push_back(req(d));
+      m.user_of.push_back(d);
+    }
   }
   m.topology = runtime_topology(std::move(out));
   return m;

@@ -236,8 +236,15 @@ inline std::string plan::to_string() const {
                     : "");
   s += line;
   if (written.ndims() && written != topology) {
-    std::snprintf(line, sizeof line, "merged: written as %s, run as %s (adjacent dimensions of one fully connected link)\n",
-                  written.to_string().c_str(), topology.to_string().c_str());
+    // Fewer dimensions: some merged; more: a ring split; as many: both (plan/merge.hpp).
+    const int shape = topology.ndims() < written.ndims() ? 0 : topology.ndims() > written.ndims() ? 1 : 2;
+    static const char* const label[] = {"merged", "split", "merged and split"};
+    static const char* const why[] = {
+        "adjacent dimensions of one fully connected link",
+        "a long ring as a grid of two: fewer latencies, the same bytes; tune.split_ring_extent",
+        "adjacent dimensions of one fully connected link as one, a long ring as two"};
+    std::snprintf(line, sizeof line, "%s: written as %s, run as %s (%s)\n", label[shape],
+                  written.to_string().c_str(), topology.to_string().c_str(), why[shape]);
     s += line;
   }
   std::snprintf(line, sizeof line, "  %-2s %-15s %3s %-11s %5s %-7s %6s %-16s %-16s %11s %11s\n", "#", "phase", "dim",

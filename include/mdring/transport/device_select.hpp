@@ -118,6 +118,9 @@ inline std::vector<device_transport> select_device_transports(const runtime_topo
                                  "options.tune.merge_same_link = false");
     out[e] = t, from[e] = d;
   }
+  // The second half of a split dimension runs on what its user dimension asked for.
+  for (std::size_t e = 1; e < k; ++e)
+    if (m.user_of[e] == m.user_of[e - 1]) out[e] = out[e - 1];
   for (std::size_t e = 0; e < k; ++e) {
     if (out[e] != device_transport::automatic) continue;
     out[e] = default_device_transport(m.topology.dim(e).link, s);
