@@ -749,6 +749,9 @@ TEST_CASE("collectives: every shape and algorithm, all five, counts 0..4099, int
       {"ethernet:11", {}, 11},
       {"shm:4 x shm:4", {DIRECT, DIRECT}, 16},
       {"shm:2 x ethernet:2 x shm:2 x infiniband:2", {}, 16},  // four dimensions
+      {"ethernet:16", {}, 16},                    // split: runs as ethernet:4 x ethernet:4
+      {"ethernet:16", {RING}, 16},                // one ring of 16
+      {"shm:2 x infiniband:18", {}, 36},          // split: shm:2 x infiniband:3 x infiniband:6
   };
   for (const auto& s : shapes) {
     const auto topo = md::parse_topology(s.topo);

@@ -215,6 +215,7 @@ public:
     std::size_t peer = 0;  // global rank of the other side
     // send
     detail::send_desc desc;
+    bool sent = false;  // desc reached done, as this rank's last wait saw it (complete())
     // recv
     detail::message_key key;
     void* buf = nullptr;
@@ -262,6 +263,7 @@ public:
     r.desc.data = buf;
     r.desc.bytes = bytes;
     r.desc.state.store(detail::send_desc::posted, std::memory_order_relaxed);
+    r.sent = false;
     auto& box = w_->box(r.peer);
     {
       std::lock_guard lock(box.m);
@@ -288,9 +290,11 @@ public:
   wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
     return wait_until(rs, deadline, true);
   }
+  // What this rank's last wait saw: a send that the receiver finishes copying
+  // becomes complete at the sender's next wait, not in between (see transport.hpp).
   static bool complete(const request& r) noexcept {
     switch (r.kind) {
-      case request::send: return r.desc.state.load(std::memory_order_acquire) == detail::send_desc::done;
+      case request::send: return r.sent;
       case request::recv: return r.done;
       default: return true;
     }
@@ -330,10 +334,7 @@ private:
         seen = me.events;
       }
       std::size_t left = 0;
-      for (auto& r : rs) {
-        if (r.kind == request::recv && !r.done) try_receive(r);
-        left += !complete(r);
-      }
+      for (auto& r : rs) left += !progress(r);
       if (left == 0 || (any && left < pending)) return wait_status::ok();
       if (w_->failed()) return failure();
       std::unique_lock lock(me.m);
@@ -341,10 +342,7 @@ private:
       if (!woke) {
         lock.unlock();
         left = 0;
-        for (auto& r : rs) {
-          if (r.kind == request::recv && !r.done) try_receive(r);
-          left += !complete(r);
-        }
+        for (auto& r : rs) left += !progress(r);
         if (left == 0 || (any && left < pending)) return wait_status::ok();
         for (std::size_t i = 0; i < rs.size(); ++i)
           if (!complete(rs[i])) return wait_status{wait_status::timeout, i, 0, {}};
@@ -355,6 +353,15 @@ private:
 
   wait_status failure() const {
     return wait_status{wait_status::peer_failed, 0, w_->failed_rank(), w_->failure_reason()};
+  }
+
+  // Moves r on as far as it can go now (a receive copies a posted send; a send
+  // notes that its receiver copied it) and says whether it is complete.
+  bool progress(request& r) {
+    if (r.kind == request::recv && !r.done) try_receive(r);
+    if (r.kind == request::send && !r.sent)
+      r.sent = r.desc.state.load(std::memory_order_acquire) == detail::send_desc::done;
+    return complete(r);
   }
 
   void try_receive(request& r) {

@@ -12,6 +12,13 @@
 //   t.isend(ch, buf, bytes, peer, tag, req)  peer is an index into the channel
 //   t.irecv(ch, buf, bytes, peer, tag, req)
 //   t.wait_all(reqs, deadline) -> wait_status   never blocks past the deadline
+//   optional, for segments that finish out of order (collective/engine.hpp):
+//   t.wait_any(reqs, deadline) -> wait_status   returns once a request that was
+//                                            pending when it was called completes
+//   T::complete(req) -> bool                 what the last wait saw: it changes only
+//                                            inside this rank's waits, never because
+//                                            a peer moved (else a completion between
+//                                            complete() and wait_any() is lost)
 //   t.cancel_all(reqs)                       after a failure: forget what is pending
 //   t.abort(reason)                          tell every other rank that this one failed
 #pragma once
