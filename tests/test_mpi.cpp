@@ -614,6 +614,46 @@ TEST_CASE("all_reduce in segments: steps of different segments complete out of o
       }
 }
 
+TEST_CASE("a ring split in two (tune.split_ring_extent): MPI communicators per half, results exact") {
+  // With split_ring_extent 4, ethernet:* on 4, 6 and 8 processes runs as 2 x 2,
+  // 2 x 3 and 2 x 4 (plan/merge.hpp); on 2 and 3 it stays one ring. Every
+  // collective must give what it gives unsplit: rank r still gets block r.
+  const std::size_t P = world_size(), R = world_rank();
+  std::vector<std::string> topos = {"ethernet:*"};
+  if (P % 2 == 0 && P >= 8) topos.push_back("shm:2 x infiniband:*");
+  for (const auto& text : topos)
+    for (std::size_t seg : {std::size_t(0), std::size_t(64)}) {
+      md::options o = opts();
+      o.shared_memory = false;
+      o.tune.split_ring_extent = 4;
+      o.tune.segment_bytes = seg;
+      auto comm = md::bind(md::parse_topology(text), MPI_COMM_WORLD, o);
+      const std::size_t ring = text == "ethernet:*" ? P : P / 2;
+      const std::size_t a = md::split_factor(ring, 4);
+      INFO(text << " on " << P << " runs as " << comm.executed_topology().to_string() << ", segments of " << seg);
+      CHECK(comm.executed_topology().ndims() == comm.topology().ndims() + (a ? 1 : 0));
+      for (std::size_t n : {std::size_t(1), std::size_t(37), std::size_t(1001)}) {
+        std::vector<std::int64_t> send(n);
+        for (std::size_t i = 0; i < n; ++i) send[i] = val(R, i);
+        guarded<std::int64_t> recv(n, -77);
+        md::all_reduce(comm, send.data(), recv.data(), n);
+        CHECK(first_bad(n, [&](std::size_t i) { return recv[i] == val_sum(P, i); }) == n);
+        CHECK(recv.guards_intact());
+        // reduce_scatter and all_gather of n per rank
+        std::vector<std::int64_t> all(n * P);
+        for (std::size_t j = 0; j < n * P; ++j) all[j] = val(R, j);
+        guarded<std::int64_t> mine(n, -77);
+        md::reduce_scatter(comm, all.data(), mine.data(), n);
+        CHECK(first_bad(n, [&](std::size_t i) { return mine[i] == val_sum(P, R * n + i); }) == n);
+        guarded<std::int64_t> gathered(n * P, -77);
+        md::all_gather(comm, send.data(), gathered.data(), n);
+        CHECK(first_bad(n * P, [&](std::size_t j) { return gathered[j] == val(j / n, j % n); }) == n * P);
+        CHECK(mine.guards_intact());
+        CHECK(gathered.guards_intact());
+      }
+    }
+}
+
 // Buffers from mdring::node_alloc: processes on the node map each other's and
 // fold and copy in place, instead of cross-memory attach. `where` picks the
 // memory per rank: 0 node_alloc everywhere, 1 even ranks only (the others are
