@@ -771,6 +771,10 @@ TEST_CASE("explain() shows a split ring, and the cost model prefers it") {
   const std::string s = m::explain<float>(topo, n);
   INFO(s);
   CHECK(contains(s, "split: written as nvlink:4 x infiniband:64, run as nvlink:4 x infiniband:8 x infiniband:8"));
+  // merged and split in one: four dimensions written, three run
+  const std::string both = m::explain<float>(m::parse_topology("shm:2 x shm:2 x shm:2 x infiniband:16"), n);
+  CHECK(contains(both, "merged and split: written as shm:2 x shm:2 x shm:2 x infiniband:16, run as shm:8 x "
+                       "infiniband:4 x infiniband:4"));
   m::options ring;
   ring.tune.split_ring_extent = 0;
   const std::string r = m::explain<float>(topo, n, m::collective::all_reduce, 0, m::sum, ring);

@@ -236,8 +236,16 @@ inline std::string plan::to_string() const {
                     : "");
   s += line;
   if (written.ndims() && written != topology) {
-    // Fewer dimensions: some merged; more: a ring split; as many: both (plan/merge.hpp).
-    const int shape = topology.ndims() < written.ndims() ? 0 : topology.ndims() > written.ndims() ? 1 : 2;
+    // Merging only joins fully connected dimensions, splitting only cuts the
+    // others (plan/merge.hpp): count each kind to tell which happened.
+    auto dims_of = [](const runtime_topology& t, bool full) {
+      std::size_t k = 0;
+      for (std::size_t d = 0; d < t.ndims(); ++d) k += t.dim(d).link.fully_connected == full;
+      return k;
+    };
+    const bool merged = dims_of(topology, true) < dims_of(written, true);
+    const bool split = dims_of(topology, false) > dims_of(written, false);
+    const int shape = merged && split ? 2 : split ? 1 : 0;
     static const char* const label[] = {"merged", "split", "merged and split"};
     static const char* const why[] = {
         "adjacent dimensions of one fully connected link",
