@@ -190,6 +190,20 @@ std::int64_t val_sum(std::size_t P, std::size_t i) {
   return 1000003 * std::int64_t(P * (P - 1) / 2) + std::int64_t(P) * (std::int64_t(i) * 7 - 5);
 }
 
+// all_reduce of val(R, i) into a guarded buffer: exact sums, guards intact, the
+// send buffer untouched. Returns the send buffer, for callers that go on in place.
+template <class Comm>
+std::vector<std::int64_t> check_exact_sum(Comm& comm, std::size_t P, std::size_t R, std::size_t n) {
+  std::vector<std::int64_t> send(n);
+  for (std::size_t i = 0; i < n; ++i) send[i] = val(R, i);
+  guarded<std::int64_t> recv(n, -77);
+  md::all_reduce(comm, send.data(), recv.data(), n);
+  CHECK(first_bad(n, [&](std::size_t i) { return recv[i] == val_sum(P, i); }) == n);
+  CHECK(recv.guards_intact());
+  CHECK(first_bad(n, [&](std::size_t i) { return send[i] == val(R, i); }) == n);  // sendbuf untouched
+  return send;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -213,13 +227,7 @@ TEST_CASE("all_reduce: exact integer sums, every topology and count, in place an
   for_each_topology([&](auto& comm, const std::string& label) {
     for (std::size_t n : counts_for(P)) {
       INFO(label << ", count " << n);
-      std::vector<std::int64_t> send(n);
-      for (std::size_t i = 0; i < n; ++i) send[i] = val(R, i);
-      guarded<std::int64_t> recv(n, -77);
-      md::all_reduce(comm, send.data(), recv.data(), n);
-      CHECK(first_bad(n, [&](std::size_t i) { return recv[i] == val_sum(P, i); }) == n);
-      CHECK(recv.guards_intact());
-      CHECK(first_bad(n, [&](std::size_t i) { return send[i] == val(R, i); }) == n);  // sendbuf untouched
+      check_exact_sum(comm, P, R, n);
       guarded<std::int64_t> inplace(n, -77);
       for (std::size_t i = 0; i < n; ++i) inplace[i] = val(R, i);
       md::all_reduce(comm, inplace.data(), n);
@@ -602,12 +610,7 @@ TEST_CASE("all_reduce in segments: steps of different segments complete out of o
         auto comm = md::bind(md::parse_topology(c.text), MPI_COMM_WORLD, o);
         for (std::size_t n : {std::size_t(1), std::size_t(37), std::size_t(1001)}) {
           INFO(c.label() << (shared ? ", shared" : ", messages") << ", depth " << depth << ", count " << n);
-          std::vector<std::int64_t> send(n);
-          for (std::size_t i = 0; i < n; ++i) send[i] = val(R, i);
-          guarded<std::int64_t> recv(n, -77);
-          md::all_reduce(comm, send.data(), recv.data(), n);
-          CHECK(first_bad(n, [&](std::size_t i) { return recv[i] == val_sum(P, i); }) == n);
-          CHECK(recv.guards_intact());
+          auto send = check_exact_sum(comm, P, R, n);
           md::all_reduce(comm, send.data(), n);
           CHECK(first_bad(n, [&](std::size_t i) { return send[i] == val_sum(P, i); }) == n);
         }
@@ -633,12 +636,7 @@ TEST_CASE("a ring split in two (tune.split_ring_extent): MPI communicators per h
       INFO(text << " on " << P << " runs as " << comm.executed_topology().to_string() << ", segments of " << seg);
       CHECK(comm.executed_topology().ndims() == comm.topology().ndims() + (a ? 1 : 0));
       for (std::size_t n : {std::size_t(1), std::size_t(37), std::size_t(1001)}) {
-        std::vector<std::int64_t> send(n);
-        for (std::size_t i = 0; i < n; ++i) send[i] = val(R, i);
-        guarded<std::int64_t> recv(n, -77);
-        md::all_reduce(comm, send.data(), recv.data(), n);
-        CHECK(first_bad(n, [&](std::size_t i) { return recv[i] == val_sum(P, i); }) == n);
-        CHECK(recv.guards_intact());
+        const auto send = check_exact_sum(comm, P, R, n);
         // reduce_scatter and all_gather of n per rank
         std::vector<std::int64_t> all(n * P);
         for (std::size_t j = 0; j < n * P; ++j) all[j] = val(R, j);

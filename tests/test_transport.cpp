@@ -18,6 +18,17 @@ void wait_for(const std::atomic<int>& flag, int value) {
   while (flag.load() < value) std::this_thread::yield();
 }
 md::deadline_clock::time_point soon() { return md::deadline_clock::now() + std::chrono::seconds(10); }
+
+// One rank of a 2-rank world: its transport and the channel over both ranks.
+struct end_of_pair {
+  tt t;
+  tt::channel ch;
+  end_of_pair(md::threads::world& w, std::size_t rank) : t(w.at(rank), "contract"), ch(make(t, rank)) {}
+  static tt::channel make(tt& t, std::size_t rank) {
+    const std::size_t members[] = {0, 1};
+    return t.make_channel(0, members, rank);
+  }
+};
 }  // namespace
 
 // The engine asks complete() which segments are done, and only then calls
@@ -34,9 +45,9 @@ TEST_CASE("threads transport: a send becomes complete at the sender's own wait, 
   md::wait_status any_status;
   any_status.kind = md::wait_status::timeout;
   std::thread receiver([&] {
-    tt t(w.at(0), "contract");
-    const std::size_t members[] = {0, 1};
-    auto ch = t.make_channel(0, members, 0);
+    end_of_pair e(w, 0);
+    auto& t = e.t;
+    auto& ch = e.ch;
     tt::request rs[1];
     wait_for(step, 1);
     t.irecv(ch, &got, sizeof got, 1, 7, rs[0]);
@@ -44,9 +55,9 @@ TEST_CASE("threads transport: a send becomes complete at the sender's own wait, 
     step = 2;
   });
   std::thread sender([&] {
-    tt t(w.at(1), "contract");
-    const std::size_t members[] = {0, 1};
-    auto ch = t.make_channel(0, members, 1);
+    end_of_pair e(w, 1);
+    auto& t = e.t;
+    auto& ch = e.ch;
     tt::request rs[2];  // rs[1] is idle, complete from the start
     t.isend(ch, &value, sizeof value, 0, 7, rs[0]);
     step = 1;
@@ -69,9 +80,9 @@ TEST_CASE("threads transport: wait_any returns at once when nothing is pending, 
   int a = 1, b = 2, ra = 0, rb = 0;
   std::size_t done_after_first = 99;
   std::thread receiver([&] {
-    tt t(w.at(0), "contract");
-    const std::size_t members[] = {0, 1};
-    auto ch = t.make_channel(0, members, 0);
+    end_of_pair e(w, 0);
+    auto& t = e.t;
+    auto& ch = e.ch;
     tt::request rs[2];
     t.irecv(ch, &ra, sizeof ra, 1, 1, rs[0]);
     t.irecv(ch, &rb, sizeof rb, 1, 2, rs[1]);
@@ -85,9 +96,9 @@ TEST_CASE("threads transport: wait_any returns at once when nothing is pending, 
     CHECK(t.wait_any(std::span<tt::request>(rs, 2), md::deadline_clock::now()).kind == md::wait_status::done);
   });
   std::thread sender([&] {
-    tt t(w.at(1), "contract");
-    const std::size_t members[] = {0, 1};
-    auto ch = t.make_channel(0, members, 1);
+    end_of_pair e(w, 1);
+    auto& t = e.t;
+    auto& ch = e.ch;
     tt::request rs[2];
     wait_for(step, 1);
     t.isend(ch, &a, sizeof a, 0, 1, rs[0]);
