@@ -89,6 +89,16 @@ double unit_roundoff() {
   else return 0x1.0p-53;
 }
 
+// Half the spacing of T's subnormals: the absolute error of one rounding to T of a
+// result below T's smallest normal (a product of 64 half values in [0.5, 1.5) can be).
+template <class T>
+double subnormal_roundoff() {
+  if constexpr (std::is_same_v<T, md::half>) return 0x1.0p-25;
+  else if constexpr (std::is_same_v<T, md::bfloat16>) return 0x1.0p-134;
+  else if constexpr (std::is_same_v<T, float>) return 0x1.0p-150;
+  else return 0;
+}
+
 template <class T>
 bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
@@ -138,7 +148,9 @@ bool check_against_reference(const std::string& where, opk k, const std::vector<
       const double u = unit_roundoff<T>();
       // Accumulation in float (or double) plus the roundings to T.
       const double acc_u = std::is_same_v<T, double> ? 0x1.0p-53 : 0x1.0p-24;
-      const double tol = (k == opk::min || k == opk::max) ? 0 : (double(P) * acc_u + roundings * u) * mag * 1.01 + 1e-300;
+      const double tol = (k == opk::min || k == opk::max)
+                             ? 0
+                             : (double(P) * acc_u + roundings * u) * mag * 1.01 + roundings * subnormal_roundoff<T>() + 1e-300;
       if (!(std::fabs(g - ref) <= tol))
         ++bad, check(false, where, " element ", i, ": got ", g, ", float64 reference ", ref, " (bound ", tol, ")");
     } else {

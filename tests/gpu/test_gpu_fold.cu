@@ -10,6 +10,16 @@
 // same accumulator, one rounding); otherwise and for floats also within the
 // float64 bound. A user op (bitwise xor, __host__ __device__) and a count above
 // 2^31 elements are checked too.
+//
+// test_gpu_fold --emulate needs no GPU (CI runs it): every case but the 2^31 one
+// runs the kernels' own code on the host. fold goes through the same
+// detail::fold_with (copy or passes, the aliasing rule) and detail::fold_pass
+// (alignment, vector and element ranges), and the "launch" calls
+// detail::fold_thread, the whole body of fold_kernel, for each thread of the
+// grid, one thread after the other. The grid is the one launch_fold would start
+// on a GPU with 132 SMs (8 blocks per SM at most), or of one block in every
+// third case, so that each thread loops over many vectors. Only the device side
+// (the __ldcs load, code generation, the launch itself) is left to the GPU run.
 #include "common.cuh"
 
 #include <mdring/cuda/reduce.cuh>
@@ -25,6 +35,71 @@ struct xor_op {
 
 namespace {
 
+bool emulate = false;
+std::size_t emulated_max_blocks = 132 * 8;
+
+void need_gpu() {
+  if (!emulate) need_gpu();
+}
+
+// n elements of device memory (dbuf), or in --emulate of host memory placed the
+// same way (one element past a 256-byte boundary when misaligned).
+template <class T>
+class buf {
+public:
+  explicit buf(std::size_t n, bool misaligned = false) : n_(n) {
+    if (!emulate) {
+      d_ = std::make_unique<dbuf<T>>(n, misaligned);
+      p_ = d_->get();
+    } else {
+      h_.resize((n + 2) * sizeof(T) + 512);
+      const std::uintptr_t base = (md::cuda::detail::address(h_.data()) + 255) & ~std::uintptr_t(255);
+      p_ = reinterpret_cast<T*>(base) + (misaligned ? 1 : 0);
+    }
+  }
+  T* get() const noexcept { return p_; }
+  void upload(const std::vector<T>& v) {
+    if (d_) d_->upload(v);
+    else std::memcpy(p_, v.data(), n_ * sizeof(T));
+  }
+  std::vector<T> download() const {
+    if (d_) return d_->download();
+    return std::vector<T>(p_, p_ + n_);
+  }
+  void poison() {
+    if (d_) d_->poison();
+    else std::memset(static_cast<void*>(p_), 0xa5, n_ * sizeof(T));
+  }
+
+private:
+  std::size_t n_;
+  std::unique_ptr<dbuf<T>> d_;
+  std::vector<unsigned char> h_;
+  T* p_ = nullptr;
+};
+
+// md::cuda::fold and wait for it, or its host emulation (see the top).
+template <class T, class Op>
+void run_fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks) {
+  if (!emulate) {
+    md::cuda::fold(dst, in, n, op, final, ranks, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return;
+  }
+  namespace cd = md::cuda::detail;
+  cd::fold_with<T, Op>(
+      dst, in, n, final, ranks, [&](T* d, const T* src) { std::memmove(d, src, n * sizeof(T)); },
+      [&](T* d, const T* const* chunk, int k, bool fin) {
+        std::size_t work = 0;
+        const cd::fold_params<T> p = cd::fold_pass(d, chunk, k, n, ranks, fin, work);
+        const std::size_t threads = std::size_t(cd::fold_blocks(work, emulated_max_blocks)) * md::cuda::fold_threads;
+        for (std::size_t t = 0; t < threads; ++t) {
+          if (k == 2) cd::fold_thread<T, Op, 2>(p, op, t, threads);
+          else cd::fold_thread<T, Op, 0>(p, op, t, threads);
+        }
+      });
+}
+
 template <class T, class Op>
 void fold_case(opk k, Op op, std::size_t inputs, std::size_t n, int align, bool final, u64 seed) {
   const std::size_t ranks = 7;
@@ -32,26 +107,24 @@ void fold_case(opk k, Op op, std::size_t inputs, std::size_t n, int align, bool 
   std::vector<std::vector<T>> h(inputs, std::vector<T>(n));
   for (std::size_t j = 0; j < inputs; ++j)
     for (std::size_t i = 0; i < n; ++i) h[j][i] = value<T>(seed, j, i, k);
-  std::vector<std::unique_ptr<dbuf<T>>> d;
+  std::vector<std::unique_ptr<buf<T>>> d;
   for (std::size_t j = 0; j < inputs; ++j) {
     // align 1: everything one element past a boundary; align 2: inputs misaligned
     // one way, dst another (no common phase: element by element).
     const bool mis = align == 1 || (align == 2 && j % 2 == 0);
-    d.push_back(std::make_unique<dbuf<T>>(n, mis));
+    d.push_back(std::make_unique<buf<T>>(n, mis));
     d.back()->upload(h[j]);
   }
-  dbuf<T> out(n, align == 1);
+  buf<T> out(n, align == 1);
   out.poison();
-  T* dst = in_place ? d[0]->get() : out.get();
   std::vector<const T*> ptrs;
   for (auto& b : d) ptrs.push_back(b->get());
-  md::cuda::fold(dst, std::span<const T* const>(ptrs.data(), ptrs.size()), n, op, final, ranks, nullptr);
-  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  std::vector<T> got(n);
-  cuda_ok(cudaMemcpy(got.data(), dst, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+  run_fold(in_place ? d[0]->get() : out.get(), std::span<const T* const>(ptrs.data(), ptrs.size()), n, op, final,
+           ranks);
+  const std::vector<T> got = in_place ? d[0]->download() : out.download();
 
-  const std::string where = cat("fold<", md::type_name<T>(), "> ", name_of(k), " inputs ", inputs, " n ", n,
-                                " align ", align, final ? " final" : "");
+  const std::string where = cat(emulate ? "emulated " : "", "fold<", md::type_name<T>(), "> ", name_of(k),
+                                " inputs ", inputs, " n ", n, " align ", align, final ? " final" : "");
   std::vector<const T*> hp;
   for (auto& v : h) hp.push_back(v.data());
   std::vector<T> want(n);
@@ -66,13 +139,18 @@ void fold_case(opk k, Op op, std::size_t inputs, std::size_t n, int align, bool 
     check(bad == 0, where, ": ", bad, " elements differ from host_reducer");
   }
   if constexpr (is_float_like<T>) {
-    if (!(final && k == opk::avg)) check_against_reference<T>(where, k, hp, got.data(), n, one_pass ? 1 : 2);
+    // avg finalized divides by `ranks`, not by the number of inputs: host_reducer
+    // checked it above. Not finalized, avg is a sum.
+    if (!(final && k == opk::avg))
+      check_against_reference<T>(where, k == opk::avg ? opk::sum : k, hp, got.data(), n, one_pass ? 1 : 2);
   }
 }
 
 template <class T>
 void type_suite(u64 seed) {
-  const std::size_t counts[] = {0, 1, 13, 97, 4099, (std::size_t(1) << 18) + 3};
+  // Emulated on the host, the largest count is smaller (CI time), but still
+  // large enough that one block of 256 threads loops over its vectors 4 to 16 times.
+  const std::size_t counts[] = {0, 1, 13, 97, 4099, emulate ? 65537 : (std::size_t(1) << 18) + 3};
   const std::size_t inputs[] = {1, 2, 3, 8, 64, 67};
   int c = 0;
   for (opk k : {opk::sum, opk::prod, opk::min, opk::max, opk::avg})
@@ -80,6 +158,7 @@ void type_suite(u64 seed) {
       for (std::size_t in : inputs)
         for (std::size_t n : counts) {
           ++c;
+          emulated_max_blocks = c % 3 == 0 ? 1 : 132 * 8;
           fold_case<T>(k, op, in, n, c % 4, k == opk::avg && c % 2 == 0, seed + std::size_t(c));
         }
     });
@@ -88,7 +167,7 @@ void type_suite(u64 seed) {
 }  // namespace
 
 GPU_TEST("fold: every op on every type, every alignment, 1 to 67 inputs") {
-  require_gpu();
+  need_gpu();
   type_suite<std::int8_t>(1);
   type_suite<std::uint8_t>(2);
   type_suite<std::int16_t>(3);
@@ -104,12 +183,12 @@ GPU_TEST("fold: every op on every type, every alignment, 1 to 67 inputs") {
 }
 
 GPU_TEST("fold: dst may not alias an input of a later pass") {
-  require_gpu();
-  dbuf<float> a(10);
+  need_gpu();
+  buf<float> a(10);
   std::vector<const float*> in(70, a.get());
   bool thrown = false;
   try {
-    md::cuda::fold(a.get(), std::span<const float* const>(in.data(), in.size()), 10, md::sum, false, 1, nullptr);
+    run_fold(a.get(), std::span<const float* const>(in.data(), in.size()), 10, md::sum, false, 1);
   } catch (const md::invalid_argument& e) {
     thrown = e.argument() == "in";
   }
@@ -117,31 +196,35 @@ GPU_TEST("fold: dst may not alias an input of a later pass") {
 }
 
 GPU_TEST("fold: a user op (xor) in device code") {
-  require_gpu();
+  need_gpu();
   for (int align = 0; align < 4; ++align)
     for (std::size_t in : {2, 5})
       fold_case<std::uint32_t>(opk::sum, xor_op{}, in, 4099, align, false, 99);
 }
 
 GPU_TEST("fold: half and bfloat16 accumulate in float and round once") {
-  require_gpu();
+  need_gpu();
   // 1 + 8 * 2^-11 in half: each partial sum 1 + 2^-11 would round back to 1 in
   // half, the float accumulation keeps all eight and rounds 1 + 2^-8 once.
   const std::size_t k = 9, n = 1000;
   std::vector<std::vector<md::half>> h(k, std::vector<md::half>(n, md::half(0x1.0p-11f)));
   h[0].assign(n, md::half(1.0f));
-  std::vector<std::unique_ptr<dbuf<md::half>>> d;
+  std::vector<std::unique_ptr<buf<md::half>>> d;
   std::vector<const md::half*> ptrs;
-  for (auto& v : h) d.push_back(std::make_unique<dbuf<md::half>>(n)), d.back()->upload(v), ptrs.push_back(d.back()->get());
-  dbuf<md::half> out(n);
-  md::cuda::fold(out.get(), std::span<const md::half* const>(ptrs.data(), k), n, md::sum, false, 1, nullptr);
+  for (auto& v : h) d.push_back(std::make_unique<buf<md::half>>(n)), d.back()->upload(v), ptrs.push_back(d.back()->get());
+  buf<md::half> out(n);
+  run_fold(out.get(), std::span<const md::half* const>(ptrs.data(), k), n, md::sum, false, 1);
   const auto got = out.download();
   check(float(got[0]) == 1.0f + 0x1.0p-8f, "half: got ", float(got[0]), ", expected ", 1.0f + 0x1.0p-8f);
   check(float(got[n - 1]) == 1.0f + 0x1.0p-8f, "half: last element");
 }
 
 GPU_TEST("fold: more than 2^31 elements (64-bit indexing)") {
-  require_gpu();
+  if (emulate) {
+    std::printf("  (not emulated: 6 GiB of host memory and minutes; runs on a GPU)\n");
+    return;
+  }
+  need_gpu();
   const std::size_t n = (std::size_t(1) << 31) + 17;
   size_t free_b = 0, total_b = 0;
   cuda_ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -163,4 +246,11 @@ GPU_TEST("fold: more than 2^31 elements (64-bit indexing)") {
   }
 }
 
-int main(int argc, char** argv) { return gpu_test::run_all(argc, argv); }
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--emulate") {
+    emulate = true;
+    argv[1] = argv[0];
+    return gpu_test::run_all(argc - 1, argv + 1);
+  }
+  return gpu_test::run_all(argc, argv);
+}

@@ -44,6 +44,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <nv/target>
 
 #include <cstddef>
 #include <cstring>
@@ -54,6 +55,14 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
+
+// `#pragma unroll` where nvcc compiles for the device; nothing in the host pass
+// (fold_thread is __host__ __device__, and host compilers do not know the pragma).
+#ifdef __CUDA_ARCH__
+#  define MDRING_UNROLL _Pragma("unroll")
+#else
+#  define MDRING_UNROLL
+#endif
 
 inline constexpr int max_fold_inputs = 64;
 inline constexpr int fold_threads = 256;
@@ -81,12 +90,12 @@ struct arith {
   static constexpr bool widen_half = op_traits<Op>::builtin && std::is_same_v<T, half>;
   static constexpr bool widen_bf16 = op_traits<Op>::builtin && std::is_same_v<T, bfloat16>;
 
-  static __device__ __forceinline__ acc load(const T& x) {
+  static MDRING_HOST_DEVICE __forceinline__ acc load(const T& x) {
     if constexpr (widen_half) return __half2float(__ushort_as_half(x.bits));
     else if constexpr (widen_bf16) return __bfloat162float(__ushort_as_bfloat16(x.bits));
     else return x;
   }
-  static __device__ __forceinline__ T store(const acc& a) {
+  static MDRING_HOST_DEVICE __forceinline__ T store(const acc& a) {
     if constexpr (widen_half) {
       T t;
       t.bits = __half_as_ushort(__float2half_rn(a));
@@ -114,26 +123,32 @@ struct fold_params {
 };
 
 template <class T, int V>
-__device__ __forceinline__ void load_vector(const T* p, T (&out)[V]) {
-  const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));  // ld.global.cs.v4
-  std::memcpy(out, &v, sizeof(v));
+MDRING_HOST_DEVICE __forceinline__ void load_vector(const T* p, T (&out)[V]) {
+  NV_IF_ELSE_TARGET(NV_IS_DEVICE,
+                    (const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));  // ld.global.cs.v4
+                     std::memcpy(out, &v, sizeof(v));),
+                    (std::memcpy(out, p, sizeof(out));))
 }
 template <class T, int V>
-__device__ __forceinline__ void store_vector(T* p, const T (&in)[V]) {
+MDRING_HOST_DEVICE __forceinline__ void store_vector(T* p, const T (&in)[V]) {
   uint4 v;
   std::memcpy(&v, in, sizeof(v));
   *reinterpret_cast<uint4*>(p) = v;  // st.global.v4
 }
 
-// K > 0: exactly K inputs (compile time); K == 0: p.k inputs.
+// What one thread of the fold grid does: thread `tid` of `stride` threads in all.
+// K > 0: exactly K inputs (compile time); K == 0: p.k inputs. Threads share
+// nothing (no shared memory, no barrier) and each writes only the elements it
+// read, so the grid may run in any order: tests/gpu/test_gpu_fold.cu --emulate
+// runs this very function for every thread of the grid on the host, one after
+// the other, where there is no GPU.
 template <class T, class Op, int K>
-MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params<T> p, const Op op) {
+MDRING_HOST_DEVICE __forceinline__ void fold_thread(const fold_params<T>& p, const Op& op, std::size_t tid,
+                                                    std::size_t stride) {
   using A = arith<T, Op>;
   using acc = typename A::acc;
   constexpr int V = vector_elements<T>;
   const int k = K > 0 ? K : p.k;
-  const std::size_t tid = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   auto fin = [&](const acc& x) -> acc {
     if constexpr (op_traits<Op>::has_finalize) return p.final ? op.finalize(x, p.ranks) : x;
     else return x;
@@ -143,32 +158,32 @@ MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params
     constexpr int U = unroll<T>;
     for (std::size_t base = tid; base < p.nvec; base += stride * U) {
       acc a[U][V];
-      T x[U][V];
-#pragma unroll
+      T x[U][V]{};  // zeros where v >= nvec: folded, never stored
+MDRING_UNROLL
       for (int u = 0; u < U; ++u) {
         const std::size_t v = base + std::size_t(u) * stride;
         if (v < p.nvec) load_vector(p.in[0] + p.head + v * V, x[u]);
       }
-#pragma unroll
+MDRING_UNROLL
       for (int u = 0; u < U; ++u)
-#pragma unroll
+MDRING_UNROLL
         for (int e = 0; e < V; ++e) a[u][e] = A::load(x[u][e]);
       for (int j = 1; j < k; ++j) {
-#pragma unroll
+MDRING_UNROLL
         for (int u = 0; u < U; ++u) {
           const std::size_t v = base + std::size_t(u) * stride;
           if (v < p.nvec) load_vector(p.in[j] + p.head + v * V, x[u]);
         }
-#pragma unroll
+MDRING_UNROLL
         for (int u = 0; u < U; ++u)
-#pragma unroll
+MDRING_UNROLL
           for (int e = 0; e < V; ++e) a[u][e] = op(a[u][e], A::load(x[u][e]));
       }
-#pragma unroll
+MDRING_UNROLL
       for (int u = 0; u < U; ++u) {
         const std::size_t v = base + std::size_t(u) * stride;
         if (v >= p.nvec) continue;
-#pragma unroll
+MDRING_UNROLL
         for (int e = 0; e < V; ++e) x[u][e] = A::store(fin(a[u][e]));
         store_vector(p.dst + p.head + v * V, x[u]);
       }
@@ -186,9 +201,17 @@ MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params
   }
 }
 
-template <class T, class Op>
-void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op, std::size_t ranks, bool final,
-                 cudaStream_t s) {
+template <class T, class Op, int K>
+MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params<T> p, const Op op) {
+  fold_thread<T, Op, K>(p, op, std::size_t(blockIdx.x) * blockDim.x + threadIdx.x,
+                        std::size_t(gridDim.x) * blockDim.x);
+}
+
+// The parameters of one pass over k inputs, and how many threads it can keep busy
+// (`work`): 16-byte vectors when every pointer has the same address modulo 16.
+template <class T>
+fold_params<T> fold_pass(T* dst, const T* const* in, int k, std::size_t n, std::size_t ranks, bool final,
+                         std::size_t& work) {
   fold_params<T> p{};
   p.final = final;
   p.dst = dst;
@@ -197,7 +220,7 @@ void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op,
   p.n = n;
   p.ranks = ranks;
   constexpr int V = vector_elements<T>;
-  std::size_t work = n;
+  work = n;
   if constexpr (V > 1) {
     const std::uintptr_t mis = address(dst) % 16;
     bool same = mis % sizeof(T) == 0;
@@ -211,28 +234,27 @@ void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op,
       work = vec_work > scalars ? vec_work : scalars;
     }
   }
-  const std::size_t max_blocks = std::size_t(sm_count(current_device())) * 8;
-  std::size_t blocks = (work + fold_threads - 1) / fold_threads;
-  blocks = blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks);
-  if (k == 2) fold_kernel<T, Op, 2><<<unsigned(blocks), fold_threads, 0, s>>>(p, op);
-  else fold_kernel<T, Op, 0><<<unsigned(blocks), fold_threads, 0, s>>>(p, op);
-  check(cudaGetLastError(), "launching mdring::cuda::fold_kernel");
+  return p;
 }
 
-}  // namespace detail
+// Blocks of fold_threads for `work` threads, at least 1 and at most max_blocks.
+inline unsigned fold_blocks(std::size_t work, std::size_t max_blocks) {
+  const std::size_t blocks = (work + fold_threads - 1) / fold_threads;
+  return unsigned(blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks));
+}
 
-// See the top of this file. Enqueued on `stream`; returns at once.
-template <class T, class Op>
-void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks,
-          cudaStream_t stream) {
-  static_assert(!std::is_same_v<std::remove_cv_t<T>, long double>,
-                "mdring::cuda::fold: long double has no device representation; use double");
-  static_assert(reduction_for<Op, T>, "mdring::cuda::fold: the op cannot reduce this element type");
+// fold() with the two things that touch the GPU passed in: copy(dst, src) copies n
+// elements, pass(dst, inputs, k, final) folds k inputs (k >= 2, or k == 1 with
+// final). Everything else (when to copy, the passes over more than
+// max_fold_inputs inputs, the aliasing rule) is here, shared by fold() and by the
+// host emulation in tests/gpu/test_gpu_fold.cu.
+template <class T, class Op, class Copy, class Pass>
+void fold_with(T* dst, std::span<const T* const> in, std::size_t n, bool final, std::size_t ranks, Copy&& copy,
+               Pass&& pass) {
   if (n == 0 || in.empty()) return;
   const bool fin = final && op_traits<Op>::has_finalize && ranks > 1;
   if (in.size() == 1 && !fin) {
-    if (dst != in[0])
-      detail::check(cudaMemcpyAsync(dst, in[0], n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    if (dst != in[0]) copy(dst, in[0]);
     return;
   }
   // More inputs than one launch takes: fold them in passes, the partial result
@@ -252,9 +274,39 @@ void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, boo
     if (!first) chunk[k++] = dst;
     while (k < max_fold_inputs && next < in.size()) chunk[k++] = in[next++];
     const bool last = next == in.size();
-    detail::launch_fold<T, Op>(dst, chunk, k, n, op, ranks, last && fin, stream);
+    pass(dst, static_cast<const T* const*>(chunk), k, last && fin);
     first = false;
   }
+}
+
+template <class T, class Op>
+void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op, std::size_t ranks, bool final,
+                 cudaStream_t s) {
+  std::size_t work = 0;
+  const fold_params<T> p = fold_pass(dst, in, k, n, ranks, final, work);
+  const unsigned blocks = fold_blocks(work, std::size_t(sm_count(current_device())) * 8);
+  if (k == 2) fold_kernel<T, Op, 2><<<blocks, fold_threads, 0, s>>>(p, op);
+  else fold_kernel<T, Op, 0><<<blocks, fold_threads, 0, s>>>(p, op);
+  check(cudaGetLastError(), "launching mdring::cuda::fold_kernel");
+}
+
+}  // namespace detail
+
+// See the top of this file. Enqueued on `stream`; returns at once.
+template <class T, class Op>
+void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks,
+          cudaStream_t stream) {
+  static_assert(!std::is_same_v<std::remove_cv_t<T>, long double>,
+                "mdring::cuda::fold: long double has no device representation; use double");
+  static_assert(reduction_for<Op, T>, "mdring::cuda::fold: the op cannot reduce this element type");
+  detail::fold_with<T, Op>(
+      dst, in, n, final, ranks,
+      [&](T* d, const T* src) {
+        detail::check(cudaMemcpyAsync(d, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+      },
+      [&](T* d, const T* const* chunk, int k, bool fin) {
+        detail::launch_fold<T, Op>(d, chunk, k, n, op, ranks, fin, stream);
+      });
 }
 
 template <class T, class Op>
