@@ -456,6 +456,64 @@ TEST_CASE("ranks binding different topologies: topology_error, and nobody waits 
         },
         {"direct", "ring"});
   }
+  // Options that change the schedule or the framing of messages: ranks that
+  // disagreed would post messages that never match.
+  SUBCASE("same topology, a different segment length") {
+    run([](auto ep) { return md::bind(t22, ep, local_opts()); },
+        [](auto ep) {
+          auto o = local_opts();
+          o.tune.segment_bytes = 4096;
+          return md::bind(t22, ep, o);
+        },
+        {"segment 4096", "segment 0"});
+  }
+  SUBCASE("same topology, merging of same-link dimensions off") {
+    run([](auto ep) { return md::bind(t22, ep, local_opts()); },
+        [](auto ep) {
+          auto o = local_opts();
+          o.tune.merge_same_link = false;
+          return md::bind(t22, ep, o);
+        },
+        {"nomerge", "|merge"});
+  }
+  SUBCASE("same topology, a different host gamma (cost model)") {
+    run([](auto ep) { return md::bind(t22, ep, local_opts()); },
+        [](auto ep) {
+          auto o = local_opts();
+          o.tune.host_gamma *= 1.0000001;  // lost by a decimal print with 6 digits; printed exactly
+          return md::bind(t22, ep, o);
+        },
+        {"host gamma"});
+  }
+}
+
+TEST_CASE("the bind fingerprint names every option that changes the schedule or the messages") {
+  const md::options base;
+  const std::string b = md::detail::fingerprint(md::detail::to_runtime(t22), base);
+  auto differs = [&](auto change, const char* what) {
+    md::options o = base;
+    change(o);
+    INFO(what);
+    CHECK(md::detail::fingerprint(md::detail::to_runtime(t22), o) != b);
+  };
+  differs([](md::options& o) { o.algorithms = {md::algorithm::ring}; }, "algorithms");
+  differs([](md::options& o) { o.tune.direct_max_extent = 4; }, "direct_max_extent");
+  differs([](md::options& o) { o.tune.split_ring_extent = 0; }, "split_ring_extent");
+  differs([](md::options& o) { o.tune.merge_same_link = false; }, "merge_same_link");
+  differs([](md::options& o) { o.tune.segment_bytes = 1 << 20; }, "segment_bytes");
+  differs([](md::options& o) { o.tune.min_segment_bytes = 1 << 16; }, "min_segment_bytes");
+  differs([](md::options& o) { o.tune.max_segments = 8; }, "max_segments");
+  differs([](md::options& o) { o.tune.pipeline_depth = 2; }, "pipeline_depth");
+  differs([](md::options& o) { o.tune.host_gamma = 1e-10; }, "host_gamma");
+  differs([](md::options& o) { o.tune.device_gamma = 1e-13; }, "device_gamma");
+  differs([](md::options& o) { o.tune.shared_staging_bytes = 4096; }, "shared_staging_bytes");
+  differs([](md::options& o) { o.tune.staging_chunk_bytes = 1 << 16; }, "staging_chunk_bytes");
+  differs([](md::options& o) { o.max_message_bytes = 1 << 20; }, "max_message_bytes");
+  // What only changes this rank's own behaviour is left out, so ranks may differ.
+  md::options local = base;
+  local.timeout = std::chrono::seconds(5);
+  local.tune.nontemporal_bytes = 0;
+  CHECK(md::detail::fingerprint(md::detail::to_runtime(t22), local) == b);
 }
 
 TEST_CASE("options are validated at bind, on every rank") {

@@ -223,6 +223,13 @@ TEST_CASE("ranks binding different topologies: topology_error on every rank") {
         return md::bind(md::parse_topology(R == 1 ? "shm:1 x shm:*" : "shm:*"), MPI_COMM_WORLD, local_opts());
       },
       "an extra dimension of extent 1 on rank 1");
+  expect(
+      [&] {
+        auto o = local_opts();
+        if (R == 0) o.tune.segment_bytes = 4096;
+        return md::bind(md::ring<md::shm>, MPI_COMM_WORLD, o);
+      },
+      "same topology, a different segment length on rank 0");
   CHECK(fresh_communicator_works());
 }
 

@@ -30,6 +30,7 @@
 #include "../transport/transport.hpp"
 
 #include <cstddef>
+#include <cstdio>
 #include <memory>
 #include <memory_resource>
 #include <span>
@@ -100,12 +101,34 @@ inline void check_algorithm_count(const runtime_topology& t, const options& o, c
 }
 
 // What every rank of a communicator must agree on at bind time: the topology and
-// everything that changes the schedule.
+// every option that changes the schedule (which dimensions run, their algorithms,
+// the segment length through the cost model) or how a message is framed (pieces
+// of max_message_bytes, staging chunks, the shared-access staging threshold).
+// Ranks that disagreed on any of them would post messages that do not match and
+// wait for each other forever; with it in the fingerprint they get topology_error
+// at bind instead. Doubles are printed exactly (hexadecimal).
 inline std::string fingerprint(const runtime_topology& t, const options& o) {
+  const tuning& u = o.tune;
   std::string s = t.to_string();
   for (auto a : o.algorithms) s += "|" + std::string(to_string(a));
-  s += "|" + std::to_string(o.tune.direct_max_extent);
-  s += "|split " + std::to_string(o.tune.split_ring_extent);
+  auto num = [&](const char* name, std::size_t v) { s += std::string("|") + name + " " + std::to_string(v); };
+  auto real = [&](const char* name, double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%a", v);
+    s += std::string("|") + name + " " + buf;
+  };
+  num("direct", u.direct_max_extent);
+  num("split", u.split_ring_extent);
+  s += u.merge_same_link ? "|merge" : "|nomerge";
+  num("segment", u.segment_bytes);
+  num("min segment", u.min_segment_bytes);
+  num("max segments", u.max_segments);
+  num("depth", u.pipeline_depth);
+  real("host gamma", u.host_gamma);
+  real("device gamma", u.device_gamma);
+  num("shared staging", u.shared_staging_bytes);
+  num("staging chunk", u.staging_chunk_bytes);
+  num("max message", o.max_message_bytes);
   return s;
 }
 

@@ -113,7 +113,6 @@ template <class C>
 std::string device_fingerprint(const C& c) {
   std::string s = mdring::detail::fingerprint(c.topology(), c.get_options());
   for (auto t : c.executed_transports()) s += "|" + std::string(to_string(t));
-  s += c.get_options().tune.merge_same_link ? "|merge" : "|nomerge";
   return s;
 }
 
@@ -162,7 +161,7 @@ nccl_communicator<Topology> bind(const Topology& topo, ncclComm_t parent, option
   nccl_communicator<Topology> c(topo, std::size_t(n), std::size_t(r), std::move(opts), support, dev);
   if (!detail::nccl_agree(parent, detail::fnv1a(detail::device_fingerprint(c))))
     throw topology_error("topology", where + ": the ranks of the NCCL communicator bound different topologies, "
-                                             "algorithms or transports (this rank: \"" +
+                                             "algorithms, options or transports (this rank: \"" +
                                              detail::device_fingerprint(c) + "\")");
   for (std::size_t d = 0; d < c.executed_extents().size(); ++d) {
     if (c.executed_extents()[d] < 2) continue;

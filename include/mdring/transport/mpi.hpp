@@ -141,14 +141,14 @@ public:
     MPI_Comm_size(ctrl_, &s);
     rank_ = std::size_t(r);
     size_ = std::size_t(s);
-    // Every rank must bind the same topology and algorithms.
+    // Every rank must bind the same topology, algorithms and schedule options.
     const std::uint64_t h = detail::fnv1a(fingerprint);
     std::uint64_t v[2] = {h, ~h}, m[2] = {0, 0};
     detail::check(MPI_Allreduce(v, m, 2, MPI_UINT64_T, MPI_MAX, ctrl_), "MPI_Allreduce");
     if (m[0] != ~m[1]) {
       free_all();
-      throw topology_error("topology", "mdring::bind: the ranks of the MPI communicator bound different topologies "
-                                       "or algorithms (this rank: \"" + fingerprint + "\")");
+      throw topology_error("topology", "mdring::bind: the ranks of the MPI communicator bound different topologies, "
+                                       "algorithms or options (this rank: \"" + fingerprint + "\")");
     }
     detail::check(MPI_Type_contiguous(int(max_bytes_), MPI_BYTE, &chunk_), "MPI_Type_contiguous");
     detail::check(MPI_Type_commit(&chunk_), "MPI_Type_commit");
