@@ -19,7 +19,12 @@ std::vector<dt> select(const std::string& topo, std::vector<dt> req, md::device_
   return md::select_device_transports(t, m, req, s);
 }
 
-md::device_transport_support nccl_mpi() { return {true, true, false, false}; }
+md::device_transport_support sup(bool nccl, bool mpi, bool cuda_aware_mpi, bool local) {
+  md::device_transport_support s;
+  s.nccl = nccl, s.mpi = mpi, s.cuda_aware_mpi = cuda_aware_mpi, s.local = local;
+  return s;
+}
+md::device_transport_support nccl_mpi() { return sup(true, true, false, false); }
 
 std::string message_of(auto&& f) {
   try {
@@ -50,11 +55,11 @@ TEST_CASE("device transports: defaults by link") {
   CHECK(md::default_device_transport(slow, all) == dt::mpi_staged);
   CHECK(md::default_device_transport(fast, all) == dt::nccl);
   // What is there when the preferred one is not.
-  CHECK(md::default_device_transport(md::link_info_of<md::nvlink>(), {false, true, false, false}) == dt::mpi_staged);
-  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), {true, false, false, false}) == dt::nccl);
+  CHECK(md::default_device_transport(md::link_info_of<md::nvlink>(), sup(false, true, false, false)) == dt::mpi_staged);
+  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), sup(true, false, false, false)) == dt::nccl);
   CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), {}) == dt::automatic);
   // A local world is local everywhere.
-  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), {true, true, true, true}) == dt::local);
+  CHECK(md::default_device_transport(md::link_info_of<md::ethernet>(), sup(true, true, true, true)) == dt::local);
 }
 
 TEST_CASE("device transports: per dimension, merged dimensions, requests") {
@@ -64,7 +69,7 @@ TEST_CASE("device transports: per dimension, merged dimensions, requests") {
   CHECK(select("nvlink:4 x infiniband:64", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::nccl, dt::nccl});
   CHECK(select("nvlink:4 x ethernet:16", {}, nccl_mpi()) ==
         std::vector<dt>{dt::nccl, dt::mpi_staged, dt::mpi_staged});
-  CHECK(select("nvlink:4 x ethernet:16", {}, {true, true, true, false}) ==
+  CHECK(select("nvlink:4 x ethernet:16", {}, sup(true, true, true, false)) ==
         std::vector<dt>{dt::nccl, dt::mpi_cuda_aware, dt::mpi_cuda_aware});
   CHECK(select("nvlink:4 x infiniband:64", {dt::automatic, dt::mpi_staged}, nccl_mpi()) ==
         std::vector<dt>{dt::nccl, dt::mpi_staged, dt::mpi_staged});
@@ -83,9 +88,9 @@ TEST_CASE("device transports: per dimension, merged dimensions, requests") {
   nomerge.merge_same_link = false;
   CHECK(select("nvlink:2 x nvlink:2", {dt::nccl, dt::mpi_staged}, nccl_mpi(), nomerge) ==
         std::vector<dt>{dt::nccl, dt::mpi_staged});
-  CHECK(select("nvlink:2 x ethernet:4", {}, {false, false, false, true}) == std::vector<dt>{dt::local, dt::local});
+  CHECK(select("nvlink:2 x ethernet:4", {}, sup(false, false, false, true)) == std::vector<dt>{dt::local, dt::local});
   // A dimension of one rank never throws for want of a transport.
-  CHECK(select("ethernet:1 x nvlink:2", {}, {true, false, false, false}) == std::vector<dt>{dt::nccl, dt::nccl});
+  CHECK(select("ethernet:1 x nvlink:2", {}, sup(true, false, false, false)) == std::vector<dt>{dt::nccl, dt::nccl});
 }
 
 TEST_CASE("device transports: errors name the entry") {
@@ -94,13 +99,21 @@ TEST_CASE("device transports: errors name the entry") {
   CHECK(message_of([] { select("nvlink:4 x infiniband:2", {dt::automatic, dt::mpi_cuda_aware}, nccl_mpi()); }) ==
         "mdring::cuda::bind: options.device_transports[1] is mpi_cuda_aware, which this communicator cannot use "
         "(it supports: nccl, mpi_staged)");
-  CHECK(message_of([] { select("nvlink:4", {dt::nccl}, {false, false, false, true}); }) ==
+  CHECK(message_of([] { select("nvlink:4", {dt::nccl}, sup(false, false, false, true)); }) ==
         "mdring::cuda::bind: options.device_transports[0] is nccl, which this communicator cannot use (it "
         "supports: local)");
   CHECK(message_of([] { select("nvlink:2 x nvlink:2", {dt::nccl, dt::mpi_staged}, nccl_mpi()); }) ==
         "mdring::cuda::bind: options.device_transports[1] is mpi_staged but options.device_transports[0] is nccl, "
         "and the two dimensions run merged as one (same fully connected link); ask for the same transport or set "
         "options.tune.merge_same_link = false");
+  // Built with NCCL, but it cannot run here (MPI bind: ranks sharing a GPU): the
+  // reason is part of the message, and automatic picks MPI.
+  md::device_transport_support shared_gpu = sup(false, true, false, false);
+  shared_gpu.nccl_unavailable = "2 ranks share a GPU with another rank, and NCCL needs one GPU per rank";
+  CHECK(message_of([&] { select("nvlink:2 x infiniband:2", {dt::automatic, dt::nccl}, shared_gpu); }) ==
+        "mdring::cuda::bind: options.device_transports[1] is nccl, which this communicator cannot use (it "
+        "supports: mpi_staged): 2 ranks share a GPU with another rank, and NCCL needs one GPU per rank");
+  CHECK(select("nvlink:2 x infiniband:2", {}, shared_gpu) == std::vector<dt>{dt::mpi_staged, dt::mpi_staged});
   CHECK(message_of([] { select("ethernet:2", {}, {}); }) ==
         "mdring::cuda::bind: no transport can move device buffers in dimension 0 (ethernet): the communicator "
         "supports none");

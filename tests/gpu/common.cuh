@@ -44,13 +44,23 @@ public:
   ~dbuf() { cudaFree(raw_); }
   T* get() const noexcept { return p_; }
   std::size_t size() const noexcept { return n_; }
-  void upload(const std::vector<T>& h) { cuda_ok(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  // upload and poison return once the device memory holds the values: a pageable
+  // cudaMemcpy may return before its last DMA lands and cudaMemset is
+  // asynchronous, and the calls under test run on non-blocking streams, which do
+  // not wait for the legacy stream.
+  void upload(const std::vector<T>& h) {
+    cuda_ok(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    cuda_ok(cudaDeviceSynchronize(), "upload: cudaDeviceSynchronize");
+  }
   std::vector<T> download() const {
     std::vector<T> h(n_);
     cuda_ok(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
     return h;
   }
-  void poison() { cuda_ok(cudaMemset(p_, 0xa5, n_ * sizeof(T)), "cudaMemset"); }
+  void poison() {
+    cuda_ok(cudaMemset(p_, 0xa5, n_ * sizeof(T)), "cudaMemset");
+    cuda_ok(cudaDeviceSynchronize(), "poison: cudaDeviceSynchronize");
+  }
 
 private:
   void* raw_ = nullptr;

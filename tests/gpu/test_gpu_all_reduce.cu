@@ -14,8 +14,10 @@
 //            misaligned by one element, every op on float double half bfloat16 int8
 //            uint8 int32 int64, a non-commutative op on direct stages, per-rank streams,
 //            one shared stream, the default stream, CUDA-graph capture (one stream,
-//            and per-rank streams forked from the captured one), repeated calls, and
-//            the errors a caller can make.
+//            and per-rank streams forked from the captured one), repeated calls,
+//            calls on different streams ordered without host synchronization, a
+//            graph replayed after a larger call grew the scratch, and the errors a
+//            caller can make.
 #include "common.cuh"
 
 #include <mdring/cuda/local.cuh>
@@ -287,6 +289,77 @@ GPU_TEST("all_reduce: captured into a CUDA graph and replayed") {
       }
     }
   }
+}
+
+namespace {
+// Keeps a stream busy for about `ns` nanoseconds, so that work another stream
+// does not wait for runs first (a missing ordering then shows as a wrong result).
+__global__ void spin_for(unsigned long long ns) {
+  const unsigned long long t0 = clock64();
+  while (clock64() - t0 < ns) {
+  }
+}
+}  // namespace
+
+GPU_TEST("all_reduce: calls on different streams are ordered by the communicator, no host synchronization between") {
+  require_gpu();
+  // In place, int32: after k calls every element is P^(k-1) times the sum of the
+  // inputs, exactly; a call that ran before the previous one ended (shared
+  // scratch, slots, events) gives something else.
+  md::options o;
+  o.tune.segment_bytes = 16 << 10;  // pipelined: per-dimension streams and events
+  const auto topo = md::parse_topology("nvlink:2 x infiniband:3");
+  const std::size_t P = topo.size(), n = 100003;
+  md::cuda::local_world world(P);
+  auto comms = md::cuda::bind(topo, world, o);
+  auto b = make_buffers<std::int32_t>(P, n, true, false, 5, opk::sum);
+  streams_t a(P), c(P), one(1);
+  const std::vector<cudaStream_t>* order[] = {&a.raw, &c.raw, &a.raw, &one.raw, &c.raw};
+  std::int64_t factor = 1;
+  for (std::size_t k = 0; k < std::size(order); ++k) {
+    for (cudaStream_t s : *order[k]) spin_for<<<1, 1, 0, s>>>(2000000);  // ~1 ms at 2 GHz
+    cuda_ok(cudaGetLastError(), "spin_for");
+    md::cuda::all_reduce(comms, b.sp, b.rp, n, md::sum, *order[k]);
+    if (k) factor *= std::int64_t(P);
+  }
+  for (cudaStream_t s : c.raw) cuda_ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // the last call's only
+  std::vector<std::int64_t> sum(n, 0);
+  for (std::size_t r = 0; r < P; ++r)
+    for (std::size_t i = 0; i < n; ++i) sum[i] += b.host[r][i];
+  for (std::size_t r = 0; r < P; ++r) {
+    const auto got = b.recv[r]->download();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) bad += std::int64_t(got[i]) != factor * sum[i];
+    check(bad == 0, "five calls over three sets of streams: rank ", r, " has ", bad, " elements that are not ", factor,
+          " x the sum");
+  }
+}
+
+GPU_TEST("all_reduce: a captured graph stays valid after a larger call grows the scratch") {
+  require_gpu();
+  const auto topo = md::parse_topology("nvlink:2 x infiniband:3");
+  const std::size_t P = topo.size(), small = 4099, large = 1 << 20;
+  md::cuda::local_world world(P);
+  auto comms = md::cuda::bind(topo, world);
+  for (auto& cm : comms) cm.reserve<float>(small);
+  auto b = make_buffers<float>(P, small, false, false, 9, opk::sum);
+  auto s = md::cuda::unique_stream::create();
+  cudaGraph_t graph = nullptr;
+  cuda_ok(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  md::cuda::all_reduce(comms, b.sp, b.rp, small, md::sum, std::vector<cudaStream_t>{s.get()});
+  cuda_ok(cudaStreamEndCapture(s.get(), &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  // A larger call: the scratch grows; the captured block must stay allocated.
+  one_call<float>(comms, opk::sum, md::sum, large, false, false, 10, {}, "the larger call");
+  check(comms[0].workspace().retired_blocks() == 1, "the block the graph uses was kept (retired_blocks ",
+        comms[0].workspace().retired_blocks(), ")");
+  for (std::size_t r = 0; r < P; ++r) b.recv[r]->poison();
+  cuda_ok(cudaGraphLaunch(exec, s.get()), "cudaGraphLaunch");
+  cuda_ok(cudaStreamSynchronize(s.get()), "sync");
+  check_results<float>("the graph replayed after the scratch grew", b, small, opk::sum);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 namespace {

@@ -5,8 +5,9 @@
 //     a 64 KiB chunk size forces many chunks), on shm:2 x ethernet:* and ethernet:*;
 //   - mpi_cuda_aware as well when this MPI library says it is CUDA-aware;
 //   - NCCL where there are as many GPUs as processes (one rank per GPU);
-//   - the compile-time ring<nvlink, 2> * ring<infiniband> (NCCL where it can run,
-//     staged MPI otherwise);
+//   - the compile-time ring<nvlink, 2> * ring<infiniband> with default options
+//     (NCCL where every process has its own GPU, staged MPI where they share one);
+//   - NCCL requested where processes share a GPU: refused, saying why;
 //   - a stream being captured is refused with invalid_argument("stream").
 // Run with mpiexec -n 2 (or 4); checks the spmd suite and bitwise identity across
 // ranks (one MPI_Allreduce of the result hashes).
@@ -78,19 +79,22 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
       check(comm.usable(), label, ": the refusal left the communicator unusable");
     }
   // The form the README advertises: a compile-time topology, ring<nvlink, 2> *
-  // ring<infiniband> (dynamic extent), on device buffers. With a GPU per process
-  // the defaults hold (NCCL in both dimensions); otherwise NCCL cannot put two
-  // ranks on one GPU, so both dimensions go through staged MPI.
+  // ring<infiniband> (dynamic extent), on device buffers, with default options.
+  // With a GPU per process that is NCCL in both dimensions; where processes share
+  // a GPU, NCCL cannot run (one GPU per rank), and bind picks staged MPI itself.
   if (P % 2 == 0) {
     constexpr auto topo = md::ring<md::nvlink, 2> * md::ring<md::infiniband>;
-    md::options o;
-#ifndef MDRING_CUDA_NO_NCCL
-    if (G < P)
-#endif
-      o.device_transports = {md::device_transport::mpi_staged, md::device_transport::mpi_staged};
-    auto comm = md::cuda::bind(topo, MPI_COMM_WORLD, o);
+    auto comm = md::cuda::bind(topo, MPI_COMM_WORLD);
     check(comm.algorithm_of(0) == md::algorithm::direct && comm.algorithm_of(1) == md::algorithm::ring,
           "ring<nvlink, 2> * ring<infiniband>: nvlink direct, infiniband ring");
+#ifndef MDRING_CUDA_NO_NCCL
+    const auto want = G >= P ? md::device_transport::nccl : md::device_transport::mpi_staged;
+#else
+    const auto want = md::device_transport::mpi_staged;
+#endif
+    for (std::size_t d = 0; d < 2; ++d)
+      check(comm.transport_of(d) == want, "ring<nvlink, 2> * ring<infiniband>: dimension ", d, " uses ",
+            md::to_string(comm.transport_of(d)), ", expected ", md::to_string(want));
     auto s = md::cuda::unique_stream::create();
     std::vector<u64> hashes;
     spmd_suite(comm, s.get(), "ring<nvlink, 2> * ring<infiniband>", hashes);
@@ -104,8 +108,21 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
     std::vector<u64> hashes;
     spmd_suite(comm, s.get(), "\"nvlink:*\" nccl (ids over MPI)", hashes);
     check_same(hashes, "nccl over MPI");
-  } else if (world_rank() == 0) {
-    std::printf("  (NCCL over MPI not run: %d processes, %d GPUs; NCCL needs one GPU per rank)\n", P, G);
+  } else {
+    if (world_rank() == 0)
+      std::printf("  (NCCL over MPI not run: %d processes, %d GPUs; NCCL needs one GPU per rank)\n", P, G);
+    // Asking for it anyway: refused on every rank, naming the option and why.
+    md::options o;
+    o.device_transports = {md::device_transport::nccl};
+    bool refused = false;
+    try {
+      auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), MPI_COMM_WORLD, o);
+    } catch (const md::invalid_argument& e) {
+      refused = e.argument() == "options.device_transports" &&
+                std::string(e.what()).find("share a GPU") != std::string::npos;
+      if (!refused) std::printf("  got: %s\n", e.what());
+    }
+    check(refused, "nccl requested where processes share a GPU: not refused with invalid_argument naming why");
   }
 #endif
 }

@@ -76,6 +76,10 @@ GPU_TEST("nccl: all_reduce with one rank per GPU") {
           cudaGraphExecDestroy(e);
           cudaGraphDestroy(g);
         } catch (const std::exception& ex) {
+          // Printed at once: the other threads may now wait in NCCL for this one
+          // until ctest's timeout, and the reason should be on the screen by then.
+          std::printf("  rank %d failed: %s\n", r, ex.what());
+          std::fflush(stdout);
           errors[std::size_t(r)] = ex.what();
         }
       });

@@ -15,8 +15,10 @@
 // all_reduce is stream-ordered (cuda/engine.cuh): it returns once everything is
 // enqueued. Transports that must synchronize with the host (MPI) do so inside; a
 // stream being captured into a CUDA graph is refused for them with
-// invalid_argument("stream"). After an error the communicator is unusable
-// (communicator_error), as on the host path.
+// invalid_argument("stream"). Calls on one communicator share its scratch, so a
+// call on another stream than the previous call's waits for it on the GPU (not
+// when captured: order graph launches with the other calls yourself). After an
+// error the communicator is unusable (communicator_error), as on the host path.
 #pragma once
 
 #include "../collective/communicator.hpp"
@@ -120,7 +122,7 @@ public:
         segments = s.segments > segments ? s.segments : segments;
       }
     }
-    ws_.get(bytes, nullptr, "reserve");
+    ws_.get(bytes, false, "reserve");
     streams_.prepare(extents_.size(), segments);
   }
   std::size_t scratch_bytes() const noexcept { return ws_.capacity(); }
@@ -248,8 +250,8 @@ void check_usable(const C& comm, const char* name) {
 
 // The links a schedule uses can be captured into a CUDA graph.
 template <class C>
-void check_capturable(C& comm, const all_reduce_schedule& sch, cudaStream_t stream, const char* name) {
-  if (sch.steps.empty() || !capturing(stream)) return;
+void check_capturable(C& comm, const all_reduce_schedule& sch, bool capturing, const char* name) {
+  if (sch.steps.empty() || !capturing) return;
   for (std::size_t d : sch.stage_dims) {
     bool ok = true;
     std::visit([&](auto& l) {
@@ -268,9 +270,9 @@ void check_capturable(C& comm, const all_reduce_schedule& sch, cudaStream_t stre
 // exchanging each step's messages through the dimension's link.
 template <class T, class Op, class C>
 void enqueue_all_reduce(C& comm, const all_reduce_schedule& sch, const call_buffers<T>& b, const Op& op,
-                        cudaStream_t stream, const char* name) {
+                        cudaStream_t stream, bool capturing, const char* name) {
   auto& sp = comm.streams();
-  sp.begin(stream, comm.executed_extents().size(), sch.segments);
+  sp.begin(stream, comm.executed_extents().size(), sch.segments, capturing);
   step_context cx;
   cx.collective = name;
   cx.rank = comm.rank();
@@ -297,13 +299,19 @@ void enqueue_all_reduce(C& comm, const all_reduce_schedule& sch, const call_buff
 }
 
 // Runs body(); on an exception marks the communicator unusable, tells the links
-// (so that MPI peers stop waiting), and rethrows.
+// (so that MPI peers stop waiting: abort), and rethrows. On a peer's failure
+// (remote_error) the peers already know; the links only give up what this rank
+// has in flight (abort_local: NCCL kernels waiting for a peer that stopped).
 template <class C, class Body>
 void guarded(C& comm, Body&& body) {
   try {
     body();
   } catch (const remote_error& e) {
     comm.mark_broken(e.what());
+    for (std::size_t d = 0; d < comm.executed_extents().size(); ++d)
+      std::visit([&](auto& l) {
+        if constexpr (requires { l.abort_local(); }) l.abort_local();
+      }, comm.link(d));
     throw;
   } catch (const std::exception& e) {
     comm.mark_broken(e.what());
@@ -341,10 +349,11 @@ void all_reduce(communicator<Topology, Links...>& comm, const T* sendbuf, T* rec
     detail::device_guard g(comm.device());
     // Errors up to here leave nothing enqueued and the communicator usable.
     const auto& sch = comm.template schedule<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbuf));
-    detail::check_capturable(comm, sch, stream, name);
+    const bool capturing = detail::capturing(stream);
+    detail::check_capturable(comm, sch, capturing, name);
     detail::call_buffers<T> b{sendbuf, recvbuf, nullptr};
-    b.scratch = static_cast<T*>(comm.workspace().get(sch.scratch_elements * sizeof(T), stream, name));
-    detail::guarded(comm, [&] { detail::enqueue_all_reduce(comm, sch, b, op, stream, name); });
+    b.scratch = static_cast<T*>(comm.workspace().get(sch.scratch_elements * sizeof(T), capturing, name));
+    detail::guarded(comm, [&] { detail::enqueue_all_reduce(comm, sch, b, op, stream, capturing, name); });
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -54,10 +55,17 @@ inline int current_device() {
   return d;
 }
 
+// The device's SM count, asked once per device (every fold launch needs it).
 inline int sm_count(int device) {
+  constexpr int cached = 64;
+  static std::atomic<int> known[cached] = {};
+  if (device >= 0 && device < cached)
+    if (const int n = known[device].load(std::memory_order_relaxed)) return n;
   int n = 0;
   check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return n > 0 ? n : 1;
+  n = n > 0 ? n : 1;
+  if (device >= 0 && device < cached) known[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 inline std::uintptr_t address(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }

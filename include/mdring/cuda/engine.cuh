@@ -14,7 +14,8 @@
 // previous stage through the segment's event when that ran on another stream,
 // and the caller's stream waits for every dimension stream at the end (join).
 // Each segment has its own receive slots, so no slot is reused within a call and
-// no other ordering is needed.
+// no other ordering is needed within a call. Between calls: a call on another
+// stream than the previous call's waits for the previous call (stream_plan).
 #pragma once
 
 #include "../error.hpp"
@@ -81,28 +82,47 @@ private:
 
 // Device scratch: one block from options::device_memory (or cudaMalloc) that grows
 // to the largest call and is then reused. Growing is refused while the stream is
-// being captured (reserve() first).
+// being captured (reserve() first). Once a call has been captured into a CUDA
+// graph, the graph's nodes hold the block's address: a later, larger call then
+// keeps the old block (retired, freed with the workspace) instead of freeing it,
+// so that the graph stays valid. Blocks go back only after the device is idle:
+// work that was enqueued, by a call whose stream the caller never synchronized,
+// may still be using them.
 class device_workspace {
 public:
   explicit device_workspace(std::pmr::memory_resource* mr = nullptr) : mr_(mr) {}
   device_workspace(device_workspace&& o) noexcept
-      : mr_(o.mr_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+      : mr_(o.mr_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)),
+        captured_(std::exchange(o.captured_, false)), retired_(std::move(o.retired_)) {}
   device_workspace& operator=(device_workspace&& o) noexcept {
-    if (this != &o) release(), mr_ = o.mr_, p_ = std::exchange(o.p_, nullptr), bytes_ = std::exchange(o.bytes_, 0);
+    if (this != &o) {
+      release_all();
+      mr_ = o.mr_, p_ = std::exchange(o.p_, nullptr), bytes_ = std::exchange(o.bytes_, 0);
+      captured_ = std::exchange(o.captured_, false), retired_ = std::move(o.retired_);
+    }
     return *this;
   }
-  ~device_workspace() { release(); }
+  ~device_workspace() { release_all(); }
 
-  void* get(std::size_t bytes, cudaStream_t stream, const char* fn) {
-    if (bytes <= bytes_) return p_;
-    if (stream && capturing(stream))
+  // `capturing`: the call's stream is being captured (detail::capturing).
+  void* get(std::size_t bytes, bool capturing, const char* fn) {
+    if (bytes <= bytes_) {
+      captured_ |= capturing && bytes > 0;
+      return p_;
+    }
+    if (capturing)
       throw invalid_argument("stream", std::string("mdring::cuda::") + fn + ": device scratch must grow to " +
                                            std::to_string(bytes) +
                                            " bytes while the stream is being captured into a CUDA graph; call "
                                            "comm.reserve<T>(count) (or run the call once) before capturing");
-    // Work already enqueued may still use the old block.
-    if (p_) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    release();
+    if (p_) {
+      if (captured_) retired_.push_back({p_, bytes_});
+      else {
+        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // work enqueued may still use it
+        free_block(p_, bytes_);
+      }
+      p_ = nullptr, bytes_ = 0;
+    }
     const std::size_t rounded = (bytes + (std::size_t(1) << 20) - 1) >> 20 << 20;
     if (mr_) {
       p_ = mr_->allocate(rounded, alignment);
@@ -113,20 +133,34 @@ public:
     return p_;
   }
   std::size_t capacity() const noexcept { return bytes_; }
+  // Blocks kept alive for captured graphs (see above).
+  std::size_t retired_blocks() const noexcept { return retired_.size(); }
 
   static constexpr std::size_t alignment = 256;
 
 private:
-  void release() noexcept {
-    if (!p_) return;
-    if (mr_) mr_->deallocate(p_, bytes_, alignment);
-    else cudaFree(p_);
+  struct block {
+    void* p;
+    std::size_t bytes;
+  };
+  void free_block(void* p, std::size_t bytes) noexcept {
+    if (mr_) mr_->deallocate(p, bytes, alignment);
+    else cudaFree(p);
+  }
+  void release_all() noexcept {
+    if (!p_ && retired_.empty()) return;
+    cudaDeviceSynchronize();  // a pmr resource would hand the block out at once
+    if (p_) free_block(p_, bytes_);
+    for (const block& b : retired_) free_block(b.p, b.bytes);
+    retired_.clear();
     p_ = nullptr;
     bytes_ = 0;
   }
   std::pmr::memory_resource* mr_ = nullptr;
   void* p_ = nullptr;
   std::size_t bytes_ = 0;
+  bool captured_ = false;
+  std::vector<block> retired_;
 };
 
 // The streams and events of one rank (see the top of this file).
@@ -144,8 +178,16 @@ public:
     while (seg_events_.size() < segments) seg_events_.push_back(unique_event::create());
   }
 
-  void begin(cudaStream_t user, std::size_t dims, std::size_t segments) {
+  // `capturing`: the user's stream is being captured into a CUDA graph.
+  void begin(cudaStream_t user, std::size_t dims, std::size_t segments, bool capturing) {
     user_ = user;
+    capturing_ = capturing;
+    // Calls on one communicator share its scratch, slots and events: a call on
+    // another stream than the last one waits (on the GPU) for the last one to
+    // end. Not while capturing: a graph may not wait on work outside it, so the
+    // caller orders a captured call (and the graph's launches) with the others.
+    if (!capturing && has_last_call_ && last_user_ != user)
+      check(cudaStreamWaitEvent(user, call_done_.get(), 0), "cudaStreamWaitEvent");
     pipelined_ = segments > 1;
     if (!pipelined_) return;
     prepare(dims, segments);
@@ -172,17 +214,24 @@ public:
   // Every forked stream joins back, used or not: a stream left out of the join
   // would make cudaStreamEndCapture fail (cudaErrorStreamCaptureUnjoined).
   void end() {
-    if (!pipelined_) return;
-    for (std::size_t d = 0; d < forked_; ++d) {
-      check(cudaEventRecord(join_[d].get(), dim_streams_[d].get()), "cudaEventRecord");
-      check(cudaStreamWaitEvent(user_, join_[d].get(), 0), "cudaStreamWaitEvent");
+    if (pipelined_) {
+      for (std::size_t d = 0; d < forked_; ++d) {
+        check(cudaEventRecord(join_[d].get(), dim_streams_[d].get()), "cudaEventRecord");
+        check(cudaStreamWaitEvent(user_, join_[d].get(), 0), "cudaStreamWaitEvent");
+      }
+      pipelined_ = false;
     }
-    pipelined_ = false;
+    if (capturing_) return;  // an event recorded in a capture cannot be waited on outside it
+    if (!call_done_.get()) call_done_ = unique_event::create();
+    check(cudaEventRecord(call_done_.get(), user_), "cudaEventRecord");
+    last_user_ = user_;
+    has_last_call_ = true;
   }
 
 private:
-  cudaStream_t user_ = nullptr;
-  bool pipelined_ = false;
+  cudaStream_t user_ = nullptr, last_user_ = nullptr;
+  bool pipelined_ = false, capturing_ = false, has_last_call_ = false;
+  unique_event call_done_;
   std::vector<unique_stream> dim_streams_;
   std::vector<unique_event> join_, seg_events_;
   unique_event fork_;

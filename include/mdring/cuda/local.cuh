@@ -197,15 +197,18 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
     std::vector<const all_reduce_schedule*> sch(P);
     std::vector<detail::call_buffers<T>> b(P);
     std::vector<cudaStream_t> user(P), cur(P);
+    std::vector<char> capturing(P);
     for (std::size_t r = 0; r < P; ++r) {
       user[r] = streams.empty() ? nullptr : streams[streams.size() == 1 ? 0 : r];
+      capturing[r] = detail::capturing(user[r]);
       sch[r] = &comms[r].template schedule<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbufs[r]));
-      b[r] = {sendbufs[r], recvbufs[r],
-              static_cast<T*>(comms[r].workspace().get(sch[r]->scratch_elements * sizeof(T), user[r], name))};
     }
+    for (std::size_t r = 0; r < P; ++r)
+      b[r] = {sendbufs[r], recvbufs[r],
+              static_cast<T*>(comms[r].workspace().get(sch[r]->scratch_elements * sizeof(T), capturing[r], name))};
     try {
       for (std::size_t r = 0; r < P; ++r)
-        comms[r].streams().begin(user[r], comms[r].executed_extents().size(), sch[r]->segments);
+        comms[r].streams().begin(user[r], comms[r].executed_extents().size(), sch[r]->segments, capturing[r] != 0);
       for (std::size_t i = 0; i < sch[0]->steps.size(); ++i)
         detail::local_step<Topology, T, Op>(comms, sch, b, i, op, cur);
       for (std::size_t r = 0; r < P; ++r) comms[r].streams().end();

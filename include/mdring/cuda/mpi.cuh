@@ -49,8 +49,10 @@
 #include <mpi-ext.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,6 +97,26 @@ inline void wait_for_stream(cudaEvent_t ev, mdring::mpi::transport& tr, const st
       std::this_thread::yield();
     }
   }
+}
+
+// How many ranks of `comm` use the same GPU as some other rank (by device UUID,
+// unique across machines); collective over comm.
+inline std::size_t ranks_sharing_a_gpu(MPI_Comm comm, int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  std::vector<char> all(std::size_t(n) * sizeof prop.uuid);
+  mdring::mpi::detail::check(MPI_Allgather(&prop.uuid, int(sizeof prop.uuid), MPI_BYTE, all.data(),
+                                           int(sizeof prop.uuid), MPI_BYTE, comm),
+                             "MPI_Allgather");
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i) ids.emplace_back(all.data() + std::size_t(i) * sizeof prop.uuid, sizeof prop.uuid);
+  std::sort(ids.begin(), ids.end());
+  std::size_t shared = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    shared += (i > 0 && ids[i] == ids[i - 1]) || (i + 1 < ids.size() && ids[i] == ids[i + 1]);
+  return shared;
 }
 
 // Pinned host memory that grows and is reused.
@@ -196,10 +218,10 @@ private:
   }
   char* device_at(const flow& f, std::size_t c) const { return static_cast<char*>(f.m->ptr) + c * chunk_; }
 
-  // Non-blocking: the request has completed (throws on a peer's failure).
+  // Non-blocking: the request has completed (one MPI_Testall; throws on a peer's failure).
   bool test(request& rq, const step_context& cx, std::size_t peer) {
-    const wait_status st = tr_->wait_all(std::span<request>(&rq, 1), deadline_clock::time_point{});
-    if (st.kind == wait_status::done) return true;
+    if (tr_->test(rq)) return true;
+    const wait_status st = tr_->shared_failure();
     if (st.kind == wait_status::peer_failed) fail(st, cx, peer);
     return false;
   }
@@ -330,28 +352,70 @@ mpi_communicator<Topology> bind(const Topology& topo, MPI_Comm comm, options opt
   device_transport_support support;
   support.mpi = true;
   support.cuda_aware_mpi = all_aware != 0;
-#ifndef MDRING_CUDA_NO_NCCL
-  support.nccl = true;
-#endif
   const int dev = detail::current_device();
+#ifndef MDRING_CUDA_NO_NCCL
+  // NCCL needs one GPU per rank ("Duplicate GPU detected" otherwise): where two
+  // ranks share a GPU (a test on one GPU, an oversubscribed node), automatic
+  // picks MPI and a request for nccl is refused, saying why.
+  const std::size_t shared_gpu = detail::ranks_sharing_a_gpu(tr->control_comm(), dev);
+  support.nccl = shared_gpu == 0;
+  if (shared_gpu)
+    support.nccl_unavailable = std::to_string(shared_gpu) + " ranks share a GPU with another rank, and NCCL needs "
+                                                            "one GPU per rank";
+#endif
   mpi_communicator<Topology> c(topo, tr->size(), tr->rank(), std::move(opts), support, dev);
+  // Each dimension's link. A rank whose setup fails still joins the agreement
+  // after it (MPI_Allreduce over every rank), so that the others throw too,
+  // instead of waiting in the next dimension's setup.
   for (std::size_t d = 0; d < c.executed_extents().size(); ++d) {
     if (c.executed_extents()[d] < 2) continue;
     auto ch = tr->make_channel(d, c.members(d), c.executed_coordinates()[d]);
     const device_transport t = c.executed_transports()[d];
+    std::exception_ptr failed;
+    try {
 #ifndef MDRING_CUDA_NO_NCCL
-    if (t == device_transport::nccl) {
-      ncclUniqueId id{};
-      if (c.executed_coordinates()[d] == 0) detail::nccl_check(ncclGetUniqueId(&id), where, "ncclGetUniqueId");
-      mdring::mpi::detail::check(MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, ch.comm), "MPI_Bcast");
-      ncclComm_t sub = nullptr;
-      detail::nccl_check(ncclCommInitRank(&sub, int(c.executed_extents()[d]), id, int(c.executed_coordinates()[d])),
-                         where, "ncclCommInitRank");
-      c.set_link(d, nccl_link(sub));
-      continue;
-    }
+      if (t == device_transport::nccl) {
+        // The id comes with a flag: coordinate 0 says whether it could make one.
+        struct {
+          int ok;
+          ncclUniqueId id;
+        } msg{1, {}};
+        std::string why;
+        if (c.executed_coordinates()[d] == 0) {
+          const ncclResult_t r = ncclGetUniqueId(&msg.id);
+          if (r != ncclSuccess) msg.ok = 0, why = detail::nccl_text(r, nullptr);
+        }
+        mdring::mpi::detail::check(MPI_Bcast(&msg, int(sizeof msg), MPI_BYTE, 0, ch.comm), "MPI_Bcast");
+        if (!msg.ok)
+          throw nccl_error(where + ": ncclGetUniqueId failed on rank " + std::to_string(c.members(d)[0]) +
+                               " (coordinate 0 of dimension " + std::to_string(d) + ")" +
+                               (why.empty() ? std::string() : ": " + why),
+                           0);
+        ncclComm_t sub = nullptr;
+        detail::nccl_check(
+            ncclCommInitRank(&sub, int(c.executed_extents()[d]), msg.id, int(c.executed_coordinates()[d])), where,
+            "ncclCommInitRank");
+        c.set_link(d, nccl_link(sub));
+      } else
 #endif
-    c.set_link(d, mpi_link(tr, std::move(ch), t == device_transport::mpi_cuda_aware, c.get_options().tune.staging_chunk_bytes));
+      {
+        c.set_link(d, mpi_link(tr, std::move(ch), t == device_transport::mpi_cuda_aware,
+                               c.get_options().tune.staging_chunk_bytes));
+      }
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    struct {
+      int ok, rank;
+    } mine{failed ? 0 : 1, int(tr->rank())}, all{1, 0};
+    mdring::mpi::detail::check(MPI_Allreduce(&mine, &all, 1, MPI_2INT, MPI_MINLOC, tr->control_comm()),
+                               "MPI_Allreduce");
+    if (failed) std::rethrow_exception(failed);
+    if (!all.ok)
+      throw remote_error(where + ": rank " + std::to_string(all.rank) + " could not set up the " +
+                             std::string(to_string(t)) + " transport of dimension " + std::to_string(d) + " (" +
+                             c.executed_topology().dim(d).link.name + "), so this rank stopped binding",
+                         std::size_t(all.rank));
   }
   c.keep_alive(tr);
   return c;

@@ -15,9 +15,11 @@
 // A step's messages are one group of ncclRecv/ncclSend on the stream (bytes,
 // ncclUint8; counts are size_t, so messages over 2^31 bytes need no splitting).
 // Everything is enqueued, nothing waits on the host: the collective is
-// stream-ordered and can be captured into a CUDA graph. On an error the
-// dimension's communicators are aborted (ncclCommAbort), so no kernel is left
-// waiting for a peer; the mdring communicator is then unusable.
+// stream-ordered and can be captured into a CUDA graph. On an error this rank's
+// NCCL communicators are aborted (ncclCommAbort), so none of its kernels is left
+// waiting for a peer, and the mdring communicator is unusable. The peers are not
+// told by NCCL (it has no such channel): on a pure NCCL binding they learn of it
+// only when their own NCCL calls fail (docs/GPU.md, "Errors").
 //
 // The communicator of a pipelined call runs dimensions on different streams at
 // once; every rank enqueues the same operations in the same order on each
@@ -38,6 +40,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 
 MDRING_NAMESPACE_BEGIN
@@ -57,6 +60,24 @@ inline std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
   (void)comm;
 #endif
   return s;
+}
+
+// A nonblocking communicator (ncclConfig_t::blocking = 0, or split off a nonblocking
+// parent) may answer ncclInProgress: the call goes on in the background, and
+// ncclCommGetAsyncError tells when it is done. Waits for that outcome.
+inline ncclResult_t nccl_settle(ncclResult_t r, ncclComm_t comm) {
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  while (r == ncclInProgress && comm) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) return q;
+    r = state;
+    if (r == ncclInProgress) std::this_thread::yield();
+  }
+#else
+  (void)comm;
+#endif
+  return r;
 }
 
 // Throws nccl_error("<where>: <call> failed: <text>") unless r is ncclSuccess.
@@ -89,13 +110,17 @@ public:
     if (r == ncclSuccess) call = "ncclSend";
     for (const auto& m : sends)
       if (r == ncclSuccess) r = ncclSend(m.ptr, m.bytes, ncclUint8, int(m.peer), comm, stream);
-    const ncclResult_t end = ncclGroupEnd();
+    const ncclResult_t end = detail::nccl_settle(ncclGroupEnd(), comm);
     detail::nccl_check(r, where, call, comm);
     detail::nccl_check(end, where, "ncclGroupEnd", comm);
   }
 
-  // After a failure: make NCCL give up on what is in flight.
-  void abort(const std::string&) noexcept {
+  // After a failure: make NCCL give up on what is in flight (its kernels that
+  // wait for a peer return). Only this rank's communicator: a peer on a ring of
+  // NCCL dimensions only learns of it when its own NCCL operations fail or when
+  // another dimension (MPI) tells it (docs/GPU.md, "Errors").
+  void abort(const std::string&) noexcept { abort_local(); }
+  void abort_local() noexcept {
     if (ncclComm_t c = comm_.release()) ncclCommAbort(c);
   }
 
@@ -131,7 +156,7 @@ inline bool nccl_agree(ncclComm_t comm, std::uint64_t h) {
   unique_stream s = unique_stream::create();
   ncclResult_t r = ncclSuccess;
   cudaError_t e = cudaMemcpyAsync(d, v, sizeof v, cudaMemcpyHostToDevice, s.get());
-  if (e == cudaSuccess) r = ncclAllReduce(d, d, 2, ncclUint64, ncclMax, comm, s.get());
+  if (e == cudaSuccess) r = nccl_settle(ncclAllReduce(d, d, 2, ncclUint64, ncclMax, comm, s.get()), comm);
   if (e == cudaSuccess && r == ncclSuccess) e = cudaMemcpyAsync(v, d, sizeof v, cudaMemcpyDeviceToHost, s.get());
   if (e == cudaSuccess) e = cudaStreamSynchronize(s.get());
   cudaFree(d);
@@ -166,9 +191,11 @@ nccl_communicator<Topology> bind(const Topology& topo, ncclComm_t parent, option
   for (std::size_t d = 0; d < c.executed_extents().size(); ++d) {
     if (c.executed_extents()[d] < 2) continue;
     ncclComm_t sub = nullptr;
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    detail::nccl_check(ncclCommSplit(parent, int(c.members(d)[0]), int(c.executed_coordinates()[d]), &sub, &cfg),
-                       where, "ncclCommSplit", parent);
+    // No config: the new communicator inherits the parent's (blocking or not, CGA
+    // size, ...); a nonblocking one is waited for (nccl_settle).
+    const ncclResult_t sr0 = ncclCommSplit(parent, int(c.members(d)[0]), int(c.executed_coordinates()[d]), &sub, nullptr);
+    detail::nccl_check(detail::nccl_settle(sr0, sr0 == ncclInProgress && sub ? sub : parent), where, "ncclCommSplit",
+                       parent);
     nccl_link link(sub);
     int sr = 0, sn = 0;
     detail::nccl_check(ncclCommUserRank(sub, &sr), where, "ncclCommUserRank", sub);

@@ -40,6 +40,7 @@ struct device_transport_support {
   bool mpi = false;             // bound to an MPI communicator (staged MPI always works then)
   bool cuda_aware_mpi = false;  // the MPI library says it takes device pointers
   bool local = false;           // a local world: every dimension is local
+  std::string nccl_unavailable;  // why not nccl, when it was built but cannot be used here (in errors)
 };
 
 // Links at or above this bandwidth (bytes/s) prefer NCCL even in host memory space.
@@ -108,7 +109,10 @@ inline std::vector<device_transport> select_device_transports(const runtime_topo
     if (!supports(s, t))
       throw invalid_argument("options.device_transports",
                              where + entry + ", which this communicator cannot use (it supports: " +
-                                 detail::device_support_string(s) + ")");
+                                 detail::device_support_string(s) + ")" +
+                                 (t == device_transport::nccl && !s.nccl_unavailable.empty()
+                                      ? ": " + s.nccl_unavailable
+                                      : std::string()));
     const std::size_t e = m.of_user[d];
     if (out[e] != device_transport::automatic && out[e] != t)
       throw invalid_argument("options.device_transports",
