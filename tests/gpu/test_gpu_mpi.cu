@@ -81,16 +81,19 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
   // The form the README advertises: a compile-time topology, ring<nvlink, 2> *
   // ring<infiniband> (dynamic extent), on device buffers, with default options.
   // With a GPU per process that is NCCL in both dimensions; where processes share
-  // a GPU, NCCL cannot run (one GPU per rank), and bind picks staged MPI itself.
+  // a GPU, NCCL cannot run (one GPU per rank), and bind picks MPI itself (staged,
+  // or on the device pointers where this MPI is CUDA-aware).
   if (P % 2 == 0) {
     constexpr auto topo = md::ring<md::nvlink, 2> * md::ring<md::infiniband>;
     auto comm = md::cuda::bind(topo, MPI_COMM_WORLD);
     check(comm.algorithm_of(0) == md::algorithm::direct && comm.algorithm_of(1) == md::algorithm::ring,
           "ring<nvlink, 2> * ring<infiniband>: nvlink direct, infiniband ring");
+    const auto mpi = md::cuda::mpi_is_cuda_aware() ? md::device_transport::mpi_cuda_aware
+                                                   : md::device_transport::mpi_staged;
 #ifndef MDRING_CUDA_NO_NCCL
-    const auto want = G >= P ? md::device_transport::nccl : md::device_transport::mpi_staged;
+    const auto want = G >= P ? md::device_transport::nccl : mpi;
 #else
-    const auto want = md::device_transport::mpi_staged;
+    const auto want = mpi;
 #endif
     for (std::size_t d = 0; d < 2; ++d)
       check(comm.transport_of(d) == want, "ring<nvlink, 2> * ring<infiniband>: dimension ", d, " uses ",
