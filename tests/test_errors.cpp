@@ -501,6 +501,10 @@ TEST_CASE("the bind fingerprint names every option that changes the schedule or 
   differs([](md::options& o) { o.tune.shared_staging_bytes = 4096; }, "shared_staging_bytes");
   differs([](md::options& o) { o.tune.staging_chunk_bytes = 1 << 16; }, "staging_chunk_bytes");
   differs([](md::options& o) { o.max_message_bytes = 1 << 20; }, "max_message_bytes");
+  differs([](md::options& o) {
+    o.checks = o.checks == md::check_level::collective ? md::check_level::local : md::check_level::collective;
+  }, "checks");
+  differs([](md::options& o) { o.shared_memory = !o.shared_memory; }, "shared_memory");
   // What only changes this rank's own behaviour is left out, so ranks may differ.
   md::options local = base;
   local.timeout = std::chrono::seconds(5);

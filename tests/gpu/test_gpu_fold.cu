@@ -39,7 +39,7 @@ bool emulate = false;
 std::size_t emulated_max_blocks = 132 * 8;
 
 void need_gpu() {
-  if (!emulate) need_gpu();
+  if (!emulate) require_gpu();
 }
 
 // n elements of device memory (dbuf), or in --emulate of host memory placed the

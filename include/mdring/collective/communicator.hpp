@@ -103,7 +103,8 @@ inline void check_algorithm_count(const runtime_topology& t, const options& o, c
 // What every rank of a communicator must agree on at bind time: the topology and
 // every option that changes the schedule (which dimensions run, their algorithms,
 // the segment length through the cost model) or how a message is framed (pieces
-// of max_message_bytes, staging chunks, the shared-access staging threshold).
+// of max_message_bytes, staging chunks, the shared-access staging threshold), or
+// that adds collectives of its own (collective checks, shared memory).
 // Ranks that disagreed on any of them would post messages that do not match and
 // wait for each other forever; with it in the fingerprint they get topology_error
 // at bind instead. Doubles are printed exactly (hexadecimal).
@@ -129,6 +130,10 @@ inline std::string fingerprint(const runtime_topology& t, const options& o) {
   num("shared staging", u.shared_staging_bytes);
   num("staging chunk", u.staging_chunk_bytes);
   num("max message", o.max_message_bytes);
+  // Collective argument checks add a reduction to every call; shared memory adds
+  // collectives at bind (MDRING_CHECKS and MDRING_SHARED can differ per process).
+  s += o.checks == check_level::collective ? "|checks collective" : "|checks local";
+  s += o.shared_memory ? "|shared" : "|noshared";
   return s;
 }
 

@@ -58,7 +58,7 @@ public:
   communicator(const Topology& topo, std::size_t size, std::size_t rank, options opts,
                const device_transport_support& support, int device)
       : static_topo_(topo), opts_(std::move(opts)), size_(size), rank_(rank), device_(device),
-        ws_(opts_.device_memory) {
+        ws_(opts_.device_memory, device) {
     mdring::detail::validate(opts_);
     topo_ = mdring::detail::to_runtime(topo).resolve(size_, "cuda::bind");
     mdring::detail::check_algorithm_count(topo_, opts_, "mdring::cuda::bind");

@@ -90,14 +90,14 @@ private:
 // may still be using them.
 class device_workspace {
 public:
-  explicit device_workspace(std::pmr::memory_resource* mr = nullptr) : mr_(mr) {}
+  explicit device_workspace(std::pmr::memory_resource* mr = nullptr, int device = 0) : mr_(mr), device_(device) {}
   device_workspace(device_workspace&& o) noexcept
-      : mr_(o.mr_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)),
+      : mr_(o.mr_), device_(o.device_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)),
         captured_(std::exchange(o.captured_, false)), retired_(std::move(o.retired_)) {}
   device_workspace& operator=(device_workspace&& o) noexcept {
     if (this != &o) {
       release_all();
-      mr_ = o.mr_, p_ = std::exchange(o.p_, nullptr), bytes_ = std::exchange(o.bytes_, 0);
+      mr_ = o.mr_, device_ = o.device_, p_ = std::exchange(o.p_, nullptr), bytes_ = std::exchange(o.bytes_, 0);
       captured_ = std::exchange(o.captured_, false), retired_ = std::move(o.retired_);
     }
     return *this;
@@ -116,7 +116,7 @@ public:
                                            " bytes while the stream is being captured into a CUDA graph; call "
                                            "comm.reserve<T>(count) (or run the call once) before capturing");
     if (p_) {
-      if (captured_) retired_.push_back({p_, bytes_});
+      if (captured_) retired_.push_back({p_, bytes_}), captured_ = false;  // the new block is not in a graph yet
       else {
         check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // work enqueued may still use it
         free_block(p_, bytes_);
@@ -149,14 +149,19 @@ private:
   }
   void release_all() noexcept {
     if (!p_ && retired_.empty()) return;
-    cudaDeviceSynchronize();  // a pmr resource would hand the block out at once
+    int current = 0;
+    const bool switch_device = cudaGetDevice(&current) == cudaSuccess && current != device_;
+    if (switch_device) cudaSetDevice(device_);
+    cudaDeviceSynchronize();  // the blocks' device; a pmr resource would hand a block out at once
     if (p_) free_block(p_, bytes_);
     for (const block& b : retired_) free_block(b.p, b.bytes);
     retired_.clear();
     p_ = nullptr;
     bytes_ = 0;
+    if (switch_device) cudaSetDevice(current);
   }
   std::pmr::memory_resource* mr_ = nullptr;
+  int device_ = 0;
   void* p_ = nullptr;
   std::size_t bytes_ = 0;
   bool captured_ = false;

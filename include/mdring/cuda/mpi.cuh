@@ -343,7 +343,7 @@ mpi_communicator<Topology> bind(const Topology& topo, MPI_Comm comm, options opt
   mdring::detail::validate(opts);
   options host = opts;
   host.shared_memory = false;  // device buffers: no cross-memory attach
-  std::string fp = mdring::detail::fingerprint(mdring::detail::to_runtime(topo), opts);
+  std::string fp = mdring::detail::fingerprint(mdring::detail::to_runtime(topo), host);
   for (auto t : opts.device_transports) fp += "|" + std::string(to_string(t));
   auto tr = std::make_shared<mdring::mpi::transport>(comm, host, fp);
   int aware = mpi_is_cuda_aware() ? 1 : 0, all_aware = 0;
