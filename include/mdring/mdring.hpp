@@ -6,6 +6,8 @@
 //   mdring::threads::run(8, [&](mdring::threads::endpoint ep) {
 //     auto comm = mdring::bind(topo, ep);
 //     mdring::all_reduce(comm, buf, n, mdring::sum);
+//     auto req = mdring::iall_reduce(comm, buf, n, mdring::sum);   // nonblocking
+//     req.wait();
 //   });
 #pragma once
 
@@ -18,6 +20,9 @@
 #include "topology/link.hpp"
 #include "topology/ring.hpp"
 #include "topology/runtime.hpp"
+
+#include "executor/fiber.hpp"
+#include "executor/progress.hpp"
 
 #include "plan/blocks.hpp"
 #include "plan/cost.hpp"
@@ -40,3 +45,4 @@
 #include "collective/communicator.hpp"
 #include "collective/reduce.hpp"
 #include "collective/reduce_scatter.hpp"
+#include "collective/request.hpp"

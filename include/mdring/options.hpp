@@ -7,7 +7,8 @@
 //   auto comm = mdring::bind(topo, MPI_COMM_WORLD, o);
 //
 // The defaults can also be set from the environment (read when an options object
-// is constructed): MDRING_TIMEOUT=<seconds> and MDRING_CHECKS=local|collective.
+// is constructed): MDRING_TIMEOUT=<seconds>, MDRING_CHECKS=local|collective and
+// MDRING_PROGRESS=agent|in_wait.
 #pragma once
 
 #include "config.hpp"
@@ -71,6 +72,25 @@ constexpr std::string_view to_string(device_transport t) noexcept {
 //               them throw the same invalid_argument when they differ.
 enum class check_level { local, collective };
 
+// Who moves nonblocking calls (iall_reduce, ...) on while the caller does
+// something else (executor/progress.hpp).
+//   automatic  agent where the transport allows a second thread to call it (threads
+//              always; MPI when initialized with MPI_THREAD_MULTIPLE), else in_wait.
+//   agent      a progress thread of mdring's, one per process, that sleeps while no
+//              call is in flight. Over MPI it needs MPI_THREAD_MULTIPLE: bind throws
+//              invalid_argument("options.progress") when MPI provides less.
+//   in_wait    no extra thread: calls move only inside request::wait/test,
+//              wait_all and wait_any (and blocking calls), on the caller's thread.
+enum class progress_mode { automatic, agent, in_wait };
+
+constexpr std::string_view to_string(progress_mode m) noexcept {
+  switch (m) {
+    case progress_mode::agent: return "agent";
+    case progress_mode::in_wait: return "in_wait";
+    default: return "automatic";
+  }
+}
+
 // Tuning knobs: a plain aggregate, chosen once per communicator.
 struct tuning {
   // automatic picks direct on fully connected links up to this many ranks.
@@ -133,6 +153,13 @@ inline bool default_shared() {
   const char* s = std::getenv("MDRING_SHARED");
   return !(s && std::string_view(s) == "0");
 }
+inline progress_mode default_progress() {
+  if (const char* s = std::getenv("MDRING_PROGRESS")) {
+    if (std::string_view(s) == "agent") return progress_mode::agent;
+    if (std::string_view(s) == "in_wait" || std::string_view(s) == "wait") return progress_mode::in_wait;
+  }
+  return progress_mode::automatic;
+}
 inline check_level default_checks() {
   if (const char* s = std::getenv("MDRING_CHECKS"))
     if (std::string_view(s) == "collective") return check_level::collective;
@@ -164,6 +191,10 @@ struct options {
   // attach, when the kernel allows it). Off: messages only. MDRING_SHARED=0 turns
   // the default off.
   bool shared_memory = detail::default_shared();
+
+  // Who moves nonblocking calls on (see progress_mode). MDRING_PROGRESS=agent|in_wait
+  // sets the default.
+  progress_mode progress = detail::default_progress();
 
   // GPU path (mdring/cuda/): the transport of each dimension (missing entries:
   // automatic), and where device scratch comes from (nullptr: cudaMalloc); a

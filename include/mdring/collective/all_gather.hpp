@@ -16,8 +16,14 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-template <class C, class T>
-void all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount, std::optional<arg_error> pre) {
+inline std::optional<arg_error> gathered_sizes(const char* name, std::size_t size, std::size_t send, std::size_t recv) {
+  if (recv == send * size) return std::nullopt;
+  return arg_error{"recvbuf", std::string("mdring::") + name + ": recvbuf has " + std::to_string(recv) +
+                                  " elements; expected size() * sendbuf.size() = " + std::to_string(send * size)};
+}
+
+template <bool Async, class C, class T>
+auto all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount, std::optional<arg_error> pre) {
   detail::static_checks<C, T, sum_t>();
   constexpr const char* name = "all_gather";
   const std::size_t total = sendcount * comm.size();
@@ -28,25 +34,32 @@ void all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcoun
       detail::check_null(name, "recvbuf", recvbuf, total, "size() * sendcount"),
       detail::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T), in_place,
                             "sendbuf must be recvbuf + rank() * sendcount"));
-  detail::run_collective<T>(comm, name, sum_t{}, std::move(err), sendcount, 0,
-                            [&](auto& e) { e.all_gather(sendbuf, recvbuf, sendcount); });
+  return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), sendcount, 0,
+                                  [=](auto& e) { e.all_gather(sendbuf, recvbuf, sendcount); });
 }
 }  // namespace detail
 
 template <bound_communicator C, class T>
 void all_gather(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount) {
-  detail::all_gather_impl(comm, sendbuf, recvbuf, sendcount, std::nullopt);
+  detail::all_gather_impl<false>(comm, sendbuf, recvbuf, sendcount, std::nullopt);
 }
 
 template <bound_communicator C, class T>
 void all_gather(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf) {
-  std::optional<detail::arg_error> pre;
-  if (recvbuf.size() != sendbuf.size() * comm.size())
-    pre = detail::arg_error{"recvbuf",
-                            "mdring::all_gather: recvbuf has " + std::to_string(recvbuf.size()) +
-                                " elements; expected size() * sendbuf.size() = " +
-                                std::to_string(sendbuf.size() * comm.size())};
-  detail::all_gather_impl(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), std::move(pre));
+  detail::all_gather_impl<false>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(),
+                                 detail::gathered_sizes("all_gather", comm.size(), sendbuf.size(), recvbuf.size()));
+}
+
+// Nonblocking (collective/request.hpp).
+template <bound_communicator C, class T>
+[[nodiscard]] request iall_gather(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount) {
+  return detail::all_gather_impl<true>(comm, sendbuf, recvbuf, sendcount, std::nullopt);
+}
+
+template <bound_communicator C, class T>
+[[nodiscard]] request iall_gather(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf) {
+  return detail::all_gather_impl<true>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(),
+                                       detail::gathered_sizes("iall_gather", comm.size(), sendbuf.size(), recvbuf.size()));
 }
 
 MDRING_NAMESPACE_END

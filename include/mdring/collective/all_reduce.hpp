@@ -18,8 +18,14 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-template <class C, class T, class Op>
-void all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op, std::optional<arg_error> pre) {
+inline std::optional<arg_error> span_sizes(const char* name, std::size_t send, std::size_t recv) {
+  if (send == recv) return std::nullopt;
+  return arg_error{"recvbuf", std::string("mdring::") + name + ": recvbuf has " + std::to_string(recv) +
+                                  " elements but sendbuf has " + std::to_string(send)};
+}
+
+template <bool Async, class C, class T, class Op>
+auto all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op, std::optional<arg_error> pre) {
   detail::static_checks<C, T, Op>();
   constexpr const char* name = "all_reduce";
   const std::size_t bytes = count * sizeof(T);
@@ -28,14 +34,14 @@ void all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, O
       detail::check_null(name, "sendbuf", sendbuf, count),
       detail::check_null(name, "recvbuf", recvbuf, count),
       detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice"));
-  detail::run_collective<T>(comm, name, op, std::move(err), count, 0,
-                            [&](auto& e) { e.all_reduce(sendbuf, recvbuf, count); });
+  return detail::launch<Async, T>(comm, name, op, std::move(err), count, 0,
+                                  [=](auto& e) { e.all_reduce(sendbuf, recvbuf, count); });
 }
 }  // namespace detail
 
 template <bound_communicator C, class T, class Op = sum_t>
 void all_reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op = {}) {
-  detail::all_reduce_impl(comm, sendbuf, recvbuf, count, op, std::nullopt);
+  detail::all_reduce_impl<false>(comm, sendbuf, recvbuf, count, op, std::nullopt);
 }
 
 template <bound_communicator C, class T, class Op = sum_t>
@@ -45,16 +51,36 @@ void all_reduce(C& comm, T* buf, std::size_t count, Op op = {}) {
 
 template <bound_communicator C, class T, class Op = sum_t>
 void all_reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
-  std::optional<detail::arg_error> pre;
-  if (sendbuf.size() != recvbuf.size())
-    pre = detail::arg_error{"recvbuf", "mdring::all_reduce: recvbuf has " + std::to_string(recvbuf.size()) +
-                                           " elements but sendbuf has " + std::to_string(sendbuf.size())};
-  detail::all_reduce_impl(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), op, std::move(pre));
+  detail::all_reduce_impl<false>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), op,
+                                 detail::span_sizes("all_reduce", sendbuf.size(), recvbuf.size()));
 }
 
 template <bound_communicator C, class T, class Op = sum_t>
 void all_reduce(C& comm, std::span<T> buf, Op op = {}) {
   all_reduce(comm, static_cast<const T*>(buf.data()), buf.data(), buf.size(), op);
+}
+
+// Nonblocking: the same call, returning at once (collective/request.hpp). The
+// buffers belong to the call until the request completes.
+template <bound_communicator C, class T, class Op = sum_t>
+[[nodiscard]] request iall_reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op = {}) {
+  return detail::all_reduce_impl<true>(comm, sendbuf, recvbuf, count, op, std::nullopt);
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+[[nodiscard]] request iall_reduce(C& comm, T* buf, std::size_t count, Op op = {}) {
+  return iall_reduce(comm, static_cast<const T*>(buf), buf, count, op);
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+[[nodiscard]] request iall_reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
+  return detail::all_reduce_impl<true>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), op,
+                                       detail::span_sizes("iall_reduce", sendbuf.size(), recvbuf.size()));
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+[[nodiscard]] request iall_reduce(C& comm, std::span<T> buf, Op op = {}) {
+  return iall_reduce(comm, static_cast<const T*>(buf.data()), buf.data(), buf.size(), op);
 }
 
 MDRING_NAMESPACE_END

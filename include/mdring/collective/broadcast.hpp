@@ -15,19 +15,37 @@
 
 MDRING_NAMESPACE_BEGIN
 
-template <bound_communicator C, class T>
-void broadcast(C& comm, T* buf, std::size_t count, std::size_t root) {
+namespace detail {
+template <bool Async, class C, class T>
+auto broadcast_impl(C& comm, T* buf, std::size_t count, std::size_t root) {
   detail::static_checks<C, T, sum_t>();
   constexpr const char* name = "broadcast";
   auto err = detail::first_error(detail::check_root(name, root, comm.size()),
                                  detail::check_null(name, "buf", buf, count));
-  detail::run_collective<T>(comm, name, sum_t{}, std::move(err), count, root,
-                            [&](auto& e) { e.broadcast(buf, count, root); });
+  return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), count, root,
+                                  [=](auto& e) { e.broadcast(buf, count, root); });
+}
+}  // namespace detail
+
+template <bound_communicator C, class T>
+void broadcast(C& comm, T* buf, std::size_t count, std::size_t root) {
+  detail::broadcast_impl<false>(comm, buf, count, root);
 }
 
 template <bound_communicator C, class T>
 void broadcast(C& comm, std::span<T> buf, std::size_t root) {
   broadcast(comm, buf.data(), buf.size(), root);
+}
+
+// Nonblocking (collective/request.hpp).
+template <bound_communicator C, class T>
+[[nodiscard]] request ibroadcast(C& comm, T* buf, std::size_t count, std::size_t root) {
+  return detail::broadcast_impl<true>(comm, buf, count, root);
+}
+
+template <bound_communicator C, class T>
+[[nodiscard]] request ibroadcast(C& comm, std::span<T> buf, std::size_t root) {
+  return ibroadcast(comm, buf.data(), buf.size(), root);
 }
 
 MDRING_NAMESPACE_END

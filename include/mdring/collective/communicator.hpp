@@ -27,6 +27,7 @@
 #include "../topology/coordinates.hpp"
 #include "../topology/ring.hpp"
 #include "../topology/runtime.hpp"
+#include "../executor/progress.hpp"
 #include "../transport/transport.hpp"
 
 #include <cstddef>
@@ -137,6 +138,37 @@ inline std::string fingerprint(const runtime_topology& t, const options& o) {
   return s;
 }
 
+// The first member of a communicator: moving it waits for the calls in flight
+// before any other member moves (the communicator's destructor drains too).
+struct executor_slot {
+  std::shared_ptr<host_executor> exec;
+  executor_slot() = default;
+  executor_slot(executor_slot&& o) noexcept : exec((o.drain(), std::move(o.exec))) {}
+  executor_slot& operator=(executor_slot&& o) noexcept {
+    if (this != &o) {
+      drain();
+      o.drain();
+      exec = std::move(o.exec);
+    }
+    return *this;
+  }
+  ~executor_slot() { drain(); }
+  void drain() noexcept {
+    if (exec) exec->drain();
+  }
+};
+
+// Whether a progress thread may call the transport while the user's threads call
+// it too: a transport says so with background_progress() (MPI: only under
+// MPI_THREAD_MULTIPLE); one that does not say allows it.
+template <class Transport>
+bool background_progress_allowed(const Transport& t) {
+  if constexpr (requires { { t.background_progress() } -> std::convertible_to<bool>; })
+    return t.background_progress();
+  else
+    return true;
+}
+
 // A compile-time topology has a ring-only dimension (a link that is not fully
 // connected): non-commutative ops cannot run on it.
 template <class Topology>
@@ -225,10 +257,17 @@ public:
     ptrs_.resize(pmax);
     root_coords_.resize(k);
     ranges_.resize(k);
+    progress_ = opts_.progress;
+    if (progress_ == progress_mode::automatic)
+      progress_ = detail::background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
+    exec_.exec = std::make_shared<detail::host_executor>(progress_);
   }
 
+  // Moving or destroying a communicator first waits for its calls in flight (the
+  // engine of a call refers to the communicator's state): see executor_slot.
   communicator(communicator&&) noexcept = default;
   communicator& operator=(communicator&&) noexcept = default;
+  ~communicator() { exec_.drain(); }
 
   std::size_t size() const noexcept { return size_; }
   std::size_t rank() const noexcept { return rank_; }
@@ -250,6 +289,10 @@ public:
   // The algorithm dimension d of topology() runs for commutative ops
   // (non-commutative: direct); a merged dimension reports its merged stage's.
   algorithm algorithm_of(std::size_t d) const { return dims_.at(merged_.of_user.at(d)).algo; }
+
+  // Who moves this communicator's nonblocking calls on: agent or in_wait
+  // (options::progress with automatic resolved for this transport).
+  progress_mode progress() const noexcept { return progress_; }
 
   bool usable() const noexcept { return !broken_; }
   const std::string& failure() const noexcept { return broken_why_; }
@@ -302,6 +345,8 @@ public:
   std::vector<std::size_t>& root_coordinates() noexcept { return root_coords_; }
   std::vector<block_range>& range_slots() noexcept { return ranges_; }
   detail::workspace& scratch() noexcept { return ws_; }
+  detail::host_executor& executor() noexcept { return *exec_.exec; }
+  const std::shared_ptr<detail::host_executor>& executor_handle() const noexcept { return exec_.exec; }
   void mark_broken(const std::string& why) {
     if (!broken_) broken_why_ = why;
     broken_ = true;
@@ -309,6 +354,7 @@ public:
   const Topology& static_topology_value() const noexcept { return static_topo_; }
 
 private:
+  detail::executor_slot exec_;  // first: moved (and so drained) before the rest
   Topology static_topo_;
   std::unique_ptr<Transport> tr_;
   options opts_;
@@ -325,6 +371,7 @@ private:
   std::vector<const void*> ptrs_;
   bool broken_ = false;
   std::string broken_why_;
+  progress_mode progress_ = progress_mode::in_wait;
 };
 
 template <class C>

@@ -29,6 +29,7 @@
 #include "../plan/blocks.hpp"
 #include "../plan/cost.hpp"
 #include "../reduce/host.hpp"
+#include "../executor/progress.hpp"
 #include "../transport/shared_access.hpp"
 #include "communicator.hpp"
 
@@ -250,7 +251,8 @@ private:
     const auto deadline = deadline_clock::now() + c_.get_options().timeout;
     wait_status st;
     try {
-      st = tr_.wait_all(rs, deadline);
+      st = wait_or_yield(deadline, [&](deadline_clock::time_point dl) { return tr_.wait_all(rs, dl); },
+                         [&] { return tr_.wait_all(rs, deadline_clock::time_point{}); });
     } catch (...) {
       tr_.cancel_all(rs);
       nreq_ = 0;
@@ -309,7 +311,10 @@ private:
     if constexpr (has_shared_access) {
       auto& g = tr_.group(dims_[d].ch);
       g.arrive(src, dst, std::uint64_t(n) * 64 + sizeof(T) % 64);
-      const wait_status st = g.wait_arrived(deadline(), [&] { return tr_.shared_failure(); });
+      auto failed = [&] { return tr_.shared_failure(); };
+      const wait_status st = wait_or_yield(
+          deadline(), [&](deadline_clock::time_point dl) { return g.wait_arrived(dl, failed); },
+          [&] { return g.test_arrived(failed); });
       if (st.kind != wait_status::done)
         raise(st, ph, d, 0, dims_[d].members[st.index], " to publish its buffers to rank ");
       if (const std::size_t j = g.mismatch(); j < g.size())
@@ -327,7 +332,10 @@ private:
     if constexpr (has_shared_access) {
       auto& g = tr_.group(dims_[d].ch);
       g.leave();
-      const wait_status st = g.wait_left(deadline(), [&] { return tr_.shared_failure(); });
+      auto failed = [&] { return tr_.shared_failure(); };
+      const wait_status st = wait_or_yield(
+          deadline(), [&](deadline_clock::time_point dl) { return g.wait_left(dl, failed); },
+          [&] { return g.test_left(failed); });
       if (st.kind != wait_status::done)
         raise(st, ph, d, 1, dims_[d].members[st.index], " to finish with the buffers of rank ");
     }
@@ -933,7 +941,9 @@ private:
   void wait_any_segment(const std::vector<pipeline_stage>& prog, Segs& segs, std::size_t n, std::size_t per_slot) {
     if constexpr (has_wait_any) {
       std::span<typename transport_t::request> rs(reqs_, n);
-      const wait_status st = tr_.wait_any(rs, deadline());
+      const wait_status st =
+          wait_or_yield(deadline(), [&](deadline_clock::time_point dl) { return tr_.wait_any(rs, dl); },
+                        [&] { return tr_.wait_any(rs, deadline_clock::time_point{}); });
       if (st.kind == wait_status::done) return;
       const std::size_t slot = st.kind == wait_status::timeout ? st.index / per_slot : 0;
       const auto& sg = segs[slot];

@@ -16,8 +16,14 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-template <class C, class T, class Op>
-void reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op,
+inline std::optional<arg_error> root_sizes(const char* name, bool is_root, std::size_t send, std::size_t recv) {
+  if (!is_root || recv == send) return std::nullopt;
+  return arg_error{"recvbuf", std::string("mdring::") + name + ": recvbuf has " + std::to_string(recv) +
+                                  " elements on the root but sendbuf has " + std::to_string(send)};
+}
+
+template <bool Async, class C, class T, class Op>
+auto reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op,
                  std::optional<arg_error> pre) {
   detail::static_checks<C, T, Op>();
   constexpr const char* name = "reduce";
@@ -31,24 +37,32 @@ void reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::
       is_root ? detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf,
                                       "pass the same pointer twice")
               : std::nullopt);
-  detail::run_collective<T>(comm, name, op, std::move(err), count, root,
-                            [&](auto& e) { e.reduce(sendbuf, recvbuf, count, root); });
+  return detail::launch<Async, T>(comm, name, op, std::move(err), count, root,
+                                  [=](auto& e) { e.reduce(sendbuf, recvbuf, count, root); });
 }
 }  // namespace detail
 
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op = {}) {
-  detail::reduce_impl(comm, sendbuf, recvbuf, count, root, op, std::nullopt);
+  detail::reduce_impl<false>(comm, sendbuf, recvbuf, count, root, op, std::nullopt);
 }
 
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, std::size_t root, Op op = {}) {
-  std::optional<detail::arg_error> pre;
-  if (comm.rank() == root && recvbuf.size() != sendbuf.size())
-    pre = detail::arg_error{"recvbuf",
-                            "mdring::reduce: recvbuf has " + std::to_string(recvbuf.size()) +
-                                " elements on the root but sendbuf has " + std::to_string(sendbuf.size())};
-  detail::reduce_impl(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), root, op, std::move(pre));
+  detail::reduce_impl<false>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), root, op,
+                             detail::root_sizes("reduce", comm.rank() == root, sendbuf.size(), recvbuf.size()));
+}
+
+// Nonblocking (collective/request.hpp).
+template <bound_communicator C, class T, class Op = sum_t>
+[[nodiscard]] request ireduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op = {}) {
+  return detail::reduce_impl<true>(comm, sendbuf, recvbuf, count, root, op, std::nullopt);
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+[[nodiscard]] request ireduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, std::size_t root, Op op = {}) {
+  return detail::reduce_impl<true>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), root, op,
+                                   detail::root_sizes("ireduce", comm.rank() == root, sendbuf.size(), recvbuf.size()));
 }
 
 MDRING_NAMESPACE_END

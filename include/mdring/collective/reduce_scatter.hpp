@@ -18,8 +18,14 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-template <class C, class T, class Op>
-void reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op,
+inline std::optional<arg_error> scattered_sizes(const char* name, std::size_t size, std::size_t send, std::size_t recv) {
+  if (send == recv * size) return std::nullopt;
+  return arg_error{"sendbuf", std::string("mdring::") + name + ": sendbuf has " + std::to_string(send) +
+                                  " elements; expected size() * recvbuf.size() = " + std::to_string(recv * size)};
+}
+
+template <bool Async, class C, class T, class Op>
+auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op,
                          std::optional<arg_error> pre) {
   detail::static_checks<C, T, Op>();
   constexpr const char* name = "reduce_scatter";
@@ -31,25 +37,33 @@ void reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recv
       detail::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
       detail::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T), in_place,
                             "recvbuf must be sendbuf + rank() * recvcount"));
-  detail::run_collective<T>(comm, name, op, std::move(err), recvcount, 0,
-                            [&](auto& e) { e.reduce_scatter(sendbuf, recvbuf, recvcount); });
+  return detail::launch<Async, T>(comm, name, op, std::move(err), recvcount, 0,
+                                  [=](auto& e) { e.reduce_scatter(sendbuf, recvbuf, recvcount); });
 }
 }  // namespace detail
 
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op = {}) {
-  detail::reduce_scatter_impl(comm, sendbuf, recvbuf, recvcount, op, std::nullopt);
+  detail::reduce_scatter_impl<false>(comm, sendbuf, recvbuf, recvcount, op, std::nullopt);
 }
 
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
-  std::optional<detail::arg_error> pre;
-  if (sendbuf.size() != recvbuf.size() * comm.size())
-    pre = detail::arg_error{"sendbuf",
-                            "mdring::reduce_scatter: sendbuf has " + std::to_string(sendbuf.size()) +
-                                " elements; expected size() * recvbuf.size() = " +
-                                std::to_string(recvbuf.size() * comm.size())};
-  detail::reduce_scatter_impl(comm, sendbuf.data(), recvbuf.data(), recvbuf.size(), op, std::move(pre));
+  detail::reduce_scatter_impl<false>(comm, sendbuf.data(), recvbuf.data(), recvbuf.size(), op,
+                                     detail::scattered_sizes("reduce_scatter", comm.size(), sendbuf.size(), recvbuf.size()));
+}
+
+// Nonblocking (collective/request.hpp).
+template <bound_communicator C, class T, class Op = sum_t>
+[[nodiscard]] request ireduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op = {}) {
+  return detail::reduce_scatter_impl<true>(comm, sendbuf, recvbuf, recvcount, op, std::nullopt);
+}
+
+template <bound_communicator C, class T, class Op = sum_t>
+[[nodiscard]] request ireduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
+  return detail::reduce_scatter_impl<true>(
+      comm, sendbuf.data(), recvbuf.data(), recvbuf.size(), op,
+      detail::scattered_sizes("ireduce_scatter", comm.size(), sendbuf.size(), recvbuf.size()));
 }
 
 MDRING_NAMESPACE_END

@@ -19,6 +19,7 @@
 #include "../reduce/ops.hpp"
 #include "communicator.hpp"
 #include "engine.hpp"
+#include "request.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -112,21 +113,35 @@ template <class Comm>
 void agree(Comm& comm, const char* name, const std::optional<arg_error>& err, std::int64_t count,
            std::int64_t type_id, std::int64_t op_id, std::int64_t root);
 
-template <class T, class Op, class Comm, class Body>
-void run_collective(Comm& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
-                    std::size_t root, Body&& body) {
-  if (!comm.usable())
-    throw communicator_error(std::string("mdring::") + name +
-                             ": the communicator is unusable after an earlier error (" + comm.failure() +
-                             "); bind a new one");
-  if (!err) err = check_op(comm, op_traits<Op>::commutative, name);
-  if (comm.get_options().checks == check_level::collective) {
-    agree(comm, name, err, std::int64_t(count), type_id<T>(), type_id<Op>(), std::int64_t(root));
-  } else if (err) {
+[[noreturn]] inline void throw_unusable(const std::string& name, const std::string& failure) {
+  throw communicator_error("mdring::" + name + ": the communicator is unusable after an earlier error (" + failure +
+                           "); bind a new one");
+}
+
+// Steps 2 and 4, when the call is issued. A local error ends the calls in flight
+// first (they complete, or fail, in order), then breaks the communicator and
+// tells the peers. Returns the error left for step 3 (collective checks).
+template <class Comm>
+std::optional<arg_error> issue_checks(Comm& comm, const char* name, bool commutative, std::optional<arg_error> err) {
+  if (!comm.usable()) throw_unusable(name, comm.failure());
+  if (!err) err = check_op(comm, commutative, name);
+  if (err && comm.get_options().checks != check_level::collective) {
+    comm.executor().drain();
     comm.mark_broken(err->what);
     comm.get_transport().abort(err->what);
     throw invalid_argument(err->argument, err->what);
   }
+  return err;
+}
+
+// Steps 3 and 5, when the call's turn comes (at once for a blocking call with
+// nothing in flight; on the executor's fiber otherwise).
+template <class T, class Op, class Comm, class Body>
+void execute_collective(Comm& comm, const char* name, const Op& op, const std::optional<arg_error>& err,
+                        std::size_t count, std::size_t root, Body& body) {
+  if (!comm.usable()) throw_unusable(name, comm.failure());
+  if (comm.get_options().checks == check_level::collective)
+    agree(comm, name, err, std::int64_t(count), type_id<T>(), type_id<Op>(), std::int64_t(root));
   try {
     // After a failed static check, instantiate nothing more: one message, not a cascade.
     if constexpr (std::is_trivially_copyable_v<T> && reduction_for<Op, T>) {
@@ -141,6 +156,20 @@ void run_collective(Comm& comm, const char* name, const Op& op, std::optional<ar
     comm.get_transport().abort(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
     throw;
   }
+}
+
+// Runs a collective: blocking (Async false: returns when it has completed), or
+// nonblocking (Async true: returns its request at once). body(engine) runs the
+// stages; it must hold its arguments by value when Async.
+template <bool Async, class T, class Op, class Comm, class Body>
+auto launch(Comm& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
+            std::size_t root, Body body) {
+  err = issue_checks(comm, name, op_traits<Op>::commutative, std::move(err));
+  auto run = [&comm, name, op, err = std::move(err), count, root, body = std::move(body)]() mutable {
+    execute_collective<T>(comm, name, op, err, count, root, body);
+  };
+  if constexpr (Async) return request(comm.executor_handle(), comm.executor().submit(std::move(run)));
+  else comm.executor().run_blocking(run);
 }
 
 template <class Comm>

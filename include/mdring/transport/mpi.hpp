@@ -260,6 +260,19 @@ public:
   }
   static bool complete(const request& rq) noexcept { return rq.n == 0; }
 
+  // A progress thread may call MPI while the user's threads do only under
+  // MPI_THREAD_MULTIPLE (never under SMPI, whose ranks are simulated actors).
+  bool background_progress() const noexcept { return thread_multiple(); }
+  static bool thread_multiple() noexcept {
+#if MDRING_SMPI
+    return false;
+#else
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    return level == MPI_THREAD_MULTIPLE;
+#endif
+  }
+
 #if !MDRING_SMPI
   wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
     for (unsigned spin = 0;; ++spin) {
@@ -659,6 +672,12 @@ template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 communicator<Topology, mpi::transport> bind(const Topology& topo, MPI_Comm comm, options opts = {}) {
   detail::validate(opts);
+  if (opts.progress == progress_mode::agent && !mpi::transport::thread_multiple())
+    throw invalid_argument("options.progress",
+                           "mdring::bind: options.progress is agent, whose progress thread calls MPI while your "
+                           "threads do, but MPI was not initialized with MPI_THREAD_MULTIPLE (MPI_Query_thread); "
+                           "call MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided), or use "
+                           "progress_mode::in_wait (nonblocking calls then move inside wait() and test())");
   auto tr = std::make_unique<mpi::transport>(comm, opts, detail::fingerprint(detail::to_runtime(topo), opts));
   return communicator<Topology, mpi::transport>(topo, std::move(tr), std::move(opts));
 }

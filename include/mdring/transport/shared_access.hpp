@@ -175,6 +175,18 @@ public:
     return wait_all(&access_slot::leave, deadline, failed);
   }
 
+  // The same, without waiting: done when every peer has reached this rank's
+  // sequence, else peer_failed (if failed() says so) or timeout naming the first
+  // peer that has not (a call running on a fiber tests this and yields).
+  template <class Failed>
+  wait_status test_arrived(Failed&& failed) const {
+    return test_all(&access_slot::arrive, failed);
+  }
+  template <class Failed>
+  wait_status test_left(Failed&& failed) const {
+    return test_all(&access_slot::leave, failed);
+  }
+
   // The first peer whose published signature differs from this rank's (or size()).
   std::size_t mismatch() const noexcept {
     for (std::size_t j = 0; j < p_; ++j)
@@ -221,6 +233,16 @@ private:
         sl.fetch_sub(1, std::memory_order_seq_cst);
       }
     }
+    return wait_status::ok();
+  }
+
+  template <class Failed>
+  wait_status test_all(std::atomic<std::uint32_t> access_slot::*word, Failed&& failed) const {
+    for (std::size_t j = 0; j < p_; ++j)
+      if (j != me_ && !reached((slot(j).*word).load(std::memory_order_acquire), seq_)) {
+        if (auto st = failed(); st.kind != wait_status::done) return st;
+        return wait_status{wait_status::timeout, j, 0, {}};
+      }
     return wait_status::ok();
   }
 

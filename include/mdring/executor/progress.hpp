@@ -1,0 +1,256 @@
+// mdring/executor/progress.hpp: the host executor of nonblocking calls, and the
+// progress agent that moves them on while the caller computes.
+//
+// Every communicator has one host_executor. Calls on it run one after the other,
+// in the order this rank issued them (every rank issues them in the same order,
+// as with MPI), which is what keeps the engine's tags, scratch and request slots
+// private to one call at a time:
+//
+//   - a blocking call with nothing in flight runs at once on the caller's thread,
+//     exactly as before (no fiber, no queue, no extra thread);
+//   - a nonblocking call is queued; the executor's fiber (fiber.hpp) runs the
+//     queue. Where the engine would block, the fiber tests once and yields
+//     (wait_or_yield below), so whoever drives the executor comes back at once;
+//   - a blocking call issued while others are in flight is queued too, and waited.
+//
+// Who drives: a wait()/test() of the user's drives its executor itself; with
+// progress_mode::agent a process-wide thread (progress_agent) also drives every
+// executor that has calls in flight, and sleeps on a condition variable when none
+// has. Both back off (yield, then short sleeps up to 100 us) while nothing moves,
+// so a call in flight costs little CPU while the peers are not there yet.
+#pragma once
+
+#include "../config.hpp"
+#include "../options.hpp"
+#include "../transport/transport.hpp"
+#include "fiber.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+
+// Waits as a blocking call does (block(deadline)), or, on a fiber, tests (test())
+// and yields until the test says done or failed, or the deadline passes. Both
+// return what the transport's waits return (wait_status).
+template <class Block, class Test>
+wait_status wait_or_yield(deadline_clock::time_point deadline, Block&& block, Test&& test) {
+  fiber* f = fiber::current();
+  if (!f) return block(deadline);
+  f->note_wait();
+  for (;;) {
+    wait_status st = test();
+    if (st.kind != wait_status::timeout || deadline_clock::now() >= deadline) return st;
+    fiber::yield();
+  }
+}
+
+// Pauses a polling loop: yields while it is young, then sleeps, longer the longer
+// nothing moved (up to 100 us). moved = true starts over.
+class backoff {
+public:
+  void pause(bool moved) {
+    if (moved) {
+      idle_ = 0;
+      return;
+    }
+    if (++idle_ < 32) return std::this_thread::yield();
+    const unsigned us = idle_ < 40 ? 10 : idle_ < 60 ? 30 : 100;
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  }
+
+private:
+  unsigned idle_ = 0;
+};
+
+// One call: what to run, and how it ended.
+struct call_state {
+  std::function<void()> body;
+  std::exception_ptr error;
+  std::atomic<bool> done{false};
+};
+
+class host_executor;
+
+// The process-wide progress thread, started at the first call that needs it.
+class progress_agent {
+public:
+  static progress_agent& instance() {
+    static progress_agent a;
+    return a;
+  }
+  // e has calls in flight: drive it until it has none.
+  void add(std::shared_ptr<host_executor> e);
+
+  ~progress_agent() {
+    {
+      std::lock_guard l(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (th_.joinable()) th_.join();
+  }
+
+private:
+  progress_agent() = default;
+  void run();
+
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<host_executor>> active_;
+  std::thread th_;
+  bool stop_ = false;
+};
+
+class host_executor : public std::enable_shared_from_this<host_executor> {
+public:
+  explicit host_executor(progress_mode mode) : mode_(mode) {}
+  host_executor(const host_executor&) = delete;
+  host_executor& operator=(const host_executor&) = delete;
+  ~host_executor() = default;  // the owner drains first (a fiber is destroyed only when idle)
+
+  progress_mode mode() const noexcept { return mode_; }
+
+  // A blocking call: f() at once on this thread when nothing is in flight, else
+  // queued behind the calls in flight and waited for. f's exceptions propagate.
+  template <class F>
+  void run_blocking(F&& f) {
+    {
+      std::unique_lock l(run_m_);
+      if (pending_.load(std::memory_order_acquire) == 0) return f();
+    }
+    auto c = submit(std::function<void()>([&f] { f(); }));
+    wait(*c);
+    if (c->error) std::rethrow_exception(c->error);
+  }
+
+  // Queues a call; it runs when the calls before it have.
+  std::shared_ptr<call_state> submit(std::function<void()> body) {
+    std::call_once(fiber_once_, [&] { fiber_ = std::make_unique<fiber>(&host_executor::loop, this); });
+    auto c = std::make_shared<call_state>();
+    c->body = std::move(body);
+    {
+      std::lock_guard l(q_m_);
+      queue_.push_back(c);
+    }
+    pending_.fetch_add(1, std::memory_order_acq_rel);
+    if (mode_ == progress_mode::agent) progress_agent::instance().add(shared_from_this());
+    return c;
+  }
+
+  bool busy() const noexcept { return pending_.load(std::memory_order_acquire) != 0; }
+
+  // Moves the calls in flight on, if no other thread is doing so right now.
+  // True when something moved (a wait was passed or a call completed).
+  bool try_step() {
+    std::unique_lock l(run_m_, std::try_to_lock);
+    if (!l || !busy()) return false;
+    const std::uint64_t w = fiber_->waits(), done = completed_;
+    fiber_->resume();
+    return fiber_->waits() != w || completed_ != done;
+  }
+
+  // Until c has completed (its error stays in c).
+  void wait(const call_state& c) {
+    backoff b;
+    while (!c.done.load(std::memory_order_acquire)) {
+      const bool moved = try_step();
+      if (!c.done.load(std::memory_order_acquire)) b.pause(moved);
+    }
+  }
+  // One attempt to move things on; whether c has completed.
+  bool test(const call_state& c) {
+    if (!c.done.load(std::memory_order_acquire)) try_step();
+    return c.done.load(std::memory_order_acquire);
+  }
+  // Until nothing is in flight (what the communicator's destructor and move do).
+  void drain() noexcept {
+    backoff b;
+    while (busy()) b.pause(try_step());
+  }
+
+private:
+  // The fiber's whole life: run the queue, one call after the other; yield when
+  // it is empty (try_step resumes only while something is queued).
+  static void loop(void* self) {
+    auto* e = static_cast<host_executor*>(self);
+    for (;;) {
+      std::shared_ptr<call_state> c;
+      {
+        std::lock_guard l(e->q_m_);
+        if (!e->queue_.empty()) {
+          c = std::move(e->queue_.front());
+          e->queue_.pop_front();
+        }
+      }
+      if (!c) {
+        fiber::yield();
+        continue;
+      }
+      try {
+        c->body();
+      } catch (...) {
+        c->error = std::current_exception();
+      }
+      c->body = nullptr;
+      ++e->completed_;
+      c->done.store(true, std::memory_order_release);
+      e->pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  progress_mode mode_;
+  std::mutex run_m_;  // held by whoever runs this communicator's calls
+  std::mutex q_m_;
+  std::deque<std::shared_ptr<call_state>> queue_;
+  std::atomic<std::size_t> pending_{0};  // queued or running
+  std::uint64_t completed_ = 0;          // under run_m_
+  std::once_flag fiber_once_;
+  std::unique_ptr<fiber> fiber_;
+};
+
+inline void progress_agent::add(std::shared_ptr<host_executor> e) {
+  {
+    std::lock_guard l(m_);
+    if (stop_) return;
+    if (std::find(active_.begin(), active_.end(), e) == active_.end()) active_.push_back(std::move(e));
+    if (!th_.joinable()) th_ = std::thread([this] { run(); });
+  }
+  cv_.notify_one();
+}
+
+inline void progress_agent::run() {
+  std::vector<std::shared_ptr<host_executor>> round;
+  backoff b;
+  for (;;) {
+    {
+      std::unique_lock l(m_);
+      // An executor leaves the list once idle; submit() adds it again after
+      // queueing, so a call queued meanwhile is never missed.
+      std::erase_if(active_, [](const auto& e) { return !e->busy(); });
+      cv_.wait(l, [&] { return stop_ || !active_.empty(); });
+      if (stop_) return;
+      round = active_;
+    }
+    bool moved = false;
+    for (auto& e : round) moved |= e->try_step();
+    round.clear();
+    b.pause(moved);
+  }
+}
+
+}  // namespace detail
+
+MDRING_NAMESPACE_END
