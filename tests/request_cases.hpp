@@ -1,0 +1,259 @@
+// tests/request_cases.hpp: the nonblocking collectives, written once for every
+// transport (test_requests.cpp runs them on threads, test_mpi_requests.cpp on MPI
+// processes, test_boost_mpi.cpp on a Boost.MPI communicator).
+//
+// Each case takes a factory `bind(options)` that binds a fresh communicator on
+// this rank, and a `report` that collects what went wrong (the threads test turns
+// it into doctest assertions on the main thread, the MPI tests on each rank). All
+// expected values are exact: integer sums and maxima of closed forms, and bitwise
+// equality with the blocking call for random floats.
+#pragma once
+
+#include <mdring/mdring.hpp>
+#include "test_support.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace request_cases {
+
+namespace md = mdring;
+using i64 = std::int64_t;
+
+struct report {
+  std::vector<std::string> failures;
+  void expect(bool ok, const std::string& what) {
+    if (!ok) failures.push_back(what);
+  }
+};
+
+// Rank r's element j of call i, and the exact sum over P ranks.
+inline i64 value(std::size_t r, std::size_t i, std::size_t j) { return i64(r) * 1000 + i64(i) + i64(j % 7); }
+inline i64 summed(std::size_t P, std::size_t i, std::size_t j) {
+  return 1000 * i64(P * (P - 1) / 2) + i64(P) * (i64(i) + i64(j % 7));
+}
+// Counts from 0 and 1 up to past the pipelining threshold.
+inline std::size_t count_of(std::size_t i) { return i == 0 ? 0 : i == 1 ? 1 : i % 16 == 0 ? 70000 + i : i * 37 + 3; }
+
+// 64 all-reduces of different sizes in flight, in and out of place, waited in
+// reverse order.
+template <class Bind>
+void many_in_flight(Bind&& bind, md::options o, report& rep) {
+  auto comm = bind(o);
+  const std::size_t P = comm.size(), r = comm.rank(), N = 64;
+  std::vector<std::vector<i64>> in(N), out(N);
+  std::vector<md::request> reqs;
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::size_t n = count_of(i);
+    in[i].resize(n);
+    for (std::size_t j = 0; j < n; ++j) in[i][j] = value(r, i, j);
+    if (i % 2) {
+      reqs.push_back(md::iall_reduce(comm, in[i].data(), n, md::sum));
+    } else {
+      out[i].assign(n, -1);
+      reqs.push_back(md::iall_reduce(comm, in[i].data(), out[i].data(), n, md::sum));
+    }
+  }
+  for (std::size_t i = N; i-- > 0;) {
+    reqs[i].wait();
+    rep.expect(!reqs[i].valid(), "a waited request is empty");
+  }
+  for (std::size_t i = 0; i < N; ++i) {
+    const auto& got = i % 2 ? in[i] : out[i];
+    std::size_t bad = 0;
+    for (std::size_t j = 0; j < got.size(); ++j) bad += got[j] != summed(P, i, j);
+    rep.expect(bad == 0, "many_in_flight: call " + std::to_string(i) + " (" + std::to_string(got.size()) +
+                             " elements) has " + std::to_string(bad) + " wrong elements");
+  }
+}
+
+// All five collectives in flight at once, with a blocking call among them.
+template <class Bind>
+void mixed(Bind&& bind, md::options o, report& rep) {
+  auto comm = bind(o);
+  const std::size_t P = comm.size(), r = comm.rank();
+  const std::size_t n = 1009, rc = 97, root_b = 1 % P, root_r = P - 1;
+  std::vector<i64> ar(n), rs_in(rc * P), rs_out(rc), ag_in(13), ag_out(13 * P), bc(n), red_in(n), red_out(n, -7);
+  std::vector<double> blocking(n);
+  for (std::size_t j = 0; j < n; ++j) ar[j] = value(r, 1, j), bc[j] = r == root_b ? i64(j * j) : -1;
+  for (std::size_t j = 0; j < n; ++j) red_in[j] = i64((r * 7919 + j) % 1013), blocking[j] = double(r + j);
+  for (std::size_t j = 0; j < rc * P; ++j) rs_in[j] = i64(r + j);
+  for (std::size_t j = 0; j < 13; ++j) ag_in[j] = i64(r * 100 + j);
+  std::vector<md::request> reqs;
+  reqs.push_back(md::iall_reduce(comm, ar.data(), n, md::sum));
+  reqs.push_back(md::ireduce_scatter(comm, rs_in.data(), rs_out.data(), rc, md::sum));
+  md::all_reduce(comm, blocking.data(), n, md::max);  // queued behind the two above
+  reqs.push_back(md::iall_gather(comm, ag_in.data(), ag_out.data(), std::size_t(13)));
+  reqs.push_back(md::ibroadcast(comm, bc.data(), n, root_b));
+  reqs.push_back(md::ireduce(comm, red_in.data(), red_out.data(), n, root_r, md::max));
+  md::wait_all(reqs);
+  std::size_t bad[6] = {};
+  for (std::size_t j = 0; j < n; ++j) {
+    bad[0] += ar[j] != summed(P, 1, j);
+    bad[1] += blocking[j] != double(P - 1 + j);
+    bad[2] += bc[j] != i64(j * j);
+    i64 mx = 0;
+    for (std::size_t q = 0; q < P; ++q) mx = std::max(mx, i64((q * 7919 + j) % 1013));
+    bad[3] += r == root_r ? red_out[j] != mx : red_out[j] != -7;
+  }
+  for (std::size_t j = 0; j < rc; ++j) bad[4] += rs_out[j] != i64(P * (r * rc + j) + P * (P - 1) / 2);
+  for (std::size_t q = 0; q < P; ++q)
+    for (std::size_t j = 0; j < 13; ++j) bad[5] += ag_out[q * 13 + j] != i64(q * 100 + j);
+  const char* names[] = {"iall_reduce", "blocking all_reduce", "ibroadcast", "ireduce", "ireduce_scatter", "iall_gather"};
+  for (int k = 0; k < 6; ++k)
+    rep.expect(bad[k] == 0, std::string("mixed: ") + names[k] + " has " + std::to_string(bad[k]) + " wrong elements");
+}
+
+// Random floats: the nonblocking result is bitwise the blocking one (large enough
+// to be cut into pipeline segments where the topology has two dimensions).
+template <class Bind>
+void bitwise(Bind&& bind, md::options o, report& rep) {
+  auto comm = bind(o);
+  const std::size_t r = comm.rank(), n = 300007;
+  std::vector<float> in(n), a(n), b(n);
+  for (std::size_t j = 0; j < n; ++j)
+    in[j] = float(double(mdring_test::mix(r * n + j) >> 11) * 0x1p-53 * 2.0 - 1.0);
+  md::all_reduce(comm, in.data(), a.data(), n, md::sum);
+  auto req = md::iall_reduce(comm, in.data(), b.data(), n, md::sum);
+  req.wait();
+  rep.expect(std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0, "bitwise: iall_reduce differs from all_reduce");
+}
+
+// test() polled to completion, wait_any over several, and test_any.
+template <class Bind>
+void polling(Bind&& bind, md::options o, report& rep) {
+  auto comm = bind(o);
+  const std::size_t P = comm.size(), r = comm.rank(), K = 5;
+  std::vector<std::vector<i64>> bufs(K);
+  std::vector<md::request> reqs;
+  for (std::size_t i = 0; i < K; ++i) {
+    bufs[i].resize(count_of(i + 2));
+    for (std::size_t j = 0; j < bufs[i].size(); ++j) bufs[i][j] = value(r, i, j);
+    reqs.push_back(md::iall_reduce(comm, bufs[i].data(), bufs[i].size(), md::sum));
+  }
+  std::size_t polls = 0;
+  while (!reqs[K - 1].test()) ++polls;  // the last one: test() drives the earlier ones too
+  rep.expect(!reqs[K - 1].valid(), "polling: a request that tested true is empty");
+  std::vector<bool> seen(K, false);
+  seen[K - 1] = true;
+  for (std::size_t left = K - 1; left > 0; --left) {
+    const std::size_t i = left % 2 ? md::wait_any(reqs) : [&] {
+      std::size_t k;
+      while ((k = md::test_any(reqs)) == reqs.size()) {
+      }
+      return k;
+    }();
+    rep.expect(i < K && !seen[i], "polling: wait_any/test_any returned " + std::to_string(i));
+    if (i < K) seen[i] = true;
+  }
+  rep.expect(md::wait_any(reqs) == reqs.size(), "polling: wait_any with no valid request returns size()");
+  for (std::size_t i = 0; i < K; ++i) {
+    std::size_t bad = 0;
+    for (std::size_t j = 0; j < bufs[i].size(); ++j) bad += bufs[i][j] != summed(P, i, j);
+    rep.expect(bad == 0, "polling: call " + std::to_string(i) + " wrong");
+  }
+  (void)polls;
+}
+
+// A request destroyed without wait, and a communicator destroyed with requests in
+// flight: both wait; the results are there afterwards.
+template <class Bind>
+void destroyed(Bind&& bind, md::options o, report& rep) {
+  std::vector<md::request> outlive;
+  std::vector<std::vector<i64>> bufs(4);
+  std::size_t P = 0;
+  {
+    auto comm = bind(o);
+    P = comm.size();
+    for (std::size_t i = 0; i < 4; ++i) {
+      bufs[i].resize(count_of(i + 10));
+      for (std::size_t j = 0; j < bufs[i].size(); ++j) bufs[i][j] = value(comm.rank(), i, j);
+    }
+    {
+      auto dropped = md::iall_reduce(comm, bufs[0].data(), bufs[0].size(), md::sum);
+    }  // waits here
+    std::size_t bad = 0;
+    for (std::size_t j = 0; j < bufs[0].size(); ++j) bad += bufs[0][j] != summed(P, 0, j);
+    rep.expect(bad == 0, "destroyed: the request destroyed without wait did not complete");
+    for (std::size_t i = 1; i < 4; ++i) outlive.push_back(md::iall_reduce(comm, bufs[i].data(), bufs[i].size(), md::sum));
+  }  // the communicator waits for the three in flight
+  for (auto& q : outlive) rep.expect(q.ready(), "destroyed: a request outlived its communicator unfinished");
+  md::wait_all(outlive);
+  for (std::size_t i = 1; i < 4; ++i) {
+    std::size_t bad = 0;
+    for (std::size_t j = 0; j < bufs[i].size(); ++j) bad += bufs[i][j] != summed(P, i, j);
+    rep.expect(bad == 0, "destroyed: call " + std::to_string(i) + " wrong after its communicator went away");
+  }
+}
+
+// Who moves the calls: with the agent, a request completes while no rank calls
+// wait or test; with in_wait, it does not move until this rank waits.
+template <class Bind>
+void progress(Bind&& bind, md::options o, report& rep) {
+  auto comm = bind(o);
+  const std::size_t P = comm.size(), r = comm.rank();
+  std::vector<i64> buf(5000);
+  for (std::size_t j = 0; j < buf.size(); ++j) buf[j] = value(r, 3, j);
+  auto req = md::iall_reduce(comm, buf.data(), buf.size(), md::sum);
+  if (comm.progress() == md::progress_mode::agent) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!req.ready() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    rep.expect(req.ready(), "progress: the agent did not complete a call nobody waited for");
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    rep.expect(!req.ready(), "progress: in_wait moved a call without a wait or test");
+  }
+  req.wait();
+  std::size_t bad = 0;
+  for (std::size_t j = 0; j < buf.size(); ++j) bad += buf[j] != summed(P, 3, j);
+  rep.expect(bad == 0, "progress: wrong result");
+}
+
+// A failure surfaced at wait on every rank: under collective checks, rank 0
+// passes a different count; every rank's wait throws invalid_argument("count"),
+// and the communicator survives (the next call works).
+template <class Bind>
+void failure_at_wait(Bind&& bind, md::options o, report& rep) {
+  o.checks = md::check_level::collective;
+  auto comm = bind(o);
+  const std::size_t P = comm.size(), r = comm.rank();
+  std::vector<i64> ok(100), bad(101);
+  for (std::size_t j = 0; j < 100; ++j) ok[j] = value(r, 5, j);
+  auto first = md::iall_reduce(comm, ok.data(), ok.size(), md::sum);
+  auto second = md::iall_reduce(comm, bad.data(), r == 0 && P > 1 ? 101 : 100, md::sum);
+  first.wait();
+  std::string what;
+  try {
+    second.wait();
+  } catch (const md::invalid_argument& e) {
+    what = e.argument();
+  }
+  rep.expect(P == 1 || what == "count", "failure_at_wait: wait threw '" + what + "', expected count");
+  std::size_t wrong = 0;
+  for (std::size_t j = 0; j < 100; ++j) wrong += ok[j] != summed(P, 5, j);
+  rep.expect(wrong == 0, "failure_at_wait: the call before the failing one is wrong");
+  std::vector<i64> after(10, i64(r));
+  md::all_reduce(comm, after.data(), after.size(), md::sum);
+  rep.expect(after[9] == i64(P * (P - 1) / 2), "failure_at_wait: the communicator did not survive");
+}
+
+// Every case, in one progress mode.
+template <class Bind>
+void all_cases(Bind&& bind, md::progress_mode mode, report& rep) {
+  md::options o;
+  o.progress = mode;
+  many_in_flight(bind, o, rep);
+  mixed(bind, o, rep);
+  bitwise(bind, o, rep);
+  polling(bind, o, rep);
+  destroyed(bind, o, rep);
+  progress(bind, o, rep);
+  failure_at_wait(bind, o, rep);
+}
+
+}  // namespace request_cases
