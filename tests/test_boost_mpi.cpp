@@ -5,8 +5,10 @@
 // checked exactly on the world, on communicators from world.split(...) (including
 // reversed key order, so that sub-communicator ranks differ from world ranks), and
 // on a split communicator that is destroyed right after bind (mdring duplicates it).
+// The nonblocking calls run request_cases.hpp on the world and on a split.
 #include <doctest/doctest.h>
 #include <mdring/boost_mpi.hpp>
+#include "request_cases.hpp"
 
 #include <boost/mpi/collectives.hpp>
 #include <boost/mpi/communicator.hpp>
@@ -138,5 +140,16 @@ TEST_CASE("bind to communicators from world.split(...)") {
     CHECK(first_bad(x.size(), [&](std::size_t i) {
             return x[i] == rsum + std::int64_t(sub_size) * std::int64_t(i);
           }) == x.size());
+  }
+}
+
+TEST_CASE("boost.mpi: nonblocking collectives on the world and on a split communicator") {
+  bmpi::communicator world;
+  bmpi::communicator half = world.split(world.rank() % 2, -world.rank());
+  for (const bmpi::communicator* bc : {&world, &half}) {
+    request_cases::report rep;
+    auto bind = [&](md::options o) { return md::bind(md::ring<md::shm, 1> * md::ring<md::ethernet>, *bc, o); };
+    request_cases::all_cases(bind, md::progress_mode::automatic, rep);
+    for (const auto& f : rep.failures) FAIL_CHECK("rank " << world.rank() << ": " << f);
   }
 }
