@@ -74,6 +74,9 @@ struct config {
   std::size_t segment_bytes = 0, pipeline_depth = 0;  // options.tune's, when given
   std::size_t staging_bytes = std::size_t(-1), nontemporal_bytes = std::size_t(-1);  // the same (-1: default)
   std::size_t split_ring_extent = std::size_t(-1);                                      // the same
+  int inflight = 0;       // --inflight N: N calls in flight against N blocking (bench_nonblocking.hpp)
+  bool overlap = false;   // --overlap: a call overlapped with compute (bench_nonblocking.hpp)
+  std::string progress;   // --progress agent|in_wait: options.progress
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -87,6 +90,8 @@ struct config {
                "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
+               "  [--inflight N | --overlap] [--progress agent|in_wait]  (MPI, all_reduce: N calls in flight\n"
+               "     against N blocking, or one call overlapped with compute; mdring and MPI in one run)\n"
                "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]... [--segment-bytes N] [--pipeline-depth N]\n"
                "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
                "  [--split-ring-extent N]  (options.tune.split_ring_extent: rings of N ranks or more run as a x b; 0: never)\n"
@@ -180,6 +185,12 @@ config parse(int argc, char** argv) {
     else if (a == "--staging-bytes") c.staging_bytes = parse_bytes(next());
     else if (a == "--nontemporal-bytes") c.nontemporal_bytes = parse_bytes(next());
     else if (a == "--split-ring-extent") c.split_ring_extent = std::size_t(std::atol(next().c_str()));
+    else if (a == "--inflight") c.inflight = std::atoi(next().c_str());
+    else if (a == "--overlap") c.overlap = true;
+    else if (a == "--progress") {
+      c.progress = next();
+      if (c.progress != "agent" && c.progress != "in_wait") usage("--progress takes agent or in_wait, not " + c.progress);
+    }
     else if (a == "--algorithms") {
       std::string s = next();
       std::size_t pos = 0;
@@ -201,6 +212,9 @@ config parse(int argc, char** argv) {
   if (c.baseline != "none" && c.baseline != "mpi") usage("unknown --baseline " + c.baseline);
   if (c.baseline_only && c.baseline == "none") usage("--baseline-only needs --baseline mpi");
   if (c.iters < 1 || c.warmup < 0) usage("--iters must be >= 1 and --warmup >= 0");
+  if (c.inflight < 0) usage("--inflight takes a number of calls >= 1");
+  if ((c.inflight || c.overlap) && (c.op != "all_reduce" || c.threads > 0))
+    usage("--inflight and --overlap time all_reduce between MPI processes (no --threads, --op all_reduce)");
   if (c.factor <= 1) usage("--factor must be > 1");
   if (c.min_bytes > c.max_bytes) usage("--min-bytes must not exceed --max-bytes");
   return c;
@@ -600,6 +614,8 @@ md::options make_options(const config& cfg) {
   if (cfg.staging_bytes != std::size_t(-1)) o.tune.shared_staging_bytes = cfg.staging_bytes;
   if (cfg.nontemporal_bytes != std::size_t(-1)) o.tune.nontemporal_bytes = cfg.nontemporal_bytes;
   if (cfg.split_ring_extent != std::size_t(-1)) o.tune.split_ring_extent = cfg.split_ring_extent;
+  if (cfg.progress == "agent") o.progress = md::progress_mode::agent;
+  if (cfg.progress == "in_wait") o.progress = md::progress_mode::in_wait;
   return o;
 }
 
@@ -684,6 +700,10 @@ MPI_Op mpi_op(Op, std::vector<MPI_Op>& created) {
   }
 }
 
+}  // namespace
+#include "bench_nonblocking.hpp"
+namespace {
+
 int run_mpi(const config& cfg) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -732,11 +752,13 @@ int run_mpi(const config& cfg) {
           MPI_Reduce(cfg.inplace && rank == int(cfg.root) ? MPI_IN_PLACE : (cfg.inplace ? r : s), r, n, type, mop,
                      int(cfg.root), MPI_COMM_WORLD);
       };
+      if (cfg.inflight) return nonblocking_bench::run_inflight<T>(cfg, comm, w, op, type, mop);
+      if (cfg.overlap) return nonblocking_bench::run_overlap<T>(cfg, comm, w, op, type, mop);
       rows = run_sizes<T>(cfg, comm, w, op, base, baseline);
     });
   });
   for (auto& o : created) MPI_Op_free(&o);
-  if (rank == 0) print_rows(cfg, rows, comm.topology().to_string(), std::size_t(size), "mpi");
+  if (rank == 0 && !cfg.inflight && !cfg.overlap) print_rows(cfg, rows, comm.topology().to_string(), std::size_t(size), "mpi");
   for (auto& r : rows)
     if (r.errors) return 1;
   return 0;
@@ -766,7 +788,14 @@ int main(int argc, char** argv) {
     }
   }
 #if MDRING_BENCH_WITH_MPI
-  MPI_Init(&argc, &argv);
+  // The nonblocking modes need a progress thread that calls MPI: MPI_THREAD_MULTIPLE.
+  // The others keep plain MPI_Init, so that the blocking comparison is unchanged.
+  if (cfg.inflight || cfg.overlap) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  } else {
+    MPI_Init(&argc, &argv);
+  }
   int status = 0;
   try {
     status = run_mpi(cfg);

@@ -74,9 +74,11 @@ TEST_CASE("requests: a peer's bad argument fails the others' wait with remote_er
                         }
                         return;
                       }
-                      before.wait();
-                      auto r = md::iall_reduce(comm, buf.data(), buf.size(), md::sum);
+                      // Rank 0 completes `before` and then fails at issue; a peer may still
+                      // be finishing `before` then, so the error can surface at either wait.
                       try {
+                        before.wait();
+                        auto r = md::iall_reduce(comm, buf.data(), buf.size(), md::sum);
                         r.wait();
                       } catch (const md::remote_error& e) {
                         got[ep.rank] = "remote " + std::to_string(e.failed_rank());
