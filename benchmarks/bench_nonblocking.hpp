@@ -12,25 +12,33 @@
 //     last as long as the call alone. overlap = (t_comm + t_compute - t_total) /
 //     min(t_comm, t_compute): 1 when the call is fully hidden, 0 when nothing is.
 //     mdring (iall_reduce, its progress agent) and MPI (MPI_Iallreduce, MPI_Wait)
-//     in the same run.
+//     in the same run. --compute sleep replaces the chain by a sleep of the same
+//     length: work that leaves the core free (a GPU kernel, I/O), which shows what
+//     the library overlaps when it has a core to run on.
 //
 // Every time is the slowest rank's (max over ranks), the median over --iters.
 #pragma once
 
 #include <mdring/mpi.hpp>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 namespace nonblocking_bench {
 
-// A dependent chain of multiply-adds: about 4 cycles each, no memory traffic.
-inline double compute(std::size_t steps) {
-  double x = 1.0;
-  for (std::size_t i = 0; i < steps; ++i) x = x * 0.999999999 + 1e-9;
+// A dependent chain of multiply-adds: about 4 cycles each, no memory traffic. The
+// seed and the step count pass through volatiles, so the compiler cannot fold it.
+inline volatile double sink = 0, seed = 1.0;
+inline volatile std::size_t opaque_steps = 0;
+[[gnu::noinline]] inline double compute(std::size_t steps) {
+  opaque_steps = steps;
+  const std::size_t n = opaque_steps;
+  double x = seed;
+  for (std::size_t i = 0; i < n; ++i) x = x * 0.999999999 + 1e-9;
   return x;
 }
-inline volatile double sink = 0;
 
 // Seconds per compute step, measured over about 20 ms.
 inline double calibrate(const world_ops& w) {
@@ -102,9 +110,10 @@ template <class T, class Comm, class Op>
 void run_overlap(const config& cfg, Comm& comm, const world_ops& w, Op op, MPI_Datatype type, MPI_Op mop) {
   const double step_s = calibrate(w);
   if (w.rank == 0) {
-    std::printf("# mdring-bench --overlap: all_reduce, %zu processes, topology \"%s\", progress %s, %.3g ns per compute step\n",
+    std::printf("# mdring-bench --overlap: all_reduce, %zu processes, topology \"%s\", progress %s, compute %s "
+                "(%.3g ns per step)\n",
                 w.size, comm.topology().to_string().c_str(), std::string(md::to_string(comm.progress())).c_str(),
-                step_s * 1e9);
+                cfg.compute.c_str(), step_s * 1e9);
     std::printf("# %10s | %10s %10s %10s %7s | %10s %10s %10s %7s\n", "bytes", "md comm", "compute", "total",
                 "overlap", "mpi comm", "compute", "total", "overlap");
   }
@@ -127,6 +136,10 @@ void run_overlap(const config& cfg, Comm& comm, const world_ops& w, Op op, MPI_D
         if (lib == 0) req.wait();
         else MPI_Wait(&mr, MPI_STATUS_IGNORE);
       };
+      auto work = [&](std::size_t steps) {
+        if (cfg.compute == "sleep") std::this_thread::sleep_for(std::chrono::duration<double>(double(steps) * step_s));
+        else sink = compute(steps);
+      };
       auto timed = [&](std::size_t steps, bool comm_on, bool compute_on) {
         std::vector<double> t;
         for (int it = -cfg.warmup; it < cfg.iters; ++it) {
@@ -134,7 +147,7 @@ void run_overlap(const config& cfg, Comm& comm, const world_ops& w, Op op, MPI_D
           w.barrier();
           const double t0 = now_seconds();
           if (comm_on) start();
-          if (compute_on) sink = compute(steps);
+          if (compute_on) work(steps);
           if (comm_on) finish();
           const double dt = w.max(now_seconds() - t0);
           if (it >= 0) t.push_back(dt);

@@ -77,6 +77,7 @@ struct config {
   int inflight = 0;       // --inflight N: N calls in flight against N blocking (bench_nonblocking.hpp)
   bool overlap = false;   // --overlap: a call overlapped with compute (bench_nonblocking.hpp)
   std::string progress;   // --progress agent|in_wait: options.progress
+  std::string compute = "cpu";  // --compute cpu|sleep: what --overlap overlaps with
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -90,8 +91,9 @@ struct config {
                "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
-               "  [--inflight N | --overlap] [--progress agent|in_wait]  (MPI, all_reduce: N calls in flight\n"
-               "     against N blocking, or one call overlapped with compute; mdring and MPI in one run)\n"
+               "  [--inflight N | --overlap [--compute cpu|sleep]] [--progress agent|in_wait]  (MPI, all_reduce:\n"
+               "     N calls in flight against N blocking, or one call overlapped with compute; mdring and MPI\n"
+               "     in one run)\n"
                "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]... [--segment-bytes N] [--pipeline-depth N]\n"
                "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
                "  [--split-ring-extent N]  (options.tune.split_ring_extent: rings of N ranks or more run as a x b; 0: never)\n"
@@ -187,6 +189,10 @@ config parse(int argc, char** argv) {
     else if (a == "--split-ring-extent") c.split_ring_extent = std::size_t(std::atol(next().c_str()));
     else if (a == "--inflight") c.inflight = std::atoi(next().c_str());
     else if (a == "--overlap") c.overlap = true;
+    else if (a == "--compute") {
+      c.compute = next();
+      if (c.compute != "cpu" && c.compute != "sleep") usage("--compute takes cpu or sleep, not " + c.compute);
+    }
     else if (a == "--progress") {
       c.progress = next();
       if (c.progress != "agent" && c.progress != "in_wait") usage("--progress takes agent or in_wait, not " + c.progress);
