@@ -118,6 +118,10 @@ def main():
         label = name if "no size" not in name else name + " (worst size)"
         p(f"| {label} | {value:.3f} | {met} |")
     p("")
+    # The nonblocking measurements (scripts/bench_nonblocking.sh) keep their place.
+    nb = os.path.join(d, "nonblocking.md")
+    if os.path.exists(nb):
+        p(open(nb).read().rstrip())
     print("\n".join(out))
 
 

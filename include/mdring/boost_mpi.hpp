@@ -3,4 +3,4 @@
 #pragma once
 
 #include "mpi.hpp"
-#include "transport/boost_mpi.hpp"
+#include "collective/bind_boost_mpi.hpp"

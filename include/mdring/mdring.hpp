@@ -41,6 +41,7 @@
 
 #include "collective/all_gather.hpp"
 #include "collective/all_reduce.hpp"
+#include "collective/bind_threads.hpp"
 #include "collective/broadcast.hpp"
 #include "collective/communicator.hpp"
 #include "collective/reduce.hpp"

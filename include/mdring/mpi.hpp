@@ -2,4 +2,5 @@
 #pragma once
 
 #include "mdring.hpp"
+#include "collective/bind_mpi.hpp"
 #include "transport/mpi.hpp"

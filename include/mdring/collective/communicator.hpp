@@ -163,7 +163,7 @@ struct executor_slot {
 // MPI_THREAD_MULTIPLE); one that does not say allows it.
 template <class Transport>
 bool background_progress_allowed(const Transport& t) {
-  if constexpr (requires { { t.background_progress() } -> std::convertible_to<bool>; })
+  if constexpr (reports_background_progress<Transport>)
     return t.background_progress();
   else
     return true;
@@ -223,7 +223,7 @@ public:
   using transport_type = Transport;
 
   communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
-      : static_topo_(topo), tr_(std::move(tr)), opts_(std::move(opts)), ws_(opts_.memory) {
+      : tr_(std::move(tr)), opts_(std::move(opts)), ws_(opts_.memory) {
     detail::validate(opts_);
     size_ = tr_->size();
     rank_ = tr_->rank();
@@ -298,7 +298,7 @@ public:
   const std::string& failure() const noexcept { return broken_why_; }
 
   // Pre-sizes scratch so that no collective on up to `count` elements of T (the
-  // count each collective takes) allocates. Defined in engine.hpp.
+  // count each collective takes) allocates. Defined in run.hpp.
   template <class T>
   void reserve(std::size_t count);
   std::size_t scratch_bytes() const noexcept { return ws_.capacity(); }
@@ -321,7 +321,7 @@ public:
     return make_plan<T>(count, kind, op, root).to_string();
   }
 
-  // ---- for the collectives (collective/engine.hpp) -------------------------
+  // ---- for the collectives (executor/host/) -------------------------
   struct dim_state {
     std::size_t extent = 1, coord = 0;
     link_info link;
@@ -338,7 +338,6 @@ public:
   };
   std::vector<dim_state>& dims() noexcept { return dims_; }
   typename Transport::request* requests() noexcept { return reqs_.get(); }
-  std::size_t request_slots() const noexcept { return nreq_; }
   std::size_t request_slot_size() const noexcept { return req_per_slot_; }
   std::vector<request_info>& request_infos() noexcept { return req_info_; }
   std::vector<const void*>& pointer_slots() noexcept { return ptrs_; }
@@ -351,11 +350,9 @@ public:
     if (!broken_) broken_why_ = why;
     broken_ = true;
   }
-  const Topology& static_topology_value() const noexcept { return static_topo_; }
 
 private:
   detail::executor_slot exec_;  // first: moved (and so drained) before the rest
-  Topology static_topo_;
   std::unique_ptr<Transport> tr_;
   options opts_;
   detail::workspace ws_;

@@ -7,7 +7,7 @@
 // In place (as NCCL): recvbuf == sendbuf + rank() * recvcount.
 // Example, 2 ranks, sum, recvcount 2, rank r passes {r, r, 10+r, 10+r}:
 // rank 0 gets {1, 1}, rank 1 gets {21, 21}.
-// Stages: reduce-scatter in dimensions 0..k-1 (see engine.hpp for the block order).
+// Stages: reduce-scatter in dimensions 0..k-1 (see executor/host/core.hpp for the block order).
 #pragma once
 
 #include "../config.hpp"

@@ -16,9 +16,10 @@
 
 #include "../config.hpp"
 #include "../error.hpp"
+#include "../fnv.hpp"
 #include "../reduce/ops.hpp"
 #include "communicator.hpp"
-#include "engine.hpp"
+#include "../executor/host/engine.hpp"
 #include "request.hpp"
 
 #include <cstdint>
@@ -67,9 +68,7 @@ std::int64_t type_id() {
 #else
   const char* s = __PRETTY_FUNCTION__;
 #endif
-  std::uint64_t h = 1469598103934665603ull;
-  for (; *s; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
-  return std::int64_t(h >> 2);
+  return std::int64_t(fnv1a(s) >> 2);
 }
 
 inline std::uintptr_t addr(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
@@ -245,5 +244,19 @@ std::optional<arg_error> first_error(E&&... e) {
 }
 
 }  // namespace detail
+
+template <class Topology, transport Transport>
+template <class T>
+void communicator<Topology, Transport>::reserve(std::size_t count) {
+  std::size_t bytes = 0;
+  for (bool commutative : {true, false}) {  // non-commutative ops run direct everywhere
+    detail::engine<T, sum_t, communicator> e(*this, "reserve", sum_t{}, commutative);
+    for (auto kind : {collective::all_reduce, collective::reduce_scatter, collective::all_gather, collective::reduce}) {
+      const std::size_t b = e.scratch_bytes(kind, count);
+      bytes = b > bytes ? b : bytes;
+    }
+  }
+  ws_.get(bytes);
+}
 
 MDRING_NAMESPACE_END

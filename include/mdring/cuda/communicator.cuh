@@ -57,7 +57,7 @@ public:
   // The bind functions then install each dimension's link (set_link).
   communicator(const Topology& topo, std::size_t size, std::size_t rank, options opts,
                const device_transport_support& support, int device)
-      : static_topo_(topo), opts_(std::move(opts)), size_(size), rank_(rank), device_(device),
+      : opts_(std::move(opts)), size_(size), rank_(rank), device_(device),
         ws_(opts_.device_memory, device) {
     mdring::detail::validate(opts_);
     topo_ = mdring::detail::to_runtime(topo).resolve(size_, "cuda::bind");
@@ -91,7 +91,6 @@ public:
   const std::vector<std::size_t>& executed_extents() const noexcept { return extents_; }
   const std::vector<std::size_t>& executed_coordinates() const noexcept { return coords_; }
   const options& get_options() const noexcept { return opts_; }
-  const Topology& static_topology_value() const noexcept { return static_topo_; }
   // The transport and algorithm (commutative ops) of dimension d as written.
   device_transport transport_of(std::size_t d) const { return transports_.at(merged_.of_user.at(d)); }
   algorithm algorithm_of(std::size_t d) const { return algos_.at(merged_.of_user.at(d)); }
@@ -181,7 +180,6 @@ private:
     all_reduce_schedule sch;
   };
 
-  Topology static_topo_;
   options opts_;
   std::size_t size_ = 0, rank_ = 0;
   int device_ = 0;

@@ -127,15 +127,6 @@ public:
   }
 };
 
-namespace detail {
-// `waiter` waits (on the GPU) for the work enqueued so far on `signaller`.
-inline void order_after(cudaStream_t waiter, cudaStream_t signaller, cudaEvent_t ev) {
-  if (waiter == signaller) return;
-  check(cudaEventRecord(ev, signaller), "cudaEventRecord");
-  check(cudaStreamWaitEvent(waiter, ev, 0), "cudaStreamWaitEvent");
-}
-}  // namespace detail
-
 }  // namespace cuda
 
 MDRING_NAMESPACE_END

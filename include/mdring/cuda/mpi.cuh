@@ -35,6 +35,7 @@
 
 #include "../error.hpp"
 #include "../options.hpp"
+#include "../collective/bind_mpi.hpp"
 #include "../transport/mpi.hpp"
 #include "communicator.cuh"
 #include "config.cuh"

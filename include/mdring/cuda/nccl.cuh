@@ -27,6 +27,7 @@
 #pragma once
 
 #include "../error.hpp"
+#include "../fnv.hpp"
 #include "../options.hpp"
 #include "../topology/ring.hpp"
 #include "../topology/runtime.hpp"
@@ -141,12 +142,6 @@ std::string device_fingerprint(const C& c) {
   return s;
 }
 
-inline std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  return h;
-}
-
 // One ncclAllReduce (max) of {h, ~h}: equal on every rank iff all hashes are equal.
 inline bool nccl_agree(ncclComm_t comm, std::uint64_t h) {
   const std::string where = "mdring::cuda::bind";
@@ -184,7 +179,7 @@ nccl_communicator<Topology> bind(const Topology& topo, ncclComm_t parent, option
   device_transport_support support;
   support.nccl = true;
   nccl_communicator<Topology> c(topo, std::size_t(n), std::size_t(r), std::move(opts), support, dev);
-  if (!detail::nccl_agree(parent, detail::fnv1a(detail::device_fingerprint(c))))
+  if (!detail::nccl_agree(parent, mdring::detail::fnv1a(detail::device_fingerprint(c))))
     throw topology_error("topology", where + ": the ranks of the NCCL communicator bound different topologies, "
                                              "algorithms, options or transports (this rank: \"" +
                                              detail::device_fingerprint(c) + "\")");

@@ -89,6 +89,40 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
   return t;
 }
 
+// How an all_reduce of `count` elements is cut into segments of `length` elements
+// (the last one shorter): the one place that says so, for the host engine
+// (executor/host/segments.hpp), the GPU schedule (schedule.hpp) and explain()
+// (plan.hpp). A length of 0 or of at least count is one segment; a count of 0 is
+// one empty segment. Example: count 10, length 4: segments 3, of 4, 4 and 2.
+struct segmentation {
+  std::size_t count = 0, length = 0, segments = 1;
+  std::vector<block_range> full, tail;  // this rank's stage ranges in a full and in the last segment
+
+  std::size_t first(std::size_t s) const noexcept { return s * length; }
+  const std::vector<block_range>& ranges(std::size_t s) const noexcept { return s + 1 == segments ? tail : full; }
+};
+
+constexpr std::size_t segment_count(std::size_t count, std::size_t length) noexcept {
+  const std::size_t len = length && length < count ? length : count;
+  return len ? max_block(count, len) : 1;
+}
+static_assert(segment_count(10, 4) == 3 && segment_count(10, 0) == 1 && segment_count(10, 10) == 1 &&
+              segment_count(0, 4) == 1 && segment_count(10, 11) == 1);
+
+// The segmentation with this rank's stage ranges (extents and coords as in stage_ranges).
+inline segmentation make_segmentation(std::size_t count, std::size_t length, std::span<const std::size_t> extents,
+                                      std::span<const std::size_t> coords) {
+  segmentation g;
+  g.count = count;
+  g.length = length && length < count ? length : count;
+  g.segments = segment_count(count, length);
+  g.full.resize(extents.size());
+  g.tail.resize(extents.size());
+  stage_ranges(g.length, extents, coords, g.full);
+  stage_ranges(count - (g.segments - 1) * g.length, extents, coords, g.tail);
+  return g;
+}
+
 // Segments in flight at once when there are K of them.
 inline std::size_t in_flight(std::size_t K, const tuning& tune) {
   return tune.pipeline_depth < K ? tune.pipeline_depth : K;
@@ -124,7 +158,7 @@ inline std::size_t segment_elements(const runtime_topology& topo, std::span<cons
 // The predicted seconds of an all_reduce cut into segments of len elements.
 inline double pipelined_seconds(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
                                 std::size_t elem_size, const tuning& tune, std::size_t len) {
-  const std::size_t K = len ? max_block(n, len) : 1;
+  const std::size_t K = segment_count(n, len);
   const auto t = all_reduce_dimension_times(topo, algos, len < n ? len : n, elem_size, tune, in_flight(K, tune));
   return t.sum + double(K - 1) * t.pace;
 }

@@ -213,7 +213,7 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     for (std::size_t d = k; d-- > 0;) add(phase::gather, d);
   if (kind == collective::all_reduce) {
     const std::size_t len = segment_elements(topo, algos, count, elem_size, tune);
-    pl.segments = len ? max_block(count, len) : 1;
+    pl.segments = segment_count(count, len);
     pl.segment_elements = len;
     if (pl.segments > 1) pl.pipelined_seconds = mdring::pipelined_seconds(topo, algos, count, elem_size, tune, len);
   }

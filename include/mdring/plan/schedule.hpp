@@ -1,7 +1,7 @@
 // mdring/plan/schedule.hpp: an all_reduce as a flat list of steps, for executors
 // that enqueue work instead of waiting for it (the GPU path, mdring/cuda/).
 //
-// The host engine (collective/engine.hpp) runs the stages with blocking waits. A
+// The host engine (executor/host/) runs the stages with waits that block or yield. A
 // stream-ordered executor needs the whole program of a call up front: per step,
 // the messages it sends and receives and the folds that follow them. This header
 // writes that program from the same pieces as the host path: block_of and the ring
@@ -39,6 +39,7 @@
 #include "../options.hpp"
 #include "blocks.hpp"
 #include "cost.hpp"
+#include "pipeline.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -139,13 +140,9 @@ public:
     }
     last_ = s.stage_dims[s.stage_dims.size() / 2 - 1];
     first_ = s.stage_dims[0];
-    const std::size_t len = p_.segment_length && p_.segment_length < p_.count ? p_.segment_length : p_.count;
-    s.segment_length = len;
-    s.segments = max_block(p_.count, len);
-    full_.resize(k);
-    tail_.resize(k);
-    stage_ranges(len, p_.extents, p_.coords, full_);
-    stage_ranges(p_.count - (s.segments - 1) * len, p_.extents, p_.coords, tail_);
+    seg_ = make_segmentation(p_.count, p_.segment_length, p_.extents, p_.coords);
+    s.segment_length = seg_.length;
+    s.segments = seg_.segments;
     // Receive slots of one segment: the most any stage needs (a full segment is the largest).
     for (std::size_t d = 0; d < k; ++d) {
       if (p_.extents[d] <= 1) continue;
@@ -167,7 +164,7 @@ private:
   std::size_t slots(std::size_t d) const { return direct(d) ? p_.extents[d] - 1 : 1; }
   // A slot holds the largest block plus room to shift it into vector alignment.
   std::size_t slot_stride(std::size_t d) const {
-    const std::size_t mb = max_block(full_[d].count, p_.extents[d]) + (v_ > 1 ? v_ : 0);
+    const std::size_t mb = max_block(seg_.full[d].count, p_.extents[d]) + (v_ > 1 ? v_ : 0);
     return (mb + v_ - 1) / v_ * v_;
   }
 
@@ -181,8 +178,8 @@ private:
   void emit_stage(std::size_t seg, std::size_t stage) {
     const std::size_t d = out_.stage_dims[stage];
     const phase ph = out_.stage_phases[stage];
-    const auto& rg = seg + 1 == out_.segments ? tail_ : full_;
-    const block_range r{seg * out_.segment_length + rg[d].offset, rg[d].count};
+    const auto& rg = seg_.ranges(seg);
+    const block_range r{seg_.first(seg) + rg[d].offset, rg[d].count};
     const std::size_t steps = direct(d) ? 1 : p_.extents[d] - 1;
     for (std::size_t i = 0; i < steps; ++i) {
       schedule_step st;
@@ -273,7 +270,7 @@ private:
   const schedule_params& p_;
   std::size_t v_;
   std::size_t first_ = 0, last_ = 0;
-  std::vector<block_range> full_, tail_;
+  segmentation seg_;
   all_reduce_schedule out_;
 };
 

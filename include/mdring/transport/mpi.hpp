@@ -2,7 +2,7 @@
 //
 //   auto comm = mdring::bind(mdring::ring<mdring::shm, 2> * mdring::ring<mdring::infiniband>, MPI_COMM_WORLD);
 //
-// bind() is collective over the MPI communicator. It
+// bind() (collective/bind_mpi.hpp) is collective over the MPI communicator. It
 //   - duplicates it (mdring's traffic never mixes with yours) and sets
 //     MPI_ERRORS_RETURN on the duplicate, so MPI failures become mpi_error;
 //   - checks that every rank bound the same topology and algorithms (one small
@@ -26,9 +26,10 @@
 // frees nothing: MPI is gone).
 #pragma once
 
-#include "../collective/communicator.hpp"
 #include "../config.hpp"
+#include "../topology/runtime.hpp"
 #include "../error.hpp"
+#include "../fnv.hpp"
 #include "../options.hpp"
 #include "shared_access.hpp"
 #include "transport.hpp"
@@ -92,11 +93,6 @@ inline bool finalized() {
   return f != 0;
 }
 
-inline std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 }  // namespace detail
 
 class transport {
@@ -142,7 +138,7 @@ public:
     rank_ = std::size_t(r);
     size_ = std::size_t(s);
     // Every rank must bind the same topology, algorithms and schedule options.
-    const std::uint64_t h = detail::fnv1a(fingerprint);
+    const std::uint64_t h = mdring::detail::fnv1a(fingerprint);
     std::uint64_t v[2] = {h, ~h}, m[2] = {0, 0};
     detail::check(MPI_Allreduce(v, m, 2, MPI_UINT64_T, MPI_MAX, ctrl_), "MPI_Allreduce");
     if (m[0] != ~m[1]) {
@@ -666,20 +662,9 @@ private:
 }  // namespace mpi
 
 static_assert(transport<mpi::transport>);
-
-// Binds a topology to an MPI communicator. Collective over comm.
-template <class Topology>
-  requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
-communicator<Topology, mpi::transport> bind(const Topology& topo, MPI_Comm comm, options opts = {}) {
-  detail::validate(opts);
-  if (opts.progress == progress_mode::agent && !mpi::transport::thread_multiple())
-    throw invalid_argument("options.progress",
-                           "mdring::bind: options.progress is agent, whose progress thread calls MPI while your "
-                           "threads do, but MPI was not initialized with MPI_THREAD_MULTIPLE (MPI_Query_thread); "
-                           "call MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided), or use "
-                           "progress_mode::in_wait (nonblocking calls then move inside wait() and test())");
-  auto tr = std::make_unique<mpi::transport>(comm, opts, detail::fingerprint(detail::to_runtime(topo), opts));
-  return communicator<Topology, mpi::transport>(topo, std::move(tr), std::move(opts));
-}
+static_assert(waits_for_any<mpi::transport>);
+static_assert(shared_access_transport<mpi::transport>);
+static_assert(maps_peer_memory<mpi::transport>);
+static_assert(reports_background_progress<mpi::transport>);
 
 MDRING_NAMESPACE_END

@@ -16,8 +16,8 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../topology/runtime.hpp"
 #include "../error.hpp"
-#include "../collective/communicator.hpp"
 #include "shared_access.hpp"
 #include "transport.hpp"
 
@@ -433,21 +433,7 @@ void run(std::size_t n, F&& f) {
 }  // namespace threads
 
 static_assert(transport<threads::transport>);
-
-// Binds a topology (compile-time, or a runtime_topology) to one rank of a threads
-// world. Every rank of the world calls it, in the same order for every communicator.
-template <class Topology>
-  requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
-communicator<Topology, threads::transport> bind(const Topology& topo, threads::endpoint ep, options opts = {}) {
-  if (ep.w == nullptr) throw invalid_argument("endpoint", "mdring::bind: the threads::endpoint has no world");
-  try {
-    auto tr = std::make_unique<threads::transport>(ep, detail::fingerprint(detail::to_runtime(topo), opts),
-                                                   opts.shared_memory, opts.tune.shared_staging_bytes);
-    return communicator<Topology, threads::transport>(topo, std::move(tr), std::move(opts));
-  } catch (const std::exception& e) {
-    ep.w->fail(ep.rank, e.what());  // so that no other rank waits for this one
-    throw;
-  }
-}
+static_assert(waits_for_any<threads::transport>);
+static_assert(shared_access_transport<threads::transport>);
 
 MDRING_NAMESPACE_END

@@ -12,7 +12,7 @@
 //   t.isend(ch, buf, bytes, peer, tag, req)  peer is an index into the channel
 //   t.irecv(ch, buf, bytes, peer, tag, req)
 //   t.wait_all(reqs, deadline) -> wait_status   never blocks past the deadline
-//   optional, for segments that finish out of order (collective/engine.hpp):
+//   optional, for segments that finish out of order (executor/host/segments.hpp):
 //   t.wait_any(reqs, deadline) -> wait_status   returns once a request that was
 //                                            pending when it was called completes
 //   T::complete(req) -> bool                 what the last wait saw: it changes only
@@ -60,6 +60,34 @@ concept transport = requires(T& t, const T& ct, typename T::channel& ch, typenam
   t.cancel_all(rs);
   t.abort(why);
   requires std::default_initializable<typename T::request>;
+};
+
+// Optional capabilities. Each is a named concept, asserted right after every
+// transport that has it (static_assert below its definition), so that a signature
+// that drifts fails to compile there instead of silently turning the feature off
+// in the engine, which tests them with if constexpr.
+
+// Segments of a pipelined all_reduce may complete their steps out of order.
+template <class T>
+concept waits_for_any = transport<T> && requires(T& t, std::span<typename T::request> rs,
+                                                 const typename T::request& r, deadline_clock::time_point dl) {
+  { t.wait_any(rs, dl) } -> std::same_as<wait_status>;
+  { T::complete(r) } -> std::convertible_to<bool>;
+};
+
+// A peer's buffer in node memory (mdring::node_alloc) is reachable by pointer:
+// local_address(ch, j, remote, bytes) is this process's address of peer j's
+// `remote`, or nullptr when it is not mapped (then: cross-memory attach).
+template <class T>
+concept maps_peer_memory = requires(T& t, typename T::channel& ch, std::size_t j, const void* p, std::size_t n) {
+  { t.local_address(ch, j, p, n) } -> std::convertible_to<const void*>;
+};
+
+// Says whether a progress thread may call it while the user's threads do (MPI:
+// only under MPI_THREAD_MULTIPLE). A transport without it allows it.
+template <class T>
+concept reports_background_progress = requires(const T& t) {
+  { t.background_progress() } -> std::convertible_to<bool>;
 };
 
 MDRING_NAMESPACE_END

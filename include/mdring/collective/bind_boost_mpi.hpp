@@ -1,4 +1,4 @@
-// mdring/transport/boost_mpi.hpp: bind to a boost::mpi::communicator.
+// mdring/collective/bind_boost_mpi.hpp: bind to a boost::mpi::communicator.
 //
 //   boost::mpi::environment env;
 //   boost::mpi::communicator world;
@@ -10,7 +10,7 @@
 #pragma once
 
 #include "../config.hpp"
-#include "mpi.hpp"
+#include "bind_mpi.hpp"
 
 #include <boost/mpi/communicator.hpp>
 
