@@ -15,8 +15,8 @@
 //
 // Who drives: a wait()/test() of the user's drives its executor itself; with
 // progress_mode::agent a process-wide thread (progress_agent) also drives every
-// executor that has calls in flight, and sleeps on a condition variable when none
-// has. Both back off (yield, then short sleeps up to 100 us) while nothing moves,
+// executor that has calls in flight and no thread waiting on it, and sleeps on a
+// condition variable when none has calls in flight. Both back off (yield, then short sleeps up to 100 us) while nothing moves,
 // so a call in flight costs little CPU while the peers are not there yet.
 #pragma once
 
@@ -94,6 +94,7 @@ public:
   // e has calls in flight: drive it until it has none.
   void add(std::shared_ptr<host_executor> e);
 
+
   ~progress_agent() {
     {
       std::lock_guard l(m_);
@@ -109,6 +110,7 @@ private:
 
   std::mutex m_;
   std::condition_variable cv_;
+  static constexpr std::chrono::microseconds grace{50};
   std::vector<std::shared_ptr<host_executor>> active_;
   std::thread th_;
   bool stop_ = false;
@@ -145,7 +147,7 @@ public:
       std::lock_guard l(q_m_);
       queue_.push_back(c);
     }
-    pending_.fetch_add(1, std::memory_order_acq_rel);
+    if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) touch();
     if (mode_ == progress_mode::agent) progress_agent::instance().add(shared_from_this());
     return c;
   }
@@ -162,8 +164,23 @@ public:
     return fiber_->waits() != w || completed_ != done;
   }
 
+  // A thread is waiting in wait() or drain(), and drives the calls itself: the
+  // agent leaves this executor alone meanwhile (two threads taking turns on one
+  // fiber would only hand it back and forth).
+  bool has_waiter() const noexcept { return waiters_.load(std::memory_order_relaxed) != 0; }
+
+  // When the caller last handed the calls in flight over: the first call issued
+  // after a quiet spell, or the last waiting thread leaving.
+  deadline_clock::time_point touched() const noexcept {
+    return deadline_clock::time_point(deadline_clock::duration(touched_.load(std::memory_order_relaxed)));
+  }
+  void touch() noexcept {
+    touched_.store(deadline_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
+
   // Until c has completed (its error stays in c).
   void wait(const call_state& c) {
+    waiting w(*this);
     backoff b;
     while (!c.done.load(std::memory_order_acquire)) {
       const bool moved = try_step();
@@ -177,11 +194,22 @@ public:
   }
   // Until nothing is in flight (what the communicator's destructor and move do).
   void drain() noexcept {
+    waiting w(*this);
     backoff b;
     while (busy()) b.pause(try_step());
   }
 
 private:
+  // Counts a waiting thread; when the last one leaves, the agent gives the caller
+  // a grace period again (wait_all waits for one request after another).
+  struct waiting {
+    host_executor& e;
+    explicit waiting(host_executor& ex) : e(ex) { e.waiters_.fetch_add(1, std::memory_order_relaxed); }
+    ~waiting() {
+      if (e.waiters_.fetch_sub(1, std::memory_order_relaxed) == 1) e.touch();
+    }
+  };
+
   // The fiber's whole life: run the queue, one call after the other; yield when
   // it is empty (try_step resumes only while something is queued).
   static void loop(void* self) {
@@ -216,19 +244,25 @@ private:
   std::mutex q_m_;
   std::deque<std::shared_ptr<call_state>> queue_;
   std::atomic<std::size_t> pending_{0};  // queued or running
+  std::atomic<unsigned> waiters_{0};     // threads in wait() or drain()
+  std::atomic<deadline_clock::rep> touched_{0};
   std::uint64_t completed_ = 0;          // under run_m_
   std::once_flag fiber_once_;
   std::unique_ptr<fiber> fiber_;
 };
 
 inline void progress_agent::add(std::shared_ptr<host_executor> e) {
+  bool was_idle = false;
   {
     std::lock_guard l(m_);
     if (stop_) return;
+    was_idle = active_.empty();
     if (std::find(active_.begin(), active_.end(), e) == active_.end()) active_.push_back(std::move(e));
     if (!th_.joinable()) th_ = std::thread([this] { run(); });
   }
-  cv_.notify_one();
+  // Only an idle agent is woken: a busy one finds e in its next round, and waking
+  // it for every call issued would cost a context switch each (and e is fresh).
+  if (was_idle) cv_.notify_one();
 }
 
 inline void progress_agent::run() {
@@ -244,10 +278,32 @@ inline void progress_agent::run() {
       if (stop_) return;
       round = active_;
     }
-    bool moved = false;
-    for (auto& e : round) moved |= e->try_step();
+    // An executor whose calls were issued moments ago is left to its caller for
+    // a grace period: a caller that waits at once drives its calls itself, and an
+    // agent that took the executor's lock just then (and lost its core while
+    // holding it, when threads outnumber cores) would only delay it. One with a
+    // thread waiting on it is that thread's to drive.
+    bool moved = false, fresh = false;
+    std::size_t driven = 0;
+    const auto now = deadline_clock::now();
+    for (auto& e : round) {
+      if (e->has_waiter()) continue;
+      if (now - e->touched() < grace) {
+        fresh = true;
+        continue;
+      }
+      ++driven;
+      moved |= e->try_step();
+    }
     round.clear();
-    b.pause(moved);
+    if (driven) {
+      b.pause(moved);
+      continue;
+    }
+    // Nothing to drive now: sleep until the grace period ends, and look again
+    // every millisecond while callers drive their own.
+    std::unique_lock l(m_);
+    cv_.wait_for(l, fresh ? std::chrono::microseconds(grace) : std::chrono::microseconds(1000), [&] { return stop_; });
   }
 }
 
