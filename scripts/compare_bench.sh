@@ -3,8 +3,8 @@
 # the commit before the change and one from after), all_reduce against
 # MPI_Allreduce in the same run, 2 and 4 processes, 4 KiB to 256 MiB. The two
 # binaries alternate (before, after, before, after) so that drift in the
-# machine's speed hits both alike; the table gives each size's ratio to MPI
-# (the median of the rounds) before and after, and the change.
+# machine's speed hits both alike; the table gives each size's ratio to MPI and
+# mdring's own time (medians of the rounds) before and after, and the changes.
 #
 #   scripts/compare_bench.sh OLD/mdring-bench NEW/mdring-bench [ROUNDS] > table.md
 set -euo pipefail
@@ -35,18 +35,21 @@ py=python3
 $py - "$out" <<'PY'
 import json, sys, statistics, collections
 d = sys.argv[1]
-print("| processes | bytes | ratio to MPI before | after | change |")
-print("|---|---:|---:|---:|---:|")
+print("| processes | bytes | ratio to MPI before | after | change | mdring us before | after | change |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for np in (2, 4):
-    r = {}
+    r, t = {}, {}
     for which in ("before", "after"):
-        rows = collections.defaultdict(list)
+        rows, times = collections.defaultdict(list), collections.defaultdict(list)
         for line in open(f"{d}/{which}-np{np}.jsonl"):
             j = json.loads(line)
             rows[j["bytes"]].append(j["ratio"])
+            times[j["bytes"]].append(j["mdring_s"] * 1e6)
         r[which] = {b: statistics.median(v) for b, v in rows.items()}
+        t[which] = {b: statistics.median(v) for b, v in times.items()}
     for b in sorted(r["before"]):
-        a, c = r["before"][b], r["after"].get(b)
-        print(f"| {np} | {b} | {a:.3f} | {c:.3f} | {100 * (c / a - 1):+.1f} % |")
+        a, c = r["before"][b], r["after"][b]
+        x, y = t["before"][b], t["after"][b]
+        print(f"| {np} | {b} | {a:.3f} | {c:.3f} | {100 * (c / a - 1):+.1f} % | {x:.1f} | {y:.1f} | {100 * (y / x - 1):+.1f} % |")
 PY
 rm -rf "$out"

@@ -16,8 +16,9 @@
 // Who drives: a wait()/test() of the user's drives its executor itself; with
 // progress_mode::agent a process-wide thread (progress_agent) also drives every
 // executor that has calls in flight and no thread waiting on it, and sleeps on a
-// condition variable when none has calls in flight. Both back off (yield, then short sleeps up to 100 us) while nothing moves,
-// so a call in flight costs little CPU while the peers are not there yet.
+// condition variable when none has calls in flight. Both back off (yield, then
+// short sleeps up to 100 us) while nothing moves, so a call in flight costs
+// little CPU while the peers are not there yet.
 #pragma once
 
 #include "../config.hpp"
@@ -93,7 +94,6 @@ public:
   }
   // e has calls in flight: drive it until it has none.
   void add(std::shared_ptr<host_executor> e);
-
 
   ~progress_agent() {
     {
