@@ -34,35 +34,12 @@
 #include "shared_access.hpp"
 #include "transport.hpp"
 
-#include <mpi.h>
-
-// SimGrid's mpi.h defines SMPI_SHARED_MALLOC: building with smpicxx is enough.
-#ifndef MDRING_SMPI
-#if defined(SMPI_SHARED_MALLOC)
-#define MDRING_SMPI 1
-#else
-#define MDRING_SMPI 0
-#endif
-#endif
-
-#if defined(__linux__) && !MDRING_SMPI
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <unistd.h>
-#include <cerrno>
-#define MDRING_HAVE_CMA 1
-#else
-#define MDRING_HAVE_CMA 0
-#endif
+#include "mpi_node.hpp"
 
 #include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstring>
-#include <new>
 #include <memory>
 #include <optional>
 #include <span>
@@ -74,38 +51,9 @@ MDRING_NAMESPACE_BEGIN
 
 namespace mpi {
 
-namespace detail {
-inline std::string error_string(int code) {
-  char buf[MPI_MAX_ERROR_STRING + 1] = {};
-  int len = 0;
-  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(buf, std::size_t(len));
-}
-
-inline void check(int code, const char* call) {
-  if (code != MPI_SUCCESS)
-    throw mpi_error(std::string("mdring::mpi: ") + call + " failed: " + error_string(code), code);
-}
-
-inline bool finalized() {
-  int f = 0;
-  MPI_Finalized(&f);
-  return f != 0;
-}
-
-}  // namespace detail
-
 class transport {
 public:
-  struct channel {
-    MPI_Comm comm = MPI_COMM_NULL;
-    std::vector<std::size_t> members;  // global ranks, by coordinate
-    // Shared access, when every member is on this node and cross-memory attach works.
-    mdring::detail::access_group group;
-    std::vector<long> pids;
-    MPI_Win win = MPI_WIN_NULL;
-  };
-
+  using channel = detail::channel;
   // Peers' buffers are in other processes: read and write them with CMA.
   static constexpr bool same_address_space = false;
   struct request {
@@ -177,7 +125,7 @@ public:
                                 ", expected " + std::to_string(my_index) + " of " + std::to_string(members.size()),
                             0);
     channel ch{sub, {members.begin(), members.end()}, {}, {}, MPI_WIN_NULL};
-    if (shared_memory_) try_shared_access(ch, my_index);
+    if (shared_memory_) detail::try_shared_access(ch, my_index, staging_, [&] { return oversubscribed(); });
     if (ch.win != MPI_WIN_NULL) windows_.push_back(ch.win);
     return ch;
   }
@@ -192,21 +140,19 @@ public:
   void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
     if (bytes == 0) return;
     if (const void* mine = local_address(ch, j, remote, bytes)) return void(std::memcpy(local, mine, bytes));
-    cma(ch, j, const_cast<void*>(remote), local, bytes, false);
+    detail::cma(ch, j, const_cast<void*>(remote), local, bytes, false);
   }
   // Copies `bytes` from this process into peer j's address space (at `remote`).
   void write(channel& ch, std::size_t j, const void* local, void* remote, std::size_t bytes) {
     if (bytes == 0) return;
     if (void* mine = local_address(ch, j, remote, bytes)) return void(std::memcpy(mine, local, bytes));
-    cma(ch, j, remote, const_cast<void*>(local), bytes, true);
+    detail::cma(ch, j, remote, const_cast<void*>(local), bytes, true);
   }
 
   // How many peers' node_alloc segments this process has mapped (zero-copy), and
   // whether any dimension runs on shared access at all.
   std::size_t mapped_segments() const noexcept {
-    std::size_t n = 0;
-    for (const auto& m : mappings_) n += m.local != nullptr;
-    return n;
+    return mappings_.count();
   }
   bool shared_channels() const noexcept { return !windows_.empty(); }
 
@@ -219,7 +165,7 @@ public:
     const auto a = reinterpret_cast<std::uintptr_t>(remote);
     for (const auto* sg : {&ch.group.peer_src_segment(j), &ch.group.peer_dst_segment(j)}) {
       if (sg->id == 0 || a < sg->base || a - sg->base > sg->size || bytes > sg->size - (a - sg->base)) continue;
-      if (char* base = map_segment(ch.pids[j], *sg)) return base + (a - sg->base);
+      if (char* base = mappings_.map(ch.pids[j], *sg)) return base + (a - sg->base);
     }
 #else
     (void)ch, (void)j, (void)remote, (void)bytes;
@@ -432,75 +378,6 @@ private:
     }
   }
 
-  // Sets up shared access on a channel whose members all share this node: a
-  // window of one control slot per rank, the members' pids, and a probe that
-  // reads and writes every peer once. Any failure on any member (another node, a
-  // kernel that forbids cross-memory attach) leaves the channel on messages.
-  void try_shared_access(channel& ch, std::size_t me) {
-#if MDRING_HAVE_CMA
-    const int p = int(ch.members.size());
-    if (p > int(mdring::detail::access_group::max_ranks)) return;
-    int ok = 1;
-    MPI_Comm node = MPI_COMM_NULL;
-    if (MPI_Comm_split_type(ch.comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) ok = 0;
-    if (ok) {
-      int n = 0;
-      MPI_Comm_size(node, &n);
-      ok = n == p;
-      MPI_Comm_free(&node);
-    }
-    if (!agree(ch.comm, ok)) return;
-    void* base = nullptr;
-    // 64 bytes more, to align each rank's slot to a cache line (MPI may not): the
-    // segment is mapped page-aligned in every process, so the offsets agree.
-    if (MPI_Win_allocate_shared(MPI_Aint(mdring::detail::access_region_bytes(staging_) + 64), 1, MPI_INFO_NULL,
-                                ch.comm, &base, &ch.win) != MPI_SUCCESS) {
-      ch.win = MPI_WIN_NULL;
-      ok = 0;
-    }
-    if (!agree(ch.comm, ok)) return free_window(ch);
-    std::vector<mdring::detail::access_slot*> slots(std::size_t(p), nullptr);
-    for (int j = 0; j < p; ++j) {
-      MPI_Aint size = 0;
-      int disp = 0;
-      void* ptr = nullptr;
-      if (MPI_Win_shared_query(ch.win, j, &size, &disp, &ptr) != MPI_SUCCESS || !ptr) ok = 0;
-      const std::uintptr_t aligned = (reinterpret_cast<std::uintptr_t>(ptr) + 63) / 64 * 64;
-      slots[std::size_t(j)] = reinterpret_cast<mdring::detail::access_slot*>(aligned);
-    }
-    if (!agree(ch.comm, ok)) return free_window(ch);
-    auto* mine = new (slots[me]) mdring::detail::access_slot{};
-    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // let peers attach under Yama
-    long pid = long(getpid());
-    ch.pids.assign(std::size_t(p), 0);
-    MPI_Allgather(&pid, 1, MPI_LONG, ch.pids.data(), 1, MPI_LONG, ch.comm);
-    // The probe: read each peer's word, then write into it.
-    probe_[0] = probe_value(ch.members[me]);
-    mine->src = reinterpret_cast<std::uintptr_t>(&probe_[0]);
-    mine->dst = reinterpret_cast<std::uintptr_t>(&probe_[1]);
-    MPI_Barrier(ch.comm);
-    for (std::size_t j = 0; j < std::size_t(p) && ok; ++j) {
-      if (j == me) continue;
-      std::uint64_t got = 0, mark = probe_value(ch.members[me]);
-      iovec l{&got, sizeof got}, r{reinterpret_cast<void*>(slots[j]->src), sizeof got};
-      if (process_vm_readv(pid_t(ch.pids[j]), &l, 1, &r, 1, 0) != ssize_t(sizeof got) ||
-          got != probe_value(ch.members[j]))
-        ok = 0;
-      iovec lw{&mark, sizeof mark}, rw{reinterpret_cast<void*>(slots[j]->dst), sizeof mark};
-      if (ok && process_vm_writev(pid_t(ch.pids[j]), &lw, 1, &rw, 1, 0) != ssize_t(sizeof mark)) ok = 0;
-    }
-    MPI_Barrier(ch.comm);
-    if (!agree(ch.comm, ok)) return free_window(ch);
-    mine->src = mine->dst = 0;
-    ch.group = mdring::detail::access_group(slots.data(), std::size_t(p), me, staging_, true, oversubscribed());
-#else
-    (void)ch;
-    (void)me;
-#endif
-  }
-
-  static std::uint64_t probe_value(std::size_t rank) { return 0x6d6472696e670000ull ^ rank; }
-
   // More processes of this communicator on this node than the node has cores.
   bool oversubscribed() {
     if (node_ranks_ == 0) {
@@ -513,41 +390,6 @@ private:
       node_ranks_ = std::size_t(n);
     }
     return mdring::detail::oversubscribed(node_ranks_);
-  }
-
-  // Every member says ok (MPI_MIN over the channel).
-  static bool agree(MPI_Comm comm, int ok) {
-    int all = 0;
-    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) return false;
-    return all != 0;
-  }
-
-  static void free_window(channel& ch) {
-    if (ch.win != MPI_WIN_NULL) MPI_Win_free(&ch.win);
-    ch.win = MPI_WIN_NULL;
-    ch.group = {};
-  }
-
-  void cma(channel& ch, std::size_t j, void* remote, void* local, std::size_t bytes, bool to_remote) {
-#if MDRING_HAVE_CMA
-    auto* l = static_cast<char*>(local);
-    auto* r = static_cast<char*>(remote);
-    while (bytes) {
-      iovec lv{l, bytes}, rv{r, bytes};
-      const ssize_t n = to_remote ? process_vm_writev(pid_t(ch.pids[j]), &lv, 1, &rv, 1, 0)
-                                  : process_vm_readv(pid_t(ch.pids[j]), &lv, 1, &rv, 1, 0);
-      if (n <= 0)
-        throw transport_error(std::string("mdring::mpi: cross-memory attach ") + (to_remote ? "write to" : "read from") +
-                                  " rank " + std::to_string(ch.members[j]) + " failed: " + std::strerror(errno),
-                              errno);
-      l += n;
-      r += n;
-      bytes -= std::size_t(n);
-    }
-#else
-    (void)ch, (void)j, (void)remote, (void)local, (void)bytes, (void)to_remote;
-    throw transport_error("mdring::mpi: shared access is not available on this platform", 0);
-#endif
   }
 
   std::optional<wait_status> poll_control() {
@@ -567,59 +409,8 @@ private:
     return wait_status{wait_status::peer_failed, 0, failed_rank_, failed_reason_};
   }
 
-  // A peer's node_alloc segment, mapped into this process (local == nullptr: the
-  // mapping failed once; it is not tried again).
-  struct mapping {
-    long pid = 0;
-    std::uint32_t id = 0;
-    std::uint64_t size = 0;
-    char* local = nullptr;
-    std::uint64_t used = 0;
-  };
-  static constexpr std::size_t max_mappings = 256;
-
-  char* map_segment(long pid, const mdring::detail::node_segment& sg) {
-    ++use_clock_;
-    for (auto& m : mappings_)
-      if (m.pid == pid && m.id == sg.id && m.size == sg.size) {
-        m.used = use_clock_;
-        return m.local;
-      }
-    mapping m{pid, sg.id, sg.size, nullptr, use_clock_};
-#if MDRING_HAVE_CMA
-    // The owner is inside the collective that published the segment, so its
-    // descriptor is open; ids are never reused, so a cached mapping stays right.
-    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(sg.fd);
-    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd >= 0) {
-      struct stat st {};
-      if (fstat(fd, &st) == 0 && std::uint64_t(st.st_size) >= sg.size) {
-        void* p = mmap(nullptr, sg.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p != MAP_FAILED) m.local = static_cast<char*>(p);
-      }
-      close(fd);
-    }
-#endif
-    if (mappings_.size() >= max_mappings) {  // drop the least recently used
-      std::size_t lru = 0;
-      for (std::size_t i = 1; i < mappings_.size(); ++i)
-        if (mappings_[i].used < mappings_[lru].used) lru = i;
-      unmap(mappings_[lru]);
-      mappings_.erase(mappings_.begin() + std::ptrdiff_t(lru));
-    }
-    mappings_.push_back(m);
-    return m.local;
-  }
-  static void unmap(mapping& m) noexcept {
-#if MDRING_HAVE_CMA
-    if (m.local) munmap(m.local, m.size);
-#endif
-    m.local = nullptr;
-  }
-
   void free_all() noexcept {
-    for (auto& m : mappings_) unmap(m);
-    mappings_.clear();
+    mappings_.release();
     if (detail::finalized()) return;
     if (control_req_ != MPI_REQUEST_NULL) {
       MPI_Cancel(&control_req_);
@@ -637,10 +428,8 @@ private:
   MPI_Comm ctrl_ = MPI_COMM_NULL;
   std::vector<MPI_Comm> owned_;
   std::vector<MPI_Win> windows_;  // freed before the communicators
-  std::vector<mapping> mappings_;
-  std::uint64_t use_clock_ = 0;
+  detail::segment_mappings mappings_;
   std::size_t node_ranks_ = 0;  // oversubscribed()'s, once known
-  std::uint64_t probe_[2] = {0, 0};
   std::size_t rank_ = 0, size_ = 0;
   std::size_t max_bytes_;
   bool shared_memory_ = true;
