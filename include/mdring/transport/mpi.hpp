@@ -125,7 +125,9 @@ public:
                                 ", expected " + std::to_string(my_index) + " of " + std::to_string(members.size()),
                             0);
     channel ch{sub, {members.begin(), members.end()}, {}, {}, MPI_WIN_NULL};
-    if (shared_memory_) detail::try_shared_access(ch, my_index, staging_, [&] { return oversubscribed(); });
+    // oversubscribed() is collective over the whole communicator (cached after the
+    // first call): every rank asks it here, for every channel, in the same order.
+    if (shared_memory_) detail::try_shared_access(ch, my_index, staging_, oversubscribed());
     if (ch.win != MPI_WIN_NULL) windows_.push_back(ch.win);
     return ch;
   }

@@ -132,8 +132,7 @@ inline std::uint64_t probe_value(std::size_t rank) { return 0x6d6472696e670000ul
 // window of one control slot per rank, the members' pids, and a probe that
 // reads and writes every peer once. Any failure on any member (another node, a
 // kernel that forbids cross-memory attach) leaves the channel on messages.
-template <class Oversubscribed>
-void try_shared_access(channel& ch, std::size_t me, std::size_t staging, Oversubscribed&& oversubscribed) {
+inline void try_shared_access(channel& ch, std::size_t me, std::size_t staging, bool oversubscribed) {
 #if MDRING_HAVE_CMA
   std::uint64_t probe[2] = {0, 0};  // what the peers read and write in the probe below
   const int p = int(ch.members.size());
@@ -190,7 +189,7 @@ void try_shared_access(channel& ch, std::size_t me, std::size_t staging, Oversub
   MPI_Barrier(ch.comm);
   if (!agree(ch.comm, ok)) return free_window(ch);
   mine->src = mine->dst = 0;
-  ch.group = mdring::detail::access_group(slots.data(), std::size_t(p), me, staging, true, oversubscribed());
+  ch.group = mdring::detail::access_group(slots.data(), std::size_t(p), me, staging, true, oversubscribed);
 #else
   (void)ch, (void)me, (void)staging, (void)oversubscribed;
 #endif
