@@ -257,10 +257,10 @@ public:
     ptrs_.resize(pmax);
     root_coords_.resize(k);
     ranges_.resize(k);
-    progress_ = opts_.progress;
-    if (progress_ == progress_mode::automatic)
-      progress_ = detail::background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
-    exec_.exec = std::make_shared<detail::host_executor>(progress_);
+    progress_mode mode = opts_.progress;
+    if (mode == progress_mode::automatic)
+      mode = detail::background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
+    exec_.exec = std::make_shared<detail::host_executor>(mode);
   }
 
   // Moving or destroying a communicator first waits for its calls in flight (the
@@ -292,7 +292,7 @@ public:
 
   // Who moves this communicator's nonblocking calls on: agent or in_wait
   // (options::progress with automatic resolved for this transport).
-  progress_mode progress() const noexcept { return progress_; }
+  progress_mode progress() const noexcept { return exec_.exec->mode(); }
 
   bool usable() const noexcept { return !broken_; }
   const std::string& failure() const noexcept { return broken_why_; }
@@ -368,7 +368,6 @@ private:
   std::vector<const void*> ptrs_;
   bool broken_ = false;
   std::string broken_why_;
-  progress_mode progress_ = progress_mode::in_wait;
 };
 
 template <class C>
