@@ -140,3 +140,21 @@ TEST_CASE("requests: errors at issue name the argument; an empty request is harm
   });
   CHECK(what == "recvbuf: mdring::iall_reduce: recvbuf has 3 elements but sendbuf has 4");
 }
+
+TEST_CASE("requests: reserve() with calls in flight waits for them before growing scratch") {
+  std::vector<float> got(2, 0.f);
+  std::vector<int> ready(2, 0);
+  md::threads::run(2, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(md::parse_topology("ethernet:*"), ep);
+    std::vector<float> a(100000, float(ep.rank + 1));
+    auto r = md::iall_reduce(comm, a.data(), a.size(), md::sum);
+    comm.reserve<float>(std::size_t(1) << 22);  // frees the block the call used, after it
+    ready[ep.rank] = r.ready();
+    r.wait();
+    got[ep.rank] = a[99999];
+  });
+  CHECK(ready[0] == 1);
+  CHECK(ready[1] == 1);
+  CHECK(got[0] == 3.f);
+  CHECK(got[1] == 3.f);
+}

@@ -298,7 +298,8 @@ public:
   const std::string& failure() const noexcept { return broken_why_; }
 
   // Pre-sizes scratch so that no collective on up to `count` elements of T (the
-  // count each collective takes) allocates. Defined in run.hpp.
+  // count each collective takes) allocates. Waits for the calls in flight first.
+  // Defined in run.hpp.
   template <class T>
   void reserve(std::size_t count);
   std::size_t scratch_bytes() const noexcept { return ws_.capacity(); }

@@ -248,6 +248,7 @@ std::optional<arg_error> first_error(E&&... e) {
 template <class Topology, transport Transport>
 template <class T>
 void communicator<Topology, Transport>::reserve(std::size_t count) {
+  exec_.drain();  // a larger block replaces the one that calls in flight may be using
   std::size_t bytes = 0;
   for (bool commutative : {true, false}) {  // non-commutative ops run direct everywhere
     detail::engine<T, sum_t, communicator> e(*this, "reserve", sum_t{}, commutative);
