@@ -12,7 +12,10 @@
 #include <mdring/mdring.hpp>
 #include "test_support.hpp"
 
+#include <atomic>
 #include <chrono>
+#include <exception>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -242,6 +245,77 @@ void failure_at_wait(Bind&& bind, md::options o, report& rep) {
   rep.expect(after[9] == i64(P * (P - 1) / 2), "failure_at_wait: the communicator did not survive");
 }
 
+// request::on_complete: each callback runs once, in completion (= issue) order,
+// after the result is in the buffer; one registered after completion runs at once
+// on the caller's thread; a failing call's callback gets its error.
+template <class Bind>
+void callbacks(Bind&& bind, md::options o, report& rep) {
+  o.checks = md::check_level::collective;
+  auto comm = bind(o);
+  const std::size_t P = comm.size(), r = comm.rank(), N = 8;
+  std::vector<std::vector<i64>> buf(N);
+  std::vector<md::request> reqs;
+  std::mutex m;
+  std::vector<std::size_t> order;
+  std::vector<int> calls(N, 0), wrong(N, 0), errors(N, 0);
+  for (std::size_t i = 0; i < N; ++i) {
+    buf[i].resize(count_of(i + 2));
+    for (std::size_t j = 0; j < buf[i].size(); ++j) buf[i][j] = value(r, i, j);
+    reqs.push_back(md::iall_reduce(comm, buf[i].data(), buf[i].size(), md::sum));
+    reqs.back().on_complete([&, i](std::exception_ptr e) {
+      std::lock_guard l(m);
+      order.push_back(i);
+      ++calls[i];
+      errors[i] += e != nullptr;
+      for (std::size_t j = 0; j < buf[i].size(); ++j) wrong[i] += buf[i][j] != summed(P, i, j);
+    });
+  }
+  md::wait_all(reqs);
+  // wait_all may return before the last callback (run by the agent) has finished.
+  for (int spin = 0; spin < 20000; ++spin) {
+    {
+      std::lock_guard l(m);
+      if (order.size() == N) break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  {
+    std::lock_guard l(m);
+    rep.expect(order.size() == N, "callbacks: " + std::to_string(order.size()) + " of " + std::to_string(N) + " ran");
+    bool in_order = true;
+    for (std::size_t i = 0; i < order.size(); ++i) in_order &= order[i] == i;
+    rep.expect(in_order, "callbacks: not in issue order");
+    for (std::size_t i = 0; i < N; ++i) {
+      rep.expect(calls[i] == 1, "callbacks: call " + std::to_string(i) + " notified " + std::to_string(calls[i]) + " times");
+      rep.expect(wrong[i] == 0 && errors[i] == 0, "callbacks: call " + std::to_string(i) + " not complete when notified");
+    }
+  }
+  // Registered after completion (q completed before q2, which is waited for):
+  // it runs once, at once or from the thread still notifying it.
+  std::vector<i64> late(100, i64(r)), later(10, 1);
+  auto q = md::iall_reduce(comm, late.data(), late.size(), md::sum);
+  auto q2 = md::iall_reduce(comm, later.data(), later.size(), md::sum);
+  q2.wait();
+  rep.expect(q.ready(), "callbacks: an earlier call is not complete after a later one");
+  std::atomic<int> ran{0};
+  q.on_complete([&](std::exception_ptr e) { ran += e ? 100 : 1; });
+  for (int spin = 0; spin < 20000 && ran.load() == 0; ++spin) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  q.wait();
+  rep.expect(ran.load() == 1, "callbacks: registered after completion, ran " + std::to_string(ran.load()));
+  rep.expect(late[99] == i64(P * (P - 1) / 2), "callbacks: wrong late result");
+  // A failing call (rank 0 passes another count): the callback gets the error.
+  std::vector<i64> bad(11, 0);
+  auto f = md::iall_reduce(comm, bad.data(), r == 0 && P > 1 ? 11 : 10, md::sum);
+  std::atomic<int> got{-1};
+  f.on_complete([&](std::exception_ptr e) { got = e ? 1 : 0; });
+  try {
+    f.wait();
+  } catch (const md::invalid_argument&) {
+  }
+  for (int spin = 0; spin < 20000 && got.load() < 0; ++spin) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  rep.expect(got.load() == (P > 1 ? 1 : 0), "callbacks: a failing call's callback got error flag " + std::to_string(got.load()));
+}
+
 // Every case, in one progress mode.
 template <class Bind>
 void all_cases(Bind&& bind, md::progress_mode mode, report& rep) {
@@ -254,6 +328,7 @@ void all_cases(Bind&& bind, md::progress_mode mode, report& rep) {
   destroyed(bind, o, rep);
   progress(bind, o, rep);
   failure_at_wait(bind, o, rep);
+  callbacks(bind, o, rep);
 }
 
 }  // namespace request_cases

@@ -19,6 +19,7 @@
 #include <mdring/mpi.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -871,4 +872,93 @@ TEST_CASE("two communicators used alternately, and a moved communicator") {
   for (std::size_t i = 0; i < z.size(); ++i) z[i] = val(R, i);
   md::all_reduce(moved, z.data(), z.size());
   CHECK(first_bad(z.size(), [&](std::size_t i) { return z[i] == val_sum(P, i); }) == z.size());
+}
+
+// ---------------------------------------------------------------------------
+TEST_CASE("detect_topology: one node of P ranks here; node_layout and a node-major split") {
+  const std::size_t P = world_size(), R = world_rank();
+  const auto l = md::detect_node_layout(MPI_COMM_WORLD);
+  // mpirun starts every process on this machine: one node, node-major by construction.
+  CHECK(l.ranks == P);
+  CHECK(l.nodes == 1);
+  CHECK(l.ranks_per_node == P);
+  CHECK(l.node == 0);
+  CHECK(l.local_rank == R);
+  CHECK(l.node_major);
+  CHECK(l.key == int(R));
+  CHECK((l.network == "ethernet" || l.network == "infiniband"));
+  const auto t = md::detect_topology(MPI_COMM_WORLD);
+  CHECK(t.to_string() == "shm:" + std::to_string(P));
+  // Reversed ranks are still node-major on one node (one node holds them all).
+  MPI_Comm rev = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, -int(R), &rev);
+  const auto lr = md::detect_node_layout(rev);
+  CHECK(lr.local_rank == P - 1 - R);
+  CHECK(lr.node_major);
+  MPI_Comm_free(&rev);
+
+  // Nodes named by the ranks: round robin over two nodes is not node-major, and
+  // key orders the ranks node by node (even ranks first).
+  if (P >= 2) {
+    const auto rr = md::layout_of_nodes(MPI_COMM_WORLD, int(R % 2));
+    CHECK(rr.nodes == 2);
+    CHECK(rr.ranks_per_node == (P % 2 ? 0 : P / 2));
+    CHECK(rr.node == R % 2);
+    CHECK(rr.local_rank == R / 2);
+    CHECK(rr.node_major == (P == 2));
+    CHECK(rr.key == int(R % 2 == 0 ? R / 2 : (P + 1) / 2 + R / 2));
+    CHECK(md::topology_of(rr).to_string() ==
+          (P == 2 ? rr.network + ":2" : P % 2 ? rr.network + ":" + std::to_string(P)
+                                              : "shm:" + std::to_string(P / 2) + " x " + rr.network + ":2"));
+  }
+  // The layouts of several nodes, as topology_of turns them into topologies.
+  md::node_layout two{8, 2, 4, 0, 0, true, 0, "infiniband"};
+  CHECK(md::topology_of(two).to_string() == "shm:4 x infiniband:2");
+  md::node_layout single{6, 6, 1, 0, 0, true, 0, "ethernet"};
+  CHECK(md::topology_of(single).to_string() == "ethernet:6");
+  md::node_layout unequal{5, 2, 0, 0, 0, false, 0, "ethernet"};
+  CHECK(md::topology_of(unequal).to_string() == "ethernet:5");
+  CHECK(all_ranks(true));
+}
+
+namespace {
+// A bulk op, as the MPI interposer uses: MPI_Reduce_local with MPI_SUM on int32,
+// counting its calls.
+struct mpi_local_sum {
+  static inline std::atomic<long> calls{0};
+  void reduce_local(const std::int32_t* in, std::int32_t* inout, std::size_t n) const {
+    ++calls;
+    MPI_Reduce_local(in, inout, int(n), MPI_INT32_T, MPI_SUM);
+  }
+};
+static_assert(md::bulk_reduction<mpi_local_sum, std::int32_t>);
+static_assert(md::reduction_for<mpi_local_sum, std::int32_t>);
+}  // namespace
+
+TEST_CASE("a bulk op (reduce_local on whole arrays) gives the exact sums, every algorithm") {
+  const std::size_t P = world_size(), R = world_rank();
+  for (auto alg : {md::algorithm::automatic, md::algorithm::ring, md::algorithm::direct}) {
+    md::options o;
+    o.algorithms = {alg};
+    auto comm = md::bind(md::parse_topology("shm:*"), MPI_COMM_WORLD, o);
+    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(5000), std::size_t(70001)}) {
+      mpi_local_sum::calls = 0;
+      std::vector<std::int32_t> x(n), y(n, -1);
+      for (std::size_t i = 0; i < n; ++i) x[i] = std::int32_t(R * 1000 + i % 1000);
+      md::all_reduce(comm, x.data(), y.data(), n, mpi_local_sum{});
+      const std::int32_t rs = std::int32_t(P * (P - 1) / 2);
+      CHECK(first_bad(n, [&](std::size_t i) { return y[i] == rs * 1000 + std::int32_t(P * (i % 1000)); }) == n);
+      if (P > 1 && n >= P) CHECK(mpi_local_sum::calls.load() > 0);
+      md::all_reduce(comm, x.data(), n, mpi_local_sum{});  // in place
+      CHECK(x == y);
+      std::vector<std::int32_t> rsout(n / std::max<std::size_t>(P, 1));
+      std::vector<std::int32_t> full(rsout.size() * P);
+      for (std::size_t i = 0; i < full.size(); ++i) full[i] = std::int32_t(i);
+      md::reduce_scatter(comm, full.data(), rsout.data(), rsout.size(), mpi_local_sum{});
+      CHECK(first_bad(rsout.size(), [&](std::size_t i) {
+              return rsout[i] == std::int32_t(P * (R * rsout.size() + i));
+            }) == rsout.size());
+    }
+  }
+  CHECK(all_ranks(true));
 }

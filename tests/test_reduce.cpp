@@ -297,6 +297,24 @@ static_assert(!m::reduction_for<returns_void, int>);
 // not trivially copyable elements
 static_assert(!m::reduction_for<string_cat, std::string>);
 
+// a bulk op: reduce_local(in, inout, n); not when declared non-commutative
+struct bulk_xor {
+  void reduce_local(const std::uint32_t* in, std::uint32_t* inout, std::size_t n) const {
+    for (std::size_t i = 0; i < n; ++i) inout[i] ^= in[i];
+  }
+};
+struct bulk_nc {
+  static constexpr bool is_commutative = false;
+  void reduce_local(const int* in, int* inout, std::size_t n) const {
+    for (std::size_t i = 0; i < n; ++i) inout[i] = in[i];
+  }
+};
+static_assert(m::bulk_reduction<bulk_xor, std::uint32_t>);
+static_assert(m::reduction_for<bulk_xor, std::uint32_t>);
+static_assert(!m::reduction_for<bulk_xor, int>);
+static_assert(!m::bulk_reduction<bulk_nc, int>);
+static_assert(!m::reduction_for<bulk_nc, int>);
+
 // ---- host_reducer's accumulator -----------------------------------------------------------------
 
 // built-in ops accumulate 16-bit types in float
@@ -858,4 +876,41 @@ TEST_CASE("reduction_for: the non_commutative wrapper only reduces what the wrap
   using nc_int = m::non_commutative_op<int_only>;
   CHECK(m::reduction_for<nc_int, int>);
   CHECK_FALSE(m::reduction_for<nc_int, pod>);
+}
+
+namespace {
+// A bulk op that records the length of every call.
+struct bulk_sum_logged {
+  std::vector<std::size_t>* lengths;
+  void reduce_local(const std::int64_t* in, std::int64_t* inout, std::size_t n) const {
+    lengths->push_back(n);
+    for (std::size_t i = 0; i < n; ++i) inout[i] += in[i];
+  }
+};
+}  // namespace
+
+TEST_CASE("a bulk op: one reduce_local per array (combine) or per 16 KiB tile (combine_n), in place too") {
+  std::vector<std::size_t> lengths;
+  m::host_reducer<std::int64_t, bulk_sum_logged> red(bulk_sum_logged{&lengths}, 4);
+  const std::size_t n = 5000;  // 2048 elements of int64 per tile: tiles of 2048, 2048, 904
+  std::vector<std::int64_t> a(n), b(n), c(n), d(n, -1);
+  for (std::size_t i = 0; i < n; ++i) a[i] = std::int64_t(i), b[i] = std::int64_t(10 * i), c[i] = std::int64_t(100 * i);
+  red.combine(d.data(), a.data(), b.data(), n, true);
+  CHECK(lengths == std::vector<std::size_t>{n});
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(d[i] == std::int64_t(11 * i));
+  red.combine(a.data(), a.data(), b.data(), n, false);  // dst == a
+  red.combine(b.data(), c.data(), b.data(), n, false);  // dst == b
+  for (std::size_t i = 0; i < n; ++i) REQUIRE((a[i] == std::int64_t(11 * i) && b[i] == std::int64_t(110 * i)));
+  lengths.clear();
+  const std::int64_t* in[3] = {c.data(), a.data(), b.data()};  // c + a + b = 221 i, written over c
+  red.combine_n(c.data(), in, 3, n, true);
+  CHECK(lengths == std::vector<std::size_t>{2048, 2048, 2048, 2048, 904, 904});
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(c[i] == std::int64_t(221 * i));
+  std::vector<std::int64_t> o1(n, -1), o2(n, -1);
+  std::int64_t* outs[2] = {o1.data(), o2.data()};
+  const std::int64_t* in2[2] = {a.data(), b.data()};
+  red.combine_n_to(outs, 2, in2, 2, n, true, true);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE((o1[i] == std::int64_t(121 * i) && o2[i] == o1[i]));
+  red.finalize(o1.data(), a.data(), n, true);  // no finalize: a copy
+  CHECK(o1 == a);
 }

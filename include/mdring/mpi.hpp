@@ -3,4 +3,5 @@
 
 #include "mdring.hpp"
 #include "collective/bind_mpi.hpp"
+#include "topology/detect_mpi.hpp"
 #include "transport/mpi.hpp"

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -61,6 +62,14 @@ public:
     if (!st_) return;
     ex_->wait(*st_);
     finish();
+  }
+  // f(error) once, when the call completes (error is null on success): on the
+  // thread that completed it (the progress agent, or one in wait/test), after
+  // mdring's locks are released; at once, on this thread, if it already has. The
+  // request must still be waited for (or destroyed) as usual. Keep f short, and do
+  // not wait in it for this communicator's calls. Empty request: f is not called.
+  void on_complete(std::function<void(std::exception_ptr)> f) {
+    if (st_) st_->on_complete(std::move(f));
   }
   // Moves things on once (in any progress mode) and says whether the call has
   // completed; when it has, the request is empty afterwards and a failure is thrown.

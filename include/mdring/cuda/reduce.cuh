@@ -70,7 +70,7 @@ inline constexpr int fold_threads = 256;
 // The element types the device folds accept for op Op (and why not, at compile time).
 template <class T, class Op>
 constexpr bool device_reducible() {
-  return !std::is_same_v<std::remove_cv_t<T>, long double> && reduction_for<Op, T>;
+  return !std::is_same_v<std::remove_cv_t<T>, long double> && reduction_for<Op, T> && !bulk_reduction<Op, T>;
 }
 
 namespace detail {

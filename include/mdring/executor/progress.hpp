@@ -81,6 +81,29 @@ struct call_state {
   std::function<void()> body;
   std::exception_ptr error;
   std::atomic<bool> done{false};
+
+  // request::on_complete: f(error) once, after done, outside the executor's locks
+  // (at once, on the caller's thread, when the call has already been notified).
+  void on_complete(std::function<void(std::exception_ptr)> f) {
+    std::unique_lock l(cb_m_);
+    if (!notified_) return void(callback_ = std::move(f));
+    l.unlock();
+    f(error);
+  }
+  void notify() {
+    std::function<void(std::exception_ptr)> f;
+    {
+      std::lock_guard l(cb_m_);
+      notified_ = true;
+      f = std::move(callback_);
+    }
+    if (f) f(error);
+  }
+
+private:
+  std::mutex cb_m_;
+  std::function<void(std::exception_ptr)> callback_;
+  bool notified_ = false;
 };
 
 class host_executor;
@@ -156,12 +179,21 @@ public:
 
   // Moves the calls in flight on, if no other thread is doing so right now.
   // True when something moved (a wait was passed or a call completed).
+  // The calls that completed meanwhile are notified (their on_complete callbacks
+  // run) after the lock is released, on this thread.
   bool try_step() {
-    std::unique_lock l(run_m_, std::try_to_lock);
-    if (!l || !busy()) return false;
-    const std::uint64_t w = fiber_->waits(), done = completed_;
-    fiber_->resume();
-    return fiber_->waits() != w || completed_ != done;
+    std::vector<std::shared_ptr<call_state>> finished;
+    bool moved = false;
+    {
+      std::unique_lock l(run_m_, std::try_to_lock);
+      if (!l || !busy()) return false;
+      const std::uint64_t w = fiber_->waits(), done = completed_;
+      fiber_->resume();
+      moved = fiber_->waits() != w || completed_ != done;
+      finished.swap(finished_);
+    }
+    for (auto& c : finished) c->notify();
+    return moved;
   }
 
   // A thread is waiting in wait() or drain(), and drives the calls itself: the
@@ -234,6 +266,7 @@ private:
       }
       c->body = nullptr;
       ++e->completed_;
+      e->finished_.push_back(c);
       c->done.store(true, std::memory_order_release);
       e->pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
@@ -247,6 +280,7 @@ private:
   std::atomic<unsigned> waiters_{0};     // threads in wait() or drain()
   std::atomic<deadline_clock::rep> touched_{0};
   std::uint64_t completed_ = 0;          // under run_m_
+  std::vector<std::shared_ptr<call_state>> finished_;  // under run_m_: to notify
   std::once_flag fiber_once_;
   std::unique_ptr<fiber> fiber_;
 };

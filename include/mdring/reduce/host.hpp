@@ -7,6 +7,8 @@
 //   finalize    dst[i] = fin(src[i])                    (avg on one rank: the copy)
 // `final` applies the op's finalize (avg's division by the number of ranks) in the
 // same pass. dst may be exactly a or b (in place); partial overlap is not allowed.
+// A bulk op (ops.hpp) has its own reducer below: it is called on whole arrays, or
+// on tiles of 16 KiB.
 #pragma once
 
 #include "../config.hpp"
@@ -203,6 +205,52 @@ private:
     MDRING_VECTOR_LOOP(m, i, d[i] = store(fin<Final>(buf[i])));
   }
 
+  Op op_;
+  std::size_t ranks_;
+};
+
+// The reducer of a bulk op: the same interface, each loop one reduce_local call
+// per array (combine) or per tile (the k-input folds). A bulk op is commutative
+// and has no finalize, so `final` changes nothing.
+template <class T, class Op>
+  requires bulk_reduction<Op, T>
+class host_reducer<T, Op> {
+public:
+  host_reducer(Op op, std::size_t ranks) : op_(op), ranks_(ranks) {}
+
+  const Op& op() const noexcept { return op_; }
+  std::size_t ranks() const noexcept { return ranks_; }
+
+  void combine(T* dst, const T* a, const T* b, std::size_t n, bool /*final*/) const {
+    if (n == 0) return;
+    if (dst == b) return op_.reduce_local(a, dst, n);  // dst = a op dst
+    if (dst != a) std::memcpy(dst, a, n * sizeof(T));
+    op_.reduce_local(b, dst, n);                       // dst = b op a (commutative)
+  }
+  void combine_n(T* dst, const T* const* in, std::size_t k, std::size_t n, bool final) const {
+    combine_n_to(&dst, 1, in, k, n, final, false);
+  }
+  // Each tile is folded in a buffer before any out[o] is written, so an out[o] may
+  // be one of the inputs.
+  void combine_n_to(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n,
+                    bool /*final*/, bool stream) const {
+    if (n == 0) return;
+    alignas(64) T buf[tile];
+    for (std::size_t base = 0; base < n; base += tile) {
+      const std::size_t m = n - base < tile ? n - base : tile;
+      std::memcpy(buf, in[0] + base, m * sizeof(T));
+      for (std::size_t j = 1; j < k; ++j) op_.reduce_local(in[j] + base, buf, m);
+      for (std::size_t o = 0; o < nout; ++o)
+        stream ? detail::stream_copy(out[o] + base, buf, m * sizeof(T)) : void(std::memcpy(out[o] + base, buf, m * sizeof(T)));
+    }
+    if (stream) detail::stream_fence();
+  }
+  void finalize(T* dst, const T* src, std::size_t n, bool /*final*/) const {
+    if (n != 0 && dst != src) std::memmove(dst, src, n * sizeof(T));
+  }
+
+private:
+  static constexpr std::size_t tile = (std::size_t(16) << 10) / sizeof(T) < 1 ? 1 : (std::size_t(16) << 10) / sizeof(T);
   Op op_;
   std::size_t ranks_;
 };

@@ -1,0 +1,885 @@
+// libmdring-pmpi.so: mdring as a drop-in for an unmodified MPI program.
+//
+//   mpirun -x LD_PRELOAD=/path/libmdring-pmpi.so -np 4 ./app     (or link it before libmpi)
+//
+// It defines MPI_Allreduce, MPI_Reduce, MPI_Reduce_scatter_block, MPI_Reduce_scatter,
+// MPI_Allgather, MPI_Bcast and MPI_Iallreduce (and, for Open MPI, their Fortran
+// mpif.h entry points), runs each call on mdring where it can, and calls the PMPI_
+// function otherwise. What it takes over is decided only from what every rank
+// passes alike: the communicator (intra, more than one rank), count x type size
+// against a threshold, a predefined datatype, and a predefined op valid for it or
+// a commutative user op. Never from MPI_IN_PLACE, pointers or alignment, so every
+// rank decides the same. See README ("Drop-in for MPI programs") and docs/DESIGN.md.
+//
+// Environment (read at the first call; every rank must see the same values, and
+// a communicator whose ranks disagree stays on MPI):
+//   MDRING_PMPI=0              pass everything to MPI
+//   MDRING_PMPI_MIN_BYTES=n    smallest call taken over (default kDefaultMinBytes)
+//   MDRING_TOPOLOGY=...        the runtime topology syntax; default: detected
+//   MDRING_PMPI_THREAD=keep    do not raise the thread level to MPI_THREAD_MULTIPLE
+//                              at MPI_Init (MPI_Iallreduce then stays on MPI)
+//   MDRING_REPORT=1            per collective, at MPI_Finalize on rank 0: calls taken,
+//                              calls passed to MPI and why, bytes
+//   MDRING_TIMEOUT=s           mdring's deadline per wait (default: none, as MPI)
+#include <mdring/mpi.hpp>
+
+#include <dlfcn.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#define MDRING_PMPI_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+namespace md = mdring;
+using md_comm = md::communicator<md::runtime_topology, md::mpi::transport>;
+
+// Measured on this project's machine (docs/PERFORMANCE.md, "Drop-in for MPI"):
+// below this many bytes per call Open MPI's own collectives are faster.
+constexpr std::size_t kDefaultMinBytes = std::size_t(64) << 10;
+
+// ---- statistics (MDRING_REPORT) ---------------------------------------------
+enum coll { c_allreduce, c_reduce, c_reduce_scatter_block, c_reduce_scatter, c_allgather, c_bcast, c_iallreduce, n_coll };
+constexpr const char* coll_name[n_coll] = {"MPI_Allreduce", "MPI_Reduce",    "MPI_Reduce_scatter_block",
+                                           "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Bcast", "MPI_Iallreduce"};
+enum why {
+  w_taken,
+  w_not_initialized,
+  w_invalid,
+  w_disabled,
+  w_config,
+  w_intercomm,
+  w_one_rank,
+  w_small,
+  w_datatype,
+  w_op_type,
+  w_noncommutative,
+  w_counts,
+  w_order,
+  w_setup,
+  w_failed,
+  w_thread,
+  n_why
+};
+constexpr const char* why_name[n_why] = {
+    "taken by mdring",
+    "MPI not initialized, or finalized",
+    "invalid arguments (left to MPI)",
+    "disabled (MDRING_PMPI=0)",
+    "ranks disagree on MDRING_* settings",
+    "intercommunicator",
+    "one rank",
+    "below threshold",
+    "datatype not predefined (or not contiguous)",
+    "op not defined for the datatype (left to MPI)",
+    "non-commutative user op",
+    "recvcounts not all equal",
+    "ranks not node-major (blocks would be permuted)",
+    "mdring could not bind the communicator",
+    "mdring failed on this communicator earlier",
+    "thread level below MPI_THREAD_MULTIPLE (no progress agent)",
+};
+struct counter {
+  std::atomic<unsigned long long> calls{0}, bytes{0};
+};
+counter stats[n_coll][n_why];
+
+// ---- configuration ----------------------------------------------------------
+struct config {
+  bool enabled = true;
+  std::size_t min_bytes = kDefaultMinBytes;
+  std::string topology;  // MDRING_TOPOLOGY, or empty
+  bool report = false;
+  bool raise_thread = true;
+  std::chrono::milliseconds timeout{std::chrono::hours(24 * 365)};
+};
+const config& cfg() {
+  static const config parsed = [] {
+    config c;
+    auto env = [](const char* n) -> const char* {
+      const char* v = std::getenv(n);
+      return v && *v ? v : nullptr;
+    };
+    if (const char* v = env("MDRING_PMPI")) c.enabled = std::string(v) != "0";
+    if (const char* v = env("MDRING_PMPI_MIN_BYTES")) c.min_bytes = std::strtoull(v, nullptr, 10);
+    if (const char* v = env("MDRING_TOPOLOGY")) c.topology = v;
+    if (const char* v = env("MDRING_REPORT")) c.report = std::string(v) != "0";
+    if (const char* v = env("MDRING_PMPI_THREAD")) c.raise_thread = std::string(v) != "keep";
+    if (const char* v = env("MDRING_TIMEOUT")) {
+      const double s = std::strtod(v, nullptr);
+      if (s > 0) c.timeout = std::chrono::milliseconds(std::int64_t(s * 1000));
+    }
+    return c;
+  }();
+  return parsed;
+}
+
+// ---- re-entry: mdring's own MPI calls go straight to PMPI --------------------
+thread_local int depth = 0;
+struct inside {
+  inside() { ++depth; }
+  ~inside() { --depth; }
+  inside(const inside&) = delete;
+  inside& operator=(const inside&) = delete;
+};
+bool reentered() { return depth > 0 || md::detail::fiber::current() != nullptr; }
+
+std::atomic<bool> finalized{false};
+bool mpi_usable() {
+  if (finalized.load(std::memory_order_acquire)) return false;
+  int init = 0, fin = 0;
+  PMPI_Initialized(&init);
+  if (!init) return false;
+  PMPI_Finalized(&fin);
+  return !fin;
+}
+
+// ---- datatypes and ops ------------------------------------------------------
+enum class kind { none, sint, uint, flt, cplx, logical, byte, pair, other };
+struct type_info {
+  kind k = kind::none;
+  std::size_t size = 0;    // bytes of data per element
+  std::size_t extent = 0;  // stride
+};
+
+type_info classify(MPI_Datatype dt) {
+  type_info t;
+  if (dt == MPI_DATATYPE_NULL) return t;
+  int ni, na, nd, combiner;
+  if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &combiner) != MPI_SUCCESS || combiner != MPI_COMBINER_NAMED) return t;
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_size(dt, &size);
+  PMPI_Type_get_extent(dt, &lb, &extent);
+  if (size <= 0 || lb != 0 || extent <= 0) return t;
+  t.size = std::size_t(size);
+  t.extent = std::size_t(extent);
+  const struct {
+    MPI_Datatype d;
+    kind k;
+  } table[] = {
+      {MPI_SIGNED_CHAR, kind::sint},   {MPI_SHORT, kind::sint},         {MPI_INT, kind::sint},
+      {MPI_LONG, kind::sint},          {MPI_LONG_LONG, kind::sint},     {MPI_LONG_LONG_INT, kind::sint},
+      {MPI_INT8_T, kind::sint},        {MPI_INT16_T, kind::sint},       {MPI_INT32_T, kind::sint},
+      {MPI_INT64_T, kind::sint},       {MPI_AINT, kind::sint},          {MPI_OFFSET, kind::sint},
+      {MPI_COUNT, kind::sint},         {MPI_INTEGER, kind::sint},       {MPI_INTEGER1, kind::sint},
+      {MPI_INTEGER2, kind::sint},      {MPI_INTEGER4, kind::sint},      {MPI_INTEGER8, kind::sint},
+      {MPI_UNSIGNED_CHAR, kind::uint}, {MPI_UNSIGNED_SHORT, kind::uint}, {MPI_UNSIGNED, kind::uint},
+      {MPI_UNSIGNED_LONG, kind::uint}, {MPI_UNSIGNED_LONG_LONG, kind::uint}, {MPI_UINT8_T, kind::uint},
+      {MPI_UINT16_T, kind::uint},      {MPI_UINT32_T, kind::uint},      {MPI_UINT64_T, kind::uint},
+      {MPI_FLOAT, kind::flt},          {MPI_DOUBLE, kind::flt},         {MPI_LONG_DOUBLE, kind::flt},
+      {MPI_REAL, kind::flt},           {MPI_DOUBLE_PRECISION, kind::flt}, {MPI_REAL4, kind::flt},
+      {MPI_REAL8, kind::flt},          {MPI_C_COMPLEX, kind::cplx},     {MPI_C_FLOAT_COMPLEX, kind::cplx},
+      {MPI_C_DOUBLE_COMPLEX, kind::cplx}, {MPI_C_LONG_DOUBLE_COMPLEX, kind::cplx}, {MPI_COMPLEX, kind::cplx},
+      {MPI_DOUBLE_COMPLEX, kind::cplx}, {MPI_CXX_FLOAT_COMPLEX, kind::cplx}, {MPI_CXX_DOUBLE_COMPLEX, kind::cplx},
+      {MPI_C_BOOL, kind::logical},     {MPI_CXX_BOOL, kind::logical},   {MPI_LOGICAL, kind::logical},
+      {MPI_BYTE, kind::byte},          {MPI_FLOAT_INT, kind::pair},     {MPI_DOUBLE_INT, kind::pair},
+      {MPI_LONG_INT, kind::pair},      {MPI_2INT, kind::pair},          {MPI_SHORT_INT, kind::pair},
+      {MPI_LONG_DOUBLE_INT, kind::pair}, {MPI_2REAL, kind::pair},       {MPI_2DOUBLE_PRECISION, kind::pair},
+      {MPI_2INTEGER, kind::pair},
+  };
+  t.k = kind::other;  // predefined, but no predefined op applies (MPI_CHAR, MPI_WCHAR, ...): user ops only
+  for (auto& e : table)
+    if (e.d == dt && e.d != MPI_DATATYPE_NULL) t.k = e.k;
+  return t;
+}
+
+// Bcast and Allgather move bytes: any datatype whose elements are contiguous and
+// gap-free (a derived type too). Bytes per element, or 0.
+std::size_t contiguous_bytes(MPI_Datatype dt) {
+  if (dt == MPI_DATATYPE_NULL) return 0;
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
+  if (PMPI_Type_size(dt, &size) != MPI_SUCCESS || size <= 0) return 0;
+  PMPI_Type_get_extent(dt, &lb, &extent);
+  PMPI_Type_get_true_extent(dt, &tlb, &textent);
+  if (lb != 0 || tlb != 0 || extent != size || textent != size) return 0;
+  return std::size_t(size);
+}
+
+enum class opclass { invalid, minmax, sumprod, logical, bitwise, loc, user };
+opclass classify(MPI_Op op) {
+  if (op == MPI_MIN || op == MPI_MAX) return opclass::minmax;
+  if (op == MPI_SUM || op == MPI_PROD) return opclass::sumprod;
+  if (op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR) return opclass::logical;
+  if (op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR) return opclass::bitwise;
+  if (op == MPI_MINLOC || op == MPI_MAXLOC) return opclass::loc;
+  if (op == MPI_OP_NULL || op == MPI_REPLACE || op == MPI_NO_OP) return opclass::invalid;
+  return opclass::user;
+}
+
+// MPI-3.1 section 5.9.2: which predefined ops apply to which types.
+bool defined_for(opclass o, kind k) {
+  const bool integer = k == kind::sint || k == kind::uint;
+  switch (o) {
+    case opclass::minmax: return integer || k == kind::flt;
+    case opclass::sumprod: return integer || k == kind::flt || k == kind::cplx;
+    case opclass::logical: return integer || k == kind::logical;
+    case opclass::bitwise: return integer || k == kind::byte;
+    case opclass::loc: return k == kind::pair;
+    case opclass::user: return k != kind::none;
+    default: return false;
+  }
+}
+
+// Elements of `extent` bytes, reduced by the MPI library itself (PMPI_Reduce_local):
+// every predefined op/type pair and every user op, with MPI's exact semantics
+// (MINLOC's lowest index on ties, Fortran LOGICAL, complex types).
+template <std::size_t N>
+struct blob {
+  unsigned char b[N];
+};
+template <std::size_t N>
+struct mpi_local_op {
+  static constexpr const char* name = "MPI_Op";
+  MPI_Datatype type;
+  MPI_Op op;
+  void reduce_local(const blob<N>* in, blob<N>* inout, std::size_t n) const {
+    PMPI_Reduce_local(in, inout, int(n), type, op);
+  }
+};
+
+// Calls f(T{}, op) with the C++ element type and op: mdring's own vectorized ops
+// for sum/prod/min/max on float, double, int32 and int64; the MPI library's
+// reduce_local on elements of the datatype's extent otherwise.
+template <class F>
+void with_reduction(const type_info& t, MPI_Datatype dt, MPI_Op op, F&& f) {
+  auto builtin = [&](auto tag) -> bool {
+    if (op == MPI_SUM) return f(tag, md::sum), true;
+    if (op == MPI_PROD) return f(tag, md::prod), true;
+    if (op == MPI_MIN) return f(tag, md::min), true;
+    if (op == MPI_MAX) return f(tag, md::max), true;
+    return false;
+  };
+  if (t.size == t.extent) {
+    if (t.k == kind::flt && t.size == 4 && builtin(float{})) return;
+    if (t.k == kind::flt && t.size == 8 && builtin(double{})) return;
+    if (t.k == kind::sint && t.size == 4 && builtin(std::int32_t{})) return;
+    if (t.k == kind::sint && t.size == 8 && builtin(std::int64_t{})) return;
+  }
+  switch (t.extent) {
+    case 1: return f(blob<1>{}, mpi_local_op<1>{dt, op});
+    case 2: return f(blob<2>{}, mpi_local_op<2>{dt, op});
+    case 4: return f(blob<4>{}, mpi_local_op<4>{dt, op});
+    case 8: return f(blob<8>{}, mpi_local_op<8>{dt, op});
+    case 16: return f(blob<16>{}, mpi_local_op<16>{dt, op});
+    case 32: return f(blob<32>{}, mpi_local_op<32>{dt, op});
+    default: throw std::logic_error("mdring-pmpi: no element type of " + std::to_string(t.extent) + " bytes");
+  }
+}
+bool extent_supported(std::size_t e) { return e == 1 || e == 2 || e == 4 || e == 8 || e == 16 || e == 32; }
+
+// ---- per communicator: config agreement, then (at the first call taken) bind ----
+struct comm_state {
+  bool agreed = false;         // phase 1 done
+  why off = w_taken;           // w_taken: usable; else why this communicator stays on MPI
+  std::size_t min_bytes = 0;   // agreed threshold
+  int size = 0, rank = 0;
+  bool bound = false;          // phase 2 done
+  bool identity = true;        // mdring's rank == this communicator's rank
+  std::vector<int> to_md;      // this communicator's rank -> mdring's
+  MPI_Comm ordered = MPI_COMM_NULL;  // owned: the node-major split, when renumbered
+  std::unique_ptr<md_comm> comm;
+  std::pair<int, int> key{0, 0};  // (world rank, sequence) of its first rank: teardown order
+  bool torn_down = false;
+
+  void teardown() {
+    if (torn_down) return;
+    torn_down = true;
+    inside g;
+    comm.reset();
+    if (ordered != MPI_COMM_NULL) PMPI_Comm_free(&ordered);
+  }
+};
+
+std::mutex registry_m;
+std::vector<comm_state*> registry;  // live states, for teardown at MPI_Finalize
+std::atomic<int> sequence{0};
+std::atomic<int> seen{0};  // communicators that got a state
+
+int delete_state(MPI_Comm, int, void* attr, void*) {
+  auto* s = static_cast<comm_state*>(attr);
+  {
+    std::lock_guard l(registry_m);
+    std::erase(registry, s);
+  }
+  s->teardown();
+  delete s;
+  return MPI_SUCCESS;
+}
+
+int state_keyval = MPI_KEYVAL_INVALID;
+std::once_flag keyval_once;
+
+void print_report(std::size_t live);
+int finalize_cleanup(MPI_Comm, int, void*, void*) {
+  std::vector<comm_state*> live;
+  {
+    std::lock_guard l(registry_m);
+    live = registry;
+  }
+  // One order on every process (each teardown frees shared windows, which
+  // synchronizes the communicator's ranks): by the first rank's world rank and
+  // its sequence number.
+  std::sort(live.begin(), live.end(), [](comm_state* a, comm_state* b) { return a->key < b->key; });
+  for (auto* s : live) s->teardown();
+  if (cfg().report) print_report(live.size());
+  finalized.store(true, std::memory_order_release);
+  return MPI_SUCCESS;
+}
+
+void init_once() {
+  std::call_once(keyval_once, [] {
+    inside g;
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &state_keyval, nullptr);
+    int self_key = MPI_KEYVAL_INVALID;
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, finalize_cleanup, &self_key, nullptr);
+    PMPI_Comm_set_attr(MPI_COMM_SELF, self_key, nullptr);
+  });
+}
+
+// Phase 1, at the first wrapped call on comm, collective: do the ranks agree on
+// the settings? (A rank that took a call over while another passed it to MPI
+// would hang both.)
+comm_state* state_of(MPI_Comm comm, why& off) {
+  init_once();
+  void* v = nullptr;
+  int found = 0;
+  PMPI_Comm_get_attr(comm, state_keyval, &v, &found);
+  if (found) {
+    off = static_cast<comm_state*>(v)->off;
+    return static_cast<comm_state*>(v);
+  }
+  auto* s = new comm_state;
+  seen.fetch_add(1, std::memory_order_relaxed);
+  PMPI_Comm_size(comm, &s->size);
+  PMPI_Comm_rank(comm, &s->rank);
+  const auto& c = cfg();
+  const std::int64_t topo_hash = std::int64_t(md::detail::fnv1a(c.topology) >> 2);
+  std::int64_t mine[6] = {c.enabled, -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
+                          topo_hash, -topo_hash};
+  std::int64_t all[6];
+  PMPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_MAX, comm);
+  const bool same = all[0] == -all[1] && all[2] == -all[3] && all[4] == -all[5];
+  s->min_bytes = c.min_bytes;
+  s->off = !same ? w_config : !c.enabled ? w_disabled : w_taken;
+  if (!same && s->rank == 0)
+    std::fprintf(stderr, "mdring-pmpi: the ranks of a communicator disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES or "
+                         "MDRING_TOPOLOGY; its collectives stay on MPI\n");
+  s->agreed = true;
+  PMPI_Comm_set_attr(comm, state_keyval, s);
+  {
+    std::lock_guard l(registry_m);
+    registry.push_back(s);
+  }
+  off = s->off;
+  return s;
+}
+
+// Phase 2, at the first call taken over, collective: the topology, a node-major
+// order, and mdring's communicator. False (on every rank) when it could not.
+bool bind_state(comm_state& s, MPI_Comm comm) {
+  if (s.bound) return s.comm != nullptr;
+  s.bound = true;
+  inside g;
+  std::string what, source;
+  int ok = 1;
+  md::runtime_topology topo;
+  try {
+    // MDRING_PMPI_TEST_NODES=k (tests only): pretend rank r is on node r % k,
+    // which is not node-major, to exercise the renumbering on one machine.
+    const char* fake = std::getenv("MDRING_PMPI_TEST_NODES");
+    const int k = fake ? std::atoi(fake) : 0;
+    const auto layout = k > 0 ? md::layout_of_nodes(comm, s.rank % k) : md::detect_node_layout(comm);
+    const auto& c = cfg();
+    bool from_env = false;
+    if (!c.topology.empty()) {
+      try {
+        topo = md::parse_topology(c.topology).resolve(std::size_t(s.size), "bind");
+        from_env = true;
+        source = "MDRING_TOPOLOGY";
+      } catch (const md::error& e) {
+        source = "detected (MDRING_TOPOLOGY does not fit " + std::to_string(s.size) + " ranks)";
+      }
+    }
+    if (!from_env) {
+      topo = md::topology_of(layout);
+      if (source.empty()) source = "detected";
+    }
+    // Detected topologies assume node-major ranks: renumber when they are not.
+    MPI_Comm target = comm;
+    if (!from_env && layout.ranks_per_node > 1 && !layout.node_major) {
+      PMPI_Comm_split(comm, 0, layout.key, &s.ordered);
+      target = s.ordered;
+      s.identity = false;
+      source += ", renumbered node-major";
+    }
+    int md_rank = s.rank;
+    if (!s.identity) PMPI_Comm_rank(target, &md_rank);
+    s.to_md.assign(std::size_t(s.size), 0);
+    PMPI_Allgather(&md_rank, 1, MPI_INT, s.to_md.data(), 1, MPI_INT, comm);
+    int world = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &world);
+    int key[2] = {world, sequence.fetch_add(1)};
+    PMPI_Bcast(key, 2, MPI_INT, 0, comm);
+    s.key = {key[0], key[1]};
+    md::options o;
+    o.timeout = c.timeout;
+    o.checks = md::check_level::local;
+    s.comm = std::make_unique<md_comm>(md::bind(topo, target, o));
+  } catch (const std::exception& e) {
+    ok = 0;
+    what = e.what();
+  }
+  int all = 0;
+  PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+  if (!all) {
+    s.comm.reset();
+    if (s.ordered != MPI_COMM_NULL) PMPI_Comm_free(&s.ordered);
+    s.off = w_setup;
+    if (!what.empty()) std::fprintf(stderr, "mdring-pmpi: rank %d: cannot bind mdring (%s); using MPI\n", s.rank, what.c_str());
+    return false;
+  }
+  static std::atomic<int> listed{0};
+  if (cfg().report && s.rank == 0 && listed.fetch_add(1) < 8)
+    std::fprintf(stderr, "mdring-pmpi: communicator of %d ranks: topology %s (%s), progress %s\n", s.size,
+                 s.comm->topology().to_string().c_str(), source.c_str(),
+                 std::string(md::to_string(s.comm->progress())).c_str());
+  return true;
+}
+
+// The decision shared by all collectives: the communicator's state when the call
+// is to be taken over, nullptr (and the reason counted) when it goes to MPI.
+struct decision {
+  comm_state* s = nullptr;
+  why reason = w_taken;
+};
+// needs_identity: the call's result depends on rank order (blocks), so a
+// communicator that mdring renumbered node-major cannot take it.
+decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool needs_identity = false) {
+  decision d;
+  auto pass = [&](why w) {
+    d.s = nullptr;
+    d.reason = w;
+    stats[c][w].calls.fetch_add(1, std::memory_order_relaxed);
+    stats[c][w].bytes.fetch_add(bytes, std::memory_order_relaxed);
+    return d;
+  };
+  if (!mpi_usable()) return d.reason = w_not_initialized, d;  // not counted: nothing can be reported
+  init_once();  // the report at MPI_Finalize, whatever happens to this call
+  if (comm == MPI_COMM_NULL) return pass(w_invalid);
+  int inter = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS) return pass(w_invalid);
+  if (inter) return pass(w_intercomm);
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  if (size < 2) return pass(w_one_rank);
+  why off = w_taken;
+  comm_state* s = state_of(comm, off);
+  if (off != w_taken) return pass(off);
+  if (local_reason != w_taken) return pass(local_reason);
+  if (bytes < s->min_bytes) return pass(w_small);
+  if (!bind_state(*s, comm)) return pass(w_setup);
+  if (needs_identity && !s->identity) return pass(w_order);
+  d.s = s;
+  stats[c][w_taken].calls.fetch_add(1, std::memory_order_relaxed);
+  stats[c][w_taken].bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return d;
+}
+
+// Why a reduction cannot be taken over, from its datatype and op alone.
+why reduction_reason(const type_info& t, MPI_Op op) {
+  if (t.k == kind::none || !extent_supported(t.extent)) return w_datatype;
+  const opclass o = classify(op);
+  if (o == opclass::user) {
+    int commute = 0;
+    if (PMPI_Op_commutative(op, &commute) != MPI_SUCCESS) return w_op_type;
+    if (!commute) return w_noncommutative;
+  }
+  if (!defined_for(o, t.k)) return w_op_type;
+  return w_taken;
+}
+
+// An mdring failure: say what, and hand it to the communicator's error handler.
+int failed(comm_state& s, MPI_Comm comm, const char* name, const std::exception& e) {
+  std::fprintf(stderr, "mdring-pmpi: %s (rank %d): %s\n", name, s.rank, e.what());
+  s.off = w_failed;
+  PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+  return MPI_ERR_OTHER;
+}
+
+template <class T>
+T* at(void* p, std::size_t elems) {
+  return static_cast<T*>(p) + elems;
+}
+
+// ---- MPI_Iallreduce: a generalized request completed by mdring's callback ------
+struct ireq {
+  md::request r;
+  MPI_Request greq = MPI_REQUEST_NULL;
+  int rank = 0;
+  std::string error;
+};
+int ireq_query(void* extra, MPI_Status* st) {
+  auto* q = static_cast<ireq*>(extra);
+  PMPI_Status_set_elements(st, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(st, 0);
+  st->MPI_SOURCE = MPI_UNDEFINED;
+  st->MPI_TAG = MPI_UNDEFINED;
+  st->MPI_ERROR = q->error.empty() ? MPI_SUCCESS : MPI_ERR_OTHER;
+  return st->MPI_ERROR;
+}
+int ireq_free(void* extra) {
+  delete static_cast<ireq*>(extra);
+  return MPI_SUCCESS;
+}
+int ireq_cancel(void*, int) { return MPI_SUCCESS; }  // a collective cannot be cancelled
+
+}  // namespace
+
+// ============================================================================
+// The C entry points.
+// ============================================================================
+
+MDRING_PMPI_API int MPI_Init(int* argc, char*** argv) {
+  if (!cfg().raise_thread) return PMPI_Init(argc, argv);
+  int provided = 0;
+  return PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+}
+
+MDRING_PMPI_API int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  return PMPI_Init_thread(argc, argv, cfg().raise_thread ? MPI_THREAD_MULTIPLE : required, provided);
+}
+
+MDRING_PMPI_API int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                                  MPI_Comm comm) {
+  if (reentered()) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  const type_info t = classify(datatype);
+  const decision d = decide(c_allreduce, comm, std::size_t(std::max(count, 0)) * t.size,
+                            count < 0 ? w_invalid : reduction_reason(t, op));
+  if (!d.s) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  inside g;
+  try {
+    with_reduction(t, datatype, op, [&](auto tag, auto o) {
+      using T = decltype(tag);
+      T* out = static_cast<T*>(recvbuf);
+      if (sendbuf == MPI_IN_PLACE) md::all_reduce(*d.s->comm, out, std::size_t(count), o);
+      else md::all_reduce(*d.s->comm, static_cast<const T*>(sendbuf), out, std::size_t(count), o);
+    });
+  } catch (const std::exception& e) {
+    return failed(*d.s, comm, "MPI_Allreduce", e);
+  }
+  return MPI_SUCCESS;
+}
+
+MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                                   MPI_Comm comm, MPI_Request* request) {
+  if (reentered()) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  const type_info t = classify(datatype);
+  why local = count < 0 ? w_invalid : reduction_reason(t, op);
+  if (local == w_taken && mpi_usable() && !md::mpi::transport::thread_multiple()) local = w_thread;
+  const decision d = decide(c_iallreduce, comm, std::size_t(std::max(count, 0)) * t.size, local);
+  if (!d.s) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  inside g;
+  auto* q = new ireq;
+  q->rank = d.s->rank;
+  try {
+    with_reduction(t, datatype, op, [&](auto tag, auto o) {
+      using T = decltype(tag);
+      T* out = static_cast<T*>(recvbuf);
+      q->r = sendbuf == MPI_IN_PLACE ? md::iall_reduce(*d.s->comm, out, std::size_t(count), o)
+                                     : md::iall_reduce(*d.s->comm, static_cast<const T*>(sendbuf), out,
+                                                       std::size_t(count), o);
+    });
+  } catch (const std::exception& e) {
+    delete q;
+    return failed(*d.s, comm, "MPI_Iallreduce", e);
+  }
+  PMPI_Grequest_start(ireq_query, ireq_free, ireq_cancel, q, &q->greq);
+  *request = q->greq;
+  // Completed by whichever thread finishes the call (the progress agent, usually).
+  // Nothing touches q after PMPI_Grequest_complete: the user's wait may free it.
+  q->r.on_complete([q](std::exception_ptr e) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        q->error = x.what();
+      } catch (...) {
+        q->error = "unknown failure";
+      }
+      std::fprintf(stderr, "mdring-pmpi: MPI_Iallreduce (rank %d): %s\n", q->rank, q->error.c_str());
+    }
+    PMPI_Grequest_complete(q->greq);
+  });
+  return MPI_SUCCESS;
+}
+
+MDRING_PMPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+                               MPI_Comm comm) {
+  if (reentered()) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  const type_info t = classify(datatype);
+  int size = 0;
+  if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
+  why local = count < 0 || root < 0 || root >= size ? w_invalid : reduction_reason(t, op);
+  const decision d = decide(c_reduce, comm, std::size_t(std::max(count, 0)) * t.size, local);
+  if (!d.s) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  inside g;
+  try {
+    const std::size_t md_root = std::size_t(d.s->to_md[std::size_t(root)]);
+    with_reduction(t, datatype, op, [&](auto tag, auto o) {
+      using T = decltype(tag);
+      T* out = static_cast<T*>(recvbuf);
+      const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+      md::reduce(*d.s->comm, in, d.s->rank == root ? out : nullptr, std::size_t(count), md_root, o);
+    });
+  } catch (const std::exception& e) {
+    return failed(*d.s, comm, "MPI_Reduce", e);
+  }
+  return MPI_SUCCESS;
+}
+
+namespace {
+// Reduce-scatter with `rc` elements per rank. MPI_IN_PLACE: the input is recvbuf
+// (size x rc elements) and the result goes to its start.
+int reduce_scatter_equal(coll c, const char* name, const void* sendbuf, void* recvbuf, int rc, MPI_Datatype datatype,
+                         MPI_Op op, MPI_Comm comm, why local) {
+  const type_info t = classify(datatype);
+  int size = 0;
+  if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
+  if (local == w_taken) local = rc < 0 ? w_invalid : reduction_reason(t, op);
+  const decision d =
+      decide(c, comm, std::size_t(std::max(rc, 0)) * std::size_t(std::max(size, 0)) * t.size, local, true);
+  if (!d.s) return -1;
+  inside g;
+  try {
+    with_reduction(t, datatype, op, [&](auto tag, auto o) {
+      using T = decltype(tag);
+      T* out = static_cast<T*>(recvbuf);
+      const std::size_t n = std::size_t(rc);
+      if (sendbuf == MPI_IN_PLACE) {
+        // mdring's in-place form leaves rank r's block where it was: at r * rc.
+        T* mine = out + std::size_t(d.s->rank) * n;
+        md::reduce_scatter(*d.s->comm, static_cast<const T*>(out), mine, n, o);
+        if (mine != out) std::memmove(out, mine, n * sizeof(T));
+      } else {
+        md::reduce_scatter(*d.s->comm, static_cast<const T*>(sendbuf), out, n, o);
+      }
+    });
+  } catch (const std::exception& e) {
+    return failed(*d.s, comm, name, e);
+  }
+  return MPI_SUCCESS;
+}
+}  // namespace
+
+MDRING_PMPI_API int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
+                                             MPI_Op op, MPI_Comm comm) {
+  if (reentered()) return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  const int rc = reduce_scatter_equal(c_reduce_scatter_block, "MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount,
+                                      datatype, op, comm, w_taken);
+  return rc >= 0 ? rc : PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+}
+
+MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype,
+                                       MPI_Op op, MPI_Comm comm) {
+  if (reentered()) return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+  int size = 0, inter = 0;
+  if (comm != MPI_COMM_NULL && PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter) PMPI_Comm_size(comm, &size);
+  // recvcounts is the same on every rank (MPI requires it), so this is decided alike.
+  why local = w_taken;
+  for (int i = 1; i < size; ++i)
+    if (recvcounts[i] != recvcounts[0]) local = w_counts;
+  const int rc = reduce_scatter_equal(c_reduce_scatter, "MPI_Reduce_scatter", sendbuf, recvbuf,
+                                      size > 0 ? recvcounts[0] : 0, datatype, op, comm, local);
+  return rc >= 0 ? rc : PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+}
+
+MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                                  MPI_Datatype recvtype, MPI_Comm comm) {
+  if (reentered()) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  int size = 0;
+  if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
+  // Decided from the receive side: the bytes of each rank's block, when recvtype
+  // is contiguous. (Every rank is assumed to pass a recvtype of the same layout,
+  // as it does when all pass the same datatype.) The send side is not looked at:
+  // it may be any datatype of the same signature, and is copied into place below.
+  const std::size_t rb = contiguous_bytes(recvtype);
+  const std::size_t block = rb * std::size_t(std::max(recvcount, 0));
+  const why local = recvcount < 0 ? w_invalid : rb == 0 ? w_datatype : w_taken;
+  const decision d = decide(c_allgather, comm, block * std::size_t(std::max(size, 0)), local, true);
+  if (!d.s) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  inside g;
+  try {
+    auto* out = static_cast<unsigned char*>(recvbuf);
+    unsigned char* mine = out + std::size_t(d.s->rank) * block;
+    if (sendbuf != MPI_IN_PLACE) {
+      const std::size_t sb = contiguous_bytes(sendtype);
+      if (sb != 0 && sb * std::size_t(std::max(sendcount, 0)) == block) {
+        if (block) std::memcpy(mine, sendbuf, block);
+      } else {
+        // MPI's own type matching (and its error for a mismatch) puts this rank's
+        // block in place.
+        const int rc = PMPI_Sendrecv(sendbuf, sendcount, sendtype, 0, 0, mine, recvcount, recvtype, 0, 0, MPI_COMM_SELF,
+                                     MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) throw std::runtime_error("the send datatype does not match the receive datatype");
+      }
+    }
+    md::all_gather(*d.s->comm, static_cast<const unsigned char*>(mine), out, block);
+  } catch (const std::exception& e) {
+    return failed(*d.s, comm, "MPI_Allgather", e);
+  }
+  return MPI_SUCCESS;
+}
+
+MDRING_PMPI_API int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  if (reentered()) return PMPI_Bcast(buffer, count, datatype, root, comm);
+  int size = 0;
+  if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
+  const std::size_t eb = contiguous_bytes(datatype);
+  const why local = count < 0 || root < 0 || root >= size ? w_invalid : eb == 0 ? w_datatype : w_taken;
+  const std::size_t bytes = eb * std::size_t(std::max(count, 0));
+  int tsize = 0;
+  if (eb == 0 && datatype != MPI_DATATYPE_NULL) PMPI_Type_size(datatype, &tsize);
+  const decision d = decide(c_bcast, comm, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)), local);
+  if (!d.s) return PMPI_Bcast(buffer, count, datatype, root, comm);
+  inside g;
+  try {
+    md::broadcast(*d.s->comm, static_cast<unsigned char*>(buffer), bytes, std::size_t(d.s->to_md[std::size_t(root)]));
+  } catch (const std::exception& e) {
+    return failed(*d.s, comm, "MPI_Bcast", e);
+  }
+  return MPI_SUCCESS;
+}
+
+// ---- the report --------------------------------------------------------------
+namespace {
+std::string human_bytes(unsigned long long b) {
+  char buf[32];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.1f GiB", double(b) / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1ull << 20));
+  else if (b >= (1ull << 10)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / double(1ull << 10));
+  else std::snprintf(buf, sizeof buf, "%llu B", b);
+  return buf;
+}
+
+void print_report(std::size_t live) {
+  int rank = 0, level = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return;
+  PMPI_Query_thread(&level);
+  std::fprintf(stderr, "mdring-pmpi report (rank 0): threshold %zu bytes, thread level %s\n", cfg().min_bytes,
+               level == MPI_THREAD_MULTIPLE ? "multiple" : "below multiple");
+  std::fprintf(stderr, "mdring-pmpi: communicators: %d seen; live communicators at finalize: %zu\n",
+               seen.load(), live);
+  for (int c = 0; c < n_coll; ++c) {
+    unsigned long long total = 0;
+    for (int w = 0; w < n_why; ++w) total += stats[c][w].calls.load();
+    if (!total) continue;
+    const auto& t = stats[c][w_taken];
+    std::fprintf(stderr, "mdring-pmpi: %s taken=%llu bytes=%llu (%s)\n", coll_name[c], t.calls.load(), t.bytes.load(),
+                 human_bytes(t.bytes.load()).c_str());
+    for (int w = 1; w < n_why; ++w) {
+      const auto& p = stats[c][w];
+      if (p.calls.load())
+        std::fprintf(stderr, "mdring-pmpi: %s passed=%llu bytes=%llu reason=\"%s\"\n", coll_name[c], p.calls.load(),
+                     p.bytes.load(), why_name[w]);
+    }
+  }
+}
+}  // namespace
+
+// ============================================================================
+// Open MPI's Fortran (mpif.h) entry points: its Fortran layer calls PMPI_ itself,
+// so without these a Fortran code would never reach the functions above. MPICH's
+// Fortran layer calls the C MPI_ functions, so nothing is needed (or wanted) there.
+// ============================================================================
+#if defined(OPEN_MPI) && OPEN_MPI
+namespace {
+// Fortran's MPI_IN_PLACE is the address of a common block, one symbol per mangling.
+bool fortran_in_place(const void* p) {
+  static void* const addrs[4] = {dlsym(RTLD_DEFAULT, "mpi_fortran_in_place"), dlsym(RTLD_DEFAULT, "mpi_fortran_in_place_"),
+                                 dlsym(RTLD_DEFAULT, "mpi_fortran_in_place__"), dlsym(RTLD_DEFAULT, "MPI_FORTRAN_IN_PLACE")};
+  for (void* a : addrs)
+    if (a && p == a) return true;
+  return false;
+}
+const void* f_in(const void* p) { return fortran_in_place(p) ? MPI_IN_PLACE : p; }
+
+void f_allreduce(void* sb, void* rb, MPI_Fint* count, MPI_Fint* type, MPI_Fint* op, MPI_Fint* comm, MPI_Fint* ierr) {
+  *ierr = MPI_Allreduce(f_in(sb), rb, int(*count), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm));
+}
+void f_iallreduce(void* sb, void* rb, MPI_Fint* count, MPI_Fint* type, MPI_Fint* op, MPI_Fint* comm, MPI_Fint* req,
+                  MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  *ierr = MPI_Iallreduce(f_in(sb), rb, int(*count), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm), &r);
+  if (*ierr == MPI_SUCCESS) *req = PMPI_Request_c2f(r);
+}
+void f_reduce(void* sb, void* rb, MPI_Fint* count, MPI_Fint* type, MPI_Fint* op, MPI_Fint* root, MPI_Fint* comm,
+              MPI_Fint* ierr) {
+  *ierr = MPI_Reduce(f_in(sb), rb, int(*count), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op), int(*root), PMPI_Comm_f2c(*comm));
+}
+void f_reduce_scatter_block(void* sb, void* rb, MPI_Fint* count, MPI_Fint* type, MPI_Fint* op, MPI_Fint* comm,
+                            MPI_Fint* ierr) {
+  *ierr = MPI_Reduce_scatter_block(f_in(sb), rb, int(*count), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op),
+                                   PMPI_Comm_f2c(*comm));
+}
+void f_reduce_scatter(void* sb, void* rb, MPI_Fint* counts, MPI_Fint* type, MPI_Fint* op, MPI_Fint* comm, MPI_Fint* ierr) {
+  const MPI_Comm c = PMPI_Comm_f2c(*comm);
+  int size = 0, inter = 0;
+  PMPI_Comm_test_inter(c, &inter);
+  inter ? PMPI_Comm_remote_size(c, &size) : PMPI_Comm_size(c, &size);
+  std::vector<int> rc(counts, counts + std::max(size, 0));
+  *ierr = MPI_Reduce_scatter(f_in(sb), rb, rc.data(), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op), c);
+}
+void f_allgather(void* sb, MPI_Fint* sc, MPI_Fint* st, void* rb, MPI_Fint* rc, MPI_Fint* rt, MPI_Fint* comm, MPI_Fint* ierr) {
+  *ierr = MPI_Allgather(f_in(sb), int(*sc), PMPI_Type_f2c(*st), rb, int(*rc), PMPI_Type_f2c(*rt), PMPI_Comm_f2c(*comm));
+}
+void f_bcast(void* b, MPI_Fint* count, MPI_Fint* type, MPI_Fint* root, MPI_Fint* comm, MPI_Fint* ierr) {
+  *ierr = MPI_Bcast(b, int(*count), PMPI_Type_f2c(*type), int(*root), PMPI_Comm_f2c(*comm));
+}
+}  // namespace
+
+// Each Fortran name in its four manglings (upper case, lower case, one and two
+// trailing underscores), as Open MPI's libmpi_mpifh defines them.
+#define MDRING_FORTRAN(lower, upper, impl, params, args) \
+  MDRING_PMPI_API void lower params { impl args; }       \
+  MDRING_PMPI_API void lower##_ params { impl args; }    \
+  MDRING_PMPI_API void lower##__ params { impl args; }   \
+  MDRING_PMPI_API void upper params { impl args; }
+
+MDRING_FORTRAN(mpi_allreduce, MPI_ALLREDUCE, f_allreduce,
+               (void* sb, void* rb, MPI_Fint* n, MPI_Fint* t, MPI_Fint* o, MPI_Fint* c, MPI_Fint* e),
+               (sb, rb, n, t, o, c, e))
+MDRING_FORTRAN(mpi_iallreduce, MPI_IALLREDUCE, f_iallreduce,
+               (void* sb, void* rb, MPI_Fint* n, MPI_Fint* t, MPI_Fint* o, MPI_Fint* c, MPI_Fint* r, MPI_Fint* e),
+               (sb, rb, n, t, o, c, r, e))
+MDRING_FORTRAN(mpi_reduce, MPI_REDUCE, f_reduce,
+               (void* sb, void* rb, MPI_Fint* n, MPI_Fint* t, MPI_Fint* o, MPI_Fint* root, MPI_Fint* c, MPI_Fint* e),
+               (sb, rb, n, t, o, root, c, e))
+MDRING_FORTRAN(mpi_reduce_scatter_block, MPI_REDUCE_SCATTER_BLOCK, f_reduce_scatter_block,
+               (void* sb, void* rb, MPI_Fint* n, MPI_Fint* t, MPI_Fint* o, MPI_Fint* c, MPI_Fint* e),
+               (sb, rb, n, t, o, c, e))
+MDRING_FORTRAN(mpi_reduce_scatter, MPI_REDUCE_SCATTER, f_reduce_scatter,
+               (void* sb, void* rb, MPI_Fint* n, MPI_Fint* t, MPI_Fint* o, MPI_Fint* c, MPI_Fint* e),
+               (sb, rb, n, t, o, c, e))
+MDRING_FORTRAN(mpi_allgather, MPI_ALLGATHER, f_allgather,
+               (void* sb, MPI_Fint* sc, MPI_Fint* st, void* rb, MPI_Fint* rc, MPI_Fint* rt, MPI_Fint* c, MPI_Fint* e),
+               (sb, sc, st, rb, rc, rt, c, e))
+MDRING_FORTRAN(mpi_bcast, MPI_BCAST, f_bcast, (void* b, MPI_Fint* n, MPI_Fint* t, MPI_Fint* root, MPI_Fint* c, MPI_Fint* e),
+               (b, n, t, root, c, e))
+#undef MDRING_FORTRAN
+#endif
