@@ -848,6 +848,14 @@ void f_reduce_scatter(void* sb, void* rb, MPI_Fint* counts, MPI_Fint* type, MPI_
 void f_allgather(void* sb, MPI_Fint* sc, MPI_Fint* st, void* rb, MPI_Fint* rc, MPI_Fint* rt, MPI_Fint* comm, MPI_Fint* ierr) {
   *ierr = MPI_Allgather(f_in(sb), int(*sc), PMPI_Type_f2c(*st), rb, int(*rc), PMPI_Type_f2c(*rt), PMPI_Comm_f2c(*comm));
 }
+// Open MPI's Fortran MPI_INIT calls PMPI_Init itself: without these, a Fortran
+// program would never get the thread level the progress agent needs.
+void f_init(MPI_Fint* ierr) { *ierr = MPI_Init(nullptr, nullptr); }
+void f_init_thread(MPI_Fint* required, MPI_Fint* provided, MPI_Fint* ierr) {
+  int p = 0;
+  *ierr = MPI_Init_thread(nullptr, nullptr, int(*required), &p);
+  *provided = MPI_Fint(p);
+}
 void f_bcast(void* b, MPI_Fint* count, MPI_Fint* type, MPI_Fint* root, MPI_Fint* comm, MPI_Fint* ierr) {
   *ierr = MPI_Bcast(b, int(*count), PMPI_Type_f2c(*type), int(*root), PMPI_Comm_f2c(*comm));
 }
@@ -881,5 +889,8 @@ MDRING_FORTRAN(mpi_allgather, MPI_ALLGATHER, f_allgather,
                (sb, sc, st, rb, rc, rt, c, e))
 MDRING_FORTRAN(mpi_bcast, MPI_BCAST, f_bcast, (void* b, MPI_Fint* n, MPI_Fint* t, MPI_Fint* root, MPI_Fint* c, MPI_Fint* e),
                (b, n, t, root, c, e))
+MDRING_FORTRAN(mpi_init, MPI_INIT, f_init, (MPI_Fint * e), (e))
+MDRING_FORTRAN(mpi_init_thread, MPI_INIT_THREAD, f_init_thread, (MPI_Fint * req, MPI_Fint* prov, MPI_Fint* e),
+               (req, prov, e))
 #undef MDRING_FORTRAN
 #endif

@@ -68,15 +68,8 @@ tmp=$(mktemp)
   fi
 } >"$tmp"
 mv "$tmp" "$out"
-# Replace the section at the end of docs/PERFORMANCE.md.
+# Replace its section of docs/PERFORMANCE.md.
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
-$py - "$out" docs/PERFORMANCE.md <<'PY'
-import sys
-sec, page = sys.argv[1], sys.argv[2]
-s = open(page).read()
-i = s.find("## Nonblocking calls")
-s = (s[:i] if i >= 0 else s.rstrip() + "\n\n") + open(sec).read()
-open(page, "w").write(s)
-PY
+$py scripts/perf_section.py "$out" docs/PERFORMANCE.md
 echo "wrote $out and docs/PERFORMANCE.md"

@@ -119,9 +119,12 @@ def main():
         p(f"| {label} | {value:.3f} | {met} |")
     p("")
     # The nonblocking measurements (scripts/bench_nonblocking.sh) keep their place.
-    nb = os.path.join(d, "nonblocking.md")
-    if os.path.exists(nb):
-        p(open(nb).read().rstrip())
+    # So do the interposer's (scripts/bench_pmpi.sh).
+    for name in ("nonblocking.md", "pmpi.md"):
+        sec = os.path.join(d, name)
+        if os.path.exists(sec):
+            p(open(sec).read().rstrip())
+            p("")
     print("\n".join(out))
 
 

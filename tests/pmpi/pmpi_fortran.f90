@@ -13,7 +13,9 @@ program pmpi_fortran
   integer :: rsout(k)
   integer :: status(MPI_STATUS_SIZE)
 
-  call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
+  ! Plain MPI_INIT: the interposer raises the level for MPI_Iallreduce's agent.
+  call MPI_Init(ierr)
+  call MPI_Query_thread(provided, ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call MPI_Comm_size(MPI_COMM_WORLD, nprocs, ierr)
   bad = 0
@@ -115,7 +117,7 @@ program pmpi_fortran
   call MPI_Allreduce(MPI_IN_PLACE, bad, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
   if (rank == 0) then
     if (bad == 0) then
-      print '(a)', 'PASSED'
+      print '(a, i0)', 'PASSED; thread level ', provided
     else
       print '(a, i0)', 'FAILED: wrong elements ', bad
     end if
