@@ -47,9 +47,10 @@ namespace {
 namespace md = mdring;
 using md_comm = md::communicator<md::runtime_topology, md::mpi::transport>;
 
-// Measured on this project's machine (docs/PERFORMANCE.md, "Drop-in for MPI"):
-// below this many bytes per call Open MPI's own collectives are faster.
-constexpr std::size_t kDefaultMinBytes = std::size_t(64) << 10;
+// Measured on this project's machine (docs/PERFORMANCE.md, "Drop-in for MPI
+// programs"): at 4 KiB Open MPI 4.1 was faster on 2 processes (1.3 x), from 8 KiB
+// mdring was (about 0.5 x on 2 and 4 processes).
+constexpr std::size_t kDefaultMinBytes = std::size_t(8) << 10;
 
 // ---- statistics (MDRING_REPORT) ---------------------------------------------
 enum coll { c_allreduce, c_reduce, c_reduce_scatter_block, c_reduce_scatter, c_allgather, c_bcast, c_iallreduce, n_coll };
@@ -137,15 +138,29 @@ struct inside {
 };
 bool reentered() { return depth > 0 || md::detail::fiber::current() != nullptr; }
 
-std::atomic<bool> finalized{false};
+std::atomic<bool> finalized{false};    // MPI_Finalize has begun
+std::atomic<bool> initialized{false};  // PMPI_Initialized said so once
 bool mpi_usable() {
   if (finalized.load(std::memory_order_acquire)) return false;
+  if (initialized.load(std::memory_order_acquire)) return true;
   int init = 0, fin = 0;
   PMPI_Initialized(&init);
   if (!init) return false;
   PMPI_Finalized(&fin);
-  return !fin;
+  if (fin) return false;
+  initialized.store(true, std::memory_order_release);
+  return true;
 }
+
+// The settings agreed by every process at MPI_Init (one small allreduce on
+// MPI_COMM_WORLD): then a call can be passed to MPI for its size without looking
+// at its communicator. 0: not agreed (MPI was initialized without our MPI_Init,
+// and each communicator agrees at its first call instead), 1: agreed, -1: the
+// processes disagree (everything goes to MPI).
+std::atomic<int> world_agreement{0};
+
+// The settings as numbers every rank can compare: (v, -v) pairs under MPI_MAX.
+bool settings_agree(MPI_Comm comm);
 
 // ---- datatypes and ops ------------------------------------------------------
 enum class kind { none, sint, uint, flt, cplx, logical, byte, pair, other };
@@ -155,24 +170,16 @@ struct type_info {
   std::size_t extent = 0;  // stride
 };
 
-type_info classify(MPI_Datatype dt) {
+type_info classify_uncached(MPI_Datatype dt) {
   type_info t;
   if (dt == MPI_DATATYPE_NULL) return t;
-  int ni, na, nd, combiner;
-  if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &combiner) != MPI_SUCCESS || combiner != MPI_COMBINER_NAMED) return t;
-  int size = 0;
-  MPI_Aint lb = 0, extent = 0;
-  PMPI_Type_size(dt, &size);
-  PMPI_Type_get_extent(dt, &lb, &extent);
-  if (size <= 0 || lb != 0 || extent <= 0) return t;
-  t.size = std::size_t(size);
-  t.extent = std::size_t(extent);
-  const struct {
+  static const struct {
     MPI_Datatype d;
     kind k;
   } table[] = {
-      {MPI_SIGNED_CHAR, kind::sint},   {MPI_SHORT, kind::sint},         {MPI_INT, kind::sint},
+      {MPI_DOUBLE, kind::flt},         {MPI_FLOAT, kind::flt},          {MPI_INT, kind::sint},
       {MPI_LONG, kind::sint},          {MPI_LONG_LONG, kind::sint},     {MPI_LONG_LONG_INT, kind::sint},
+      {MPI_SIGNED_CHAR, kind::sint},   {MPI_SHORT, kind::sint},
       {MPI_INT8_T, kind::sint},        {MPI_INT16_T, kind::sint},       {MPI_INT32_T, kind::sint},
       {MPI_INT64_T, kind::sint},       {MPI_AINT, kind::sint},          {MPI_OFFSET, kind::sint},
       {MPI_COUNT, kind::sint},         {MPI_INTEGER, kind::sint},       {MPI_INTEGER1, kind::sint},
@@ -180,7 +187,7 @@ type_info classify(MPI_Datatype dt) {
       {MPI_UNSIGNED_CHAR, kind::uint}, {MPI_UNSIGNED_SHORT, kind::uint}, {MPI_UNSIGNED, kind::uint},
       {MPI_UNSIGNED_LONG, kind::uint}, {MPI_UNSIGNED_LONG_LONG, kind::uint}, {MPI_UINT8_T, kind::uint},
       {MPI_UINT16_T, kind::uint},      {MPI_UINT32_T, kind::uint},      {MPI_UINT64_T, kind::uint},
-      {MPI_FLOAT, kind::flt},          {MPI_DOUBLE, kind::flt},         {MPI_LONG_DOUBLE, kind::flt},
+      {MPI_LONG_DOUBLE, kind::flt},
       {MPI_REAL, kind::flt},           {MPI_DOUBLE_PRECISION, kind::flt}, {MPI_REAL4, kind::flt},
       {MPI_REAL8, kind::flt},          {MPI_C_COMPLEX, kind::cplx},     {MPI_C_FLOAT_COMPLEX, kind::cplx},
       {MPI_C_DOUBLE_COMPLEX, kind::cplx}, {MPI_C_LONG_DOUBLE_COMPLEX, kind::cplx}, {MPI_COMPLEX, kind::cplx},
@@ -191,9 +198,35 @@ type_info classify(MPI_Datatype dt) {
       {MPI_LONG_DOUBLE_INT, kind::pair}, {MPI_2REAL, kind::pair},       {MPI_2DOUBLE_PRECISION, kind::pair},
       {MPI_2INTEGER, kind::pair},
   };
-  t.k = kind::other;  // predefined, but no predefined op applies (MPI_CHAR, MPI_WCHAR, ...): user ops only
   for (auto& e : table)
-    if (e.d == dt && e.d != MPI_DATATYPE_NULL) t.k = e.k;
+    if (e.d == dt && e.d != MPI_DATATYPE_NULL) {
+      t.k = e.k;
+      break;
+    }
+  if (t.k == kind::none) {
+    // Predefined but not in the table (MPI_CHAR, MPI_WCHAR, ...): user ops only.
+    int ni, na, nd, combiner;
+    if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &combiner) != MPI_SUCCESS || combiner != MPI_COMBINER_NAMED) return t;
+    t.k = kind::other;
+  }
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_size(dt, &size);
+  PMPI_Type_get_extent(dt, &lb, &extent);
+  if (size <= 0 || lb != 0 || extent <= 0) return type_info{};
+  t.size = std::size_t(size);
+  t.extent = std::size_t(extent);
+  return t;
+}
+
+// Predefined datatypes are never freed, so the last one seen is remembered (a
+// derived handle may be freed and its value reused: not cached).
+type_info classify(MPI_Datatype dt) {
+  thread_local MPI_Datatype last = MPI_DATATYPE_NULL;
+  thread_local type_info last_info;
+  if (dt == last && dt != MPI_DATATYPE_NULL) return last_info;
+  const type_info t = classify_uncached(dt);
+  if (t.k != kind::none) last = dt, last_info = t;
   return t;
 }
 
@@ -368,12 +401,7 @@ comm_state* state_of(MPI_Comm comm, why& off) {
   PMPI_Comm_size(comm, &s->size);
   PMPI_Comm_rank(comm, &s->rank);
   const auto& c = cfg();
-  const std::int64_t topo_hash = std::int64_t(md::detail::fnv1a(c.topology) >> 2);
-  std::int64_t mine[6] = {c.enabled, -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
-                          topo_hash, -topo_hash};
-  std::int64_t all[6];
-  PMPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_MAX, comm);
-  const bool same = all[0] == -all[1] && all[2] == -all[3] && all[4] == -all[5];
+  const bool same = world_agreement.load() == 1 || settings_agree(comm);
   s->min_bytes = c.min_bytes;
   s->off = !same ? w_config : !c.enabled ? w_disabled : w_taken;
   if (!same && s->rank == 0)
@@ -387,6 +415,30 @@ comm_state* state_of(MPI_Comm comm, why& off) {
   }
   off = s->off;
   return s;
+}
+
+bool settings_agree(MPI_Comm comm) {
+  const auto& c = cfg();
+  const std::int64_t topo_hash = std::int64_t(md::detail::fnv1a(c.topology) >> 2);
+  std::int64_t mine[6] = {c.enabled, -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
+                          topo_hash, -topo_hash};
+  std::int64_t all[6];
+  PMPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_MAX, comm);
+  return all[0] == -all[1] && all[2] == -all[3] && all[4] == -all[5];
+}
+
+// After MPI_Init: every process agrees on the settings once, on MPI_COMM_WORLD.
+void after_init() {
+  if (!mpi_usable()) return;
+  inside g;
+  init_once();
+  const bool same = settings_agree(MPI_COMM_WORLD);
+  world_agreement.store(same ? 1 : -1);
+  int rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!same && rank == 0)
+    std::fprintf(stderr, "mdring-pmpi: the processes disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES or "
+                         "MDRING_TOPOLOGY; every collective stays on MPI\n");
 }
 
 // Phase 2, at the first call taken over, collective: the topology, a node-major
@@ -479,6 +531,14 @@ decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool
     return d;
   };
   if (!mpi_usable()) return d.reason = w_not_initialized, d;  // not counted: nothing can be reported
+  // With the settings agreed at MPI_Init, the size alone decides small calls:
+  // every rank passes the same count and datatype.
+  const int agreed = world_agreement.load(std::memory_order_relaxed);
+  if (agreed == -1) return pass(w_config);
+  if (agreed == 1) {
+    if (!cfg().enabled) return pass(w_disabled);
+    if (bytes < cfg().min_bytes && local_reason == w_taken) return pass(w_small);
+  }
   init_once();  // the report at MPI_Finalize, whatever happens to this call
   if (comm == MPI_COMM_NULL) return pass(w_invalid);
   int inter = 0;
@@ -555,13 +615,16 @@ int ireq_cancel(void*, int) { return MPI_SUCCESS; }  // a collective cannot be c
 // ============================================================================
 
 MDRING_PMPI_API int MPI_Init(int* argc, char*** argv) {
-  if (!cfg().raise_thread) return PMPI_Init(argc, argv);
   int provided = 0;
-  return PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  const int rc = cfg().raise_thread ? PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) : PMPI_Init(argc, argv);
+  if (rc == MPI_SUCCESS) after_init();
+  return rc;
 }
 
 MDRING_PMPI_API int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
-  return PMPI_Init_thread(argc, argv, cfg().raise_thread ? MPI_THREAD_MULTIPLE : required, provided);
+  const int rc = PMPI_Init_thread(argc, argv, cfg().raise_thread ? MPI_THREAD_MULTIPLE : required, provided);
+  if (rc == MPI_SUCCESS) after_init();
+  return rc;
 }
 
 MDRING_PMPI_API int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
