@@ -244,7 +244,7 @@ std::size_t contiguous_bytes(MPI_Datatype dt) {
 }
 
 enum class opclass { invalid, minmax, sumprod, logical, bitwise, loc, user };
-opclass classify(MPI_Op op) {
+opclass classify_op(MPI_Op op) {
   if (op == MPI_MIN || op == MPI_MAX) return opclass::minmax;
   if (op == MPI_SUM || op == MPI_PROD) return opclass::sumprod;
   if (op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR) return opclass::logical;
@@ -563,7 +563,7 @@ decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool
 // Why a reduction cannot be taken over, from its datatype and op alone.
 why reduction_reason(const type_info& t, MPI_Op op) {
   if (t.k == kind::none || !extent_supported(t.extent)) return w_datatype;
-  const opclass o = classify(op);
+  const opclass o = classify_op(op);
   if (o == opclass::user) {
     int commute = 0;
     if (PMPI_Op_commutative(op, &commute) != MPI_SUCCESS) return w_op_type;

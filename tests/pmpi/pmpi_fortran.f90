@@ -53,13 +53,19 @@ program pmpi_fortran
     if (lx(i) .neqv. all([(mod(r + i, 3) /= 0, r = 0, nprocs - 1)])) bad = bad + 1
   end do
 
-  ! reduce at every root, in place on the root
+  ! reduce at every root, in place on root 0 (MPICH 4.0.2, Debian 12's, crashes
+  ! natively on MPI_IN_PLACE at another root)
   do root = 0, nprocs - 1
     do i = 1, n
       ix(i) = rank + i
       iy(i) = ix(i)
     end do
-    if (rank == root) then
+    if (rank == root .and. root /= 0) then
+      call MPI_Reduce(ix, iy, n, MPI_INTEGER, MPI_SUM, root, MPI_COMM_WORLD, ierr)
+      do i = 1, n
+        if (iy(i) /= nprocs * (nprocs - 1) / 2 + nprocs * i) bad = bad + 1
+      end do
+    else if (rank == root) then
       call MPI_Reduce(MPI_IN_PLACE, iy, n, MPI_INTEGER, MPI_SUM, root, MPI_COMM_WORLD, ierr)
       do i = 1, n
         if (iy(i) /= nprocs * (nprocs - 1) / 2 + nprocs * i) bad = bad + 1
