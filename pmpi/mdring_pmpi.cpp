@@ -163,7 +163,10 @@ std::atomic<int> world_agreement{0};
 bool settings_agree(MPI_Comm comm);
 
 // ---- datatypes and ops ------------------------------------------------------
-enum class kind { none, sint, uint, flt, cplx, logical, byte, pair, other };
+// MPI-3.1 5.9.2's classes: C integer (sint, uint), Fortran integer and the
+// multi-language types (fint: no logical ops), floating point, complex, logical,
+// byte, the MINLOC/MAXLOC pairs; other: predefined, but for user ops only.
+enum class kind { none, sint, uint, fint, flt, cplx, logical, byte, pair, other };
 struct type_info {
   kind k = kind::none;
   std::size_t size = 0;    // bytes of data per element
@@ -181,9 +184,9 @@ type_info classify_uncached(MPI_Datatype dt) {
       {MPI_LONG, kind::sint},          {MPI_LONG_LONG, kind::sint},     {MPI_LONG_LONG_INT, kind::sint},
       {MPI_SIGNED_CHAR, kind::sint},   {MPI_SHORT, kind::sint},
       {MPI_INT8_T, kind::sint},        {MPI_INT16_T, kind::sint},       {MPI_INT32_T, kind::sint},
-      {MPI_INT64_T, kind::sint},       {MPI_AINT, kind::sint},          {MPI_OFFSET, kind::sint},
-      {MPI_COUNT, kind::sint},         {MPI_INTEGER, kind::sint},       {MPI_INTEGER1, kind::sint},
-      {MPI_INTEGER2, kind::sint},      {MPI_INTEGER4, kind::sint},      {MPI_INTEGER8, kind::sint},
+      {MPI_INT64_T, kind::sint},       {MPI_AINT, kind::fint},          {MPI_OFFSET, kind::fint},
+      {MPI_COUNT, kind::fint},         {MPI_INTEGER, kind::fint},       {MPI_INTEGER1, kind::fint},
+      {MPI_INTEGER2, kind::fint},      {MPI_INTEGER4, kind::fint},      {MPI_INTEGER8, kind::fint},
       {MPI_UNSIGNED_CHAR, kind::uint}, {MPI_UNSIGNED_SHORT, kind::uint}, {MPI_UNSIGNED, kind::uint},
       {MPI_UNSIGNED_LONG, kind::uint}, {MPI_UNSIGNED_LONG_LONG, kind::uint}, {MPI_UINT8_T, kind::uint},
       {MPI_UINT16_T, kind::uint},      {MPI_UINT32_T, kind::uint},      {MPI_UINT64_T, kind::uint},
@@ -256,11 +259,11 @@ opclass classify_op(MPI_Op op) {
 
 // MPI-3.1 section 5.9.2: which predefined ops apply to which types.
 bool defined_for(opclass o, kind k) {
-  const bool integer = k == kind::sint || k == kind::uint;
+  const bool c_integer = k == kind::sint || k == kind::uint, integer = c_integer || k == kind::fint;
   switch (o) {
     case opclass::minmax: return integer || k == kind::flt;
     case opclass::sumprod: return integer || k == kind::flt || k == kind::cplx;
-    case opclass::logical: return integer || k == kind::logical;
+    case opclass::logical: return c_integer || k == kind::logical;
     case opclass::bitwise: return integer || k == kind::byte;
     case opclass::loc: return k == kind::pair;
     case opclass::user: return k != kind::none;
@@ -300,8 +303,9 @@ void with_reduction(const type_info& t, MPI_Datatype dt, MPI_Op op, F&& f) {
   if (t.size == t.extent) {
     if (t.k == kind::flt && t.size == 4 && builtin(float{})) return;
     if (t.k == kind::flt && t.size == 8 && builtin(double{})) return;
-    if (t.k == kind::sint && t.size == 4 && builtin(std::int32_t{})) return;
-    if (t.k == kind::sint && t.size == 8 && builtin(std::int64_t{})) return;
+    const bool signed_int = t.k == kind::sint || t.k == kind::fint;
+    if (signed_int && t.size == 4 && builtin(std::int32_t{})) return;
+    if (signed_int && t.size == 8 && builtin(std::int64_t{})) return;
   }
   switch (t.extent) {
     case 1: return f(blob<1>{}, mpi_local_op<1>{dt, op});
