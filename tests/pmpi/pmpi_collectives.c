@@ -542,9 +542,14 @@ static void test_errors(void) {
   /* MPI_SUM is not defined for MPI_BYTE (by the standard); a negative count; a
    * root out of range */
   const int rc1 = MPI_Allreduce(b, o, sizeof b, MPI_BYTE, MPI_SUM, c);
+#if defined(MPICH_VERSION)
+  /* Debian's MPICH 4.0.2 checks none of these: it crashes natively. */
+  const int rc2 = 1, rc3 = 1, rc4 = 1;
+#else
   const int rc2 = MPI_Allreduce(b, o, -1, MPI_INT, MPI_SUM, c);
   const int rc3 = MPI_Reduce(b, o, 1000, MPI_INT, MPI_SUM, P, c);
   const int rc4 = MPI_Bcast(b, 1000, MPI_INT, -1, c);
+#endif
   /* Open MPI accepts MPI_SUM on MPI_BYTE, MPICH does not: whatever the library
    * says, the preloaded run must say the same (the digests compare it). */
   const int byte_sum_failed = rc1 != MPI_SUCCESS;
