@@ -16,8 +16,10 @@
 //   MDRING_PMPI=0              pass everything to MPI
 //   MDRING_PMPI_MIN_BYTES=n    smallest call taken over (default kDefaultMinBytes)
 //   MDRING_TOPOLOGY=...        the runtime topology syntax; default: detected
-//   MDRING_PMPI_THREAD=keep    do not raise the thread level to MPI_THREAD_MULTIPLE
-//                              at MPI_Init (MPI_Iallreduce then stays on MPI)
+//   MDRING_PMPI_THREAD=multiple  ask for MPI_THREAD_MULTIPLE at MPI_Init, so that
+//                              MPI_Iallreduce runs on mdring's progress agent
+//                              (default keep: the level the program asks for;
+//                              below MULTIPLE, MPI_Iallreduce stays on MPI)
 //   MDRING_REPORT=1            per collective, at MPI_Finalize on rank 0: calls taken,
 //                              calls passed to MPI and why, bytes
 //   MDRING_TIMEOUT=s           mdring's deadline per wait (default: none, as MPI)
@@ -104,7 +106,9 @@ struct config {
   std::size_t min_bytes = kDefaultMinBytes;
   std::string topology;  // MDRING_TOPOLOGY, or empty
   bool report = false;
-  bool raise_thread = true;
+  // Not by default: MPI_THREAD_MULTIPLE makes each small Open MPI 4.1 collective
+  // about 0.4 us slower (1.27 x at 4 KiB on 2 processes, docs/PERFORMANCE.md).
+  bool raise_thread = false;
   std::chrono::milliseconds timeout{std::chrono::hours(24 * 365)};
 };
 const config& cfg() {
@@ -118,7 +122,7 @@ const config& cfg() {
     if (const char* v = env("MDRING_PMPI_MIN_BYTES")) c.min_bytes = std::strtoull(v, nullptr, 10);
     if (const char* v = env("MDRING_TOPOLOGY")) c.topology = v;
     if (const char* v = env("MDRING_REPORT")) c.report = std::string(v) != "0";
-    if (const char* v = env("MDRING_PMPI_THREAD")) c.raise_thread = std::string(v) != "keep";
+    if (const char* v = env("MDRING_PMPI_THREAD")) c.raise_thread = std::string(v) == "multiple";
     if (const char* v = env("MDRING_TIMEOUT")) {
       const double s = std::strtod(v, nullptr);
       if (s > 0) c.timeout = std::chrono::milliseconds(std::int64_t(s * 1000));
