@@ -6,11 +6,11 @@
 # MPI_ functions, so the Fortran program needs no Fortran wrappers there.
 #
 #   scripts/test_mpich.sh           # every process count: about 7 minutes on 2 cores
-#   scripts/test_mpich.sh --quick   # 1 and 2 processes (CI): about 2 minutes
+#   scripts/test_mpich.sh --quick   # 1 and 2 processes and the failure test (CI): about 2 minutes
 # (MPICH's ch4:ucx polls while it waits, so more processes than cores are slow.)
 set -euo pipefail
 quick=()
-[ "${1:-}" = "--quick" ] && quick=(-R "np1|np2")
+[ "${1:-}" = "--quick" ] && quick=(-R "np1|np2|failure")
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 mdring_ensure_packages "${MDRING_PACKAGES[@]}" mpich libmpich-dev
@@ -18,7 +18,7 @@ cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="
   -DMDRING_CUDA=OFF -DMDRING_ENABLE_BOOST_MPI=OFF -DMDRING_BUILD_EXAMPLES=OFF -DMDRING_BUILD_BENCHMARKS=OFF \
   -DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
   -DMPI_Fortran_COMPILER=/usr/bin/mpif90.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >/dev/null
-targets=(mdring_pmpi pmpi_collectives)
+targets=(mdring_pmpi pmpi_collectives pmpi_failure)
 grep -q "^pmpi_fortran:" <(cmake --build build-mpich --target help | sed 's/^\.\.\. //; s/ .*//; s/$/:/') &&
   targets+=(pmpi_fortran)
 cmake --build build-mpich -j "$(mdring_jobs)" --target "${targets[@]}"
