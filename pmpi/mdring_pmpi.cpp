@@ -595,14 +595,19 @@ T* at(void* p, std::size_t elems) {
 }
 
 // ---- MPI_Iallreduce: a generalized request completed by mdring's callback ------
+// Owned twice: by MPI (extra_state, released by ireq_free) and by the completion
+// callback. MPI may call ireq_free from inside PMPI_Grequest_complete (a request
+// the program freed early), that is from inside the callback, before the call is
+// done: the request then goes with the callback's copy, after it is done.
 struct ireq {
   md::request r;
   MPI_Request greq = MPI_REQUEST_NULL;
   int rank = 0;
   std::string error;
 };
+using ireq_ptr = std::shared_ptr<ireq>;
 int ireq_query(void* extra, MPI_Status* st) {
-  auto* q = static_cast<ireq*>(extra);
+  const auto& q = *static_cast<ireq_ptr*>(extra);
   PMPI_Status_set_elements(st, MPI_BYTE, 0);
   PMPI_Status_set_cancelled(st, 0);
   st->MPI_SOURCE = MPI_UNDEFINED;
@@ -611,7 +616,7 @@ int ireq_query(void* extra, MPI_Status* st) {
   return st->MPI_ERROR;
 }
 int ireq_free(void* extra) {
-  delete static_cast<ireq*>(extra);
+  delete static_cast<ireq_ptr*>(extra);
   return MPI_SUCCESS;
 }
 int ireq_cancel(void*, int) { return MPI_SUCCESS; }  // a collective cannot be cancelled
@@ -665,7 +670,7 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
   const decision d = decide(c_iallreduce, comm, std::size_t(std::max(count, 0)) * t.size, local);
   if (!d.s) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   inside g;
-  auto* q = new ireq;
+  auto q = std::make_shared<ireq>();
   q->rank = d.s->rank;
   try {
     with_reduction(t, datatype, op, [&](auto tag, auto o) {
@@ -676,13 +681,11 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
                                                        std::size_t(count), o);
     });
   } catch (const std::exception& e) {
-    delete q;
     return failed(*d.s, comm, "MPI_Iallreduce", e);
   }
-  PMPI_Grequest_start(ireq_query, ireq_free, ireq_cancel, q, &q->greq);
+  PMPI_Grequest_start(ireq_query, ireq_free, ireq_cancel, new ireq_ptr(q), &q->greq);
   *request = q->greq;
   // Completed by whichever thread finishes the call (the progress agent, usually).
-  // Nothing touches q after PMPI_Grequest_complete: the user's wait may free it.
   q->r.on_complete([q](std::exception_ptr e) {
     if (e) {
       try {

@@ -270,15 +270,7 @@ void callbacks(Bind&& bind, md::options o, report& rep) {
       for (std::size_t j = 0; j < buf[i].size(); ++j) wrong[i] += buf[i][j] != summed(P, i, j);
     });
   }
-  md::wait_all(reqs);
-  // wait_all may return before the last callback (run by the agent) has finished.
-  for (int spin = 0; spin < 20000; ++spin) {
-    {
-      std::lock_guard l(m);
-      if (order.size() == N) break;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+  md::wait_all(reqs);  // returns after every callback has
   {
     std::lock_guard l(m);
     rep.expect(order.size() == N, "callbacks: " + std::to_string(order.size()) + " of " + std::to_string(N) + " ran");
@@ -290,16 +282,19 @@ void callbacks(Bind&& bind, md::options o, report& rep) {
       rep.expect(wrong[i] == 0 && errors[i] == 0, "callbacks: call " + std::to_string(i) + " not complete when notified");
     }
   }
-  // Registered after completion (q completed before q2, which is waited for):
-  // it runs once, at once or from the thread still notifying it.
+  // Registered once q is ready (notified): it runs once, at once, on this thread.
   std::vector<i64> late(100, i64(r)), later(10, 1);
   auto q = md::iall_reduce(comm, late.data(), late.size(), md::sum);
   auto q2 = md::iall_reduce(comm, later.data(), later.size(), md::sum);
   q2.wait();
-  rep.expect(q.ready(), "callbacks: an earlier call is not complete after a later one");
+  // q completed first, but another thread may still be notifying it.
+  for (int spin = 0; spin < 200000 && !q.ready(); ++spin) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  rep.expect(q.ready(), "callbacks: an earlier call did not complete");
   std::atomic<int> ran{0};
-  q.on_complete([&](std::exception_ptr e) { ran += e ? 100 : 1; });
-  for (int spin = 0; spin < 20000 && ran.load() == 0; ++spin) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  const auto me = std::this_thread::get_id();
+  bool here = false;
+  q.on_complete([&](std::exception_ptr e) { ran += e ? 100 : 1, here = std::this_thread::get_id() == me; });
+  rep.expect(ran.load() == 1 && here, "callbacks: registered after completion, not run at once on the caller");
   q.wait();
   rep.expect(ran.load() == 1, "callbacks: registered after completion, ran " + std::to_string(ran.load()));
   rep.expect(late[99] == i64(P * (P - 1) / 2), "callbacks: wrong late result");
@@ -312,7 +307,6 @@ void callbacks(Bind&& bind, md::options o, report& rep) {
     f.wait();
   } catch (const md::invalid_argument&) {
   }
-  for (int spin = 0; spin < 20000 && got.load() < 0; ++spin) std::this_thread::sleep_for(std::chrono::microseconds(100));
   rep.expect(got.load() == (P > 1 ? 1 : 0), "callbacks: a failing call's callback got error flag " + std::to_string(got.load()));
 }
 

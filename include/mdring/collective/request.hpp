@@ -65,9 +65,11 @@ public:
   }
   // f(error) once, when the call completes (error is null on success): on the
   // thread that completed it (the progress agent, or one in wait/test), after
-  // mdring's locks are released; at once, on this thread, if it already has. The
-  // request must still be waited for (or destroyed) as usual. Keep f short, and do
-  // not wait in it for this communicator's calls. Empty request: f is not called.
+  // mdring's locks are released, and before wait() returns or ready() says true;
+  // at once, on this thread, if that has happened already. The request must still
+  // be waited for (or destroyed) as usual. Keep f short, do not throw from it (an
+  // exception is dropped), and do not wait in it for this communicator's calls.
+  // Empty request: f is not called.
   void on_complete(std::function<void(std::exception_ptr)> f) {
     if (st_) st_->on_complete(std::move(f));
   }

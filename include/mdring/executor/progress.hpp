@@ -82,14 +82,16 @@ struct call_state {
   std::exception_ptr error;
   std::atomic<bool> done{false};
 
-  // request::on_complete: f(error) once, after done, outside the executor's locks
-  // (at once, on the caller's thread, when the call has already been notified).
+  // request::on_complete: f(error) once, outside the executor's locks, before
+  // `done` is set (so a wait returns only after f has); at once, on the caller's
+  // thread, when the call has already been notified. An exception from f is dropped.
   void on_complete(std::function<void(std::exception_ptr)> f) {
     std::unique_lock l(cb_m_);
     if (!notified_) return void(callback_ = std::move(f));
     l.unlock();
-    f(error);
+    run(f);
   }
+  // The call has completed (its error is set): its callback, then `done`.
   void notify() {
     std::function<void(std::exception_ptr)> f;
     {
@@ -97,10 +99,17 @@ struct call_state {
       notified_ = true;
       f = std::move(callback_);
     }
-    if (f) f(error);
+    if (f) run(f);
+    done.store(true, std::memory_order_release);
   }
 
 private:
+  void run(const std::function<void(std::exception_ptr)>& f) noexcept {
+    try {
+      f(error);
+    } catch (...) {
+    }
+  }
   std::mutex cb_m_;
   std::function<void(std::exception_ptr)> callback_;
   bool notified_ = false;
@@ -179,8 +188,8 @@ public:
 
   // Moves the calls in flight on, if no other thread is doing so right now.
   // True when something moved (a wait was passed or a call completed).
-  // The calls that completed meanwhile are notified (their on_complete callbacks
-  // run) after the lock is released, on this thread.
+  // The calls that completed meanwhile are notified after the lock is released,
+  // on this thread: their on_complete callbacks run, then they are done.
   bool try_step() {
     std::vector<std::shared_ptr<call_state>> finished;
     bool moved = false;
@@ -266,8 +275,7 @@ private:
       }
       c->body = nullptr;
       ++e->completed_;
-      e->finished_.push_back(c);
-      c->done.store(true, std::memory_order_release);
+      e->finished_.push_back(c);  // done once notified, after the lock (try_step)
       e->pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
