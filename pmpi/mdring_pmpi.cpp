@@ -325,7 +325,6 @@ bool extent_supported(std::size_t e) { return e == 1 || e == 2 || e == 4 || e ==
 
 // ---- per communicator: config agreement, then (at the first call taken) bind ----
 struct comm_state {
-  bool agreed = false;         // phase 1 done
   why off = w_taken;           // w_taken: usable; else why this communicator stays on MPI
   std::size_t min_bytes = 0;   // agreed threshold
   int size = 0, rank = 0;
@@ -415,7 +414,6 @@ comm_state* state_of(MPI_Comm comm, why& off) {
   if (!same && s->rank == 0)
     std::fprintf(stderr, "mdring-pmpi: the ranks of a communicator disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES or "
                          "MDRING_TOPOLOGY; its collectives stay on MPI\n");
-  s->agreed = true;
   PMPI_Comm_set_attr(comm, state_keyval, s);
   {
     std::lock_guard l(registry_m);
@@ -587,11 +585,6 @@ int failed(comm_state& s, MPI_Comm comm, const char* name, const std::exception&
   s.off = w_failed;
   PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
   return MPI_ERR_OTHER;
-}
-
-template <class T>
-T* at(void* p, std::size_t elems) {
-  return static_cast<T*>(p) + elems;
 }
 
 // ---- MPI_Iallreduce: a generalized request completed by mdring's callback ------
