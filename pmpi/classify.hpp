@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace mdring_pmpi {
 
@@ -143,6 +144,17 @@ struct mpi_local_op {
   }
 };
 
+// The element sizes a datatype's extent may have (the predefined types': 1 to 32).
+using supported_extents = std::index_sequence<1, 2, 4, 8, 16, 32>;
+template <std::size_t... N>
+constexpr bool has_extent(std::size_t e, std::index_sequence<N...>) {
+  return ((e == N) || ...);
+}
+template <class F, std::size_t... N>
+bool reduce_as_blob(std::size_t e, MPI_Datatype dt, MPI_Op op, F& f, std::index_sequence<N...>) {
+  return ((e == N ? (f(blob<N>{}, mpi_local_op<N>{dt, op}), true) : false) || ...);
+}
+
 // Calls f(T{}, op) with the C++ element type and op: mdring's own vectorized ops
 // for sum/prod/min/max on float, double, int32 and int64; the MPI library's
 // reduce_local on elements of the datatype's extent otherwise.
@@ -162,16 +174,9 @@ void with_reduction(const type_info& t, MPI_Datatype dt, MPI_Op op, F&& f) {
     if (signed_int && t.size == 4 && builtin(std::int32_t{})) return;
     if (signed_int && t.size == 8 && builtin(std::int64_t{})) return;
   }
-  switch (t.extent) {
-    case 1: return f(blob<1>{}, mpi_local_op<1>{dt, op});
-    case 2: return f(blob<2>{}, mpi_local_op<2>{dt, op});
-    case 4: return f(blob<4>{}, mpi_local_op<4>{dt, op});
-    case 8: return f(blob<8>{}, mpi_local_op<8>{dt, op});
-    case 16: return f(blob<16>{}, mpi_local_op<16>{dt, op});
-    case 32: return f(blob<32>{}, mpi_local_op<32>{dt, op});
-    default: throw std::logic_error("mdring-pmpi: no element type of " + std::to_string(t.extent) + " bytes");
-  }
+  if (!reduce_as_blob(t.extent, dt, op, f, supported_extents{}))
+    throw std::logic_error("mdring-pmpi: no element type of " + std::to_string(t.extent) + " bytes");
 }
-bool extent_supported(std::size_t e) { return e == 1 || e == 2 || e == 4 || e == 8 || e == 16 || e == 32; }
+bool extent_supported(std::size_t e) { return has_extent(e, supported_extents{}); }
 
 }  // namespace mdring_pmpi

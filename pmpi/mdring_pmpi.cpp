@@ -111,7 +111,9 @@ struct config {
   // Not by default: MPI_THREAD_MULTIPLE makes each small Open MPI 4.1 collective
   // about 0.4 us slower (1.27 x at 4 KiB on 2 processes, docs/PERFORMANCE.md).
   bool raise_thread = false;
-  std::chrono::milliseconds timeout{std::chrono::hours(24 * 365)};
+  // mdring's deadline: MDRING_TIMEOUT as options reads it, else none (as MPI).
+  std::chrono::milliseconds timeout =
+      std::getenv("MDRING_TIMEOUT") ? md::detail::default_timeout() : std::chrono::hours(24 * 365);
 };
 const config& cfg() {
   static const config parsed = [] {
@@ -125,10 +127,6 @@ const config& cfg() {
     if (const char* v = env("MDRING_TOPOLOGY")) c.topology = v;
     if (const char* v = env("MDRING_REPORT")) c.report = std::string(v) != "0";
     if (const char* v = env("MDRING_PMPI_THREAD")) c.raise_thread = std::string(v) == "multiple";
-    if (const char* v = env("MDRING_TIMEOUT")) {
-      const double s = std::strtod(v, nullptr);
-      if (s > 0) c.timeout = std::chrono::milliseconds(std::int64_t(s * 1000));
-    }
     return c;
   }();
   return parsed;
@@ -166,20 +164,21 @@ bool mpi_usable() {
 std::atomic<int> world_agreement{0};
 
 // The settings as numbers every rank can compare: (v, -v) pairs under MPI_MAX.
-bool settings_agree(MPI_Comm comm);
+bool settings_agree(MPI_Comm comm, const char* who, const char* what);
 
 // ---- per communicator: config agreement, then (at the first call taken) bind ----
 struct comm_state {
   why off = w_taken;           // w_taken: usable; else why this communicator stays on MPI
-  std::size_t min_bytes = 0;   // agreed threshold
   int size = 0, rank = 0;
   bool bound = false;          // phase 2 done
-  bool identity = true;        // mdring's rank == this communicator's rank
   std::vector<int> to_md;      // this communicator's rank -> mdring's
   MPI_Comm ordered = MPI_COMM_NULL;  // owned: the node-major split, when renumbered
   std::unique_ptr<md_comm> comm;
   std::pair<int, int> key{0, 0};  // (world rank, sequence) of its first rank: teardown order
   bool torn_down = false;
+
+  // mdring's rank == this communicator's rank (not renumbered).
+  bool identity() const noexcept { return ordered == MPI_COMM_NULL; }
 
   void teardown() {
     if (torn_down) return;
@@ -253,12 +252,8 @@ comm_state* state_of(MPI_Comm comm, why& off) {
   PMPI_Comm_size(comm, &s->size);
   PMPI_Comm_rank(comm, &s->rank);
   const auto& c = cfg();
-  const bool same = world_agreement.load() == 1 || settings_agree(comm);
-  s->min_bytes = c.min_bytes;
+  const bool same = world_agreement.load() == 1 || settings_agree(comm, "the ranks of a communicator", "its collectives");
   s->off = !same ? w_config : !c.enabled ? w_disabled : w_taken;
-  if (!same && s->rank == 0)
-    std::fprintf(stderr, "mdring-pmpi: the ranks of a communicator disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES or "
-                         "MDRING_TOPOLOGY; its collectives stay on MPI\n");
   PMPI_Comm_set_attr(comm, state_keyval, s);
   {
     std::lock_guard l(registry_m);
@@ -268,14 +263,22 @@ comm_state* state_of(MPI_Comm comm, why& off) {
   return s;
 }
 
-bool settings_agree(MPI_Comm comm) {
+// Collective over comm; rank 0 says so when they disagree (who: "the processes",
+// what stays on MPI: "every collective").
+bool settings_agree(MPI_Comm comm, const char* who, const char* what) {
   const auto& c = cfg();
   const std::int64_t topo_hash = std::int64_t(md::detail::fnv1a(c.topology) >> 2);
   std::int64_t mine[6] = {c.enabled, -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
                           topo_hash, -topo_hash};
   std::int64_t all[6];
   PMPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_MAX, comm);
-  return all[0] == -all[1] && all[2] == -all[3] && all[4] == -all[5];
+  const bool same = all[0] == -all[1] && all[2] == -all[3] && all[4] == -all[5];
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  if (!same && rank == 0)
+    std::fprintf(stderr, "mdring-pmpi: %s disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES or MDRING_TOPOLOGY; %s stay on MPI\n",
+                 who, what);
+  return same;
 }
 
 // After MPI_Init: every process agrees on the settings once, on MPI_COMM_WORLD.
@@ -283,13 +286,7 @@ void after_init() {
   if (!mpi_usable()) return;
   inside g;
   init_once();
-  const bool same = settings_agree(MPI_COMM_WORLD);
-  world_agreement.store(same ? 1 : -1);
-  int rank = 0;
-  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (!same && rank == 0)
-    std::fprintf(stderr, "mdring-pmpi: the processes disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES or "
-                         "MDRING_TOPOLOGY; every collective stays on MPI\n");
+  world_agreement.store(settings_agree(MPI_COMM_WORLD, "the processes", "all collectives") ? 1 : -1);
 }
 
 // Phase 2, at the first call taken over, collective: the topology, a node-major
@@ -327,11 +324,10 @@ bool bind_state(comm_state& s, MPI_Comm comm) {
     if (!from_env && layout.ranks_per_node > 1 && !layout.node_major) {
       PMPI_Comm_split(comm, 0, layout.key, &s.ordered);
       target = s.ordered;
-      s.identity = false;
       source += ", renumbered node-major";
     }
     int md_rank = s.rank;
-    if (!s.identity) PMPI_Comm_rank(target, &md_rank);
+    if (!s.identity()) PMPI_Comm_rank(target, &md_rank);
     s.to_md.assign(std::size_t(s.size), 0);
     PMPI_Allgather(&md_rank, 1, MPI_INT, s.to_md.data(), 1, MPI_INT, comm);
     int world = 0;
@@ -402,9 +398,9 @@ decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool
   comm_state* s = state_of(comm, off);
   if (off != w_taken) return pass(off);
   if (local_reason != w_taken) return pass(local_reason);
-  if (bytes < s->min_bytes) return pass(w_small);
+  if (bytes < cfg().min_bytes) return pass(w_small);  // settings agreed per communicator
   if (!bind_state(*s, comm)) return pass(w_setup);
-  if (needs_identity && !s->identity) return pass(w_order);
+  if (needs_identity && !s->identity()) return pass(w_order);
   d.s = s;
   stats[c][w_taken].calls.fetch_add(1, std::memory_order_relaxed);
   stats[c][w_taken].bytes.fetch_add(bytes, std::memory_order_relaxed);
