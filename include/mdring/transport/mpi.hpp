@@ -124,55 +124,39 @@ public:
                                 " came out with rank " + std::to_string(r) + " of " + std::to_string(s) +
                                 ", expected " + std::to_string(my_index) + " of " + std::to_string(members.size()),
                             0);
-    channel ch{sub, {members.begin(), members.end()}, {}, {}, MPI_WIN_NULL};
+    channel ch{sub, {members.begin(), members.end()}, {}};
     // oversubscribed() is collective over the whole communicator (cached after the
     // first call): every rank asks it here, for every channel, in the same order.
-    if (shared_memory_) detail::try_shared_access(ch, my_index, staging_, oversubscribed());
-    if (ch.win != MPI_WIN_NULL) windows_.push_back(ch.win);
+    if (shared_memory_) {
+      detail::allgather_exchange ex{sub};
+      if (ch.window.open(ex, ch.members, my_index, staging_, oversubscribed())) ++shared_channels_;
+    }
     return ch;
   }
 
-  bool shared(const channel& ch) const noexcept { return ch.win != MPI_WIN_NULL; }
-  mdring::detail::access_group& group(channel& ch) noexcept { return ch.group; }
+  bool shared(const channel& ch) const noexcept { return ch.window.shared(); }
+  mdring::detail::access_group& group(channel& ch) noexcept { return ch.window.group(); }
   wait_status shared_failure() {
     if (auto f = poll_control()) return *f;
     return wait_status::ok();
   }
-  // Copies `bytes` from peer j's address space (at `remote`) into this process.
+  // Copies `bytes` from peer j's address space (at `remote`) into this process, and back.
   void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
-    if (bytes == 0) return;
-    if (const void* mine = local_address(ch, j, remote, bytes)) return void(std::memcpy(local, mine, bytes));
-    detail::cma(ch, j, const_cast<void*>(remote), local, bytes, false);
+    ch.window.read(mappings_, j, remote, local, bytes);
   }
-  // Copies `bytes` from this process into peer j's address space (at `remote`).
   void write(channel& ch, std::size_t j, const void* local, void* remote, std::size_t bytes) {
-    if (bytes == 0) return;
-    if (void* mine = local_address(ch, j, remote, bytes)) return void(std::memcpy(mine, local, bytes));
-    detail::cma(ch, j, remote, const_cast<void*>(local), bytes, true);
+    ch.window.write(mappings_, j, local, remote, bytes);
   }
 
   // How many peers' node_alloc segments this process has mapped (zero-copy), and
   // whether any dimension runs on shared access at all.
-  std::size_t mapped_segments() const noexcept {
-    return mappings_.count();
-  }
-  bool shared_channels() const noexcept { return !windows_.empty(); }
+  std::size_t mapped_segments() const noexcept { return mappings_.count(); }
+  bool shared_channels() const noexcept { return shared_channels_ != 0; }
 
-  // Where peer j's bytes [remote, remote + bytes) can be reached in this process:
-  // when the peer published them (at this stage's arrive) inside a node_alloc
-  // segment, the segment is mapped here once and the address returned; else
-  // nullptr (then read / write go through cross-memory attach).
+  // Where peer j's bytes [remote, remote + bytes) can be reached in this process
+  // (node_window::local_address), or nullptr.
   void* local_address(channel& ch, std::size_t j, const void* remote, std::size_t bytes) {
-#if MDRING_HAVE_CMA
-    const auto a = reinterpret_cast<std::uintptr_t>(remote);
-    for (const auto* sg : {&ch.group.peer_src_segment(j), &ch.group.peer_dst_segment(j)}) {
-      if (sg->id == 0 || a < sg->base || a - sg->base > sg->size || bytes > sg->size - (a - sg->base)) continue;
-      if (char* base = mappings_.map(ch.pids[j], *sg)) return base + (a - sg->base);
-    }
-#else
-    (void)ch, (void)j, (void)remote, (void)bytes;
-#endif
-    return nullptr;
+    return ch.window.local_address(mappings_, j, remote, bytes);
   }
 
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
@@ -419,9 +403,6 @@ private:
       MPI_Wait(&control_req_, MPI_STATUS_IGNORE);
     }
     if (chunk_ != MPI_DATATYPE_NULL) MPI_Type_free(&chunk_);
-    for (auto& w : windows_)
-      if (w != MPI_WIN_NULL) MPI_Win_free(&w);
-    windows_.clear();
     for (auto& c : owned_)
       if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
     owned_.clear();
@@ -429,8 +410,8 @@ private:
 
   MPI_Comm ctrl_ = MPI_COMM_NULL;
   std::vector<MPI_Comm> owned_;
-  std::vector<MPI_Win> windows_;  // freed before the communicators
-  detail::segment_mappings mappings_;
+  mdring::detail::segment_mappings mappings_;
+  std::size_t shared_channels_ = 0;
   std::size_t node_ranks_ = 0;  // oversubscribed()'s, once known
   std::size_t rank_ = 0, size_ = 0;
   std::size_t max_bytes_;
