@@ -16,7 +16,11 @@
 // (CHECK, never REQUIRE, between collectives), so a failure cannot desynchronize
 // the ranks.
 #include <doctest/doctest.h>
+#if MDRING_TEST_UCX
+#include <mdring/ucx.hpp>
+#else
 #include <mdring/mpi.hpp>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -35,6 +39,40 @@ namespace md = mdring;
 
 namespace {
 
+#if MDRING_TEST_UCX
+}  // namespace
+// The UCX world of this process (ucx_main.cpp), and the checks across ranks
+// through its store: nothing of the transport under test.
+const md::ucx::world& test_world();
+namespace {
+std::size_t world_size() { return test_world().size(); }
+std::size_t world_rank() { return test_world().rank(); }
+// Every rank's bytes (collective: the same order of calls on every rank).
+std::vector<std::string> gather_all(const std::string& mine) {
+  static std::size_t seq = 0;
+  const auto& w = test_world();
+  return md::rendezvous::all_gather(w.store(), "test/" + std::to_string(seq++), w.rank(), w.size(), mine,
+                                    md::rendezvous::clock::now() + std::chrono::seconds(120));
+}
+bool identical_everywhere(const void* p, std::size_t bytes) {
+  const std::string mine(static_cast<const char*>(p), bytes);
+  for (const auto& s : gather_all(mine))
+    if (s != mine) return false;
+  return true;
+}
+bool all_ranks(bool ok) {
+  for (const auto& s : gather_all(ok ? "1" : "0"))
+    if (s != "1") return false;
+  return true;
+}
+std::uint64_t fnv1a(const void* p, std::size_t bytes) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+#else
+MPI_Comm test_world() { return MPI_COMM_WORLD; }
 std::size_t world_size() {
   int s = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
@@ -67,6 +105,8 @@ bool all_ranks(bool ok) {
   MPI_Allreduce(&v, &m, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   return m == 1;
 }
+
+#endif
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -160,26 +200,26 @@ void for_each_topology(F&& f, bool with_static = true) {
   const std::size_t P = world_size();
   if (with_static) {
     {
-      auto comm = md::bind(md::ring<md::shm>, MPI_COMM_WORLD);
+      auto comm = md::bind(md::ring<md::shm>, test_world());
       f(comm, std::string("ring<shm>"));
     }
     if (P % 2 == 0) {
-      auto a = md::bind(md::ring<md::shm, 2> * md::ring<md::infiniband>, MPI_COMM_WORLD);
+      auto a = md::bind(md::ring<md::shm, 2> * md::ring<md::infiniband>, test_world());
       f(a, std::string("ring<shm,2> * ring<infiniband>"));
-      auto b = md::bind(md::ring<md::shm> * md::ring<md::shm, 2>, MPI_COMM_WORLD);
+      auto b = md::bind(md::ring<md::shm> * md::ring<md::shm, 2>, test_world());
       f(b, std::string("ring<shm> * ring<shm,2>"));
     }
     if (P == 6) {
-      auto comm = md::bind(md::ring<md::shm, 3> * md::ring<md::shm, 2>, MPI_COMM_WORLD);
+      auto comm = md::bind(md::ring<md::shm, 3> * md::ring<md::shm, 2>, test_world());
       f(comm, std::string("ring<shm,3> * ring<shm,2>"));
     }
     if (P == 8) {
-      auto comm = md::bind(md::ring<md::shm, 2> * md::ring<md::shm, 2> * md::ring<md::ethernet, 2>, MPI_COMM_WORLD);
+      auto comm = md::bind(md::ring<md::shm, 2> * md::ring<md::shm, 2> * md::ring<md::ethernet, 2>, test_world());
       f(comm, std::string("ring<shm,2> * ring<shm,2> * ring<ethernet,2>"));
     }
   }
   for (auto& c : runtime_cases(P)) {
-    auto comm = md::bind(md::parse_topology(c.text), MPI_COMM_WORLD, opts(c.algos));
+    auto comm = md::bind(md::parse_topology(c.text), test_world(), opts(c.algos));
     f(comm, c.label());
   }
 }
@@ -208,7 +248,7 @@ std::vector<std::int64_t> check_exact_sum(Comm& comm, std::size_t P, std::size_t
 }  // namespace
 
 // ---------------------------------------------------------------------------
-TEST_CASE("the communicator matches MPI_COMM_WORLD") {
+TEST_CASE("the communicator matches the world (MPI_COMM_WORLD, or the UCX world)") {
   const std::size_t P = world_size(), R = world_rank();
   for_each_topology([&](auto& comm, const std::string& label) {
     INFO(label);
@@ -526,7 +566,7 @@ TEST_CASE("a non-commutative op on fully connected dimensions combines in rank o
   std::vector<std::string> topos = {"shm:*"};
   if (P % 2 == 0) topos.push_back("shm:2 x nvlink:*");
   for (auto& t : topos) {
-    auto comm = md::bind(md::parse_topology(t), MPI_COMM_WORLD);
+    auto comm = md::bind(md::parse_topology(t), test_world());
     for (std::size_t n : {std::size_t(1), std::size_t(10), std::size_t(101)}) {
       INFO(t << ", count " << n);
       std::vector<digits> x(n);
@@ -557,7 +597,7 @@ TEST_CASE("options.max_message_bytes small: messages split into pieces, results 
     for (auto& c : runtime_cases(P)) {
       md::options o = opts(c.algos);
       o.max_message_bytes = mmb;
-      auto comm = md::bind(md::parse_topology(c.text), MPI_COMM_WORLD, o);
+      auto comm = md::bind(md::parse_topology(c.text), test_world(), o);
       const std::size_t n = mmb == 1 ? 301 : 2003;  // 8n bytes: many pieces plus a rest
       INFO(c.label() << ", max_message_bytes " << mmb << ", count " << n);
       std::vector<std::int64_t> x(n);
@@ -608,7 +648,7 @@ TEST_CASE("all_reduce in segments: steps of different segments complete out of o
         o.tune.segment_bytes = 64;
         o.tune.pipeline_depth = depth;
         o.max_message_bytes = 40;  // a piece of 40 bytes and a rest
-        auto comm = md::bind(md::parse_topology(c.text), MPI_COMM_WORLD, o);
+        auto comm = md::bind(md::parse_topology(c.text), test_world(), o);
         for (std::size_t n : {std::size_t(1), std::size_t(37), std::size_t(1001)}) {
           INFO(c.label() << (shared ? ", shared" : ", messages") << ", depth " << depth << ", count " << n);
           auto send = check_exact_sum(comm, P, R, n);
@@ -631,7 +671,7 @@ TEST_CASE("a ring split in two (tune.split_ring_extent): MPI communicators per h
       o.shared_memory = false;
       o.tune.split_ring_extent = 4;
       o.tune.segment_bytes = seg;
-      auto comm = md::bind(md::parse_topology(text), MPI_COMM_WORLD, o);
+      auto comm = md::bind(md::parse_topology(text), test_world(), o);
       const std::size_t ring = text == "ethernet:*" ? P : P / 2;
       const std::size_t a = md::split_factor(ring, 4);
       INFO(text << " on " << P << " runs as " << comm.executed_topology().to_string() << ", segments of " << seg);
@@ -688,7 +728,7 @@ TEST_CASE("buffers from node_alloc: peers map them, results exact, guards intact
         if (std::string(topo) == "shm:2 x shm:*" && P % 2) continue;
         md::options o;
         o.tune.nontemporal_bytes = nt;
-        auto comm = md::bind(md::parse_topology(topo), MPI_COMM_WORLD, o);
+        auto comm = md::bind(md::parse_topology(topo), test_world(), o);
         const bool node = where == 0 || (where == 1 && R % 2 == 0);
         for (std::size_t n : {std::size_t(5), std::size_t(1009), std::size_t(20011), std::size_t(65537)}) {
           INFO(topo << ", memory " << where << ", nontemporal_bytes " << nt << ", count " << n);
@@ -736,6 +776,7 @@ TEST_CASE("count 0 with null buffers, on every collective") {
   });
 }
 
+#if !MDRING_TEST_UCX  // MPI communicators of the program's own
 TEST_CASE("sub-communicators from MPI_Comm_split, with reversed rank order") {
   const std::size_t R = world_rank();
   MPI_Comm sub = MPI_COMM_NULL;
@@ -766,6 +807,8 @@ TEST_CASE("sub-communicators from MPI_Comm_split, with reversed rank order") {
   MPI_Comm_free(&sub);
   CHECK(all_ranks(true));
 }
+
+#endif
 
 // ---------------------------------------------------------------------------
 namespace {
@@ -804,7 +847,7 @@ TEST_CASE("scratch comes from options.memory, and after reserve() calls allocate
       counting_resource mem;
       md::options o = opts(c.algos);
       o.memory = &mem;
-      auto comm = md::bind(md::parse_topology(c.text), MPI_COMM_WORLD, o);
+      auto comm = md::bind(md::parse_topology(c.text), test_world(), o);
       comm.reserve<std::int64_t>(n);
       const std::size_t before = mem.allocations, reserved = comm.scratch_bytes();
       for (std::size_t j = 0; j < n; ++j) s[j] = val(R, j);
@@ -838,7 +881,7 @@ TEST_CASE("scratch comes from options.memory, and after reserve() calls allocate
     counting_resource mem2;
     md::options o = opts(c.algos);
     o.memory = &mem2;
-    auto comm2 = md::bind(md::parse_topology(c.text), MPI_COMM_WORLD, o);
+    auto comm2 = md::bind(md::parse_topology(c.text), test_world(), o);
     std::vector<float> f(5000, 1.0f);
     md::all_reduce(comm2, f.data(), f.size());
     const std::size_t warm = mem2.allocations;
@@ -851,8 +894,8 @@ TEST_CASE("scratch comes from options.memory, and after reserve() calls allocate
 
 TEST_CASE("two communicators used alternately, and a moved communicator") {
   const std::size_t P = world_size(), R = world_rank();
-  auto a = md::bind(md::ring<md::shm>, MPI_COMM_WORLD);
-  auto b = md::bind(md::parse_topology(P % 2 == 0 ? "shm:2 x ethernet:*" : "ethernet:*"), MPI_COMM_WORLD);
+  auto a = md::bind(md::ring<md::shm>, test_world());
+  auto b = md::bind(md::parse_topology(P % 2 == 0 ? "shm:2 x ethernet:*" : "ethernet:*"), test_world());
   std::vector<std::int64_t> x(513), y(777);
   for (int k = 0; k < 4; ++k) {
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = val(R, i) + k;
@@ -875,6 +918,7 @@ TEST_CASE("two communicators used alternately, and a moved communicator") {
 }
 
 // ---------------------------------------------------------------------------
+#if !MDRING_TEST_UCX  // detection through MPI (the UCX world: test_ucx_world.cpp)
 TEST_CASE("detect_topology: one node of P ranks here; node_layout and a node-major split") {
   const std::size_t P = world_size(), R = world_rank();
   const auto l = md::detect_node_layout(MPI_COMM_WORLD);
@@ -921,6 +965,9 @@ TEST_CASE("detect_topology: one node of P ranks here; node_layout and a node-maj
   CHECK(all_ranks(true));
 }
 
+#endif
+
+#if !MDRING_TEST_UCX  // MPI_Reduce_local
 namespace {
 // A bulk op, as the MPI interposer uses: MPI_Reduce_local with MPI_SUM on int32,
 // counting its calls.
@@ -940,7 +987,7 @@ TEST_CASE("a bulk op (reduce_local on whole arrays) gives the exact sums, every 
   for (auto alg : {md::algorithm::automatic, md::algorithm::ring, md::algorithm::direct}) {
     md::options o;
     o.algorithms = {alg};
-    auto comm = md::bind(md::parse_topology("shm:*"), MPI_COMM_WORLD, o);
+    auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
     for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(7), std::size_t(5000), std::size_t(70001)}) {
       mpi_local_sum::calls = 0;
       std::vector<std::int32_t> x(n), y(n, -1);
@@ -962,3 +1009,4 @@ TEST_CASE("a bulk op (reduce_local on whole arrays) gives the exact sums, every 
   }
   CHECK(all_ranks(true));
 }
+#endif

@@ -19,39 +19,15 @@
 #pragma once
 
 #include "../config.hpp"
+#include "detect.hpp"
 #include "runtime.hpp"
 
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstddef>
-#include <filesystem>
-#include <map>
-#include <string>
-#include <system_error>
 #include <vector>
 
 MDRING_NAMESPACE_BEGIN
-
-struct node_layout {
-  std::size_t ranks = 0;           // comm's size
-  std::size_t nodes = 0;           // distinct shared-memory nodes
-  std::size_t ranks_per_node = 0;  // when every node has as many ranks; 0 otherwise
-  std::size_t node = 0;            // this rank's node, numbered by the lowest rank on it
-  std::size_t local_rank = 0;      // this rank's position on its node (in comm's rank order)
-  bool node_major = false;         // rank == (ranks of the nodes before) + local_rank, everywhere
-  int key = 0;                     // this rank's position in node-major order
-  std::string network;             // "infiniband" or "ethernet" (the same on every rank)
-};
-
-namespace detail {
-// A node with an InfiniBand (or RoCE) device shows it under /sys/class/infiniband.
-inline bool has_infiniband() {
-  std::error_code ec;
-  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
-  return !ec && it != std::filesystem::directory_iterator();
-}
-}  // namespace detail
 
 // The layout when each rank names its node itself: ranks passing the same
 // `node_id` (any int) are one node. For launchers or containers that know the
@@ -62,35 +38,9 @@ inline node_layout layout_of_nodes(MPI_Comm comm, int node_id) {
   MPI_Comm_size(comm, &size);
   std::vector<int> given(std::size_t(size), 0);
   MPI_Allgather(&node_id, 1, MPI_INT, given.data(), 1, MPI_INT, comm);
-  // A node is named by its lowest rank.
-  std::map<int, int> lowest;
-  std::vector<int> leaders(std::size_t(size), 0);
-  for (int r = 0; r < size; ++r) leaders[std::size_t(r)] = lowest.try_emplace(given[std::size_t(r)], r).first->second;
   int ib = detail::has_infiniband() ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ib, 1, MPI_INT, MPI_MIN, comm);
-
-  std::vector<int> ids = leaders;
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  auto node_of = [&](int r) { return std::size_t(std::lower_bound(ids.begin(), ids.end(), leaders[std::size_t(r)]) - ids.begin()); };
-  std::vector<std::size_t> count(ids.size(), 0), local(std::size_t(size), 0);
-  for (int r = 0; r < size; ++r) local[std::size_t(r)] = count[node_of(r)]++;
-  std::vector<std::size_t> first(ids.size(), 0);  // node-major position of each node's first rank
-  for (std::size_t n = 1; n < ids.size(); ++n) first[n] = first[n - 1] + count[n - 1];
-
-  node_layout l;
-  l.ranks = std::size_t(size);
-  l.nodes = ids.size();
-  const bool equal = std::all_of(count.begin(), count.end(), [&](std::size_t c) { return c == count[0]; });
-  l.ranks_per_node = equal ? count[0] : 0;
-  l.node = node_of(rank);
-  l.local_rank = local[std::size_t(rank)];
-  l.node_major = true;
-  for (int r = 0; r < size; ++r)
-    if (first[node_of(r)] + local[std::size_t(r)] != std::size_t(r)) l.node_major = false;
-  l.key = int(first[l.node] + l.local_rank);
-  l.network = ib ? "infiniband" : "ethernet";
-  return l;
+  return layout_from_node_ids(given, std::size_t(rank), ib != 0);
 }
 
 // Nodes from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Collective over comm.
@@ -104,15 +54,6 @@ inline node_layout detect_node_layout(MPI_Comm comm) {
   MPI_Bcast(&leader, 1, MPI_INT, 0, node);
   MPI_Comm_free(&node);
   return layout_of_nodes(comm, leader);
-}
-
-// The topology of a layout (see the table at the top).
-inline runtime_topology topology_of(const node_layout& l) {
-  std::string t;
-  if (l.nodes <= 1) t = "shm:" + std::to_string(l.ranks);
-  else if (l.ranks_per_node > 1) t = "shm:" + std::to_string(l.ranks_per_node) + " x " + l.network + ":" + std::to_string(l.nodes);
-  else t = l.network + ":" + std::to_string(l.ranks);
-  return parse_topology(t);
 }
 
 inline runtime_topology detect_topology(MPI_Comm comm) { return topology_of(detect_node_layout(comm)); }

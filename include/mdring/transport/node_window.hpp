@@ -69,6 +69,18 @@ inline std::string node_identity() {
   return id;
 }
 
+// Process `pid` of this node has ended. A process that was killed cannot say so
+// itself: the transports without a launcher that ends the job (UCX) ask this
+// about their node's peers while they wait.
+inline bool process_gone(long pid) noexcept {
+#if MDRING_HAVE_CMA
+  return kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+#else
+  (void)pid;
+  return false;
+#endif
+}
+
 // Copies between this process and peer `pid` (cross-memory attach); `rank` names
 // the peer in the error.
 inline void cma(long pid, std::size_t rank, void* remote, void* local, std::size_t bytes, bool to_remote) {
@@ -305,17 +317,6 @@ public:
     return nullptr;
   }
 
-  // The first member whose process has ended (its index), or size when all live.
-  // A process that was killed cannot say so itself: the transports without a
-  // launcher that kills the job (UCX) ask this while they wait.
-  std::size_t first_gone() const noexcept {
-#if MDRING_HAVE_CMA
-    for (std::size_t j = 0; j < pids_.size(); ++j)
-      if (kill(pid_t(pids_[j]), 0) != 0 && errno == ESRCH) return j;
-#endif
-    return pids_.size();
-  }
-  std::size_t rank_of(std::size_t j) const noexcept { return ranks_[j]; }
 
 private:
   static std::uint64_t probe_value(std::size_t rank) { return 0x6d6472696e670000ull ^ rank; }

@@ -1,0 +1,449 @@
+// mdring/transport/ucx.hpp: UCX tagged messages, one UCP worker per communicator.
+//
+//   auto world = mdring::ucx::world::from_env();
+//   auto comm = mdring::bind(mdring::ring<mdring::shm, 4> * mdring::ring<mdring::ethernet>, world);
+//
+// bind() (collective/bind_ucx.hpp) is collective over the world: each rank makes
+// a worker, publishes its address and the fingerprint of what it binds (topology,
+// algorithms, options) in the world's store, reads everyone's, and connects an
+// endpoint to each (UCX picks the transport: shared memory, cma, tcp, InfiniBand
+// verbs; UCX_TLS narrows it). Different fingerprints throw topology_error on
+// every rank. A message is one ucp_tag_send_nbx / ucp_tag_recv_nbx; its 64-bit tag
+// holds the kind (data, control, setup), the channel (dimension), the sender and
+// mdring's tag, so the dimensions never mix.
+//
+// The ranks of a dimension that share a node read each other's buffers in place
+// (node_window.hpp, set up with this transport's own messages), as over MPI.
+//
+// Failures reach every rank without a launcher's help:
+//   - a rank that fails sends a control message to all (remote_error there);
+//   - a process that dies: its endpoints fail (the connection closes, or keepalive
+//     misses it within about 250 ms), and the processes of its node see its pid
+//     gone (checked every 50 ms while waiting); the survivors get remote_error
+//     naming it, not a timeout;
+//   - a process that stalls: the deadline (options.timeout), as over MPI.
+#pragma once
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../fnv.hpp"
+#include "../options.hpp"
+#include "node_window.hpp"
+#include "shared_access.hpp"
+#include "transport.hpp"
+#include "ucx_world.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace ucx {
+
+namespace detail {
+// The 64-bit tag: kind (2 bits) | channel (6) | sender (24) | mdring's tag (32).
+enum kind : std::uint64_t { data = 0, control = 1, setup = 2 };
+constexpr ucp_tag_t make_tag(kind k, std::size_t channel, std::size_t sender, std::uint32_t tag) {
+  return (ucp_tag_t(k) << 62) | (ucp_tag_t(channel & 63) << 56) | (ucp_tag_t(sender & 0xffffff) << 32) | tag;
+}
+constexpr std::size_t sender_of(ucp_tag_t t) { return std::size_t((t >> 32) & 0xffffff); }
+constexpr ucp_tag_t full_mask = ~ucp_tag_t(0);
+constexpr ucp_tag_t kind_mask = ucp_tag_t(3) << 62;
+constexpr std::size_t max_ranks = std::size_t(1) << 24;
+constexpr std::size_t max_channels = 64;
+}  // namespace detail
+
+class transport {
+public:
+  static constexpr bool same_address_space = false;
+  struct channel {
+    std::size_t id = 0;
+    std::vector<std::size_t> members;  // global ranks, by coordinate
+    mdring::detail::node_window window;
+  };
+  struct request {
+    void* r = nullptr;  // UCX's request while pending
+    bool pending = false;
+    bool recv = false;
+    std::size_t peer = 0;  // global rank
+    std::size_t bytes = 0;
+  };
+
+  // Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
+  transport(const world& w, const options& opts, const std::string& fingerprint)
+      : world_(w), rank_(w.rank()), size_(w.size()), shared_memory_(opts.shared_memory),
+        staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64), timeout_(opts.timeout) {
+    if (size_ > detail::max_ranks)
+      throw invalid_argument("world", "mdring::ucx: at most 2^24 ranks, not " + std::to_string(size_));
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the executor's lock serializes our calls
+    ucx::detail::check(ucp_worker_create(w.context(), &wp, &worker_), "ucp_worker_create");
+    try {
+      connect(fingerprint);
+      post_control();
+    } catch (...) {
+      free_all(true);
+      throw;
+    }
+  }
+  transport(const transport&) = delete;
+  transport& operator=(const transport&) = delete;
+  ~transport() { free_all(failed_ || aborted_); }
+
+  std::size_t size() const noexcept { return size_; }
+  std::size_t rank() const noexcept { return rank_; }
+  std::string name() const { return "ucx"; }
+  ucp_worker_h worker() const noexcept { return worker_; }
+
+  // Collective: every rank calls it for the same dimensions in the same order.
+  channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
+    if (channels_ >= detail::max_channels)
+      throw invalid_argument("topology", "mdring::ucx: at most 64 dimensions per communicator");
+    (void)dim;
+    channel ch{channels_++, {members.begin(), members.end()}, {}};
+    if (shared_memory_) {
+      exchange ex{*this, ch, my_index};
+      if (ch.window.open(ex, ch.members, my_index, staging_, mdring::detail::oversubscribed(world_.local_size())))
+        ++shared_channels_;
+    }
+    return ch;
+  }
+
+  bool shared(const channel& ch) const noexcept { return ch.window.shared(); }
+  mdring::detail::access_group& group(channel& ch) noexcept { return ch.window.group(); }
+  void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
+    ch.window.read(mappings_, j, remote, local, bytes);
+  }
+  void write(channel& ch, std::size_t j, const void* local, void* remote, std::size_t bytes) {
+    ch.window.write(mappings_, j, local, remote, bytes);
+  }
+  void* local_address(channel& ch, std::size_t j, const void* remote, std::size_t bytes) {
+    return ch.window.local_address(mappings_, j, remote, bytes);
+  }
+  std::size_t mapped_segments() const noexcept { return mappings_.count(); }
+  bool shared_channels() const noexcept { return shared_channels_ != 0; }
+
+  // Polled by the shared stages while they wait: a peer's control message, a
+  // failed endpoint, or a peer process of this node that is gone.
+  wait_status shared_failure() {
+    ucp_worker_progress(worker_);
+    if (auto f = poll_failure()) return *f;
+    const auto now = deadline_clock::now();
+    if (now - last_pid_check_ > std::chrono::milliseconds(50)) {
+      last_pid_check_ = now;
+      for (const auto& [r, pid] : world_.node_peers())
+        if (mdring::detail::process_gone(pid)) return gone(r, "its process ended");
+    }
+    return wait_status::ok();
+  }
+
+  void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
+    post(ch.members[peer], detail::make_tag(detail::data, ch.id, rank_, std::uint32_t(tag)), const_cast<void*>(buf),
+         bytes, rq, true);
+  }
+  void irecv(channel& ch, void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
+    post(ch.members[peer], detail::make_tag(detail::data, ch.id, ch.members[peer], std::uint32_t(tag)), buf, bytes,
+         rq, false);
+  }
+
+  wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
+    return wait_until(rs, deadline, false);
+  }
+  wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
+    return wait_until(rs, deadline, true);
+  }
+  static bool complete(const request& rq) noexcept { return !rq.pending; }
+
+  // Cancels what is pending: receives are cancelled and completed (UCX will not
+  // write into the caller's buffers later); sends are released.
+  void cancel_all(std::span<request> rs) noexcept {
+    for (auto& rq : rs) {
+      if (!rq.pending) continue;
+      if (rq.recv) {
+        ucp_request_cancel(worker_, rq.r);
+        const auto until = deadline_clock::now() + std::chrono::milliseconds(200);
+        while (ucp_request_check_status(rq.r) == UCS_INPROGRESS && deadline_clock::now() < until)
+          ucp_worker_progress(worker_);
+      }
+      ucp_request_free(rq.r);
+      rq = request{};
+    }
+  }
+
+  // Tells every other rank that this one failed; they stop waiting with remote_error.
+  void abort(const std::string& reason) noexcept {
+    if (aborted_) return;
+    aborted_ = true;
+    try {
+      reason_ = reason.substr(0, 1000);
+    } catch (...) {
+    }
+    std::vector<void*> sent;
+    for (std::size_t r = 0; r < size_; ++r) {
+      if (r == rank_ || !eps_[r] || ep_failed_[r]) continue;
+      ucp_request_param_t prm{};
+      ucs_status_ptr_t sp = ucp_tag_send_nbx(eps_[r], reason_.data(), reason_.size(),
+                                             detail::make_tag(detail::control, 0, rank_, 0), &prm);
+      if (UCS_PTR_IS_PTR(sp)) sent.push_back(sp);
+    }
+    // Give them up to 200 ms to leave (this process may be about to exit).
+    const auto until = deadline_clock::now() + std::chrono::milliseconds(200);
+    for (void* r : sent) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && deadline_clock::now() < until)
+        ucp_worker_progress(worker_);
+      ucp_request_free(r);
+    }
+  }
+
+private:
+  // The node window's exchange: every member sends its bytes to every other.
+  struct exchange {
+    transport& t;
+    channel& ch;
+    std::size_t me;
+    void all_gather(const void* mine, std::size_t bytes, void* all) {
+      const std::size_t p = ch.members.size();
+      auto* out = static_cast<char*>(all);
+      std::memcpy(out + me * bytes, mine, bytes);
+      std::vector<request> rs(2 * p);
+      const std::uint32_t tag = t.setup_seq_++;
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == me) continue;
+        t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, ch.members[j], tag), out + j * bytes, bytes,
+               rs[2 * j], false);
+        t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, t.rank_, tag), const_cast<void*>(mine), bytes,
+               rs[2 * j + 1], true);
+      }
+      const auto st = t.wait_until(rs, deadline_clock::now() + t.timeout_, false);
+      if (st.kind != wait_status::done) {
+        t.cancel_all(rs);
+        throw transport_error("mdring::ucx: setting up shared access with rank " +
+                                  std::to_string(st.kind == wait_status::timeout ? ch.members[st.index / 2]
+                                                                                 : st.failed_rank) +
+                                  " failed: " + (st.kind == wait_status::timeout ? "no answer before the deadline"
+                                                                                  : st.reason),
+                              0);
+      }
+    }
+  };
+
+  // Worker addresses and fingerprints through the store, then one endpoint per rank.
+  void connect(const std::string& fingerprint) {
+    ucp_address_t* addr = nullptr;
+    std::size_t len = 0;
+    ucx::detail::check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
+    const std::uint64_t h = mdring::detail::fnv1a(fingerprint);
+    std::string mine(sizeof h, '\0');
+    std::memcpy(mine.data(), &h, sizeof h);
+    mine.append(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(worker_, addr);
+    const auto deadline = deadline_clock::now() + timeout_;
+    const auto all = rendezvous::all_gather(world_.store(), world_.next_bind() + "address", rank_, size_, mine, deadline);
+    for (std::size_t r = 0; r < size_; ++r)
+      if (all[r].size() < sizeof h || std::memcmp(all[r].data(), &h, sizeof h) != 0)
+        throw topology_error("topology", "mdring::bind: rank " + std::to_string(r) +
+                                             " of the UCX world bound a different topology, algorithms or options "
+                                             "(this rank: \"" + fingerprint + "\")");
+    eps_.assign(size_, nullptr);
+    ep_failed_.assign(size_, 0);
+    peers_.resize(size_);
+    for (std::size_t r = 0; r < size_; ++r) {
+      peers_[r] = {this, r};
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(all[r].data() + sizeof h);
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &transport::on_ep_error;
+      ep.err_handler.arg = &peers_[r];
+      ucx::detail::check(ucp_ep_create(worker_, &ep, &eps_[r]), "ucp_ep_create");
+    }
+  }
+
+  struct peer_ref {
+    transport* t = nullptr;
+    std::size_t rank = 0;
+  };
+  static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t st) {
+    auto* p = static_cast<peer_ref*>(arg);
+    if (!p->t->ep_failed_[p->rank]) p->t->ep_status_ = st;
+    p->t->ep_failed_[p->rank] = 1;
+    ++p->t->ep_errors_;
+  }
+
+  void post_control() {
+    ucp_request_param_t prm{};
+    prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    control_req_ = ucp_tag_recv_nbx(worker_, control_buf_, sizeof control_buf_ - 1,
+                                    detail::make_tag(detail::control, 0, 0, 0), detail::kind_mask, &prm);
+    if (UCS_PTR_IS_ERR(control_req_)) {
+      control_req_ = nullptr;
+      ucx::detail::check(UCS_PTR_STATUS(control_req_), "ucp_tag_recv_nbx");
+    }
+  }
+
+  void post(std::size_t peer, ucp_tag_t tag, void* buf, std::size_t bytes, request& rq, bool send) {
+    rq = request{nullptr, false, !send, peer, bytes};
+    ucp_request_param_t prm{};
+    ucs_status_ptr_t sp;
+    if (send) {
+      sp = ucp_tag_send_nbx(eps_[peer], buf, bytes, tag, &prm);
+    } else {
+      prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      sp = ucp_tag_recv_nbx(worker_, buf, bytes, tag, detail::full_mask, &prm);
+    }
+    if (UCS_PTR_IS_ERR(sp)) message_failed(rq, UCS_PTR_STATUS(sp));
+    if (sp) {
+      rq.r = sp;
+      rq.pending = true;
+    }
+  }
+
+  // Completes rq if its message is done (true); throws if it failed.
+  bool test(request& rq) {
+    ucs_status_t st;
+    ucp_tag_recv_info_t info{};
+    if (rq.recv) st = ucp_tag_recv_request_test(rq.r, &info);
+    else st = ucp_request_check_status(rq.r);
+    if (st == UCS_INPROGRESS) return false;
+    ucp_request_free(rq.r);
+    rq.r = nullptr;
+    rq.pending = false;
+    if (st != UCS_OK) message_failed(rq, st);
+    if (rq.recv && info.length != rq.bytes) wrong_size(rq, std::to_string(info.length) + " bytes");
+    return true;
+  }
+
+  [[noreturn]] void message_failed(const request& rq, ucs_status_t st) {
+    if (st == UCS_ERR_MESSAGE_TRUNCATED) wrong_size(rq, "more bytes");
+    throw transport_error("mdring::ucx: a message " + std::string(rq.recv ? "from" : "to") + " rank " +
+                              std::to_string(rq.peer) + " failed: " + ucs_status_string(st),
+                          int(st));
+  }
+  [[noreturn]] void wrong_size(const request& rq, const std::string& got) const {
+    throw transport_error("mdring::ucx: rank " + std::to_string(rq.peer) + " sent a message of " + got +
+                              " where rank " + std::to_string(rank_) + " expected " + std::to_string(rq.bytes) +
+                              ": the ranks passed different counts, types or roots to the same collective",
+                          0);
+  }
+
+  wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
+    for (unsigned spin = 0;; ++spin) {
+      ucp_worker_progress(worker_);
+      bool all = true, some = false;
+      for (auto& rq : rs) {
+        if (!rq.pending) continue;
+        if (test(rq)) some = true;
+        else all = false;
+      }
+      if (all || (any && some)) return wait_status::ok();
+      if (auto f = poll_failure()) return *f;
+      if ((spin & 63) == 63) {
+        if (deadline_clock::now() >= deadline) {
+          for (std::size_t i = 0; i < rs.size(); ++i)
+            if (rs[i].pending) return wait_status{wait_status::timeout, i, 0, {}};
+        }
+        if (auto f = shared_failure(); f.kind != wait_status::done) return f;
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  std::optional<wait_status> poll_failure() {
+    if (failed_) return failure_;
+    if (control_req_ && ucp_request_check_status(control_req_) != UCS_INPROGRESS) {
+      ucp_tag_recv_info_t info{};
+      const ucs_status_t st = ucp_tag_recv_request_test(control_req_, &info);
+      ucp_request_free(control_req_);
+      control_req_ = nullptr;
+      if (st == UCS_OK || st == UCS_ERR_MESSAGE_TRUNCATED) {
+        control_buf_[std::min(info.length, sizeof control_buf_ - 1)] = '\0';
+        failed_ = true;
+        failure_ = wait_status{wait_status::peer_failed, 0, detail::sender_of(info.sender_tag), control_buf_};
+        return failure_;
+      }
+    }
+    if (ep_errors_ != seen_ep_errors_) {
+      seen_ep_errors_ = ep_errors_;
+      for (std::size_t r = 0; r < size_; ++r)
+        if (ep_failed_[r]) return gone(r, std::string("its connection failed (UCX: ") + ucs_status_string(ep_status_) + ")");
+    }
+    return std::nullopt;
+  }
+  wait_status gone(std::size_t r, const std::string& why) {
+    failed_ = true;
+    failure_ = wait_status{wait_status::peer_failed, 0, r,
+                           "rank " + std::to_string(r) + " is gone: " + why + " (killed, or crashed?)"};
+    return failure_;
+  }
+
+  void free_all(bool force) noexcept {
+    if (!worker_) return;
+    if (control_req_) {
+      ucp_request_cancel(worker_, control_req_);
+      while (ucp_request_check_status(control_req_) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(control_req_);
+      control_req_ = nullptr;
+    }
+    // Close every endpoint (flushing what is queued unless a peer failed), at most 1 s.
+    std::vector<void*> closing;
+    for (std::size_t r = 0; r < eps_.size(); ++r) {
+      if (!eps_[r]) continue;
+      ucp_request_param_t prm{};
+      prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      prm.flags = force || ep_failed_[r] ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      ucs_status_ptr_t sp = ucp_ep_close_nbx(eps_[r], &prm);
+      if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
+      eps_[r] = nullptr;
+    }
+    const auto until = deadline_clock::now() + std::chrono::seconds(1);
+    for (void* r : closing) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && deadline_clock::now() < until)
+        ucp_worker_progress(worker_);
+      ucp_request_free(r);
+    }
+    mappings_.release();
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+  }
+
+  world world_;
+  std::size_t rank_ = 0, size_ = 0;
+  bool shared_memory_ = true;
+  std::size_t staging_ = 0;
+  std::chrono::milliseconds timeout_;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<peer_ref> peers_;
+  std::vector<char> ep_failed_;
+  ucs_status_t ep_status_ = UCS_OK;
+  std::size_t ep_errors_ = 0, seen_ep_errors_ = 0;
+  std::size_t channels_ = 0, shared_channels_ = 0;
+  std::uint32_t setup_seq_ = 0;
+  mdring::detail::segment_mappings mappings_;
+  deadline_clock::time_point last_pid_check_{};
+  void* control_req_ = nullptr;
+  char control_buf_[1024] = {};
+  bool aborted_ = false, failed_ = false;
+  std::string reason_;
+  wait_status failure_;
+};
+
+}  // namespace ucx
+
+static_assert(transport<ucx::transport>);
+static_assert(waits_for_any<ucx::transport>);
+static_assert(shared_access_transport<ucx::transport>);
+static_assert(maps_peer_memory<ucx::transport>);
+
+MDRING_NAMESPACE_END

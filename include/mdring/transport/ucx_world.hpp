@@ -1,0 +1,252 @@
+// mdring/transport/ucx_world.hpp: the processes of a job without MPI.
+//
+//   auto world = mdring::ucx::world::from_env();    // torchrun's or mdring-run's variables
+//   auto comm = mdring::bind(mdring::parse_topology("shm:*"), world);
+//
+// A world is this process's place in the job (rank, size, its node's share) and
+// the two things every communicator bound to it uses: the job's rendezvous store
+// (rendezvous/store.hpp) and one UCP context per process. Each bind() makes its
+// own UCP worker and finds the other ranks' workers through the store
+// (transport/ucx.hpp). A world is a cheap handle: copies share the same state.
+//
+// from_env() reads, as torchrun sets them (MDRING_* names take precedence):
+//   RANK, WORLD_SIZE                  this process and the job's size
+//   LOCAL_RANK, LOCAL_WORLD_SIZE      its place on its node (else from host names)
+//   MASTER_ADDR, MASTER_PORT          where rank 0 hosts the store (MDRING_STORE_PORT
+//                                     overrides the port: torch's own store may hold it)
+//   MDRING_SECRET                     the job's secret, which every connection to the
+//                                     store must present (mdring-run generates one)
+//   MDRING_TIMEOUT                    the rendezvous deadline, seconds (default 300)
+// A single process (WORLD_SIZE 1 or unset) needs none of them.
+#pragma once
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../options.hpp"
+#include "../rendezvous/store.hpp"
+#include "../rendezvous/tcp_store.hpp"
+#include "../topology/detect.hpp"
+#include "node_window.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace rendezvous {
+// A store inside one process (a world of one, or tests).
+class memory_store final : public store {
+public:
+  void set(const std::string& key, const std::string& value) override {
+    std::lock_guard l(m_);
+    kv_[key] = value;
+  }
+  std::string get(const std::string& key, clock::time_point deadline) override {
+    std::unique_lock l(m_);
+    for (;;) {
+      if (auto it = kv_.find(key); it != kv_.end()) return it->second;
+      if (clock::now() >= deadline) throw missing_key(key, "mdring::rendezvous::memory_store");
+      l.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      l.lock();
+    }
+  }
+
+private:
+  std::mutex m_;
+  std::map<std::string, std::string> kv_;
+};
+}  // namespace rendezvous
+
+namespace ucx {
+
+namespace detail {
+inline void check(ucs_status_t st, const char* call) {
+  if (st != UCS_OK)
+    throw transport_error(std::string("mdring::ucx: ") + call + " failed: " + ucs_status_string(st), int(st));
+}
+
+// The process's UCP context, made on first use and shared by every world.
+// Peer failures must be seen within a second (an endpoint error, see ucx.hpp):
+// unless the user set them, keepalive runs every 250 ms, and the shared-memory
+// transports keep working with per-peer error handling.
+inline std::shared_ptr<ucp_context> process_context() {
+  static std::mutex m;
+  static std::weak_ptr<ucp_context> cached;
+  std::lock_guard l(m);
+  if (auto c = cached.lock()) return c;
+  setenv("UCX_KEEPALIVE_INTERVAL", "250ms", 0);
+  setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+  setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  ucp_config_t* config = nullptr;
+  check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG;
+  params.mt_workers_shared = 1;
+  ucp_context_h ctx = nullptr;
+  const ucs_status_t st = ucp_init(&params, config, &ctx);
+  ucp_config_release(config);
+  check(st, "ucp_init");
+  std::shared_ptr<ucp_context> c(ctx, [](ucp_context_h h) { ucp_cleanup(h); });
+  cached = c;
+  return c;
+}
+
+inline const char* env(const char* mdring_name, const char* torch_name) {
+  if (const char* v = std::getenv(mdring_name); v && *v) return v;
+  if (torch_name)
+    if (const char* v = std::getenv(torch_name); v && *v) return v;
+  return nullptr;
+}
+
+// A non-negative integer from the environment, or `fallback` when unset.
+inline std::size_t env_count(const char* mdring_name, const char* torch_name, std::size_t fallback) {
+  const char* v = env(mdring_name, torch_name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  if (*end || x < 0)
+    throw invalid_argument(torch_name ? torch_name : mdring_name,
+                           std::string("mdring::ucx::world::from_env: ") + (torch_name ? torch_name : mdring_name) +
+                               " must be a non-negative integer, not \"" + v + "\"");
+  return std::size_t(x);
+}
+}  // namespace detail
+
+class world {
+public:
+  // A world over a store that every process of the job reaches (the PyTorch
+  // backend passes torch's). local_size 0: found from the processes' host names.
+  world(rendezvous::store& store, std::size_t rank, std::size_t size, std::size_t local_size = 0,
+        std::chrono::milliseconds timeout = mdring::detail::default_timeout())
+      : world(nullptr, &store, rank, size, local_size, timeout) {}
+
+  // From the launcher's environment (see the top); rank 0 hosts the store.
+  static world from_env() {
+    const std::size_t size = detail::env_count("MDRING_WORLD_SIZE", "WORLD_SIZE", 1);
+    const std::size_t rank = detail::env_count("MDRING_RANK", "RANK", 0);
+    if (size == 0) throw invalid_argument("WORLD_SIZE", "mdring::ucx::world::from_env: WORLD_SIZE must be at least 1");
+    if (rank >= size)
+      throw invalid_argument("RANK", "mdring::ucx::world::from_env: RANK " + std::to_string(rank) +
+                                         " is not below WORLD_SIZE " + std::to_string(size));
+    const std::size_t local = detail::env_count("MDRING_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", 0);
+    const auto timeout = mdring::detail::default_timeout();
+    if (size == 1) return world(std::make_unique<rendezvous::memory_store>(), nullptr, 0, 1, 1, timeout);
+    const char* addr = detail::env("MDRING_MASTER_ADDR", "MASTER_ADDR");
+    const char* port = detail::env("MDRING_STORE_PORT", "MASTER_PORT");
+    const char* secret = std::getenv("MDRING_SECRET");
+    if (!port)
+      throw invalid_argument("MASTER_PORT", "mdring::ucx::world::from_env: WORLD_SIZE is " + std::to_string(size) +
+                                                " but MASTER_PORT is not set: start the processes with mdring-run "
+                                                "or torchrun, or set MASTER_ADDR and MASTER_PORT");
+    if (!secret || !*secret)
+      throw invalid_argument("MDRING_SECRET",
+                             "mdring::ucx::world::from_env: MDRING_SECRET is not set: mdring-run sets it; with another "
+                             "launcher, export the same secret to every process (e.g. MDRING_SECRET=$(openssl rand "
+                             "-hex 16)); the store refuses connections without it");
+    rendezvous::tcp_store_options o;
+    o.host = addr ? addr : "127.0.0.1";
+    const std::size_t p = detail::env_count("MDRING_STORE_PORT", "MASTER_PORT", 0);
+    if (p == 0 || p > 65535)
+      throw invalid_argument("MASTER_PORT", "mdring::ucx::world::from_env: MASTER_PORT must be a TCP port, not \"" +
+                                                std::string(port) + "\"");
+    o.port = std::uint16_t(p);
+    o.secret = secret;
+    o.connect_timeout = timeout;
+    auto s = std::make_unique<rendezvous::tcp_store>(rank == 0, o);
+    return world(std::move(s), nullptr, rank, size, local, timeout);
+  }
+
+  std::size_t rank() const noexcept { return s_->rank; }
+  std::size_t size() const noexcept { return s_->size; }
+  // Processes on this node (LOCAL_WORLD_SIZE, or counted from host names).
+  std::size_t local_size() const noexcept { return s_->local; }
+  // Where the processes run, as detect_topology() sees MPI's (topology/detect.hpp).
+  const node_layout& layout() const noexcept { return s_->layout; }
+  runtime_topology topology() const { return topology_of(s_->layout); }
+  rendezvous::store& store() const noexcept { return *s_->store; }
+  // The other processes of this node: (rank, process id).
+  const std::vector<std::pair<std::size_t, long>>& node_peers() const noexcept { return s_->node_peers; }
+  ucp_context_h context() const noexcept { return s_->context.get(); }
+  std::chrono::milliseconds timeout() const noexcept { return s_->timeout; }
+
+  // The key prefix of the next bind (every rank binds in the same order).
+  std::string next_bind() const { return "mdring/ucx/" + std::to_string(s_->binds++) + "/"; }
+
+private:
+  struct state {
+    std::unique_ptr<rendezvous::store> owned;
+    rendezvous::store* store = nullptr;
+    std::size_t rank = 0, size = 1, local = 1;
+    node_layout layout;
+    std::shared_ptr<ucp_context> context;
+    std::chrono::milliseconds timeout{};
+    std::size_t binds = 0;
+    std::vector<std::pair<std::size_t, long>> node_peers;
+  };
+
+  world(std::unique_ptr<rendezvous::store> owned, rendezvous::store* store, std::size_t rank, std::size_t size,
+        std::size_t local, std::chrono::milliseconds timeout)
+      : s_(std::make_shared<state>()) {
+    if (size == 0) throw invalid_argument("size", "mdring::ucx::world: size must be at least 1");
+    if (rank >= size)
+      throw invalid_argument("rank", "mdring::ucx::world: rank " + std::to_string(rank) + " is not below size " +
+                                         std::to_string(size));
+    s_->owned = std::move(owned);
+    s_->store = store ? store : s_->owned.get();
+    s_->rank = rank;
+    s_->size = size;
+    s_->timeout = timeout;
+    s_->context = detail::process_context();
+    // Which node each process runs on, through the store.
+    const auto deadline = rendezvous::clock::now() + timeout;
+    const std::string me = mdring::detail::node_identity() + (mdring::detail::has_infiniband() ? "\n1\n" : "\n0\n") +
+                           std::to_string(getpid());
+    const auto all = rendezvous::all_gather(*s_->store, "mdring/ucx/world/node", rank, size, me, deadline);
+    std::map<std::string, int> ids;
+    std::vector<int> given(size);
+    bool ib = true;
+    std::vector<long> pids(size);
+    for (std::size_t r = 0; r < size; ++r) {  // "node\nib\npid"
+      const auto b = all[r].rfind('\n'), a = all[r].rfind('\n', b - 1);
+      given[r] = ids.try_emplace(all[r].substr(0, a), int(ids.size())).first->second;
+      ib = ib && all[r].substr(a + 1, b - a - 1) == "1";
+      pids[r] = std::atol(all[r].c_str() + b + 1);
+    }
+    s_->layout = layout_from_node_ids(given, rank, ib);
+    // The launcher's LOCAL_WORLD_SIZE wins over host names (containers may differ).
+    std::size_t here = 0;
+    for (std::size_t r = 0; r < size; ++r) here += given[r] == given[rank];
+    s_->local = local ? local : here;
+    for (std::size_t r = 0; r < size; ++r)
+      if (r != rank && given[r] == given[rank]) s_->node_peers.emplace_back(r, pids[r]);
+  }
+
+  std::shared_ptr<state> s_;
+};
+
+// Rank 0 hosts the built-in store: before the job's processes end, call this on
+// every one (collective), so that rank 0 leaves only after the others are done
+// with the store. Bound communicators should be destroyed before it.
+inline void wait_to_leave(const world& w, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  const std::string key = "mdring/ucx/leave/";
+  if (w.rank() != 0) return w.store().set(key + std::to_string(w.rank()), "");
+  const auto deadline = rendezvous::clock::now() + timeout;
+  for (std::size_t r = 1; r < w.size(); ++r) (void)w.store().get(key + std::to_string(r), deadline);
+}
+
+}  // namespace ucx
+
+MDRING_NAMESPACE_END

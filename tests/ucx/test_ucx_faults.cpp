@@ -1,0 +1,295 @@
+// tests/ucx/test_ucx_faults.cpp: what the processes of a UCX world see when one
+// of them dies, stalls or fails, and the rendezvous from a user's own store.
+//
+// The test (one process, doctest) starts the job itself: it forks N copies of
+// this program in worker mode with torchrun's variables set (as mdring-run would,
+// but it must kill one of them at a chosen moment), and each worker writes what
+// happened to it into a file: the exception it caught, the rank that exception
+// names, and when (CLOCK_MONOTONIC, which all processes share). A worker that is
+// about to be killed writes the time first.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <mdring/ucx.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace md = mdring;
+namespace fs = std::filesystem;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- worker side --------------------------------------------------------------
+struct outcome {
+  std::string kind = "none";  // none, remote_error, timeout_error, invalid_argument, topology_error, other
+  long failed_rank = -1;
+  double at = 0;
+  std::string what;
+};
+
+void write_outcome(const std::string& dir, std::size_t rank, const outcome& o) {
+  std::ofstream f(dir + "/rank" + std::to_string(rank));
+  f << o.kind << "\n" << o.failed_rank << "\n" << std::to_string(o.at) << "\n" << o.what << "\n";
+}
+
+template <class F>
+outcome catching(F&& f) {
+  outcome o;
+  try {
+    f();
+  } catch (const md::remote_error& e) {
+    o = {"remote_error", long(e.failed_rank()), now_s(), e.what()};
+  } catch (const md::timeout_error& e) {
+    o = {"timeout_error", long(e.peer()), now_s(), e.what()};
+  } catch (const md::topology_error& e) {
+    o = {"topology_error", -1, now_s(), e.what()};
+  } catch (const md::invalid_argument& e) {
+    o = {"invalid_argument", -1, now_s(), e.argument() + ": " + e.what()};
+  } catch (const std::exception& e) {
+    o = {"other", -1, now_s(), e.what()};
+  }
+  return o;
+}
+
+// A store in a directory: each key a file, written to a temporary name and renamed.
+class directory_store final : public md::rendezvous::store {
+public:
+  explicit directory_store(std::string dir) : dir_(std::move(dir)) {}
+  void set(const std::string& key, const std::string& value) override {
+    const std::string p = path(key), tmp = p + ".tmp" + std::to_string(getpid());
+    std::ofstream(tmp, std::ios::binary) << value;
+    fs::rename(tmp, p);
+  }
+  std::string get(const std::string& key, md::rendezvous::clock::time_point deadline) override {
+    for (;;) {
+      std::ifstream f(path(key), std::ios::binary);
+      if (f) {
+        std::ostringstream ss;
+        ss << f.rdbuf();
+        return ss.str();
+      }
+      if (md::rendezvous::clock::now() >= deadline) throw md::rendezvous::missing_key(key, "directory_store");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
+private:
+  std::string path(const std::string& key) const {
+    std::string k = key;
+    for (auto& c : k)
+      if (c == '/') c = '_';
+    return dir_ + "/" + k;
+  }
+  std::string dir_;
+};
+
+int worker(const std::string& mode, const std::string& dir) {
+  if (mode == "user_store") {
+    directory_store s(dir + "/store");
+    const std::size_t rank = std::size_t(std::atoi(std::getenv("RANK")));
+    const std::size_t size = std::size_t(std::atoi(std::getenv("WORLD_SIZE")));
+    md::ucx::world w(s, rank, size);
+    auto comm = md::bind(md::parse_topology("shm:*"), w);
+    std::vector<std::int64_t> x(1000, std::int64_t(rank) + 1);
+    md::all_reduce(comm, x.data(), x.size());
+    outcome o;
+    o.what = std::to_string(x[999]) + " local " + std::to_string(w.local_size());
+    write_outcome(dir, rank, o);
+    return 0;
+  }
+  if (mode == "env_errors") {
+    outcome o = catching([] { (void)md::ucx::world::from_env(); });
+    write_outcome(dir, 0, o);
+    return 0;
+  }
+  auto w = md::ucx::world::from_env();
+  const std::size_t rank = w.rank(), size = w.size();
+  md::options opts;
+  opts.timeout = std::chrono::milliseconds(mode == "stall" ? 1500 : 20000);
+  if (mode == "kill_messages") opts.shared_memory = false;
+  const std::string topo = mode == "mismatch" && rank == 1 ? "ethernet:*" : "shm:*";
+  outcome o = catching([&] {
+    auto comm = md::bind(md::parse_topology(topo), w, opts);
+    std::vector<float> x(1 << 16, 1.0f);
+    for (int i = 0; i < 3; ++i) md::all_reduce(comm, x.data(), x.size());
+    if (rank == 1 && (mode == "kill_shared" || mode == "kill_messages")) {
+      write_outcome(dir, rank, {"killed", -1, now_s(), ""});
+      std::raise(SIGKILL);
+    }
+    if (rank == 1 && mode == "stall") std::this_thread::sleep_for(std::chrono::seconds(4));
+    if (mode == "bad_root") {
+      md::broadcast(comm, x.data(), x.size(), rank == 1 ? size : 0);
+    } else {
+      for (int i = 0; i < 20; ++i) md::all_reduce(comm, x.data(), x.size());
+    }
+  });
+  if (o.kind != "killed") write_outcome(dir, rank, o);
+  return 0;
+}
+
+// ---- test side ------------------------------------------------------------------
+std::string self_exe;
+
+struct job_result {
+  std::vector<outcome> out;
+  std::vector<int> status;
+};
+
+outcome read_outcome(const std::string& file) {
+  outcome o;
+  std::ifstream f(file);
+  if (!f) return {"missing", -1, 0, ""};
+  std::string at, fr;
+  std::getline(f, o.kind);
+  std::getline(f, fr);
+  std::getline(f, at);
+  std::getline(f, o.what);
+  o.failed_rank = std::atol(fr.c_str());
+  o.at = std::atof(at.c_str());
+  return o;
+}
+
+// Runs n workers of `mode` with torchrun's variables (extra: more of them).
+job_result run_job(const std::string& mode, std::size_t n, std::vector<std::string> extra = {}) {
+  static int serial = 0;
+  const std::string dir = (fs::temp_directory_path() / ("mdring-ucx-faults-" + std::to_string(getpid()) + "-" +
+                                                        std::to_string(serial++))).string();
+  fs::create_directories(dir + "/store");
+  // A free port: bind port 0, read it, close (the job's rank 0 takes it next).
+  int port = 0;
+  {
+    md::rendezvous::tcp_store_options o;
+    o.secret = "probe";
+    md::rendezvous::tcp_store probe(true, o);
+    port = probe.port();
+  }
+  std::vector<pid_t> pids;
+  for (std::size_t r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("MDRING_SECRET", "test-secret-0123456789", 1);
+      for (const auto& e : extra) putenv(strdup(e.c_str()));
+      execl(self_exe.c_str(), self_exe.c_str(), "--worker", mode.c_str(), dir.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  job_result res;
+  for (auto p : pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    res.status.push_back(st);
+  }
+  for (std::size_t r = 0; r < n; ++r) res.out.push_back(read_outcome(dir + "/rank" + std::to_string(r)));
+  fs::remove_all(dir);
+  return res;
+}
+
+void check_killed(const std::string& mode) {
+  const auto res = run_job(mode, 3);
+  REQUIRE(res.out.size() == 3);
+  CHECK(WIFSIGNALED(res.status[1]));
+  CHECK(res.out[1].kind == "killed");
+  for (std::size_t r : {std::size_t(0), std::size_t(2)}) {
+    INFO(mode << ", rank " << r << ": " << res.out[r].kind << ": " << res.out[r].what);
+    CHECK(res.out[r].kind == "remote_error");
+    CHECK(res.out[r].failed_rank == 1);
+    CHECK(res.out[r].what.find("rank 1") != std::string::npos);
+    const double after = res.out[r].at - res.out[1].at;
+    INFO("noticed " << after << " s after the kill");
+    CHECK(after < 1.0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a process killed in a collective: the others get remote_error naming it within 1 s (shared access)") {
+  check_killed("kill_shared");
+}
+
+TEST_CASE("a process killed in a collective: the others get remote_error naming it within 1 s (messages)") {
+  check_killed("kill_messages");
+}
+
+TEST_CASE("a process that stalls: the others hit the deadline, naming the collective") {
+  const auto res = run_job("stall", 3);
+  for (std::size_t r : {std::size_t(0), std::size_t(2)}) {
+    INFO("rank " << r << ": " << res.out[r].kind << ": " << res.out[r].what);
+    // The first to time out tells the other, which may then stop with remote_error.
+    CHECK((res.out[r].kind == "timeout_error" || res.out[r].kind == "remote_error"));
+  }
+  CHECK((res.out[0].kind == "timeout_error" || res.out[2].kind == "timeout_error"));
+  CHECK(res.out[1].kind != "none");  // it comes back to a job that has given up
+}
+
+TEST_CASE("a bad argument on one process: it throws invalid_argument, the others remote_error naming it") {
+  const auto res = run_job("bad_root", 3);
+  CHECK(res.out[1].kind == "invalid_argument");
+  CHECK(res.out[1].what.rfind("root", 0) == 0);
+  for (std::size_t r : {std::size_t(0), std::size_t(2)}) {
+    INFO("rank " << r << ": " << res.out[r].what);
+    CHECK(res.out[r].kind == "remote_error");
+    CHECK(res.out[r].failed_rank == 1);
+  }
+}
+
+TEST_CASE("different topologies: topology_error on every process") {
+  const auto res = run_job("mismatch", 3);
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << res.out[r].what);
+    CHECK(res.out[r].kind == "topology_error");
+  }
+}
+
+TEST_CASE("the rendezvous through a user's store (files in a directory)") {
+  const auto res = run_job("user_store", 3);
+  for (std::size_t r = 0; r < 3; ++r) {
+    CHECK(res.out[r].kind == "none");
+    CHECK(res.out[r].what == "6 local 3");  // every element: 1 + 2 + 3
+  }
+}
+
+TEST_CASE("from_env: missing or wrong variables name the variable") {
+  auto one = [](std::vector<std::string> env) { return run_job("env_errors", 1, std::move(env)).out[0]; };
+  auto o = one({"WORLD_SIZE=2", "MASTER_PORT=", "MDRING_STORE_PORT="});
+  CHECK(o.kind == "invalid_argument");
+  CHECK(o.what.rfind("MASTER_PORT", 0) == 0);
+  o = one({"WORLD_SIZE=2", "MDRING_SECRET="});
+  CHECK(o.kind == "invalid_argument");
+  CHECK(o.what.rfind("MDRING_SECRET", 0) == 0);
+  o = one({"WORLD_SIZE=2", "RANK=2"});
+  CHECK(o.kind == "invalid_argument");
+  CHECK(o.what.rfind("RANK", 0) == 0);
+  o = one({"WORLD_SIZE=two"});
+  CHECK(o.kind == "invalid_argument");
+  CHECK(o.what.rfind("WORLD_SIZE", 0) == 0);
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 4 && std::strcmp(argv[1], "--worker") == 0) return worker(argv[2], argv[3]);
+  self_exe = fs::canonical("/proc/self/exe").string();
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
