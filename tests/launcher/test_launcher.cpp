@@ -1,0 +1,574 @@
+// test_launcher: mdring-run (tools/mdring_run.cpp) from the outside. Each case runs
+// mdring-run ($MDRING_RUN) on launcher_probe ($LAUNCHER_PROBE) with fork/exec,
+// reads its exit status, stdout and stderr, and what the probes wrote into a fresh
+// directory. This process is a child subreaper (PR_SET_CHILD_SUBREAPER): a process
+// that mdring-run left behind would become its child, so "no child left" is a
+// check that nothing was left behind.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using namespace std::chrono;
+
+namespace {
+
+std::string required_env(const char* name) {
+  const char* v = std::getenv(name);
+  REQUIRE_MESSAGE(v != nullptr, name << " is not set (ctest sets it)");
+  return v;
+}
+
+std::string mdring_run() { return required_env("MDRING_RUN"); }
+std::string probe() { return required_env("LAUNCHER_PROBE"); }
+
+// A fresh directory for the probes' files, removed at the end.
+struct scratch {
+  fs::path dir;
+  scratch() {
+    std::string tmpl = (fs::temp_directory_path() / "mdring-launcher-XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+  }
+  ~scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::string str() const { return dir.string(); }
+  std::optional<std::string> read(const std::string& name) const {
+    std::ifstream f(dir / name);
+    if (!f) return std::nullopt;
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }
+  std::vector<std::string> files(const std::string& prefix) const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string n = e.path().filename().string();
+      if (n.starts_with(prefix + ".") && n.find(".tmp") == std::string::npos) out.push_back(n);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  // Waits until `count` files prefix.* exist.
+  bool wait_files(const std::string& prefix, std::size_t count, seconds limit = seconds(30)) const {
+    const auto until = steady_clock::now() + limit;
+    while (files(prefix).size() < count)
+      if (steady_clock::now() > until) return false;
+      else std::this_thread::sleep_for(milliseconds(5));
+    return true;
+  }
+  pid_t pid_of(int rank) const {
+    const auto s = read("pid." + std::to_string(rank));
+    REQUIRE_MESSAGE(s.has_value(), "rank " << rank << " wrote no pid file");
+    return pid_t(std::stol(*s));
+  }
+};
+
+// One run of mdring-run: started by start(), finished by finish().
+struct job {
+  pid_t pid = -1;
+  int out_fd = -1, err_fd = -1;
+  steady_clock::time_point started;
+  int status = 0;
+  std::string out, err;
+  double seconds_taken = 0;
+  bool reaped = false;
+  bool pipes_held_open = false;  // its stdout/stderr stayed open after it exited
+
+  // args after mdring-run; env: NAME=VALUE to set, NAME alone to unset; ignored:
+  // signals mdring-run starts with ignored (the others are SIG_DFL, none blocked).
+  void start(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+             const std::vector<int>& ignored = {}) {
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    std::vector<std::string> envs;
+    for (char** e = environ; *e; ++e) envs.emplace_back(*e);
+    for (const auto& m : env) {
+      const auto eq = m.find('=');
+      const std::string name = m.substr(0, eq);
+      std::erase_if(envs, [&](const std::string& s) { return s.starts_with(name + "="); });
+      if (eq != std::string::npos) envs.push_back(m);
+    }
+    std::vector<std::string> argv_s{mdring_run()};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv_p, env_p;
+    for (auto& s : argv_s) argv_p.push_back(s.data());
+    argv_p.push_back(nullptr);
+    for (auto& s : envs) env_p.push_back(s.data());
+    env_p.push_back(nullptr);
+    int o[2], e[2];
+    REQUIRE(pipe2(o, O_CLOEXEC) == 0);
+    REQUIRE(pipe2(e, O_CLOEXEC) == 0);
+    started = steady_clock::now();
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) signal(sig, SIG_DFL);
+      for (const int sig : ignored) signal(sig, SIG_IGN);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      dup2(o[1], 1);
+      dup2(e[1], 2);
+      execve(argv_p[0], argv_p.data(), env_p.data());
+      _exit(126);
+    }
+    close(o[1]);
+    close(e[1]);
+    out_fd = o[0];
+    err_fd = e[0];
+  }
+
+  bool running() {
+    if (reaped) return false;
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) != pid) return true;
+    status = st;
+    reaped = true;
+    return false;
+  }
+
+  // Reads its output until it exits and closes it (at most `limit`: then it is killed).
+  void finish(seconds limit = seconds(60)) {
+    const auto until = started + limit;
+    bool exited = reaped;
+    steady_clock::time_point exited_at = steady_clock::now();
+    for (;;) {
+      pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+      poll(fds, 2, 10);
+      for (int k = 0; k < 2; ++k) {
+        int& fd = k == 0 ? out_fd : err_fd;
+        if (fd < 0 || !fds[k].revents) continue;
+        char buf[4096];
+        const ssize_t n = read(fd, buf, sizeof buf);
+        if (n > 0) (k == 0 ? out : err).append(buf, std::size_t(n));
+        else if (n == 0 || errno != EINTR) {
+          close(fd);
+          fd = -1;
+        }
+      }
+      if (!exited && !running()) {
+        exited = true;
+        exited_at = steady_clock::now();
+        seconds_taken = duration<double>(exited_at - started).count();
+      }
+      if (exited && out_fd < 0 && err_fd < 0) break;
+      if (exited && steady_clock::now() - exited_at > seconds(5)) {
+        pipes_held_open = true;  // something it started still holds them
+        break;
+      }
+      if (!exited && steady_clock::now() > until) {
+        kill(pid, SIGKILL);
+        FAIL("mdring-run did not finish within " << limit.count() << " s; stderr so far:\n" << err);
+      }
+    }
+    for (int* fd : {&out_fd, &err_fd})
+      if (*fd >= 0) close(*fd), *fd = -1;
+  }
+
+  int exit_code() const {
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 1000 + WTERMSIG(status);  // mdring-run itself killed: never a valid expectation
+  }
+};
+
+job run(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+        const std::vector<int>& ignored = {}) {
+  job j;
+  j.start(args, env, ignored);
+  j.finish();
+  return j;
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Nothing was left behind: every process mdring-run started is gone, and none
+// became our child (we are a subreaper) after mdring-run exited.
+void check_nothing_left(const job& j, const std::vector<pid_t>& pids) {
+  CHECK_FALSE(j.pipes_held_open);
+  for (const pid_t p : pids) {
+    errno = 0;
+    const int rc = kill(p, 0);
+    CHECK_MESSAGE((rc == -1 && errno == ESRCH), "process " << p << " is still there");
+  }
+  int st = 0;
+  const pid_t r = waitpid(-1, &st, WNOHANG);
+  CHECK_MESSAGE((r == -1 && errno == ECHILD), "an orphan of mdring-run became our child (waitpid gave " << r << ")");
+  for (const pid_t p : pids) kill(p, SIGKILL);  // after a failed check: leave nothing either
+}
+
+std::vector<pid_t> pids_of(const scratch& s, int n) {
+  std::vector<pid_t> out;
+  for (int r = 0; r < n; ++r) out.push_back(s.pid_of(r));
+  return out;
+}
+
+using env_map = std::map<std::string, std::string>;
+
+std::vector<env_map> read_envs(const scratch& s) {
+  std::vector<env_map> out;
+  for (const auto& f : s.files("env")) {
+    env_map m;
+    for (const auto& l : lines(*s.read(f))) {
+      const auto eq = l.find('=');
+      m[l.substr(0, eq)] = l.substr(eq + 1);
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+bool is_hex32(const std::string& s) {
+  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("env: each rank sees torchrun's variables, once each, and the job's port and secret") {
+  scratch s;
+  const job j = run({"-n", "4", probe(), "env", s.str()}, {"MDRING_SECRET", "LAUNCHER_TEST_INHERITED=kept as is"});
+  INFO("stderr: " << j.err);
+  REQUIRE(j.exit_code() == 0);
+  CHECK(j.err.empty());
+  const auto envs = read_envs(s);
+  REQUIRE(envs.size() == 4);
+  std::set<std::string> ranks;
+  for (const auto& e : envs) {
+    const std::string r = e.at("RANK");
+    ranks.insert(r);
+    CHECK(e.at("WORLD_SIZE") == "4");
+    CHECK(e.at("LOCAL_RANK") == r);
+    CHECK(e.at("LOCAL_WORLD_SIZE") == "4");
+    CHECK(e.at("GROUP_RANK") == "0");
+    CHECK(e.at("GROUP_WORLD_SIZE") == "1");
+    CHECK(e.at("ROLE_RANK") == r);
+    CHECK(e.at("ROLE_WORLD_SIZE") == "4");
+    CHECK(e.at("ROLE_NAME") == "default");
+    CHECK(e.at("MDRING_RANK") == r);
+    CHECK(e.at("MDRING_WORLD_SIZE") == "4");
+    CHECK(e.at("MDRING_LOCAL_RANK") == r);
+    CHECK(e.at("MDRING_LOCAL_WORLD_SIZE") == "4");
+    CHECK(e.at("MASTER_ADDR") == "127.0.0.1");
+    CHECK(e.at("MASTER_PORT") == envs[0].at("MASTER_PORT"));
+    CHECK(e.at("MDRING_SECRET") == envs[0].at("MDRING_SECRET"));
+    CHECK(e.at("LAUNCHER_TEST_INHERITED") == "kept as is");
+  }
+  CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
+  const long port = std::stol(envs[0].at("MASTER_PORT"));
+  CHECK(port >= 1);
+  CHECK(port <= 65535);
+  CHECK(is_hex32(envs[0].at("MDRING_SECRET")));
+
+  // A second run: another secret.
+  scratch s2;
+  const job j2 = run({"-n", "1", probe(), "env", s2.str()}, {"MDRING_SECRET"});
+  REQUIRE(j2.exit_code() == 0);
+  const auto envs2 = read_envs(s2);
+  REQUIRE(envs2.size() == 1);
+  CHECK(is_hex32(envs2[0].at("MDRING_SECRET")));
+  CHECK(envs2[0].at("MDRING_SECRET") != envs[0].at("MDRING_SECRET"));
+  CHECK(envs2[0].at("RANK") == "0");
+  CHECK(envs2[0].at("WORLD_SIZE") == "1");
+}
+
+TEST_CASE("options: --master-addr, --master-port, --nproc=N, and -- before the program") {
+  scratch s;
+  const job j = run({"--master-addr", "127.0.0.1", "--master-port=29577", "--nproc=2", "--", probe(), "env", s.str()});
+  INFO("stderr: " << j.err);
+  REQUIRE(j.exit_code() == 0);
+  const auto envs = read_envs(s);
+  REQUIRE(envs.size() == 2);
+  for (const auto& e : envs) {
+    CHECK(e.at("MASTER_ADDR") == "127.0.0.1");
+    CHECK(e.at("MASTER_PORT") == "29577");
+    CHECK(e.at("WORLD_SIZE") == "2");
+  }
+  // A host name: the free port is found on what it resolves to.
+  scratch s2;
+  const job j2 = run({"-n2", "--master-addr", "localhost", probe(), "env", s2.str()});
+  INFO("stderr: " << j2.err);
+  REQUIRE(j2.exit_code() == 0);
+  const auto envs2 = read_envs(s2);
+  REQUIRE(envs2.size() == 2);
+  CHECK(envs2[0].at("MASTER_ADDR") == "localhost");
+  CHECK(std::stol(envs2[0].at("MASTER_PORT")) > 0);
+}
+
+TEST_CASE("path: the program is found on PATH") {
+  scratch s;
+  const std::string dir = fs::path(probe()).parent_path().string();
+  const char* path = std::getenv("PATH");
+  const job j = run({"-n", "2", fs::path(probe()).filename().string(), "env", s.str()},
+                    {"PATH=" + dir + ":" + (path ? path : "/usr/bin:/bin")});
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 0);
+  CHECK(read_envs(s).size() == 2);
+}
+
+TEST_CASE("secret: an MDRING_SECRET in the environment is passed on unchanged") {
+  scratch s;
+  const std::string given = "my secret, not hex: 0123";
+  const job j = run({"-n", "3", probe(), "env", s.str()}, {"MDRING_SECRET=" + given});
+  REQUIRE(j.exit_code() == 0);
+  const auto envs = read_envs(s);
+  REQUIRE(envs.size() == 3);
+  for (const auto& e : envs) CHECK(e.at("MDRING_SECRET") == given);
+
+  // An empty one is no secret (mdring refuses it): a fresh one replaces it.
+  scratch s2;
+  const job j2 = run({"-n", "1", probe(), "env", s2.str()}, {"MDRING_SECRET="});
+  REQUIRE(j2.exit_code() == 0);
+  const auto envs2 = read_envs(s2);
+  REQUIRE(envs2.size() == 1);
+  CHECK(is_hex32(envs2[0].at("MDRING_SECRET")));
+}
+
+TEST_CASE("exit_code: a rank exits 3; the others are terminated after the grace period") {
+  scratch s;
+  const job j = run({"-n", "4", "--grace", "0.5", probe(), "pid", s.str(), "wait-files", s.str(), "pid", "4",
+                     "exit-if", "2", "3", "sleep", "60"});
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 3);
+  const auto pids = pids_of(s, 4);
+  const auto errs = lines(j.err);
+  REQUIRE(!errs.empty());
+  CHECK(errs[0] == "mdring-run: rank 2 (pid " + std::to_string(pids[2]) + ") exited with code 3");
+  CHECK(contains(j.err, "mdring-run: sending SIGTERM to 3 ranks still running after the 0.5 s grace period"));
+  CHECK(j.seconds_taken >= 0.5);
+  CHECK(j.seconds_taken < 10);
+  check_nothing_left(j, pids);
+}
+
+TEST_CASE("grace: the other ranks may finish on their own within it") {
+  scratch s;
+  const job j = run({"-n", "3", "--grace", "20", probe(), "pid", s.str(), "wait-files", s.str(), "pid", "3",
+                     "exit-if", "1", "5", "sleep", "0.3", "done", s.str(), "wait-gone", s.str(), "1", "exit-if", "2", "4"});
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 5);  // the first failure, not rank 2's later one
+  CHECK(lines(j.err) == std::vector<std::string>{"mdring-run: rank 1 (pid " + std::to_string(s.pid_of(1)) +
+                                                 ") exited with code 5"});
+  CHECK(s.files("done") == std::vector<std::string>{"done.0", "done.2"});
+  CHECK(j.seconds_taken < 15);
+  check_nothing_left(j, pids_of(s, 3));
+}
+
+TEST_CASE("escalation: ranks that ignore SIGTERM get SIGKILL 2 s later") {
+  scratch s;
+  const job j = run({"-n", "3", "--grace", "0.2", probe(), "ignore", std::to_string(SIGTERM), "pid", s.str(),
+                     "wait-files", s.str(), "pid", "3", "exit-if", "0", "1", "sleep", "60"});
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 1);
+  CHECK(contains(j.err, "mdring-run: rank 0 (pid " + std::to_string(s.pid_of(0)) + ") exited with code 1"));
+  CHECK(contains(j.err, "sending SIGTERM to 2 ranks"));
+  CHECK(contains(j.err, "sending SIGKILL to 2 ranks still running 2 s after SIGTERM"));
+  CHECK(j.seconds_taken >= 2.2);
+  CHECK(j.seconds_taken < 15);
+  check_nothing_left(j, pids_of(s, 3));
+}
+
+TEST_CASE("killed_by_signal: a rank killed by SIGKILL makes mdring-run exit 137") {
+  scratch s;
+  const job j = run({"-n", "3", probe(), "pid", s.str(), "wait-files", s.str(), "pid", "3", "raise-if", "1",
+                     std::to_string(SIGKILL), "sleep", "0.2"});
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 137);
+  CHECK(lines(j.err) == std::vector<std::string>{"mdring-run: rank 1 (pid " + std::to_string(s.pid_of(1)) +
+                                                 ") was killed by signal 9 (Killed)"});
+  check_nothing_left(j, pids_of(s, 3));
+}
+
+TEST_CASE("forwarding: SIGTERM, SIGINT and SIGHUP sent to mdring-run reach every rank") {
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    CAPTURE(sig);
+    scratch s;
+    job j;
+    j.start({"-n", "3", "--grace", "30", probe(), "trap", s.str(), "pid", s.str(), "sleep", "60"});
+    REQUIRE(s.wait_files("pid", 3));
+    const auto pids = pids_of(s, 3);
+    REQUIRE(kill(j.pid, sig) == 0);
+    j.finish();
+    INFO("stderr: " << j.err);
+    CHECK(j.exit_code() == 128 + sig);  // every rank dies of it; the first to be reaped is reported
+    CHECK(contains(j.err, ") was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")"));
+    CHECK(j.seconds_taken < 20);  // not the grace period
+    for (int r = 0; r < 3; ++r) CHECK(s.read("signal." + std::to_string(r)) == std::to_string(sig) + "\n");
+    check_nothing_left(j, pids);
+  }
+}
+
+TEST_CASE("nohup: a signal that mdring-run starts with ignored stays ignored, in the ranks too") {
+  scratch s;
+  const job j = run({"-n", "2", probe(), "ignored", s.str()}, {}, {SIGHUP});
+  REQUIRE(j.exit_code() == 0);
+  for (int r = 0; r < 2; ++r) CHECK(s.read("ignored." + std::to_string(r)) == std::to_string(SIGHUP) + "\n");
+  scratch s2;
+  const job k = run({"-n", "2", probe(), "ignored", s2.str()});
+  REQUIRE(k.exit_code() == 0);
+  for (int r = 0; r < 2; ++r) CHECK(s2.read("ignored." + std::to_string(r)) == "");
+}
+
+TEST_CASE("second_signal: a second SIGINT kills ranks that ignore it") {
+  scratch s;
+  job j;
+  j.start({"-n", "2", "--grace", "30", probe(), "ignore", std::to_string(SIGINT), "pid", s.str(), "sleep", "60"});
+  REQUIRE(s.wait_files("pid", 2));
+  const auto pids = pids_of(s, 2);
+  REQUIRE(kill(j.pid, SIGINT) == 0);
+  std::this_thread::sleep_for(milliseconds(300));
+  CHECK(j.running());  // ignored: the grace period runs
+  REQUIRE(kill(j.pid, SIGINT) == 0);
+  j.finish();
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 137);
+  CHECK(contains(j.err, "mdring-run: SIGINT after SIGINT: sending SIGKILL to 2 ranks"));
+  CHECK(j.seconds_taken < 20);
+  check_nothing_left(j, pids);
+}
+
+TEST_CASE("pdeathsig: the ranks die with a SIGKILLed mdring-run") {
+  scratch s;
+  job j;
+  j.start({"-n", "3", probe(), "pid", s.str(), "sleep", "60"});
+  REQUIRE(s.wait_files("pid", 3));
+  const auto pids = pids_of(s, 3);
+  REQUIRE(kill(j.pid, SIGKILL) == 0);
+  j.finish();
+  CHECK(WIFSIGNALED(j.status));
+  CHECK(j.seconds_taken < 20);
+  // Orphaned, they became our children (subreaper): each must die of SIGKILL.
+  std::set<pid_t> left(pids.begin(), pids.end());
+  const auto until = steady_clock::now() + seconds(20);
+  while (!left.empty() && steady_clock::now() < until) {
+    int st = 0;
+    const pid_t r = waitpid(-1, &st, WNOHANG);
+    if (r > 0) {
+      CHECK(left.count(r) == 1);
+      CHECK(WIFSIGNALED(st));
+      if (WIFSIGNALED(st)) CHECK(WTERMSIG(st) == SIGKILL);
+      left.erase(r);
+    } else {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  }
+  CHECK(left.empty());
+  check_nothing_left(j, pids);
+}
+
+TEST_CASE("bad_arguments: exit 2 and a message that names the argument") {
+  scratch s;
+  const std::string p = probe();
+  const std::string d = s.str();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-n", "0", p, "done", d}, "mdring-run: -n expects a positive process count, got \"0\""},
+      {{"-n", "x", p, "done", d}, "mdring-run: -n expects a positive process count, got \"x\""},
+      {{"-n", "-2", p, "done", d}, "mdring-run: -n expects a positive process count, got \"-2\""},
+      {{"-n", "100000", p, "done", d}, "mdring-run: -n expects a positive process count of at most 4096, got \"100000\""},
+      {{"-n", "2"}, "mdring-run: no program to run"},
+      {{"-n", "2", "--"}, "mdring-run: no program to run"},
+      {{p, "done", d}, "mdring-run: missing -n N"},
+      {{"-n"}, "mdring-run: -n expects a value"},
+      {{"-n", "2", "--grace", "soon", p, "done", d}, "mdring-run: --grace expects a number of seconds >= 0, got \"soon\""},
+      {{"-n", "2", "--grace", "-1", p, "done", d}, "mdring-run: --grace expects a number of seconds >= 0, got \"-1\""},
+      {{"-n", "2", "--master-port", "0", p, "done", d}, "mdring-run: --master-port expects a TCP port number, got \"0\""},
+      {{"-n", "2", "--master-port", "65536", p, "done", d},
+       "mdring-run: --master-port expects a TCP port number of at most 65535, got \"65536\""},
+      {{"-n", "2", "--master-addr", "no-such-host.invalid", p, "done", d},
+       "mdring-run: --master-addr expects an address of this machine, got \"no-such-host.invalid\""},
+      {{"-n", "2", "--bogus", p, "done", d}, "mdring-run: unknown option \"--bogus\""},
+  };
+  for (const auto& [args, message] : cases) {
+    std::string joined;
+    for (const auto& a : args) joined += " " + a;
+    CAPTURE(joined);
+    const job j = run(args);
+    INFO("stderr: " << j.err);
+    CHECK(j.exit_code() == 2);
+    CHECK(j.out.empty());
+    CHECK(j.err.starts_with(message));
+    CHECK(contains(j.err, "usage: mdring-run -n N"));
+  }
+  CHECK(s.files("done").empty());  // nothing was started
+}
+
+TEST_CASE("help: -h and --help print the usage, with how to launch across machines") {
+  for (const char* h : {"-h", "--help"}) {
+    const job j = run({h});
+    CHECK(j.exit_code() == 0);
+    CHECK(j.err.empty());
+    CHECK(j.out.starts_with("usage: mdring-run -n N [options] [--] program [args...]\n"));
+    CHECK(contains(j.out, "torchrun --nnodes M --nproc-per-node K --rdzv-backend c10d"));
+    CHECK(contains(j.out, "export MDRING_SECRET=$(openssl rand -hex 16)"));
+  }
+}
+
+TEST_CASE("exec_failure: a program that cannot be run exits 127") {
+  const job j = run({"-n", "2", "no-such-program-for-mdring-run"});
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 127);
+  const auto errs = lines(j.err);
+  CHECK(std::count(errs.begin(), errs.end(),
+                   "mdring-run: cannot run \"no-such-program-for-mdring-run\": No such file or directory") == 2);
+  CHECK(std::count_if(errs.begin(), errs.end(), [](const std::string& l) {
+          return l.starts_with("mdring-run: rank ") && l.ends_with(") exited with code 127");
+        }) == 1);
+
+  const job k = run({"-n", "1", "/"});  // a directory
+  CHECK(k.exit_code() == 127);
+  CHECK(contains(k.err, "mdring-run: cannot run \"/\": Permission denied"));
+}
+
+TEST_CASE("tag_output: each line is prefixed with [rank]") {
+  const job j = run({"-n", "3", "--tag-output", probe(), "print"});
+  INFO("stderr: " << j.err);
+  REQUIRE(j.exit_code() == 0);
+  auto out = lines(j.out);
+  for (int r = 0; r < 3; ++r) {
+    const std::string t = "[" + std::to_string(r) + "] ";
+    const auto a = std::find(out.begin(), out.end(), t + "out RANK=" + std::to_string(r));
+    const auto b = std::find(out.begin(), out.end(), t + "tail " + std::to_string(r));
+    CHECK(a != out.end());
+    CHECK(b != out.end());
+    CHECK(a < b);
+  }
+  CHECK(out.size() == 6);
+  auto err = lines(j.err);
+  std::sort(err.begin(), err.end());
+  CHECK(err == std::vector<std::string>{"[0] err RANK=0", "[1] err RANK=1", "[2] err RANK=2"});
+
+  // And the exec failure's message, through the pipes too.
+  const job k = run({"-n", "1", "--tag-output", "no-such-program-for-mdring-run"});
+  CHECK(k.exit_code() == 127);
+  CHECK(contains(k.err, "[0] mdring-run: cannot run \"no-such-program-for-mdring-run\""));
+}
