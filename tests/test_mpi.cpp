@@ -60,17 +60,6 @@ bool identical_everywhere(const void* p, std::size_t bytes) {
     if (s != mine) return false;
   return true;
 }
-bool all_ranks(bool ok) {
-  for (const auto& s : gather_all(ok ? "1" : "0"))
-    if (s != "1") return false;
-  return true;
-}
-std::uint64_t fnv1a(const void* p, std::size_t bytes) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
 #else
 MPI_Comm test_world() { return MPI_COMM_WORLD; }
 std::size_t world_size() {

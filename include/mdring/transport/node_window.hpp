@@ -74,7 +74,16 @@ inline std::string node_identity() {
 // about their node's peers while they wait.
 inline bool process_gone(long pid) noexcept {
 #if MDRING_HAVE_CMA
-  return kill(pid_t(pid), 0) != 0 && errno == ESRCH;
+  if (kill(pid_t(pid), 0) != 0 && errno == ESRCH) return true;
+  // A zombie (ended, not yet reaped by its parent) counts as gone too.
+  char path[64], stat[256] = {};
+  std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return false;
+  const std::size_t n = std::fread(stat, 1, sizeof stat - 1, f);
+  std::fclose(f);
+  const char* close = std::strrchr(stat, ')');  // "pid (comm) S ..."
+  return n > 0 && close && close[1] == ' ' && close[2] == 'Z';
 #else
   (void)pid;
   return false;

@@ -248,7 +248,13 @@ private:
     mine.append(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(worker_, addr);
     const auto deadline = deadline_clock::now() + timeout_;
-    const auto all = rendezvous::all_gather(world_.store(), world_.next_bind() + "address", rank_, size_, mine, deadline);
+    const std::string prefix = world_.next_bind();
+    const auto all = rendezvous::all_gather(world_.store(), prefix + "address", rank_, size_, mine, deadline);
+    // Rank 0 hosts the store: it goes on (or throws and maybe exits) only once
+    // every rank has read every address.
+    if (rank_ != 0) world_.store().set(prefix + "read/" + std::to_string(rank_), "");
+    else
+      for (std::size_t r = 1; r < size_; ++r) (void)world_.store().get(prefix + "read/" + std::to_string(r), deadline);
     for (std::size_t r = 0; r < size_; ++r)
       if (all[r].size() < sizeof h || std::memcmp(all[r].data(), &h, sizeof h) != 0)
         throw topology_error("topology", "mdring::bind: rank " + std::to_string(r) +
