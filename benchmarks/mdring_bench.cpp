@@ -1,13 +1,24 @@
 // mdring-bench: mdring's counterpart of nccl-tests' all_reduce_perf.
 //
 //   mpirun -n 4 mdring-bench --topology "shm:2 x shm:*" --min-bytes 4K --max-bytes 64M --baseline mpi
+//   mdring-run -n 4 mdring-bench --transport ucx --min-bytes 64K --max-bytes 16M --baseline gloo
 //   mdring-bench --threads 8 --topology "shm:2 x shm:4" --bytes 16M --check
 //
+// The ranks are MPI processes (--transport mpi, the default), processes without
+// MPI on mdring's UCX transport (--transport ucx: started by mdring-run or
+// torchrun, mdring::ucx::world::from_env()), or threads of one process (--threads).
 // For each size it runs the collective `--iters` times after `--warmup` untimed
 // runs; with --baseline mpi it alternates every iteration with the matching MPI
-// collective on the same buffers. A time is the slowest rank's for that iteration
-// (MPI_Allreduce of the local times, max), and the reported time is the median
-// over iterations. algbw = bytes / time; busbw = algbw * factor as nccl-tests
+// collective on the same buffers. --baseline gloo (with --transport ucx;
+// all_reduce of float or double, sum) does the same with Gloo over TCP
+// (gloo_baseline.hpp), timing both of its all-reduce algorithms, ring_chunked and
+// halving_doubling, every iteration: a size reports the faster one's median, and
+// which it was. Gloo reduces in place only: out of place, its time includes
+// copying the send buffer into the receive buffer. A time is the slowest rank's
+// for that iteration (the max over ranks of the local times: MPI_Allreduce over
+// MPI; with --transport ucx a Gloo all-reduce, or without Gloo an mdring one on a
+// flat communicator, outside the timed region), and the reported time is the
+// median over iterations. algbw = bytes / time; busbw = algbw * factor as nccl-tests
 // defines it (all_reduce 2(P-1)/P, reduce_scatter and all_gather (P-1)/P,
 // broadcast and reduce 1); bytes is the size of the whole buffer (all_reduce,
 // broadcast, reduce: the data; reduce_scatter: the send buffer; all_gather: the
@@ -27,6 +38,13 @@
 #if MDRING_BENCH_WITH_MPI
 #include <mdring/mpi.hpp>
 #endif
+#if MDRING_BENCH_WITH_UCX
+#include <mdring/ucx.hpp>
+#include <unistd.h>  // gethostname
+#endif
+#if MDRING_BENCH_WITH_GLOO
+#include "gloo_baseline.hpp"
+#endif
 #if MDRING_BENCH_WITH_MPI && defined(MDRING_SMPI) && MDRING_SMPI
 #define MDRING_BENCH_SMPI 1
 #include <memory_resource>
@@ -38,6 +56,7 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +66,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace md = mdring;
@@ -63,7 +83,8 @@ struct config {
   int iters = 20, warmup = 5;
   bool check = false, json = false, inplace = false, explain = false;
   std::string alloc = "node";  // node: mdring::node_alloc; heap: std::allocator
-  std::string baseline = "none";
+  std::string baseline = "none";  // none, mpi or gloo
+  std::string transport = "mpi";  // mpi or ucx (processes without MPI)
   std::string plot;  // --plot FILE.png: also FILE.png.jsonl, drawn by scripts/plot_bench.py
   bool baseline_only = false;  // time the baseline alone (mdring's columns are null)
   int threads = 0;  // > 0: in-process ranks
@@ -86,7 +107,10 @@ struct config {
                "usage: mdring-bench [--op all_reduce|reduce_scatter|all_gather|broadcast|reduce]\n"
                "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
                "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
-               "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|none] [--baseline-only] [--json]\n"
+               "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|gloo|none] [--baseline-only] [--json]\n"
+               "  [--transport mpi|ucx]  (ucx: processes started by mdring-run or torchrun, no MPI; --baseline gloo\n"
+               "     needs it and times all_reduce of float or double, sum, with Gloo's ring_chunked and\n"
+               "     halving_doubling, reporting the faster and which)\n"
                "  [--alloc node|heap]  (buffers from mdring::node_alloc, the default, or ordinary memory)\n"
                "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
                "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
@@ -177,6 +201,7 @@ config parse(int argc, char** argv) {
     else if (a == "--json") c.json = true;
     else if (a == "--plot") c.plot = next();
     else if (a == "--baseline") c.baseline = next();
+    else if (a == "--transport") c.transport = next();
     else if (a == "--baseline-only") c.baseline_only = true;
     else if (a == "--threads") c.threads = std::atoi(next().c_str());
     else if (a == "--root") c.root = std::size_t(std::atol(next().c_str()));
@@ -215,8 +240,27 @@ config parse(int argc, char** argv) {
   if (c.op != "all_reduce" && c.op != "reduce_scatter" && c.op != "all_gather" && c.op != "broadcast" &&
       c.op != "reduce")
     usage("unknown --op " + c.op);
-  if (c.baseline != "none" && c.baseline != "mpi") usage("unknown --baseline " + c.baseline);
-  if (c.baseline_only && c.baseline == "none") usage("--baseline-only needs --baseline mpi");
+  if (c.baseline != "none" && c.baseline != "mpi" && c.baseline != "gloo") usage("unknown --baseline " + c.baseline);
+  if (c.baseline_only && c.baseline == "none") usage("--baseline-only needs --baseline mpi or gloo");
+  if (c.transport != "mpi" && c.transport != "ucx") usage("--transport takes mpi or ucx, not " + c.transport);
+  if (c.transport == "ucx") {
+#if !MDRING_BENCH_WITH_UCX
+    usage("built without UCX (libucx-dev): --transport ucx is not available");
+#endif
+    if (c.threads > 0) usage("--threads runs ranks as threads: no --transport ucx with it");
+    if (c.baseline == "mpi") usage("--baseline mpi needs --transport mpi (no MPI runs with --transport ucx): use --baseline gloo");
+    if (c.inflight || c.overlap) usage("--inflight and --overlap need --transport mpi");
+  }
+  if (c.baseline == "gloo") {
+#if !MDRING_BENCH_WITH_GLOO
+    usage("built without Gloo (libgloo-dev): --baseline gloo is not available");
+#endif
+    if (c.transport != "ucx") usage("--baseline gloo needs --transport ucx");
+    if (c.op != "all_reduce" || (c.dtype != "float" && c.dtype != "double") || c.reduce_op != "sum")
+      usage("--baseline gloo times all_reduce of float or double with --reduce-op sum");
+    if (c.max_bytes > std::size_t(INT_MAX))
+      usage("--baseline gloo: Gloo's algorithms take at most 2 GiB - 1 bytes (an int); lower --max-bytes");
+  }
   if (c.iters < 1 || c.warmup < 0) usage("--iters must be >= 1 and --warmup >= 0");
   if (c.inflight < 0) usage("--inflight takes a number of calls >= 1");
   if ((c.inflight || c.overlap) && (c.op != "all_reduce" || c.threads > 0))
@@ -300,6 +344,10 @@ struct result_row {
   double predicted_s = 0;  // the cost model's (explain(), rank 0)
   bool has_baseline = false;
   long errors = 0;
+  // A baseline of several variants (Gloo's algorithms): each one's median, and
+  // the fastest's name (baseline_s is its time). Empty for a single variant.
+  std::vector<std::pair<std::string, double>> variant_s;
+  std::string baseline_variant;
 };
 
 template <class T>
@@ -463,32 +511,50 @@ struct runner {
   }
 };
 
-template <class T, class Comm, class Op, class Baseline>
-std::vector<result_row> run_sizes(const config& cfg, Comm& comm, const world_ops& w, Op op, Baseline&& baseline,
-                                  bool has_baseline) {
+// The library timed against mdring on the same buffers (--baseline): its variants
+// (none: no baseline; several: each is timed, the fastest reported), run(runner,
+// variant), and release(), called on every rank before a size's buffers are freed.
+template <class Runner>
+struct baseline_lib {
+  std::vector<std::string> variants;
+  std::function<void(Runner&, std::size_t)> run;
+  std::function<void()> release;
+};
+
+template <class T, class Comm, class Op>
+std::vector<result_row> run_sizes(const config& cfg, Comm& comm, const world_ops& w, Op op,
+                                  const baseline_lib<runner<T, Comm>>& baseline) {
   std::vector<result_row> rows;
+  const std::size_t variants = baseline.variants.size();
   for (std::size_t bytes = cfg.min_bytes;;) {
     runner<T, Comm> rn(cfg, comm, bytes);
     result_row row;
     row.bytes = rn.bytes();
     row.elements = rn.count;
-    row.has_baseline = has_baseline;
-    std::vector<double> tm, tb;
+    row.has_baseline = variants > 0;
+    std::vector<std::vector<double>> times(1 + variants);  // mdring's, then each variant's
     for (int it = -cfg.warmup; it < cfg.iters; ++it) {
-      for (int lib = cfg.baseline_only ? 1 : 0; lib < (has_baseline ? 2 : 1); ++lib) {
+      for (std::size_t lib = cfg.baseline_only ? 1 : 0; lib < 1 + variants; ++lib) {
         rn.fill();
         w.barrier();
         const double t0 = now_seconds();
         if (lib == 0) rn.run_mdring(op);
-        else baseline(rn);
+        else baseline.run(rn, lib - 1);
         const double dt = now_seconds() - t0;
         const double slowest = w.max(dt);
-        if (it >= 0) (lib == 0 ? tm : tb).push_back(slowest);
+        if (it >= 0) times[lib].push_back(slowest);
         if (cfg.check) row.errors += rn.verify();
       }
     }
-    row.mdring_s = tm.empty() ? 0 : median(tm);
-    row.baseline_s = has_baseline ? median(tb) : 0;
+    if (baseline.release) baseline.release();
+    row.mdring_s = times[0].empty() ? 0 : median(times[0]);
+    std::size_t best = 0;
+    for (std::size_t v = 0; v < variants; ++v) {
+      const double t = median(times[1 + v]);
+      if (variants > 1) row.variant_s.emplace_back(baseline.variants[v], t);
+      if (v == 0 || t < row.baseline_s) row.baseline_s = t, best = v;
+    }
+    if (variants > 1) row.baseline_variant = baseline.variants[best];
     const auto pl = comm.template make_plan<T>(rn.count, collective_of(cfg.op), op, cfg.root);
     row.predicted_s = pl.seconds();
     if (cfg.explain && comm.rank() == 0) std::fprintf(stderr, "%s\n", pl.to_string().c_str());
@@ -528,6 +594,15 @@ std::string json_row(const config& cfg, const result_row& r, const std::string& 
                   cfg.baseline.c_str(), r.baseline_s,
                   num("%.6g", r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0).c_str(), balg, balg * f);
     s += buf;
+    if (!r.variant_s.empty()) {  // baseline_s is the fastest variant's
+      s += "\"baseline_variant\": \"" + r.baseline_variant + "\", \"variants_s\": {";
+      for (std::size_t v = 0; v < r.variant_s.size(); ++v) {
+        std::snprintf(buf, sizeof buf, "%s\"%s\": %.9g", v ? ", " : "", r.variant_s[v].first.c_str(),
+                      r.variant_s[v].second);
+        s += buf;
+      }
+      s += "}, ";
+    }
   } else {
     s += "\"baseline\": null, \"baseline_s\": null, \"ratio\": null, ";
   }
@@ -572,6 +647,12 @@ void print_rows(const config& cfg, const std::vector<result_row>& rows, const st
   const bool b = !rows.empty() && rows[0].has_baseline;
   std::printf("# %12s %12s | %11s %9s %9s", "bytes", "elements", "mdring us", "algbw", "busbw");
   if (b) std::printf(" | %11s %9s %9s | %6s", (cfg.baseline + " us").c_str(), "algbw", "busbw", "ratio");
+  // A baseline of several variants: the fastest (whose time the columns before
+  // show), then each one's time.
+  const auto& variants = rows.empty() ? std::vector<std::pair<std::string, double>>{} : rows[0].variant_s;
+  auto width = [](const std::string& name) { return int(std::max<std::size_t>(11, name.size() + 3)); };
+  if (!variants.empty()) std::printf(" | %-16s", "fastest");
+  for (auto& v : variants) std::printf(" %*s", width(v.first), (v.first + " us").c_str());
   std::printf("%s\n", cfg.check ? " | check" : "");
   for (auto& r : rows) {
     const double algbw = r.mdring_s > 0 ? double(r.bytes) / r.mdring_s / 1e9 : 0;
@@ -583,10 +664,13 @@ void print_rows(const config& cfg, const std::vector<result_row>& rows, const st
       if (cfg.baseline_only) std::printf(" | %6s", "-");
       else std::printf(" | %6.3f", r.baseline_s > 0 ? r.mdring_s / r.baseline_s : 0.0);
     }
+    if (!r.variant_s.empty()) std::printf(" | %-16s", r.baseline_variant.c_str());
+    for (auto& v : r.variant_s) std::printf(" %*.2f", width(v.first), v.second * 1e6);
     if (cfg.check) std::printf(" | %s", r.errors ? "FAILED" : "ok");
     std::printf("\n");
   }
-  if (!rows.empty()) std::printf("# algbw and busbw in GB/s (1e9 bytes per second); ratio = mdring time / baseline time\n");
+  if (!rows.empty()) std::printf("# algbw and busbw in GB/s (1e9 bytes per second); ratio = mdring time / baseline time%s\n",
+                                 variants.empty() ? "" : " (the fastest variant's)");
 }
 
 template <class F>
@@ -625,6 +709,24 @@ md::options make_options(const config& cfg) {
   return o;
 }
 
+// The exit status: 1 when --check found a wrong value on some rank.
+int exit_status(const std::vector<result_row>& rows) {
+  for (auto& r : rows)
+    if (r.errors) return 1;
+  return 0;
+}
+
+// Runs a mode; an exception is reported and the exit status is 1.
+template <class F>
+int guarded(F&& run) {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mdring-bench: %s\n", e.what());
+    return 1;
+  }
+}
+
 int run_threads(const config& cfg) {
   if (cfg.baseline != "none") usage("--baseline mpi needs MPI processes, not --threads");
   const auto topo = md::parse_topology(cfg.topology);
@@ -657,7 +759,7 @@ int run_threads(const config& cfg) {
     };
     dispatch_dtype(cfg.dtype, [&]<class T>(T) {
       dispatch_op(cfg.reduce_op, [&](auto op) {
-        auto r = run_sizes<T>(cfg, comm, w, op, [](auto&) {}, false);
+        auto r = run_sizes<T>(cfg, comm, w, op, {});
         if (ep.rank == 0) {
           rows = std::move(r);
           resolved = comm.topology().to_string();
@@ -666,9 +768,7 @@ int run_threads(const config& cfg) {
     });
   });
   print_rows(cfg, rows, resolved, n, "threads");
-  for (auto& r : rows)
-    if (r.errors) return 1;
-  return 0;
+  return exit_status(rows);
 }
 
 #if MDRING_BENCH_WITH_MPI
@@ -744,7 +844,7 @@ int run_mpi(const config& cfg) {
     dispatch_op(cfg.reduce_op, [&](auto op) {
       const MPI_Datatype type = mpi_type<T>();
       const MPI_Op mop = mpi_op<T>(op, created);
-      auto base = [&](auto& rn) {
+      auto base = [&](auto& rn, std::size_t) {
         T* r = rn.recv.data();
         const int n = int(rn.count);
         const void* s = cfg.inplace ? MPI_IN_PLACE : static_cast<const void*>(rn.send.data());
@@ -760,14 +860,114 @@ int run_mpi(const config& cfg) {
       };
       if (cfg.inflight) return nonblocking_bench::run_inflight<T>(cfg, comm, w, op, type, mop);
       if (cfg.overlap) return nonblocking_bench::run_overlap<T>(cfg, comm, w, op, type, mop);
-      rows = run_sizes<T>(cfg, comm, w, op, base, baseline);
+      const auto variants = baseline ? std::vector<std::string>{"mpi"} : std::vector<std::string>{};
+      rows = run_sizes<T>(cfg, comm, w, op, {variants, base, {}});
     });
   });
   for (auto& o : created) MPI_Op_free(&o);
   if (rank == 0 && !cfg.inflight && !cfg.overlap) print_rows(cfg, rows, comm.topology().to_string(), std::size_t(size), "mpi");
-  for (auto& r : rows)
-    if (r.errors) return 1;
-  return 0;
+  return exit_status(rows);
+}
+#endif
+
+#if MDRING_BENCH_WITH_UCX
+// ---- --transport ucx: processes started by mdring-run or torchrun, no MPI -------
+// The ranks' barrier and max over ranks (outside the timed region): Gloo's when
+// built with it, else those of a flat mdring communicator on the same world.
+#if MDRING_BENCH_WITH_GLOO
+world_ops world_of(gloo_baseline& g) {
+  world_ops w;
+  w.rank = std::size_t(g.rank());
+  w.size = std::size_t(g.size());
+  w.barrier = [&g] { g.barrier(); };
+  w.max = [&g](double x) { return g.max_over_ranks(x); };
+  w.sum_int = [&g](int x) { return int(g.sum_over_ranks(double(x))); };
+  return w;
+}
+
+// Where this process's Gloo listens: GLOO_SOCKET_IFNAME's first interface (as
+// PyTorch reads it), else the loopback when the job is on one node, else this
+// host's name.
+std::string gloo_host(const md::ucx::world& world) {
+  if (const char* v = std::getenv("GLOO_SOCKET_IFNAME"); v && *v) {
+    const std::string names = v;
+    return names.substr(0, names.find(','));
+  }
+  if (world.layout().nodes <= 1) return "127.0.0.1";
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// --baseline gloo: Gloo's all-reduce algorithms, each a variant (sum, in place; out
+// of place, the send buffer is first copied into the receive buffer, in the timed
+// region, as a Gloo user would).
+template <class T, class Comm>
+baseline_lib<runner<T, Comm>> gloo_all_reduce(const config& cfg, gloo_baseline& gloo) {
+  using algo = gloo_baseline::algo;
+  static constexpr algo algos[] = {algo::ring_chunked, algo::halving_doubling};
+  baseline_lib<runner<T, Comm>> b;
+  for (algo a : algos) b.variants.emplace_back(gloo_baseline::name(a));
+  b.run = [&cfg, &gloo](runner<T, Comm>& rn, std::size_t v) {
+    if (!cfg.inplace && rn.count) std::memcpy(rn.recv.data(), rn.send.data(), rn.count * sizeof(T));
+    gloo.all_reduce(rn.recv.data(), rn.count, algos[v]);
+  };
+  b.release = [&gloo] { gloo.release(); };
+  return b;
+}
+#else
+template <class Comm>
+world_ops world_of(Comm& flat) {
+  world_ops w;
+  w.rank = flat.rank();
+  w.size = flat.size();
+  w.barrier = [&flat] {
+    int x = 0;
+    md::all_reduce(flat, &x, 1, md::sum);
+  };
+  w.max = [&flat](double x) {
+    md::all_reduce(flat, &x, 1, md::max);
+    return x;
+  };
+  w.sum_int = [&flat](int x) {
+    md::all_reduce(flat, &x, 1, md::sum);
+    return x;
+  };
+  return w;
+}
+#endif
+
+int run_ucx_world(const config& cfg, const md::ucx::world& world) {
+  const md::options opts = make_options(cfg);
+#if MDRING_BENCH_WITH_GLOO
+  gloo_baseline gloo(world.store(), int(world.rank()), int(world.size()), opts.timeout, gloo_host(world));
+  const world_ops w = world_of(gloo);
+#else
+  auto flat = md::bind(md::parse_topology("ethernet:*"), world, opts);  // one ring of every rank
+  const world_ops w = world_of(flat);
+#endif
+  auto comm = md::bind(md::parse_topology(cfg.topology), world, opts);
+  std::vector<result_row> rows;
+  dispatch_dtype(cfg.dtype, [&]<class T>(T) {
+    dispatch_op(cfg.reduce_op, [&](auto op) {
+      baseline_lib<runner<T, decltype(comm)>> base;  // parse() allows only --baseline gloo or none
+#if MDRING_BENCH_WITH_GLOO
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+        if (cfg.baseline == "gloo") base = gloo_all_reduce<T, decltype(comm)>(cfg, gloo);
+#endif
+      rows = run_sizes<T>(cfg, comm, w, op, base);
+    });
+  });
+  if (world.rank() == 0) print_rows(cfg, rows, comm.topology().to_string(), world.size(), "ucx");
+  w.barrier();  // every rank is done with the connections before they close
+  return exit_status(rows);
+}
+
+int run_ucx(const config& cfg) {
+  const auto world = md::ucx::world::from_env();
+  const int status = run_ucx_world(cfg, world);  // its communicators are gone after it
+  md::ucx::wait_to_leave(world);                 // rank 0 hosts the store: it leaves last
+  return status;
 }
 #endif
 
@@ -785,14 +985,10 @@ int main(int argc, char** argv) {
       usage(e.what());
     }
   }
-  if (cfg.threads > 0) {
-    try {
-      return run_threads(cfg);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "mdring-bench: %s\n", e.what());
-      return 1;
-    }
-  }
+  if (cfg.threads > 0) return guarded([&] { return run_threads(cfg); });
+#if MDRING_BENCH_WITH_UCX
+  if (cfg.transport == "ucx") return guarded([&] { return run_ucx(cfg); });  // no MPI_Init
+#endif
 #if MDRING_BENCH_WITH_MPI
   // The nonblocking modes need a progress thread that calls MPI: MPI_THREAD_MULTIPLE.
   // The others keep plain MPI_Init, so that the blocking comparison is unchanged.
@@ -802,15 +998,11 @@ int main(int argc, char** argv) {
   } else {
     MPI_Init(&argc, &argv);
   }
-  int status = 0;
-  try {
-    status = run_mpi(cfg);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "mdring-bench: %s\n", e.what());
-    status = 1;
-  }
+  const int status = guarded([&] { return run_mpi(cfg); });
   MPI_Finalize();
   return status;
+#elif MDRING_BENCH_WITH_UCX
+  usage("built without MPI: use --threads N or --transport ucx");
 #else
   usage("built without MPI: use --threads N");
 #endif
