@@ -1,0 +1,78 @@
+"""mdring as a torch.distributed backend.
+
+    import mdring_torch                      # registers the backend "mdring"
+    dist.init_process_group("mdring")        # topology from MDRING_TOPOLOGY, or detected
+    model = DDP(model)                       # unchanged training loop
+
+Transports:
+  - under torchrun (or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT): UCX; the processes find each other through torch's own store;
+  - under mpirun: MPI (MPI_THREAD_MULTIPLE). Importing this module under mpirun
+    sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT from MPI when they are not set, so that init_process_group's
+    env:// rendezvous needs nothing more.
+  MDRING_TORCH_TRANSPORT=ucx|mpi overrides the choice.
+
+CPU tensors only (dense, contiguous; float32, float64, float16, bfloat16, int8,
+uint8, int16, int32, int64), one tensor per process per call; reduce ops SUM,
+AVG, PRODUCT, MIN, MAX. Every collective is asynchronous (mdring's nonblocking
+calls, in issue order); init_process_group's timeout is mdring's deadline.
+"""
+import atexit
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["transport", "describe"]
+
+
+def _launched_by_mpirun():
+    return any(v in os.environ for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"))
+
+
+def transport():
+    """The transport new groups use: "ucx" or "mpi"."""
+    t = os.environ.get("MDRING_TORCH_TRANSPORT", "")
+    if t:
+        if t not in ("ucx", "mpi"):
+            raise ValueError(f'MDRING_TORCH_TRANSPORT must be "ucx" or "mpi", not "{t}"')
+        return t
+    return "mpi" if _launched_by_mpirun() and _C.have_mpi() else "ucx"
+
+
+def describe(group=None):
+    """How a group runs: transport, topology, and where the topology came from."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return pg.describe()
+
+
+def _bootstrap_under_mpirun():
+    if not _launched_by_mpirun() or transport() != "mpi" or "RANK" in os.environ:
+        return
+    rank, size, local_rank, local_size, addr, port = _C.bootstrap_mpi()
+    os.environ.setdefault("RANK", str(rank))
+    os.environ.setdefault("WORLD_SIZE", str(size))
+    os.environ.setdefault("LOCAL_RANK", str(local_rank))
+    os.environ.setdefault("LOCAL_WORLD_SIZE", str(local_size))
+    os.environ.setdefault("MASTER_ADDR", addr)
+    os.environ.setdefault("MASTER_PORT", str(port))
+
+
+def _create(opts, pg_options=None):
+    timeout_s = opts.timeout.total_seconds()
+    ranks = list(opts.global_ranks_in_group)
+    is_world = len(ranks) == 0
+    if transport() == "mpi":
+        return _C.create_mpi(ranks, opts.group_rank, opts.group_size, timeout_s, is_world)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) if is_world else 0
+    return _C.create_ucx(opts.store, opts.group_rank, opts.group_size, timeout_s, local, is_world)
+
+
+_bootstrap_under_mpirun()
+dist.Backend.register_backend("mdring", _create, extended_api=True)
+# Groups finish their work and release their communicators before the
+# interpreter's teardown (and before MPI_Finalize, when mdring_torch called MPI_Init).
+atexit.register(_C.shutdown)
