@@ -115,11 +115,12 @@ public:
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
-  // On the completion thread, holding no lock.
+  // On the completion thread, holding no lock. The Future first (its callbacks
+  // run here), then wait(): when wait() returns, the Future is done too.
   void complete(std::exception_ptr e) {
-    finish(e);
     if (e) future_->setError(e);
     else future_->markCompleted(c10::IValue(outputs_));
+    finish(e);
   }
 
 private:

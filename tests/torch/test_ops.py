@@ -1,0 +1,251 @@
+"""Every op of the mdring backend, every dtype and reduce op, against exact
+references (each rank computes every rank's input) and against gloo.
+
+Run by torchrun or mpirun (tests/CMakeLists.txt), 1 to 4 processes:
+    PYTHONPATH=build/python torchrun --standalone --nproc_per_node 4 tests/torch/test_ops.py
+Exits non-zero on the first mismatch, naming op, dtype, reduce op and size.
+"""
+import os
+import sys
+import warnings
+
+import torch
+import torch.distributed as dist
+
+import mdring_torch
+
+warnings.filterwarnings("ignore", module="torch.distributed")
+dist.init_process_group("mdring")
+rank, size = dist.get_rank(), dist.get_world_size()
+gloo = dist.new_group(backend="gloo")
+checks = 0
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "prod": dist.ReduceOp.PRODUCT,
+       "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
+SIZES = [0, 1, 7, 1000]
+BIG = (1 << 20) + 3
+
+
+def fail(msg):
+    print(f"rank {rank}: FAIL: {msg}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def values(r, n, dtype, op):
+    """Rank r's input: small integers, so that every sum, product and mean below is
+    exact in every dtype (bfloat16 has 8 significant bits)."""
+    i = torch.arange(n, dtype=torch.int64)
+    if op == "prod":
+        v = 1 + (i + r) % 2  # 1 or 2: at most 2**4 over 4 ranks
+    elif dtype == torch.uint8:
+        v = (i * 7 + r * 3) % 50
+    else:
+        v = (i * 7 + r * 3) % 31 - 15
+    return v.to(dtype)
+
+
+def reference(n, dtype, op, ranks=None):
+    ranks = range(size) if ranks is None else ranks
+    xs = torch.stack([values(r, n, dtype, op).to(torch.float64) for r in ranks])
+    if op == "sum":
+        out = xs.sum(0)
+    elif op == "prod":
+        out = xs.prod(0)
+    elif op == "min":
+        out = xs.min(0).values
+    elif op == "max":
+        out = xs.max(0).values
+    else:  # avg: integers truncate toward zero, as mdring documents
+        out = xs.sum(0) / len(ranks)
+        if not dtype.is_floating_point:
+            out = torch.trunc(out)
+    return out.to(dtype)
+
+
+def expect_equal(got, want, what):
+    global checks
+    checks += 1
+    if got.dtype != want.dtype or got.shape != want.shape:
+        fail(f"{what}: got {got.dtype} {tuple(got.shape)}, expected {want.dtype} {tuple(want.shape)}")
+    if not torch.equal(got, want):
+        bad = (got != want).nonzero()
+        j = bad[0].tolist()
+        fail(f"{what}: {len(bad)} elements differ, first at {j}: got {got[tuple(j)].item()}, "
+             f"expected {want[tuple(j)].item()}")
+
+
+def gloo_has(dtype, op):
+    # gloo in torch 1.13: no AVG, no bfloat16, no int16
+    return op != "avg" and dtype not in (torch.bfloat16, torch.int16)
+
+
+def expect_reduced(got, n, dtype, op, what):
+    want = reference(n, dtype, op)
+    if op == "avg" and dtype.is_floating_point and size == 3:
+        # sum / 3 is rounded once (from an exact sum): within half an ulp of the mean
+        global checks
+        checks += 1
+        tol = {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-7, torch.float64: 1e-15}[dtype]
+        if not torch.allclose(got.to(torch.float64), want.to(torch.float64), rtol=tol, atol=0):
+            fail(f"{what}: {got[:8].tolist()} vs {want[:8].tolist()}")
+    else:
+        expect_equal(got, want, what)
+
+
+def check_allreduce(n, dtype, op, asynchronous):
+    what = f"all_reduce {dtype} {op} n={n}{' async' if asynchronous else ''}"
+    t = values(rank, n, dtype, op)
+    if asynchronous:
+        w = dist.all_reduce(t, op=OPS[op], async_op=True)
+        fut = w.get_future()
+        w.wait()
+        if not fut.done():
+            fail(f"{what}: the future is not done after wait()")
+        expect_reduced(fut.value()[0], n, dtype, op, what + " (future)")
+    else:
+        dist.all_reduce(t, op=OPS[op])
+    expect_reduced(t, n, dtype, op, what)
+    if gloo_has(dtype, op) and n > 0:
+        g = values(rank, n, dtype, op)
+        dist.all_reduce(g, op=OPS[op], group=gloo)
+        expect_equal(t, g, what + " against gloo")
+
+
+for dtype in FLOATS + INTS:
+    for op in OPS:
+        for n in SIZES:
+            check_allreduce(n, dtype, op, asynchronous=(n == 7))
+# One big size per dtype family (1M + 3 elements: segments and a ragged tail).
+for dtype in (torch.float32, torch.bfloat16, torch.int64):
+    for op in ("sum", "max"):
+        check_allreduce(BIG, dtype, op, asynchronous=True)
+
+# Many in flight at once, waited in reverse order: each as if alone.
+works, tensors = [], []
+for k in range(32):
+    t = values(rank, 100 + 37 * k, torch.float32, "sum")
+    tensors.append(t)
+    works.append(dist.all_reduce(t, async_op=True))
+for k in reversed(range(32)):
+    works[k].wait()
+    expect_equal(tensors[k], reference(100 + 37 * k, torch.float32, "sum"), f"in flight #{k}")
+
+# allreduce_coalesced: tensors of different shapes, one call.
+ts = [values(rank, n, torch.float64, "sum").reshape(-1, 1) if n else values(rank, 0, torch.float64, "sum")
+      for n in (3, 0, 50)]
+dist.all_reduce_coalesced(ts)
+for t, n in zip(ts, (3, 0, 50)):
+    expect_equal(t.reshape(-1), reference(n, torch.float64, "sum"), f"all_reduce_coalesced n={n}")
+
+for dtype in FLOATS + INTS:
+    for n in SIZES + ([BIG] if dtype == torch.float32 else []):
+        tag = f"{dtype} n={n}"
+        # broadcast from every root
+        for root in range(size):
+            t = values(rank, n, dtype, "sum")
+            dist.broadcast(t, src=root)
+            expect_equal(t, values(root, n, dtype, "sum"), f"broadcast root {root} {tag}")
+        # reduce to the last rank
+        root = size - 1
+        for op in ("sum", "max"):
+            t = values(rank, n, dtype, op)
+            dist.reduce(t, dst=root, op=OPS[op])
+            if rank == root:
+                expect_equal(t, reference(n, dtype, op), f"reduce {op} root {root} {tag}")
+        # all_gather (a list of tensors) and _all_gather_base (one tensor)
+        mine = values(rank, n, dtype, "sum")
+        outs = [torch.full((n,), 99).to(dtype) for _ in range(size)]
+        dist.all_gather(outs, mine)
+        for r in range(size):
+            expect_equal(outs[r], values(r, n, dtype, "sum"), f"all_gather block {r} {tag}")
+        flat = torch.empty(size * n, dtype=dtype)
+        dist._all_gather_base(flat, mine)
+        for r in range(size):
+            expect_equal(flat[r * n:(r + 1) * n], values(r, n, dtype, "sum"), f"_all_gather_base block {r} {tag}")
+        # reduce_scatter (a list) and _reduce_scatter_base (one tensor): block r of
+        # every rank's input is values(., n, .) shifted by r
+        for op in ("sum", "min", "avg"):
+            blocks = [values(rank + 10 * r, n, dtype, op) for r in range(size)]
+            out = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter(out, blocks, op=OPS[op])
+            want = reference(n, dtype, op, ranks=[q + 10 * rank for q in range(size)])
+            if op == "avg" and dtype.is_floating_point and size == 3:
+                want = out  # rounding of sum / 3 is covered by all_reduce above
+            expect_equal(out, want, f"reduce_scatter {op} {tag}")
+            out2 = torch.empty(n, dtype=dtype)
+            dist._reduce_scatter_base(out2, torch.cat(blocks), op=OPS[op])
+            expect_equal(out2, out, f"_reduce_scatter_base {op} {tag}")
+
+dist.barrier()
+
+# Groups: each an independent communicator of its own (ranks listed in order).
+if size >= 2:
+    evens = list(range(0, size, 2))
+    odds = list(range(1, size, 2))
+    g_even = dist.new_group(evens, backend="mdring")
+    g_odd = dist.new_group(odds, backend="mdring")
+    g_rev = dist.new_group(list(range(size)), backend="mdring")
+    mine_group = g_even if rank % 2 == 0 else g_odd
+    members = evens if rank % 2 == 0 else odds
+    t = values(rank, 1000, torch.float32, "sum")
+    w1 = dist.all_reduce(t, group=mine_group, async_op=True)
+    u = values(rank, 500, torch.int32, "sum")
+    w2 = dist.all_reduce(u, async_op=True)  # the default group, meanwhile
+    v = values(rank, 10, torch.float64, "sum")
+    w3 = dist.all_reduce(v, op=dist.ReduceOp.MAX, group=g_rev, async_op=True)
+    w3.wait(); w2.wait(); w1.wait()
+    expect_equal(t, reference(1000, torch.float32, "sum", ranks=members), "all_reduce in a new group")
+    expect_equal(u, reference(500, torch.int32, "sum"), "all_reduce in the default group beside new groups")
+    expect_equal(v, reference(10, torch.float64, "max"), "all_reduce in a second group of everyone")
+    # a group's root is a global rank (torch maps it to the group rank)
+    b = values(rank, 5, torch.float32, "sum")
+    dist.broadcast(b, src=members[-1], group=mine_group)
+    expect_equal(b, values(members[-1], 5, torch.float32, "sum"), "broadcast in a new group")
+    outs = [torch.empty(4) for _ in members]
+    dist.all_gather(outs, values(rank, 4, torch.float32, "sum"), group=mine_group)
+    for k, r in enumerate(members):
+        expect_equal(outs[k], values(r, 4, torch.float32, "sum"), "all_gather in a new group")
+
+# Bad input: a clear error naming what is supported, and the group stays usable.
+def expect_error(fn, words, what):
+    global checks
+    try:
+        fn()
+    except (RuntimeError, ValueError) as e:
+        for w in words:
+            if w not in str(e):
+                fail(f"{what}: the error does not say '{w}': {e}")
+        checks += 1
+        return
+    fail(f"{what}: no error")
+
+
+pg = dist.distributed_c10d._get_default_group()
+expect_error(lambda: dist.all_reduce(torch.ones(4, 4).t()), ["non-contiguous", "contiguous()"], "non-contiguous")
+expect_error(lambda: dist.all_reduce(torch.ones(4).to_sparse()), ["sparse", "dense"], "sparse")
+# (CUDA tensors get "CPU tensors only"; not testable with Debian's CPU-only torch,
+# whose dispatcher stops every other device before the backend.)
+# (dist.all_reduce sums complex tensors as real pairs; the group itself refuses them)
+expect_error(lambda: pg.allreduce([torch.ones(4, dtype=torch.complex64)]).wait(), ["ComplexFloat", "float32"],
+             "complex")
+expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)), ["Bool", "float32"], "bool")
+expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND), ["reduce op",
+             "SUM, AVG"], "BAND")
+expect_error(lambda: pg.allreduce([torch.ones(4), torch.ones(4)]), ["exactly one tensor", "multi-tensor"],
+             "two tensors")
+expect_error(lambda: dist.all_gather([torch.ones(4)] * (size + 1), torch.ones(4)), ["output list", "one per process"],
+             "all_gather list length")
+expect_error(lambda: dist._all_gather_base(torch.ones(size * 4 + 1), torch.ones(4)), ["_allgather_base",
+             "elements"], "_all_gather_base size")
+expect_error(lambda: pg.allgather([[torch.ones(4, dtype=torch.float64)] * size], [torch.ones(4)]).wait(),
+             ["Double", "Float"], "all_gather dtype")
+t = values(rank, 9, torch.float32, "sum")
+dist.all_reduce(t)
+expect_equal(t, reference(9, torch.float32, "sum"), "all_reduce after refused calls")
+
+dist.barrier()
+if rank == 0:
+    print(f"test_ops: {size} processes, {checks} checks passed ({mdring_torch.describe()})", flush=True)
+dist.destroy_process_group()
