@@ -27,6 +27,10 @@ if(MODE STREQUAL "find_package")
       message(FATAL_ERROR "the install has no lib/libmdring-pmpi.so (the MPI interposer)")
     endif()
   endif()
+  if(HAVE_TORCH)  # the Python package, imported from the prefix
+    run(${CMAKE_COMMAND} -E env --unset=PYTHONPATH ${PYTHON} ${SOURCE_DIR}/tests/package/torch_check.py
+        ${WORK_DIR}/prefix/${PYDIR})
+  endif()
   list(APPEND args -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DMDRING_RUN=${WORK_DIR}/prefix/bin/mdring-run)
   if(NOT EXISTS ${WORK_DIR}/prefix/bin/mdring-run)
     message(FATAL_ERROR "the install has no bin/mdring-run (the launcher)")
