@@ -33,7 +33,12 @@ ap.add_argument("--max-bytes", type=int, default=256 << 20)
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--ddp-iters", type=int, default=8)
 ap.add_argument("--skip-ddp", action="store_true")
+ap.add_argument("--node-memory", action="store_true",
+                help="mdring_torch.use_node_memory() first: tensors of 1 MiB and more in node memory")
 args = ap.parse_args()
+memory = "node" if args.node_memory else "heap"
+if args.node_memory:
+    mdring_torch.use_node_memory()
 
 dist.init_process_group("mdring")
 rank, size = dist.get_rank(), dist.get_world_size()
@@ -63,7 +68,8 @@ def size_name(b):
 
 
 if rank == 0:
-    print(f"# torch_bench: {size} processes, mdring ({mdring_torch.describe()}) against gloo, float32 SUM")
+    print(f"# torch_bench: {size} processes, mdring ({mdring_torch.describe()}) against gloo, float32 SUM, "
+          f"{memory} memory")
     print(f"# {'size':>8} | {'mdring us':>11} | {'gloo us':>11} | ratio")
 b = args.min_bytes
 while b <= args.max_bytes:
@@ -77,7 +83,7 @@ while b <= args.max_bytes:
             times[name] += time_calls(t, g, iters)
     med = {k: statistics.median(v) for k, v in times.items()}
     r = med["mdring"] / med["gloo"]
-    results.append({"kind": "all_reduce", "bytes": b, "ranks": size, "mdring_s": med["mdring"],
+    results.append({"kind": "all_reduce", "memory": memory, "bytes": b, "ranks": size, "mdring_s": med["mdring"],
                     "gloo_s": med["gloo"], "ratio": r})
     if rank == 0:
         print(f"  {size_name(b):>8} | {med['mdring'] * 1e6:11.1f} | {med['gloo'] * 1e6:11.1f} | {r:.3f}", flush=True)
@@ -115,7 +121,7 @@ if not args.skip_ddp:
         del m, opt
     diff = (params["mdring"] - params["gloo"]).abs().max().item()
     r = per["mdring"] / per["gloo"]
-    results.append({"kind": "ddp", "ranks": size, "parameters": count, "mdring_s": per["mdring"],
+    results.append({"kind": "ddp", "memory": memory, "ranks": size, "parameters": count, "mdring_s": per["mdring"],
                     "gloo_s": per["gloo"], "ratio": r, "max_param_diff": diff})
     if rank == 0:
         print(f"# DDP iteration, {count / 1e6:.1f} M float32 parameters, batch 32 per rank: mdring "

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -391,6 +392,84 @@ private:
   std::thread thread_;
 };
 
+// use_node_memory(): torch's CPU allocator, with allocations of `threshold` bytes
+// or more in node memory (mdring::node_alloc), which peers on the node map and
+// read in place instead of copying through cross-memory attach. Freed blocks are
+// kept (up to `cache` bytes) and handed out again for the same size class: each
+// node block is a segment that peers map once and keep mapped, so reusing blocks
+// keeps both the mapping cost and the peers' mappings bounded.
+class node_memory final : public c10::Allocator {
+public:
+  node_memory(c10::Allocator* prev, std::size_t threshold, std::size_t cache)
+      : prev_(prev), threshold_(threshold), cache_(cache) {}
+
+  c10::DataPtr allocate(std::size_t n) const override {
+    if (n < threshold_) return prev_->allocate(n);
+    const std::size_t c = size_class(n);
+    void* p = nullptr;
+    {
+      std::lock_guard l(m_);
+      auto it = free_.find(c);
+      if (it != free_.end()) {
+        p = it->second;
+        free_.erase(it);
+        cached_ -= c;
+      }
+    }
+    if (!p) p = node_alloc(c);
+    {
+      std::lock_guard l(m_);
+      live_[p] = c;
+    }
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  static node_memory* instance;
+
+private:
+  // Four classes per power of two (at most 25 % over the request).
+  static std::size_t size_class(std::size_t n) {
+    std::size_t p = 1;
+    while (p * 2 <= n) p *= 2;
+    const std::size_t q = std::max<std::size_t>(p / 4, 1);
+    return (n + q - 1) / q * q;
+  }
+  static void release(void* p) { instance->give_back(p); }
+  void give_back(void* p) const {
+    std::size_t c = 0;
+    {
+      std::lock_guard l(m_);
+      auto it = live_.find(p);
+      if (it == live_.end()) return;
+      c = it->second;
+      live_.erase(it);
+      if (cached_ + c <= cache_) {
+        free_.emplace(c, p);
+        cached_ += c;
+        return;
+      }
+    }
+    node_free(p);
+  }
+
+  c10::Allocator* prev_;
+  std::size_t threshold_, cache_;
+  mutable std::mutex m_;
+  mutable std::multimap<std::size_t, void*> free_;
+  mutable std::map<void*, std::size_t> live_;
+  mutable std::size_t cached_ = 0;
+};
+node_memory* node_memory::instance = nullptr;
+
+void use_node_memory(std::size_t threshold, std::size_t cache) {
+  static std::mutex m;
+  std::lock_guard l(m);
+  TORCH_CHECK(!node_memory::instance, "mdring: use_node_memory() was called already");
+  // Never freed: tensors allocated through it may outlive everything else.
+  node_memory::instance = new node_memory(c10::GetAllocator(c10::DeviceType::CPU), threshold, cache);
+  c10::SetAllocator(c10::DeviceType::CPU, node_memory::instance, 100);
+}
+
 // Every live group finishes its work and releases its communicator (at
 // interpreter exit, before MPI_Finalize and before UCX's context goes).
 void shutdown_all() {
@@ -451,6 +530,7 @@ PYBIND11_MODULE(_C, m) {
         return c10::make_intrusive<process_group>(std::move(g), rank, size);
       },
       py::arg("world_ranks"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"), py::arg("is_world") = false);
+  m.def("use_node_memory", &use_node_memory, py::arg("threshold"), py::arg("cache"));
   m.def("have_mpi", &have_mpi);
   m.def("bootstrap_mpi", [] {
     const auto b = bootstrap_mpi();

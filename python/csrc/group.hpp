@@ -72,4 +72,8 @@ mpi_bootstrap bootstrap_mpi();
 // MPI_Finalize, if this module initialized MPI (at interpreter exit, after the groups).
 void finalize_mpi();
 
+// mdring::node_alloc / node_free (memory.hpp), for use_node_memory().
+void* node_alloc(std::size_t bytes);
+void node_free(void* p) noexcept;
+
 }  // namespace mdring_torch

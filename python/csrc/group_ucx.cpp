@@ -18,6 +18,9 @@ std::size_t size_of(dtype t) noexcept {
   }
 }
 
+void* node_alloc(std::size_t bytes) { return mdring::node_alloc(bytes); }
+void node_free(void* p) noexcept { mdring::node_free(p); }
+
 namespace {
 struct stores {
   std::unique_ptr<mdring::rendezvous::store> torch;

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["transport", "describe"]
+__all__ = ["transport", "describe", "use_node_memory"]
 
 
 def _launched_by_mpirun():
@@ -47,6 +47,19 @@ def describe(group=None):
     """How a group runs: transport, topology, and where the topology came from."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     return pg.describe()
+
+
+def use_node_memory(threshold=1 << 20, cache=1 << 30):
+    """Opt-in: CPU tensors of `threshold` bytes or more are allocated in node
+    memory (mdring::node_alloc), which the other processes of the node map and
+    read in place during a collective, instead of copying them by cross-memory
+    attach. Freed blocks are kept for reuse, up to `cache` bytes. Call it once,
+    before the model and its DDP wrapper are built (their gradient buckets must
+    come from it); it affects every CPU tensor of the process from then on.
+    docs/PERFORMANCE.md has what it gains."""
+    if threshold < 1 or cache < 0:
+        raise ValueError(f"use_node_memory: threshold must be >= 1 and cache >= 0 (got {threshold}, {cache})")
+    _C.use_node_memory(int(threshold), int(cache))
 
 
 def _bootstrap_under_mpirun():
