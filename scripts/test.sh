@@ -8,4 +8,6 @@ source scripts/lib.sh
 mdring_ensure_packages "${MDRING_PACKAGES[@]}"
 mdring_build
 mdring_mpi_env
-ctest --test-dir build --output-on-failure --timeout 900 "$@"
+# Tests run two at a time where each needs one core; a test of N processes
+# declares PROCESSORS N and runs alone on this machine (ctest caps it at -j).
+ctest --test-dir build --output-on-failure --timeout 900 -j "$(mdring_jobs)" "$@"
