@@ -1,13 +1,14 @@
 """A small model trained with DistributedDataParallel on the mdring backend.
 
     PYTHONPATH=build/python torchrun --standalone --redirects 1 --tee 1 --nproc_per_node 4 examples/torch_ddp.py
-    PYTHONPATH=build/python mpirun -np 4 -x PYTHONPATH python3 examples/torch_ddp.py
+    PYTHONPATH=build/python mpirun -np 4 -x PYTHONPATH /usr/bin/python3 examples/torch_ddp.py
 
 (--redirects 1 --tee 1: Debian's torchrun 1.13 on Python 3.11 fails at start without them.)
 The only mdring-specific lines are the import and the backend name. The task: a
 convolutional classifier of synthetic 16 x 16 images (a bright square in one of
 four quadrants, with noise), each rank reading its own shard of the data set.
-Rank 0 prints the loss and accuracy of every step; accuracy reaches 100 %.
+Rank 0 prints the loss and accuracy of every step; accuracy passes 95 % within
+the first epoch.
 """
 import time
 
@@ -27,10 +28,10 @@ rank, size = dist.get_rank(), dist.get_world_size()
 g = torch.Generator().manual_seed(0)
 n = 4096
 labels = torch.randint(0, 4, (n,), generator=g)
-images = 0.3 * torch.randn(n, 1, 16, 16, generator=g)
+images = 0.8 * torch.randn(n, 1, 16, 16, generator=g)
 for i, q in enumerate(labels.tolist()):
     r, c = divmod(q, 2)
-    images[i, 0, 8 * r + 2:8 * r + 6, 8 * c + 2:8 * c + 6] += 1.0
+    images[i, 0, 8 * r + 2:8 * r + 6, 8 * c + 2:8 * c + 6] += 0.8
 data = TensorDataset(images, labels)
 sampler = DistributedSampler(data, num_replicas=size, rank=rank, shuffle=True, seed=0)
 loader = DataLoader(data, batch_size=64, sampler=sampler)
@@ -40,12 +41,12 @@ model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReL
                       nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
                       nn.Flatten(), nn.Linear(32 * 4 * 4, 4))
 model = DDP(model)
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
 if rank == 0:
     print(f"{size} processes, {mdring_torch.describe()}", flush=True)
 
 step, start = 0, time.monotonic()
-for epoch in range(2):
+for epoch in range(3):
     sampler.set_epoch(epoch)
     for x, y in loader:
         opt.zero_grad()
