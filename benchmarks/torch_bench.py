@@ -6,8 +6,11 @@
      median over the iterations.
   2. DDP iteration (forward, backward with the all-reduces, SGD step) of a model
      with 25.6 M float32 parameters (ResNet-50's gradient count) under each
-     backend; both start from the same weights and see the same data, and their
-     parameters must agree at the end (identical training up to rounding).
+     backend, and of the same model without DDP (the computation alone, so that
+     iteration - computation is the communication a backend leaves exposed);
+     the three step in turn, from the same weights on the same data, and the
+     two backends' parameters must agree at the end (identical training up to
+     rounding). Batches of 32 and 2 samples per rank (--batches).
 
     PYTHONPATH=build/python torchrun --standalone --redirects 1 --tee 1 --nproc_per_node 4 benchmarks/torch_bench.py [--json FILE]
 Rank 0 prints a table (ratio = mdring / gloo: below 1, mdring is faster).
@@ -33,6 +36,7 @@ ap.add_argument("--max-bytes", type=int, default=256 << 20)
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--ddp-iters", type=int, default=8)
 ap.add_argument("--skip-ddp", action="store_true")
+ap.add_argument("--batches", default="32,2", help="DDP: samples per rank and step, one run each (comma-separated)")
 ap.add_argument("--node-memory", action="store_true",
                 help="mdring_torch.use_node_memory() first: tensors of 1 MiB and more in node memory")
 args = ap.parse_args()
@@ -97,36 +101,45 @@ def make_model():
                          nn.Linear(4096, 1024), nn.ReLU(), nn.Linear(1024, 416))
 
 
-if not args.skip_ddp:
-    per = {}
-    params = {}
-    for name, g in groups.items():
-        m = DDP(make_model(), process_group=g)
-        count = sum(p.numel() for p in m.parameters())
-        opt = torch.optim.SGD(m.parameters(), lr=1e-3)
-        its = []
-        for i in range(args.ddp_iters + 2):
-            gen = torch.Generator().manual_seed(100 * i + rank)
-            x, y = torch.randn(32, 1024, generator=gen), torch.randn(32, 416, generator=gen)
+def ddp(batch):
+    # Three copies of one model, stepped in turn (so that drift in the machine's
+    # speed touches all three alike): DDP on mdring, DDP on gloo, and the plain
+    # model without DDP, whose time is the computation alone (no communication).
+    models = {name: DDP(make_model(), process_group=g) for name, g in groups.items()}
+    models["none"] = make_model()
+    count = sum(p.numel() for p in models["none"].parameters())
+    opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3) for name, m in models.items()}
+    its = {name: [] for name in models}
+    for i in range(args.ddp_iters + 2):
+        gen = torch.Generator().manual_seed(100 * i + rank)
+        x, y = torch.randn(batch, 1024, generator=gen), torch.randn(batch, 416, generator=gen)
+        for name, m in models.items():
             dist.barrier(group=gloo)
             s = time.perf_counter()
-            opt.zero_grad()
+            opts[name].zero_grad()
             nn.functional.mse_loss(m(x), y).backward()
-            opt.step()
+            opts[name].step()
             el = slowest(time.perf_counter() - s)
             if i >= 2:
-                its.append(el)
-        per[name] = statistics.median(its)
-        params[name] = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
-        del m, opt
+                its[name].append(el)
+    per = {name: statistics.median(v) for name, v in its.items()}
+    params = {name: torch.cat([p.detach().reshape(-1) for p in models[name].parameters()])
+              for name in ("mdring", "gloo")}
+    del models, opts
     diff = (params["mdring"] - params["gloo"]).abs().max().item()
     r = per["mdring"] / per["gloo"]
-    results.append({"kind": "ddp", "memory": memory, "ranks": size, "parameters": count, "mdring_s": per["mdring"],
-                    "gloo_s": per["gloo"], "ratio": r, "max_param_diff": diff})
+    results.append({"kind": "ddp", "memory": memory, "ranks": size, "batch": batch, "parameters": count, "mdring_s": per["mdring"],
+                    "gloo_s": per["gloo"], "compute_s": per["none"], "ratio": r, "max_param_diff": diff})
     if rank == 0:
-        print(f"# DDP iteration, {count / 1e6:.1f} M float32 parameters, batch 32 per rank: mdring "
-              f"{per['mdring'] * 1e3:.1f} ms, gloo {per['gloo'] * 1e3:.1f} ms, ratio {r:.3f}; "
-              f"largest parameter difference after {args.ddp_iters + 2} steps: {diff:.2e}", flush=True)
+        print(f"# DDP iteration, {count / 1e6:.1f} M float32 parameters, batch {batch} per rank: mdring "
+              f"{per['mdring'] * 1e3:.1f} ms, gloo {per['gloo'] * 1e3:.1f} ms, ratio {r:.3f}; without DDP "
+              f"(computation alone) {per['none'] * 1e3:.1f} ms; largest parameter difference after "
+              f"{args.ddp_iters + 2} steps: {diff:.2e}", flush=True)
+
+
+if not args.skip_ddp:
+    for batch in [int(b) for b in args.batches.split(",")]:
+        ddp(batch)
 
 if rank == 0 and args.json:
     with open(args.json, "a") as f:
