@@ -941,7 +941,17 @@ int run_ucx_world(const config& cfg, const md::ucx::world& world) {
   const md::options opts = make_options(cfg);
 #if MDRING_BENCH_WITH_GLOO
   gloo_baseline gloo(world.store(), int(world.rank()), int(world.size()), opts.timeout, gloo_host(world));
-  const world_ops w = world_of(gloo);
+  world_ops w = world_of(gloo);
+  // Gloo's barrier (TCP messages) lets the ranks go tens of microseconds apart,
+  // which the first one out would count as its collective's time: a 1-element
+  // all-reduce on a second communicator of the measured topology follows it (on
+  // one node that is a shared-memory flag, as tight as MPI_Barrier over shm).
+  auto sync = md::bind(md::parse_topology(cfg.topology), world, opts);
+  w.barrier = [&gloo, &sync] {
+    gloo.barrier();
+    int x = 0;
+    md::all_reduce(sync, &x, 1, md::sum);
+  };
 #else
   auto flat = md::bind(md::parse_topology("ethernet:*"), world, opts);  // one ring of every rank
   const world_ops w = world_of(flat);
