@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -86,6 +87,10 @@ void print_help() {
       "                         (default 5; fractions allowed)\n"
       "  --tag-output           prefix each line the processes write to stdout and stderr with\n"
       "                         \"[RANK] \" (default: they write to mdring-run's stdout and stderr)\n"
+      "  --bind-to core|none    core: process r runs only on the r-th CPU that mdring-run may use\n"
+      "                         (round robin when the processes outnumber them), as mpirun binds\n"
+      "                         2 processes; give a multithreaded program more with taskset.\n"
+      "                         none (default): the processes may run on all of them\n"
       "  -h, --help             this text\n"
       "\n"
       "Exit status: 0 when every process exits 0; otherwise that of the first process to fail:\n"
@@ -140,6 +145,7 @@ struct options {
   long port = 0;  // 0: pick a free one
   double grace_s = 5;
   bool tag_output = false;
+  bool bind_core = false;  // --bind-to core
   int program = 0;  // argv index of the program
 };
 
@@ -192,6 +198,10 @@ options parse(int argc, char** argv) {
     } else if (name == "--tag-output") {
       no_value();
       o.tag_output = true;
+    } else if (name == "--bind-to" || name == "--bind_to") {
+      const std::string_view v = value();
+      if (v != "core" && v != "none") bad_usage(std::string(name) + " expects core or none, got " + quoted(v));
+      o.bind_core = v == "core";
     } else {
       bad_usage("unknown option " + quoted(a));
     }
@@ -323,6 +333,7 @@ public:
       : o_(o), argv_(argv), procs_(std::size_t(o.n)), port_(std::to_string(port)), secret_(std::move(secret)) {}
 
   int run() {
+    if (o_.bind_core) find_cpus();
     setup_signals();
     // Blocked while the processes start: a signal then is handled once all exist.
     sigset_t block, old;
@@ -347,6 +358,18 @@ public:
   }
 
 private:
+  // --bind-to core: the CPUs this process may run on, in order.
+  void find_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+      std::perror("mdring-run: sched_getaffinity");
+      std::exit(1);
+    }
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus_.push_back(c);
+  }
+
   void setup_signals() {
     if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
       std::perror("mdring-run: pipe");
@@ -408,6 +431,16 @@ private:
     if (o_.tag_output && !sigpipe_ignored_) sigaction(SIGPIPE, &dfl, nullptr);
     sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
     if (o_.tag_output && (dup2(pipes[0][1], 1) < 0 || dup2(pipes[1][1], 2) < 0)) _exit(127);
+    if (!cpus_.empty()) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus_[std::size_t(r) % cpus_.size()], &one);
+      if (sched_setaffinity(0, sizeof one, &one) != 0) {
+        std::fprintf(stderr, "mdring-run: cannot bind rank %ld to CPU %d: %s\n", r,
+                     cpus_[std::size_t(r) % cpus_.size()], std::strerror(errno));
+        _exit(127);
+      }
+    }
 
     const std::string rank = std::to_string(r), size = std::to_string(o_.n);
     const std::pair<const char*, const std::string*> vars[] = {
@@ -644,6 +677,7 @@ private:
   clk::time_point deadline_{};
   std::array<bool, 3> broken_{};
   const std::string port_, secret_;
+  std::vector<int> cpus_;  // --bind-to core: the CPUs to bind to, in order
   const std::string zero_ = "0", one_ = "1", role_ = "default";
 };
 

@@ -4,6 +4,7 @@
 //   env DIR               write the launcher's variables to DIR/env.PID (KEY=VALUE lines)
 //   print                 "out RANK=r\n" then "tail r" (no newline) on stdout, "err RANK=r\n" on stderr
 //   pid DIR               write its pid to DIR/pid.RANK
+//   affinity DIR          write the CPUs it may run on to DIR/affinity.RANK ("0 1 3")
 //   trap DIR              on SIGINT, SIGTERM, SIGHUP or SIGQUIT: write the signal's number
 //                         to DIR/signal.RANK, then die of that signal
 //   ignore SIG            ignore signal SIG
@@ -19,6 +20,7 @@
 //
 // Files are written whole (written under another name, then renamed).
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -94,6 +96,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "err RANK=%s\n", rank.c_str());
       std::printf("tail %s", rank.c_str());
       std::fflush(stdout);
+    } else if (a == "affinity") {
+      const std::string dir = arg();
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      if (sched_getaffinity(0, sizeof set, &set) != 0) std::exit(91);
+      std::string text;
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) text += (text.empty() ? "" : " ") + std::to_string(c);
+      write_file(dir + "/affinity." + rank, text);
     } else if (a == "pid") {
       const std::string dir = arg();
       write_file(dir + "/pid." + rank, std::to_string(getpid()) + "\n");

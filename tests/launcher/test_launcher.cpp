@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -507,6 +508,8 @@ TEST_CASE("bad_arguments: exit 2 and a message that names the argument") {
       {{"-n", "2", "--master-addr", "no-such-host.invalid", p, "done", d},
        "mdring-run: --master-addr expects an address of this machine, got \"no-such-host.invalid\""},
       {{"-n", "2", "--bogus", p, "done", d}, "mdring-run: unknown option \"--bogus\""},
+      {{"-n", "2", "--bind-to", "socket", p, "done", d}, "mdring-run: --bind-to expects core or none, got \"socket\""},
+      {{"-n", "2", "--bind-to"}, "mdring-run: --bind-to expects a value"},
   };
   for (const auto& [args, message] : cases) {
     std::string joined;
@@ -520,6 +523,45 @@ TEST_CASE("bad_arguments: exit 2 and a message that names the argument") {
     CHECK(contains(j.err, "usage: mdring-run -n N"));
   }
   CHECK(s.files("done").empty());  // nothing was started
+}
+
+// The CPUs this process may run on (mdring-run, started by it, inherits them).
+std::vector<int> own_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string s;
+  for (const int c : cpus) s += (s.empty() ? "" : " ") + std::to_string(c);
+  return s;
+}
+
+TEST_CASE("bind: --bind-to core puts rank r on the r-th allowed CPU, round robin; none leaves all") {
+  const std::vector<int> cpus = own_cpus();
+  REQUIRE(!cpus.empty());
+  const long n = long(cpus.size()) + 1;  // one more than the CPUs: the last one wraps around
+  scratch s;
+  const job j = run({"-n", std::to_string(n), "--bind-to", "core", probe(), "affinity", s.str()});
+  INFO("stderr: " << j.err);
+  REQUIRE(j.exit_code() == 0);
+  for (long r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(s.read("affinity." + std::to_string(r)).value_or("(none)") == std::to_string(cpus[std::size_t(r) % cpus.size()]));
+  }
+  for (const std::string none : {"--bind-to=none", "--tag-output"}) {  // explicit, and the default
+    scratch s2;
+    const job j2 = run({"-n", "2", none, probe(), "affinity", s2.str()});
+    INFO("stderr: " << j2.err);
+    REQUIRE(j2.exit_code() == 0);
+    CHECK(s2.read("affinity.0").value_or("(none)") == cpu_list(cpus));
+    CHECK(s2.read("affinity.1").value_or("(none)") == cpu_list(cpus));
+  }
 }
 
 TEST_CASE("help: -h and --help print the usage, with how to launch across machines") {
