@@ -38,8 +38,11 @@ mdring_build() {
   # about 1.5 x slower, and CI has 2 cores (MDRING_BUILD_TYPE=RelWithDebInfo for -g).
   # MDRING_CUDA_ARCHITECTURES (e.g. 90) narrows the GPU code built (CI: one
   # architecture, to stay inside its time budget; default 80 and 90).
-  local extra=()
+  # MDRING_CMAKE_ARGS: more -D options, split at spaces (CI: -DMDRING_BENCH_ALL_TYPES=OFF).
+  local extra=(-DMDRING_BENCH_ALL_TYPES=ON)
   [ -n "${MDRING_CUDA_ARCHITECTURES:-}" ] && extra+=(-DCMAKE_CUDA_ARCHITECTURES="$MDRING_CUDA_ARCHITECTURES")
+  # shellcheck disable=SC2206
+  [ -n "${MDRING_CMAKE_ARGS:-}" ] && extra+=(${MDRING_CMAKE_ARGS})
   cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE="${MDRING_BUILD_TYPE:-Release}" \
     -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELEASE="-O2 -DNDEBUG" "${extra[@]}" >/dev/null
   cmake --build "$root/build" -j "$(mdring_jobs)" "$@"
