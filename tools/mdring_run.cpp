@@ -23,7 +23,8 @@
 // asks the kernel for SIGKILL when mdring-run dies (PR_SET_PDEATHSIG), so not even
 // a SIGKILL of mdring-run leaves them running.
 //
-// Plain C++20 and POSIX (plus Linux's prctl and getrandom): no other dependency.
+// Plain C++20 and POSIX (plus Linux's prctl, getrandom and sched_setaffinity): no other
+// dependency.
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>

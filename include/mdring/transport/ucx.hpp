@@ -81,7 +81,8 @@ public:
   // Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
   transport(const world& w, const options& opts, const std::string& fingerprint)
       : world_(w), rank_(w.rank()), size_(w.size()), shared_memory_(opts.shared_memory),
-        staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64), timeout_(opts.timeout) {
+        staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64), timeout_(opts.timeout),
+        crowded_(mdring::detail::oversubscribed(w.local_size())) {
     if (size_ > detail::max_ranks)
       throw invalid_argument("world", "mdring::ucx: at most 2^24 ranks, not " + std::to_string(size_));
     ucp_worker_params_t wp{};
@@ -343,9 +344,15 @@ private:
                           0);
   }
 
+  // Polls until the requests are done (any: one of them). Spins, yielding every 64
+  // polls; on a node with more ranks than cores (crowded_) it yields at every poll
+  // instead, the rank it waits for may need the core, and after 64 polls in a row
+  // that found nothing naps (20 us, then 100 us) so that a rank waiting for a peer
+  // still computing leaves the core to it.
   wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
+    unsigned idle = 0;
     for (unsigned spin = 0;; ++spin) {
-      ucp_worker_progress(worker_);
+      const bool moved = ucp_worker_progress(worker_) != 0;
       bool all = true, some = false;
       for (auto& rq : rs) {
         if (!rq.pending) continue;
@@ -354,13 +361,15 @@ private:
       }
       if (all || (any && some)) return wait_status::ok();
       if (auto f = poll_failure()) return *f;
-      if ((spin & 63) == 63) {
+      if (crowded_ || (spin & 63) == 63) {
         if (deadline_clock::now() >= deadline) {
           for (std::size_t i = 0; i < rs.size(); ++i)
             if (rs[i].pending) return wait_status{wait_status::timeout, i, 0, {}};
         }
         if (auto f = shared_failure(); f.kind != wait_status::done) return f;
-        std::this_thread::yield();
+        idle = moved ? 0 : idle + 1;
+        if (!crowded_ || idle < 64) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(idle < 256 ? 20 : 100));
       }
     }
   }
@@ -438,6 +447,7 @@ private:
   std::uint32_t setup_seq_ = 0;
   mdring::detail::segment_mappings mappings_;
   deadline_clock::time_point last_pid_check_{};
+  bool crowded_ = false;  // more ranks on this node than cores (wait_until)
   void* control_req_ = nullptr;
   char control_buf_[1024] = {};
   bool aborted_ = false, failed_ = false;
