@@ -38,8 +38,9 @@ mdring_build() {
   # about 1.5 x slower, and CI has 2 cores (MDRING_BUILD_TYPE=RelWithDebInfo for -g).
   # MDRING_CUDA_ARCHITECTURES (e.g. 90) narrows the GPU code built (CI: one
   # architecture, to stay inside its time budget; default 80 and 90).
-  # MDRING_CMAKE_ARGS: more -D options, split at spaces (CI: -DMDRING_BENCH_ALL_TYPES=OFF).
-  local extra=(-DMDRING_BENCH_ALL_TYPES=ON)
+  # MDRING_CMAKE_ARGS: more -D options, split at spaces (CI's: see .ci/run); without
+  # them, the defaults again (a build tree CI configured builds fully next time).
+  local extra=(-DMDRING_BENCH_ALL_TYPES=ON -DMDRING_TEST_OPTIMIZE=)
   [ -n "${MDRING_CUDA_ARCHITECTURES:-}" ] && extra+=(-DCMAKE_CUDA_ARCHITECTURES="$MDRING_CUDA_ARCHITECTURES")
   # shellcheck disable=SC2206
   [ -n "${MDRING_CMAKE_ARGS:-}" ] && extra+=(${MDRING_CMAKE_ARGS})
