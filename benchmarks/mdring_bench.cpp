@@ -124,7 +124,8 @@ struct config {
                "  [--inflight N | --overlap [--compute cpu|sleep]] [--progress agent|in_wait]  (MPI, all_reduce:\n"
                "     N calls in flight against N blocking, or one call overlapped with compute; mdring and MPI\n"
                "     in one run)\n"
-               "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]]... [--segment-bytes N] [--pipeline-depth N]\n"
+               "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device][,ports=N][,overhead=S]]... [--segment-bytes N]\n"
+               "  [--pipeline-depth N]\n"
                "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
                "  [--split-ring-extent N]  (options.tune.split_ring_extent: rings of N ranks or more run as a x b; 0: never)\n"
                "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
@@ -147,36 +148,13 @@ std::size_t parse_bytes(const std::string& s) {
   return std::size_t(v * mult);
 }
 
-// NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]: bytes per second per rank,
-// seconds per message; ring-only and host memory unless told.
+// --link: mdring::parse_link's syntax (topology/runtime.hpp).
 md::link_info parse_link(const std::string& s) {
-  const std::size_t eq = s.find('=');
-  if (eq == std::string::npos || eq == 0) usage("--link needs NAME=BANDWIDTH,LATENCY[,full][,device]: " + s);
-  md::link_info l;
-  l.name = s.substr(0, eq);
-  std::vector<std::string> f;
-  for (std::size_t pos = eq + 1; pos <= s.size();) {
-    const std::size_t comma = std::min(s.find(',', pos), s.size());
-    f.push_back(s.substr(pos, comma - pos));
-    pos = comma + 1;
+  try {
+    return md::parse_link(s);
+  } catch (const md::invalid_argument& e) {
+    usage(std::string("--link: ") + e.what());
   }
-  auto number = [&](const std::string& v) {
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end) usage("--link " + s + ": not a number: " + v);
-    return x;
-  };
-  if (f.size() < 2) usage("--link " + s + ": needs a bandwidth and a latency");
-  l.bandwidth = number(f[0]);
-  l.latency = number(f[1]);
-  for (std::size_t i = 2; i < f.size(); ++i) {
-    if (f[i] == "full") l.fully_connected = true;
-    else if (f[i] == "ring") l.fully_connected = false;
-    else if (f[i] == "device") l.space = md::memory_space::device;
-    else if (f[i] == "host") l.space = md::memory_space::host;
-    else usage("--link " + s + ": unknown flag " + f[i] + " (full, ring, host, device)");
-  }
-  return l;
 }
 
 config parse(int argc, char** argv) {
@@ -891,8 +869,29 @@ int run_mpi(const config& cfg) {
 
 #if MDRING_BENCH_WITH_UCX
 // ---- --transport ucx: processes started by mdring-run or torchrun, no MPI -------
-// The ranks' barrier and max over ranks (outside the timed region): Gloo's when
-// built with it, else those of a flat mdring communicator on the same world.
+// The ranks' barrier and max over ranks (outside the timed region): 1-element
+// all-reduces on a second mdring communicator of the measured topology (on one
+// node: shared-memory flags, as tight as MPI_Barrier over shm); with --baseline
+// gloo, Gloo's barrier first and Gloo's max.
+template <class Comm>
+world_ops world_of(Comm& flat) {
+  world_ops w;
+  w.rank = flat.rank();
+  w.size = flat.size();
+  w.barrier = [&flat] {
+    int x = 0;
+    md::all_reduce(flat, &x, 1, md::sum);
+  };
+  w.max = [&flat](double x) {
+    md::all_reduce(flat, &x, 1, md::max);
+    return x;
+  };
+  w.sum_int = [&flat](int x) {
+    md::all_reduce(flat, &x, 1, md::sum);
+    return x;
+  };
+  return w;
+}
 #if MDRING_BENCH_WITH_GLOO
 world_ops world_of(gloo_baseline& g) {
   world_ops w;
@@ -934,46 +933,29 @@ baseline_lib<runner<T, Comm>> gloo_all_reduce(const config& cfg, gloo_baseline& 
   b.release = [&gloo] { gloo.release(); };
   return b;
 }
-#else
-template <class Comm>
-world_ops world_of(Comm& flat) {
-  world_ops w;
-  w.rank = flat.rank();
-  w.size = flat.size();
-  w.barrier = [&flat] {
-    int x = 0;
-    md::all_reduce(flat, &x, 1, md::sum);
-  };
-  w.max = [&flat](double x) {
-    md::all_reduce(flat, &x, 1, md::max);
-    return x;
-  };
-  w.sum_int = [&flat](int x) {
-    md::all_reduce(flat, &x, 1, md::sum);
-    return x;
-  };
-  return w;
-}
 #endif
 
 int run_ucx_world(const config& cfg, const md::ucx::world& world) {
   const md::options opts = make_options(cfg);
-#if MDRING_BENCH_WITH_GLOO
-  gloo_baseline gloo(world.store(), int(world.rank()), int(world.size()), opts.timeout, gloo_host(world));
-  world_ops w = world_of(gloo);
-  // Gloo's barrier (TCP messages) lets the ranks go tens of microseconds apart,
-  // which the first one out would count as its collective's time: a 1-element
-  // all-reduce on a second communicator of the measured topology follows it (on
-  // one node that is a shared-memory flag, as tight as MPI_Barrier over shm).
   auto sync = md::bind(md::parse_topology(cfg.topology), world, opts);
-  w.barrier = [&gloo, &sync] {
-    gloo.barrier();
-    int x = 0;
-    md::all_reduce(sync, &x, 1, md::sum);
-  };
-#else
-  auto flat = md::bind(md::parse_topology("ethernet:*"), world, opts);  // one ring of every rank
-  const world_ops w = world_of(flat);
+  world_ops w = world_of(sync);
+#if MDRING_BENCH_WITH_GLOO
+  // Only with --baseline gloo: Gloo's TCP transport has a thread of its own, which
+  // (with the processes bound to a core each, mdring-run --bind-to core) shares the
+  // timed thread's core and cost mdring's 64 KiB all_reduce 100 us instead of 7.
+  std::optional<gloo_baseline> gloo;
+  if (cfg.baseline == "gloo") {
+    gloo.emplace(world.store(), int(world.rank()), int(world.size()), opts.timeout, gloo_host(world));
+    w = world_of(*gloo);
+    // Gloo's barrier (TCP messages) lets the ranks go tens of microseconds apart,
+    // which the first one out would count as its collective's time: the 1-element
+    // all-reduce on `sync` follows it.
+    w.barrier = [&gloo, &sync] {
+      gloo->barrier();
+      int x = 0;
+      md::all_reduce(sync, &x, 1, md::sum);
+    };
+  }
 #endif
   auto comm = md::bind(md::parse_topology(cfg.topology), world, opts);
   std::vector<result_row> rows;
@@ -982,7 +964,7 @@ int run_ucx_world(const config& cfg, const md::ucx::world& world) {
       baseline_lib<runner<T, decltype(comm)>> base;  // parse() allows only --baseline gloo or none
 #if MDRING_BENCH_WITH_GLOO
       if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-        if (cfg.baseline == "gloo") base = gloo_all_reduce<T, decltype(comm)>(cfg, gloo);
+        if (cfg.baseline == "gloo") base = gloo_all_reduce<T, decltype(comm)>(cfg, *gloo);
 #endif
       rows = run_sizes<T>(cfg, comm, w, op, base);
     });

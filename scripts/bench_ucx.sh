@@ -9,7 +9,11 @@
 # each ratio compares runs seconds apart; ROUNDS rounds, medians.
 # Writes docs/perf/ucx.md and its section of docs/PERFORMANCE.md.
 #
-#   scripts/bench_ucx.sh [ROUNDS]     # default 2 rounds, about 10 minutes on 2 cores
+# The UCX-against-MPI pairs are the noisier comparison (same shared-memory stages,
+# so a few percent apart, on a VM where runs drift by more), so they take more
+# rounds, in alternating order, and the ratio is the median of the rounds' ratios.
+#
+#   scripts/bench_ucx.sh [ROUNDS [PAIR_ROUNDS]]   # default 2 and 5, about 15 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -17,6 +21,8 @@ mdring_ensure_packages "${MDRING_PACKAGES[@]}"
 mdring_build --target mdring-bench mdring-run
 mdring_mpi_env
 rounds=${1:-2}
+pair_rounds=${2:-5}
+[ "$pair_rounds" -ge "$rounds" ] || pair_rounds=$rounds
 bench=./build/benchmarks/mdring-bench
 run=./build/tools/mdring-run
 work=$(mktemp -d)
@@ -27,16 +33,22 @@ for np in 2 4; do
   # default up to 2), more than the cores unbound (--report-bindings shows none when
   # oversubscribed). Against Gloo, unbound: Gloo's own thread would share the core.
   bind=none; [ "$np" -le "$(nproc)" ] && [ "$np" -le 2 ] && bind=core
-  for r in $(seq "$rounds"); do
+  for r in $(seq "$pair_rounds"); do
     for b in $sizes; do
       it=$(iters_of "$b")
       common=(--bytes "$b" --iters "$it" --warmup 2 --json)
-      MDRING_TIMEOUT=120 "$run" -n "$np" "$bench" --transport ucx --baseline gloo "${common[@]}" >>"$work/ucx-$np-$r"
-      MDRING_TIMEOUT=120 "$run" -n "$np" --bind-to "$bind" "$bench" --transport ucx --baseline none "${common[@]}" \
-        >>"$work/placed-$np-$r"
-      mpirun -n "$np" "$bench" --transport mpi --baseline none "${common[@]}" >>"$work/mpi-$np-$r"
-      UCX_TLS=tcp MDRING_TIMEOUT=120 "$run" -n "$np" "$bench" --transport ucx --baseline gloo "${common[@]}" \
-        >>"$work/tcp-$np-$r"
+      pair=(--bytes "$b" --iters $((2 * it)) --warmup 2 --json)
+      if [ "$r" -le "$rounds" ]; then
+        MDRING_TIMEOUT=120 "$run" -n "$np" "$bench" --transport ucx --baseline gloo "${common[@]}" >>"$work/ucx-$np-$r"
+        UCX_TLS=tcp MDRING_TIMEOUT=120 "$run" -n "$np" "$bench" --transport ucx --baseline gloo "${common[@]}" \
+          >>"$work/tcp-$np-$r"
+      fi
+      placed() {
+        MDRING_TIMEOUT=120 "$run" -n "$np" --bind-to "$bind" "$bench" --transport ucx --baseline none "${pair[@]}" \
+          >>"$work/placed-$np-$r"
+      }
+      viampi() { mpirun -n "$np" "$bench" --transport mpi --baseline none "${pair[@]}" >>"$work/mpi-$np-$r"; }
+      if ((r % 2)); then placed; viampi; else viampi; placed; fi
     done
   done
 done
@@ -44,13 +56,14 @@ out=docs/perf/ucx.md
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-$py - "$work" "$rounds" "$(nproc)" "$cpu" "$(ucx_info -v | sed -n 's/^# Version //p' | head -1)" \
+$py - "$work" "$rounds" "$pair_rounds" "$(nproc)" "$cpu" "$(ucx_info -v | sed -n 's/^# Version //p' | head -1)" \
   "$(mpirun --version | head -1)" >"$out" <<'PY'
 import datetime, json, statistics, sys
-work, rounds, cores, cpu, ucx, mpi = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
-def runs(kind, np_):
+work, rounds, pair_rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cores, cpu, ucx, mpi = sys.argv[4:8]
+def runs(kind, np_, n=rounds):
     out = []
-    for r in range(1, rounds + 1):
+    for r in range(1, n + 1):
         d = {}
         for line in open(f"{work}/{kind}-{np_}-{r}"):
             if line.startswith("{"):
@@ -71,19 +84,22 @@ print("and *ucx/mpi* its ratio to a UCX run without Gloo placed as mpirun places
 print("`mdring-run --bind-to core`; 4: unbound);")
 print("*tcp*: the UCX run again with `UCX_TLS=tcp` (loopback only, what two machines would use; mdring's node-local")
 print("shared-memory stages still apply), against Gloo in that run. Times: median over iterations of the slowest")
-print(f"rank, then median over {rounds} rounds; each size runs as its own short runs back to back. Ratios below 1:")
+print(f"rank, then median over {rounds} rounds; each size runs as its own short runs back to back. The UCX and MPI")
+print(f"pair (*placed µs*, *mpi µs*) ran {pair_rounds} rounds with twice the iterations, alternating which went first;")
+print("*ucx/mpi* is the median of its rounds' ratios. Ratios below 1:")
 print("mdring over UCX is faster. Targets: ucx/gloo at most 0.5 at every size; ucx/mpi at most 1.1 from 4 MiB.\n")
 summary = []
 for np_ in (2, 4):
-    u, m, t, pl = runs("ucx", np_), runs("mpi", np_), runs("tcp", np_), runs("placed", np_)
+    u, t = runs("ucx", np_), runs("tcp", np_)
+    m, pl = runs("mpi", np_, pair_rounds), runs("placed", np_, pair_rounds)
     print(f"### {np_} processes ({u[0][min(u[0])]['topology']})\n")
-    print("| size | ucx µs | gloo µs (variant) | ucx/gloo | mpi µs | ucx/mpi | tcp µs | gloo µs | tcp/gloo |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| size | ucx µs | gloo µs (variant) | ucx/gloo | placed µs | mpi µs | ucx/mpi | tcp µs | gloo µs | tcp/gloo |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     worst_g = worst_m = worst_t = 0
     for b in sorted(u[0]):
         us = med([x[b]["mdring_s"] for x in u]); gs = med([x[b]["baseline_s"] for x in u])
         rg = med([x[b]["ratio"] for x in u])
-        ms = med([x[b]["mdring_s"] for x in m])
+        ms = med([x[b]["mdring_s"] for x in m]); ps = med([x[b]["mdring_s"] for x in pl])
         rm = med([a[b]["mdring_s"] / c[b]["mdring_s"] for a, c in zip(pl, m)])
         ts = med([x[b]["mdring_s"] for x in t]); tg = med([x[b]["baseline_s"] for x in t])
         rt = med([x[b]["ratio"] for x in t])
@@ -91,7 +107,7 @@ for np_ in (2, 4):
         worst_g = max(worst_g, rg); worst_t = max(worst_t, rt)
         if b >= 4 << 20:
             worst_m = max(worst_m, rm)
-        print(f"| {size(b)} | {us*1e6:.1f} | {gs*1e6:.1f} ({var}) | {rg:.3f} | {ms*1e6:.1f} | {rm:.3f} | "
+        print(f"| {size(b)} | {us*1e6:.1f} | {gs*1e6:.1f} ({var}) | {rg:.3f} | {ps*1e6:.1f} | {ms*1e6:.1f} | {rm:.3f} | "
               f"{ts*1e6:.1f} | {tg*1e6:.1f} | {rt:.3f} |")
     print()
     summary.append(f"- {np_} processes: ucx/gloo at most {worst_g:.3f} (target 0.5); ucx/mpi from 4 MiB at most "

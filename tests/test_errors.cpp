@@ -505,6 +505,18 @@ TEST_CASE("the bind fingerprint names every option that changes the schedule or 
     o.checks = o.checks == md::check_level::collective ? md::check_level::local : md::check_level::collective;
   }, "checks");
   differs([](md::options& o) { o.shared_memory = !o.shared_memory; }, "shared_memory");
+  // The links' figures choose the segment length: each of them is in it too.
+  auto link_differs = [&](auto change, const char* what) {
+    auto rt = md::detail::to_runtime(t22);
+    change(rt.dim(1).link);
+    INFO(what);
+    CHECK(md::detail::fingerprint(rt, base) != b);
+  };
+  link_differs([](md::link_info& l) { l.bandwidth *= 1.0000001; }, "bandwidth");
+  link_differs([](md::link_info& l) { l.latency += 1e-9; }, "latency");
+  link_differs([](md::link_info& l) { l.overhead += 1e-9; }, "overhead");
+  link_differs([](md::link_info& l) { l.ports += 1; }, "ports");
+  link_differs([](md::link_info& l) { l.fully_connected = !l.fully_connected; }, "fully_connected");
   // What only changes this rank's own behaviour is left out, so ranks may differ.
   md::options local = base;
   local.timeout = std::chrono::seconds(5);

@@ -311,7 +311,72 @@ TEST_CASE("stage_seconds: the table of cost.hpp with hand-computed numbers") {
   // realistic figures, against the formula
   const auto ib = m::link_info_of<m::infiniband>();
   CHECK(m::stage_seconds(phase::all_gather, algorithm::ring, 64, 1 << 20, 4, ib, 0) ==
-        doctest::Approx(63 * (2e-6 + 65536.0 / 12.5e9)).epsilon(1e-12));
+        doctest::Approx(63 * (2e-6 + ib.overhead + 65536.0 / 12.5e9)).epsilon(1e-12));
+}
+
+TEST_CASE("stage_seconds: a per-message overhead, and the efficiency curve it makes (hand-computed)") {
+  // 100 bytes/s, latency 1 s, overhead 2 s: a message of b bytes takes 1 + 2 + b / 100 s,
+  // of which b / 100 moves bytes: efficiency b / (b + 200), one half at 200 bytes.
+  m::link_info l{"ov", 100.0, 1.0, false, m::memory_space::host};
+  l.overhead = 2.0;
+  using m::algorithm, m::phase;
+  // p = 2, 400 one-byte elements: one message of 200 bytes per stage
+  CHECK(m::stage_seconds(phase::all_gather, algorithm::ring, 2, 400, 1, l, 0) == 1 + 2 + 2);
+  // p = 5, 1000 elements: blocks of 200; ring: 4 steps of (1 + 2 + 2); direct: 1 + 4 (2 + 2)
+  CHECK(m::stage_seconds(phase::all_gather, algorithm::ring, 5, 1000, 1, l, 0) == 4 * 5);
+  CHECK(m::stage_seconds(phase::all_gather, algorithm::direct, 5, 1000, 1, l, 0) == 1 + 4 * 4);
+  CHECK(m::stage_seconds(phase::reduce_scatter, algorithm::direct, 5, 1000, 1, l, 0.01) == 1 + 4 * (4 + 2));
+  CHECK(m::stage_seconds(phase::scatter, algorithm::ring, 5, 1000, 1, l, 0) == 1 + 4 * 4);
+  // the efficiency of one ring step without its latency: b / 100 over (2 + b / 100)
+  for (const double b : {20.0, 200.0, 2000.0}) {
+    const double step = m::stage_seconds(phase::all_gather, algorithm::ring, 2, std::size_t(2 * b), 1, l, 0) - 1;
+    CHECK((b / 100) / step == doctest::Approx(b / (b + 200)));
+  }
+}
+
+TEST_CASE("NIC sharing: the ranks of a node share the ports of a link between nodes (hand-computed)") {
+  // InfiniBand: one port of 12.5 GB/s per node; the 4 GPUs of a node share it.
+  const auto two = m::parse_topology("nvlink:4 x infiniband:64");
+  CHECK(m::link_info_of<m::infiniband>().ports == 1);
+  CHECK(m::link_info_of<m::nvlink>().ports == 0);
+  CHECK(two.port_sharers(0) == 1);  // NVLink: per GPU
+  CHECK(two.port_sharers(1) == 4);
+  CHECK(two.rank_link(0).bandwidth == 150e9);
+  CHECK(two.rank_link(1).bandwidth == 12.5e9 / 4);
+  CHECK(two.rank_link(1).latency == 2e-6);
+  // every dimension inside the node counts, wherever it is written
+  CHECK(m::parse_topology("shm:2 x nvlink:4 x infiniband:8").port_sharers(2) == 8);
+  CHECK(m::parse_topology("infiniband:16 x shm:4").port_sharers(0) == 4);
+  CHECK(m::parse_topology("infiniband:256").rank_link(0).bandwidth == 12.5e9);  // one rank per node
+  // a dynamic extent inside the node is not known yet: counts as 1 until resolved
+  CHECK(m::parse_topology("shm:* x infiniband:4").port_sharers(1) == 1);
+  CHECK(m::parse_topology("shm:* x infiniband:4").resolve(32).port_sharers(1) == 8);
+  // a split ring: both halves are the same NIC, shared by the same 4 ranks
+  CHECK(m::parse_topology("nvlink:4 x infiniband:8 x infiniband:8").port_sharers(2) == 4);
+  // two ports for four ranks: half a port each; eight ports: one each, no more
+  auto t = two;
+  t.dim(1).link.ports = 2;
+  CHECK(t.rank_link(1).bandwidth == 12.5e9 / 2);
+  t.dim(1).link.ports = 8;
+  CHECK(t.rank_link(1).bandwidth == 12.5e9);
+
+  // The plan predicts the InfiniBand stages at the rank's share: rank 0's ring
+  // all-gather in dimension 1 of 4 x 4 x 64 floats moves 63 blocks of 4 elements ...
+  const auto pl = plan_of(m::collective::all_reduce, two, 0, 4 * 4 * 64, {m::algorithm::direct, m::algorithm::ring});
+  REQUIRE(pl.stages.size() == 4);
+  const auto& ag = pl.stages[2];
+  CHECK(ag.dim == 1);
+  CHECK(ag.port_sharers == 4);
+  CHECK(ag.rank_bandwidth == 12.5e9 / 4);
+  CHECK(ag.link.bandwidth == 12.5e9);  // as written
+  const double ib_o = m::link_info_of<m::infiniband>().overhead;
+  CHECK(ag.seconds == doctest::Approx(63 * (2e-6 + ib_o + 16 / (12.5e9 / 4))).epsilon(1e-12));
+  // ... and explain() says so
+  const std::string s = m::explain<float>(two.resolve(256), 1 << 20);
+  INFO(s);
+  CHECK(contains(s, "link infiniband: 2.91 GiB/s per rank, latency 2.00 us"));
+  CHECK(contains(s, "; 1 port of 11.64 GiB/s per node, shared by 4 ranks"));
+  CHECK(contains(s, "link nvlink: 139.70 GiB/s per rank"));
 }
 
 TEST_CASE("pipeline model: segments in flight overlap their latencies (hand-computed)") {
@@ -343,6 +408,32 @@ TEST_CASE("pipeline model: segments in flight overlap their latencies (hand-comp
   CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 128);
   t.pipeline_depth = 1;
   CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 512);
+}
+
+TEST_CASE("pipeline model: a per-message overhead is busy time that no depth hides (hand-computed)") {
+  // The figures of the test above, but dimension 0's 1 s per message is half latency
+  // and half overhead: one segment costs the same (t_0 = 2 x (0.5 + 0.5 + 4) = 10,
+  // t_1 = 8), but the overhead stays in the busy time b_0.
+  m::link_info ov{"pm-ov", 64.0, 0.5, false, m::memory_space::device};
+  ov.overhead = 0.5;
+  m::register_link(ov);
+  m::register_link({"pm-b", 64.0, 2.0, false, m::memory_space::device});
+  const auto topo = m::parse_topology("pm-ov:2 x pm-b:2");
+  const std::vector<m::algorithm> ring2{m::algorithm::ring, m::algorithm::ring};
+  m::tuning t;
+  t.device_gamma = 0;
+  t.min_segment_bytes = 1;
+  t.pipeline_depth = 4;
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 512) == 18.0);
+  // K = 2: t_0 = 2 x (1 + 2) = 6, busy 2 x (0.5 + 2) = 5; t_1 = 6, busy 2; c_eff 1.5:
+  // paces max(5, 4) = 5 and max(2, 4) = 4: T = 12 + 5 = 17.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == 17.0);
+  // K = 4: t_0 = 4, busy 3 (was 2); t_1 = 5, busy 1; c_eff 2.5: paces 3 and 2: T = 9 + 3 x 3 = 18.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 128) == 18.0);
+  // K = 8: t_0 = 3, busy 2; t_1 = 4.5, busy 0.5; paces 2 and 1.8: T = 7.5 + 7 x 2 = 21.5.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 64) == 21.5);
+  // So the model now picks two segments of 256, where without the overhead it picked four.
+  CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 256);
 }
 
 TEST_CASE("pipeline model: dimensions on the same link share it (hand-computed)") {
@@ -425,12 +516,15 @@ TEST_CASE("DESIGN.md: a flat 256-rank ring pays 510 latencies; 4 x 64 pays 132")
 
   // The predicted time is DESIGN.md's T = sum_i [2 (p_i-1) alpha_i + 2 (p_i-1)/p_i N_i beta_i
   // + (p_i-1)/p_i N_i gamma_i] (bytes), when every N_i is divisible by p_i.
+  // B_i is the rank's bandwidth (its share of the node's InfiniBand port), and every
+  // message also costs the link's overhead o_i next to its latency alpha_i.
   const m::tuning tune{};
   double T = 0, Ni = double(N) * 4;
   for (std::size_t d = 0; d < two.ndims(); ++d) {
-    const auto& l = two.dim(d).link;
+    const auto l = two.rank_link(d);
     const double p = double(two.extent(d));
-    T += 2 * (p - 1) * l.latency + 2 * (p - 1) / p * Ni / l.bandwidth + (p - 1) / p * Ni * tune.gamma(l.space);
+    T += 2 * (p - 1) * (l.latency + l.overhead) + 2 * (p - 1) / p * Ni / l.bandwidth +
+         (p - 1) / p * Ni * tune.gamma(l.space);
     Ni /= p;
   }
   CHECK(p2.seconds() == doctest::Approx(T).epsilon(1e-12));

@@ -21,7 +21,19 @@ namespace m = mdring;
 
 namespace user {
 struct upi {};  // a link the library does not know
+struct roce {};  // one with the optional members: ports and overhead
 }  // namespace user
+
+template <>
+struct mdring::link_traits<user::roce> {
+  static constexpr std::string_view name = "roce";
+  static constexpr double bandwidth = 25e9;
+  static constexpr double latency = 3e-6;
+  static constexpr bool fully_connected = false;
+  static constexpr mdring::memory_space space = mdring::memory_space::host;
+  static constexpr unsigned ports = 2;
+  static constexpr double overhead = 1.5e-6;
+};
 
 template <>
 struct mdring::link_traits<user::upi> {
@@ -378,6 +390,73 @@ TEST_CASE("a user-defined link tag works in ring<> and, once registered, in the 
   zero_bw.bandwidth = 0;
   CHECK_THROWS_AS(m::register_link(zero_bw), m::invalid_argument);
   CHECK_FALSE(m::find_link("slow").has_value());
+}
+
+TEST_CASE("link traits: ports and overhead are optional members, 0 when left out") {
+  const auto r = m::link_info_of<user::roce>();
+  CHECK(r.ports == 2);
+  CHECK(r.overhead == 1.5e-6);
+  CHECK(r.bandwidth == 25e9);
+  const auto u = m::link_info_of<user::upi>();
+  CHECK(u.ports == 0);
+  CHECK(u.overhead == 0);
+  // the built-in links between nodes have one port per node
+  CHECK(m::link_info_of<m::ethernet>().ports == 1);
+  CHECK(m::link_info_of<m::ethernet>().overhead > 0);
+  CHECK(m::link_info_of<m::shm>().ports == 0);
+  CHECK(m::link_info_of<m::shm>().overhead == 0);
+  // in a topology: 8 GPUs of a node share its two RoCE ports, a quarter port each
+  constexpr auto t = m::ring<m::nvlink, 8> * m::ring<user::roce, 16>;
+  CHECK(m::describe(t).rank_link(1).bandwidth == 25e9 * 2 / 8);
+}
+
+TEST_CASE("parse_link reads a link's figures from text") {
+  // a new name: ring, host, no ports, no overhead unless told
+  auto a = m::parse_link("sim-a=40e9,2.5e-6");
+  CHECK(a.name == "sim-a");
+  CHECK(a.bandwidth == 40e9);
+  CHECK(a.latency == 2.5e-6);
+  CHECK_FALSE(a.fully_connected);
+  CHECK(a.space == m::memory_space::host);
+  CHECK(a.ports == 0);
+  CHECK(a.overhead == 0);
+  auto b = m::parse_link("sim-b=1e9,0,full,device,ports=4,overhead=3e-6");
+  CHECK(b.fully_connected);
+  CHECK(b.space == m::memory_space::device);
+  CHECK(b.ports == 4);
+  CHECK(b.overhead == 3e-6);
+  CHECK(b.latency == 0);
+  // a known name keeps what the text leaves out: InfiniBand's port and overhead
+  const auto ib = m::link_info_of<m::infiniband>();
+  auto c = m::parse_link("infiniband=25e9,1.5e-6");
+  CHECK(c.bandwidth == 25e9);
+  CHECK(c.latency == 1.5e-6);
+  CHECK(c.ports == ib.ports);
+  CHECK(c.overhead == ib.overhead);
+  CHECK(m::parse_link("infiniband=25e9,1.5e-6,ports=0").ports == 0);
+  CHECK(m::parse_link("nvlink=1e11,1e-6").space == m::memory_space::device);
+  // what parse_link returns, register_link takes: the parser then uses the figures
+  m::register_link(m::parse_link("sim-c=5e9,1e-5,ports=1,overhead=2e-6"));
+  const auto t = m::parse_topology("shm:4 x sim-c:8");
+  CHECK(t.dim(1).link.overhead == 2e-6);
+  CHECK(t.rank_link(1).bandwidth == 5e9 / 4);
+
+  for (const char* bad : {"", "=1e9,1e-6", "no-figures", "x=1e9", "x=1e9,", "x=0,1e-6", "x=-1e9,1e-6", "x=1e9,-1",
+                          "x=abc,1e-6", "x=1e9,1e-6,fast", "x=1e9,1e-6,ports=1.5", "x=1e9,1e-6,ports=-1",
+                          "x=1e9,1e-6,overhead=", "x=1e9,1e-6,overhead=nan", "x y=1e9,1e-6", "x=inf,1e-6"}) {
+    INFO("text \"", bad, "\"");
+    try {
+      (void)m::parse_link(bad);
+      FAIL("parse_link accepted it");
+    } catch (const m::invalid_argument& e) {
+      CHECK(e.argument() == "link");
+      CHECK(contains(e.what(), "mdring::parse_link: \"" + std::string(bad) + "\""));
+      CHECK(contains(e.what(), "expected NAME=BANDWIDTH,LATENCY"));
+    }
+  }
+  m::link_info neg{"neg", 1e9, 1e-6, false, m::memory_space::host};
+  neg.overhead = -1;
+  CHECK_THROWS_AS(m::register_link(neg), m::invalid_argument);
 }
 
 // register_link's name check should be the parser's grammar (letters, digits, '_',

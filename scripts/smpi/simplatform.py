@@ -31,6 +31,13 @@ class Platform:
     bw_node: float       # bytes/s of a node's uplink, each direction
     lat_inter: float     # seconds, one message between nodes (both uplinks)
     note: str = ""
+    # The topology as a user would write it from the machine's spec sheet, with
+    # mdring's default link traits ("{n}": the number of nodes): the natural input.
+    natural: str = "nvlink:{g} x infiniband:{n}"
+
+    def natural_topology(self, nodes: int) -> str:
+        return self.natural.format(g=self.gpus, n=nodes) if nodes > 1 else self.natural.split(" x ")[0].format(
+            g=self.gpus)
 
     def describe(self) -> str:
         return (f"{self.name}: {self.gpus} GPUs/node at {self.bw_gpu / 1e9:g} GB/s each "

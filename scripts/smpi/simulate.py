@@ -50,7 +50,8 @@ PLATFORMS = {
     # A DGX-like node: 8 GPUs on NVSwitch, 2 x 100 Gb/s per node.
     "dgx": Platform("dgx", 8, 150e9, 3e-6, 25e9, 5e-6, "8 GPUs per node on NVSwitch, 25 GB/s per node"),
     # Commodity: 4 GPUs on PCIe, 25 Gb/s Ethernet per node.
-    "ethernet": Platform("ethernet", 4, 12e9, 5e-6, 3.125e9, 20e-6, "4 GPUs per node on PCIe, 25 Gb/s Ethernet"),
+    "ethernet": Platform("ethernet", 4, 12e9, 5e-6, 3.125e9, 20e-6, "4 GPUs per node on PCIe, 25 Gb/s Ethernet",
+                         "pcie:{g} x ethernet:{n}"),
     # Two GPUs per node behind one fast NIC: the inter-node link is not much slower.
     "fatnic": Platform("fatnic", 2, 40e9, 2e-6, 25e9, 3e-6, "2 GPUs per node, 25 GB/s per node"),
 }
@@ -95,7 +96,7 @@ PAPER_IMAGES_PER_S = IMAGENET_IMAGES * PAPER_EPOCHS / (PAPER_MINUTES * 60) / PAP
 PAPER_COMPUTE_S = PAPER_BATCH / PAPER_IMAGES_PER_S
 
 
-MDRING_LIBS = ("mdring", "mdring2", "flat")
+MDRING_LIBS = ("mdring", "mdring2", "flat", "natural")
 SPLIT_RING_EXTENT = 16  # mdring's tuning::split_ring_extent default
 
 
@@ -273,7 +274,9 @@ class Simulator:
         """lib: "mdring" (sim-intra:G x sim-inter:N with the library's defaults: from
         16 nodes on, the inter-node ring runs as a grid of two, tune.split_ring_extent),
         "mdring2" (the same with one inter-node ring: --split-ring-extent 0), "flat"
-        (one ring over all ranks) or "mpi:<algorithm>"."""
+        (one ring over all ranks), "natural" (the topology as a user writes it,
+        e.g. nvlink:4 x infiniband:64, with mdring's default link traits: nothing
+        fitted to the platform) or "mpi:<algorithm>"."""
         ranks = nodes * p.gpus
         L = self.links(p)
         if lib == "mdring2" and split_factor(nodes) == 0:
@@ -299,6 +302,8 @@ class Simulator:
         elif lib == "mdring2":
             args += ["--topology", f"sim-intra:{p.gpus}xsim-inter:{nodes}", "--link", intra, "--link", inter,
                      "--split-ring-extent", "0"]
+        elif lib == "natural":
+            args += ["--topology", p.natural_topology(nodes)]
         elif lib == "flat":
             args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link, "--split-ring-extent", "0"]
         else:
@@ -469,6 +474,38 @@ def table_model(rows) -> str:
     return "\n".join(s) + "\n"
 
 
+def natural_rows(sim: Simulator, cases) -> list[dict]:
+    """Per (platform, nodes, bytes): mdring on the natural input (the topology as a
+    user writes it, default link traits), mdring with the links fitted to the
+    platform (smpi-pingpong, --link), the best built-in and the bound."""
+    rows = []
+    for p, nodes, nbytes in cases:
+        L = sim.links(p)
+        nat = sim.point(p, nodes, nbytes, "natural")
+        fit = sim.point(p, nodes, nbytes, "mdring")
+        best = sim.best_builtin(p, nodes, nbytes)
+        rows.append({"platform": p.name, "network": sim.args.network, "nodes": nodes, "ranks": nodes * p.gpus,
+                     "bytes": nbytes, "topology": p.natural_topology(nodes),
+                     "natural_s": nat.get("sim_s"), "natural_predicted_s": nat.get("predicted_s"),
+                     "fitted_s": fit.get("sim_s"), "fitted_predicted_s": fit.get("predicted_s"),
+                     "best_builtin": best["lib"][4:] if best else None,
+                     "best_builtin_s": best["sim_s"] if best else None, "bound_s": bound_s(L, nodes, nbytes)})
+    return rows
+
+
+def table_natural(rows) -> str:
+    s = ["| platform | network | ranks | size | natural input | simulated ms | predicted ms | error | "
+         "fitted links ms | best built-in | ms | bound ms | natural / bound | natural / best built-in |",
+         "| :--- | :--- | ---: | ---: | :--- | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        s.append(f"| {r['platform']} | {r['network']} | {r['ranks']} | {fmt_bytes(r['bytes'])} | `{r['topology']}` | "
+                 f"{fmt_ms(r['natural_s'])} | {fmt_ms(r['natural_predicted_s'])} | "
+                 f"{ratio(r['natural_predicted_s'], r['natural_s']) - 1:+.1%} | {fmt_ms(r['fitted_s'])} | "
+                 f"{r['best_builtin'] or '-'} | {fmt_ms(r['best_builtin_s'])} | {fmt_ms(r['bound_s'])} | "
+                 f"{ratio(r['natural_s'], r['bound_s']):.3f} | {ratio(r['natural_s'], r['best_builtin_s']):.3f} |")
+    return "\n".join(s) + "\n"
+
+
 def efficiency(t_all_reduce, t_compute=None):
     tc = PAPER_COMPUTE_S if t_compute is None else t_compute
     return tc / (tc + t_all_reduce) if t_all_reduce == t_all_reduce and t_all_reduce is not None else float("nan")
@@ -540,8 +577,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="a tiny check (16 ranks, 1 MiB; and 16 ranks checked "
                     "element by element): about a minute with the build")
-    ap.add_argument("--sections", default="links,ranks,bytes,model,paper",
-                    help="what to run: links, ranks, bytes, model, paper, large (comma separated)")
+    ap.add_argument("--sections", default="links,ranks,bytes,model,natural,paper",
+                    help="what to run: links, ranks, bytes, model, natural, paper, large (comma separated); "
+                    "natural: the topology as a user writes it with default link traits, on each platform")
     ap.add_argument("--large", action="store_true", help="add the 1024-rank points (256 nodes x 4); long")
     ap.add_argument("--paper", action="store_true", help="only the paper's table (same as --sections paper)")
     ap.add_argument("--builtins", default=",".join(BUILTINS), help="SMPI allreduce algorithms to compare")
@@ -614,6 +652,14 @@ def main() -> int:
         write_csv(out / "cost_model.csv", pts)
         csvs.append(out / "cost_model.csv")
         report += ["### Cost model (explain()) against simulation", "", table_model(pts)]
+    if "natural" in sections:
+        cases = [(PLATFORMS[name], nodes, RESNET50_BYTES)
+                 for name, nodes in (("paper", 64), ("dgx", 16), ("ethernet", 16), ("fatnic", 32))]
+        nat = natural_rows(sim, cases)
+        write_csv(out / f"natural_{args.network}.csv", nat)
+        csvs.append(out / f"natural_{args.network}.csv")
+        report += [f"### Natural input (default link traits, nothing fitted) against fitted links, network "
+                   f"{args.network}", "", table_natural(nat)]
     if "paper" in sections and rows_ranks:
         pr = [r for r in rows_ranks if r["ranks"] in PAPER_GPUS]
         write_csv(out / "paper_table.csv", [{"gpus": r["ranks"], "paper": e, "compute_s": PAPER_COMPUTE_S,

@@ -103,7 +103,7 @@ inline void check_algorithm_count(const runtime_topology& t, const options& o, c
 
 // What every rank of a communicator must agree on at bind time: the topology and
 // every option that changes the schedule (which dimensions run, their algorithms,
-// the segment length through the cost model) or how a message is framed (pieces
+// the segment length through the cost model and the links' figures) or how a message is framed (pieces
 // of max_message_bytes, staging chunks, the shared-access staging threshold), or
 // that adds collectives of its own (collective checks, shared memory).
 // Ranks that disagreed on any of them would post messages that do not match and
@@ -119,6 +119,16 @@ inline std::string fingerprint(const runtime_topology& t, const options& o) {
     std::snprintf(buf, sizeof buf, "%a", v);
     s += std::string("|") + name + " " + buf;
   };
+  // The links' figures choose the segment length: ranks whose figures differ (a
+  // --link or register_link on some ranks only) would cut different segments.
+  for (auto& d : t.dims()) {
+    s += "|" + d.link.name;
+    real("bw", d.link.bandwidth);
+    real("lat", d.link.latency);
+    real("o", d.link.overhead);
+    num("ports", d.link.ports);
+    s += d.link.fully_connected ? " full" : " ring";
+  }
   num("direct", u.direct_max_extent);
   num("split", u.split_ring_extent);
   s += u.merge_same_link ? "|merge" : "|nomerge";

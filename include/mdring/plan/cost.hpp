@@ -2,13 +2,19 @@
 //
 // A stage of dimension d with p ranks works on a range of n elements of s bytes; its
 // largest block holds m = ceil(n / p) elements. With the link's latency alpha, its
-// bandwidth B (beta = 1 / B) and the host's reduction cost gamma (seconds per byte):
+// per-message overhead o, the rank's bandwidth B (beta = 1 / B; a link with ports
+// shares them among the node's ranks: runtime_topology::rank_link) and the
+// reduction cost gamma (seconds per byte):
 //
-//   ring reduce-scatter    (p-1) * (alpha + m s beta + m s gamma)
-//   ring all-gather        (p-1) * (alpha + m s beta)
-//   direct reduce-scatter  alpha + (p-1) m s beta + (p-1) m s gamma
-//   direct all-gather      alpha + (p-1) m s beta
-//   scatter / gather       alpha + (p-1) m s beta     (the root's link carries p-1 blocks)
+//   ring reduce-scatter    (p-1) * (alpha + o + m s beta + m s gamma)
+//   ring all-gather        (p-1) * (alpha + o + m s beta)
+//   direct reduce-scatter  alpha + (p-1) (o + m s beta + m s gamma)
+//   direct all-gather      alpha + (p-1) (o + m s beta)
+//   scatter / gather       alpha + (p-1) (o + m s beta)   (the root's link carries p-1 blocks)
+//
+// o is LogGP's overhead: like the bytes it keeps the link busy, and unlike the
+// latency it does not overlap with other segments' messages (plan/pipeline.hpp), so
+// with it a message of b bytes moves at b / (b + o B) of the bandwidth.
 //
 // The direct forms assume a fully connected link: the p-1 messages travel at once,
 // limited by the rank's injection bandwidth. Summed over the stages of an all-reduce
@@ -43,9 +49,9 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
   if (p <= 1 || n == 0) return 0.0;
   const double block_bytes = double(max_block(n, p)) * double(elem_size);
   const double beta = link.bandwidth > 0 ? 1.0 / link.bandwidth : 0.0;
-  const double move = block_bytes * beta;
+  const double move = block_bytes * beta + link.overhead;
   const double fold = ph == phase::reduce_scatter ? block_bytes * gamma : 0.0;
-  const double others = double(p - 1);
+  const double others = double(p - 1);  // a message (o + bytes) to each, or one per step
   if (ph == phase::scatter || ph == phase::gather) return link.latency + others * move;
   if (algo == algorithm::direct) return link.latency + others * (move + fold);
   return others * (link.latency + move + fold);

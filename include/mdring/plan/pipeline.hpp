@@ -10,7 +10,8 @@
 // tuning::pipeline_depth) segments in flight, one segment's latencies overlap the
 // others' transfers, so a dimension passes a segment every
 //   pace_d = max(b_d, t_d / c_eff),   c_eff = (c + 1) / 2
-// where b_d is t_d without the latencies (the time the link is busy), and c_eff
+// where b_d is t_d without the latencies (the time the link is busy: bytes and
+// per-message overheads, plan/cost.hpp), and c_eff
 // counts that about half the segments in flight are in the other dimensions'
 // stages at any time (fitted on simulated clusters, docs/SCALING.md: depth 2, 4
 // and 8 overlap like 1.4, 2.7 and more than 3 segments). Dimensions of the same
@@ -18,8 +19,10 @@
 // a grid) send through the same port, so they share its pace: for such a group
 //   pace = max(sum b_d, sum t_d / c_eff).
 // Give links of their own a name of their own (register_link) when they are
-// separate ports, as in a torus. The latencies are what
-// stops K from growing without bound. The model picks the
+// separate ports, as in a torus. The latencies, and the per-message overheads
+// (which no depth hides), are what stop K from growing without bound: on a link
+// with overhead o and bandwidth B, messages much below o B bytes waste the link.
+// The model picks the
 // K in {1, 2, 4, ...} with the smallest T(K), with segments of at least
 // tuning::min_segment_bytes and at most tuning::max_segments of them;
 // tuning::segment_bytes overrides it. Segment lengths are rounded up to whole
@@ -63,7 +66,7 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
   for (std::size_t d = 0; d < k; ++d) {
     const std::size_t p = topo.extent(d);
     if (p <= 1) continue;
-    const auto& link = topo.dim(d).link;
+    const link_info link = topo.rank_link(d);  // the rank's share of a NIC
     const double g = tune.gamma(link.space);
     auto both_for = [&](const link_info& l) {
       return stage_seconds(phase::reduce_scatter, algos[d], p, range, elem_size, l, g) +
@@ -71,7 +74,7 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
     };
     both[d] = both_for(link);
     link_info busy_link = link;
-    busy_link.latency = 0;
+    busy_link.latency = 0;  // the overhead stays: it is busy time
     busy[d] = both_for(busy_link);
     t.sum += both[d];
     range = max_block(range, p);

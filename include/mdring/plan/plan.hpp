@@ -46,7 +46,9 @@ constexpr std::string_view to_string(collective c) noexcept {
 struct plan_stage {
   phase ph = phase::reduce_scatter;
   std::size_t dim = 0;
-  link_info link;
+  link_info link;                    // as the topology has it
+  double rank_bandwidth = 0;         // this rank's share of it (runtime_topology::rank_link)
+  std::size_t port_sharers = 1;      // ranks of the node using its ports at once
   std::size_t extent = 1;
   std::size_t coordinate = 0;
   algorithm algo = algorithm::ring;
@@ -156,6 +158,9 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     st.ph = ph;
     st.dim = d;
     st.link = topo.dim(d).link;
+    const link_info rank_link = topo.rank_link(d);
+    st.rank_bandwidth = rank_link.bandwidth;
+    st.port_sharers = topo.port_sharers(d);
     st.extent = p;
     st.coordinate = c;
     st.algo = algos[d];
@@ -198,7 +203,7 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
         st.bytes_received += bytes(rs ? ring_rs_recv_block(c, s, p) : ring_ag_recv_block(c, s, p));
       }
     }
-    st.seconds = st.participates ? stage_seconds(ph, st.algo, p, n, elem_size, st.link, tune.gamma(st.link.space)) : 0.0;
+    st.seconds = st.participates ? stage_seconds(ph, st.algo, p, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
     pl.stages.push_back(std::move(st));
   };
 
@@ -268,6 +273,25 @@ inline std::string plan::to_string() const {
     s += line;
   }
   if (stages.empty()) s += "  (one rank: a local copy, no stage)\n";
+  // Each link once: what one rank gets of it, and of what (ports shared by the node's ranks).
+  for (std::size_t a = 0; a < stages.size(); ++a) {
+    const auto& st = stages[a];
+    bool first = true;
+    for (std::size_t b = 0; b < a && first; ++b) first = stages[b].link.name != st.link.name;
+    if (!first) continue;
+    std::string shared;
+    if (st.link.ports) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "; %zu port%s of %s/s per node, shared by %zu ranks", st.link.ports,
+                    st.link.ports == 1 ? "" : "s", detail::human_bytes(st.link.bandwidth).c_str(), st.port_sharers);
+      shared = buf;
+    }
+    std::snprintf(line, sizeof line, "link %s: %s/s per rank, latency %s, overhead %s per message%s\n",
+                  st.link.name.c_str(), detail::human_bytes(st.rank_bandwidth).c_str(),
+                  detail::human_seconds(st.link.latency).c_str(), detail::human_seconds(st.link.overhead).c_str(),
+                  shared.c_str());
+    s += line;
+  }
   if (segments > 1) {
     std::snprintf(line, sizeof line, "pipelined: %zu segments of up to %s, the stages of different segments overlap\n",
                   segments, detail::human_bytes(double(segment_elements) * double(elem_size)).c_str());

@@ -10,7 +10,23 @@
 //     static constexpr double latency = 2e-6;     // seconds per message
 //     static constexpr bool fully_connected = true;  // every pair has its own path
 //     static constexpr mdring::memory_space space = mdring::memory_space::host;
+//     // Optional (0 when left out):
+//     static constexpr unsigned ports = 1;        // bandwidth is per port, a node has this many
+//     static constexpr double overhead = 1e-6;    // seconds per message the link is busy
 //   };
+//
+// ports: links between nodes (a NIC) are shared by the node's ranks. With ports = N
+// > 0, `bandwidth` is what one port carries, and the ranks of the node that use the
+// link at once (the ranks of the dimensions inside it whose links have no ports:
+// NVLink, PCIe, shm) share its N ports: each gets bandwidth * min(1, N / sharers).
+// ports = 0: `bandwidth` is each rank's own (links inside a node).
+//
+// overhead (LogGP's o, or gap): the time a message keeps the sender and its link
+// busy besides its bytes. Unlike the latency it does not overlap with the messages
+// of other segments in flight, so it is what makes many small messages cost more
+// than a few large ones: a message of m bytes moves at the efficiency
+// m / (m + overhead * bandwidth) of the link's bandwidth (half at overhead *
+// bandwidth bytes). The plan picks segment sizes with it (plan/pipeline.hpp).
 //
 // The values of the built-in tags are typical figures, not measurements of your
 // machine: override them at run time through runtime_topology::dimension::link
@@ -20,6 +36,7 @@
 #include "../config.hpp"
 
 #include <concepts>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -42,9 +59,9 @@ struct link_traits;
 struct nvlink {};
 // GPU-to-GPU through the PCIe tree (shared upstream links, so a ring fits best).
 struct pcie {};
-// Node-to-node over InfiniBand (one uplink per node).
+// Node-to-node over InfiniBand (one uplink per node, shared by its ranks).
 struct infiniband {};
-// Node-to-node over Ethernet (one uplink per node).
+// Node-to-node over Ethernet (one uplink per node, shared by its ranks).
 struct ethernet {};
 // Ranks on one node sharing host memory.
 struct shm {};
@@ -70,19 +87,23 @@ struct link_traits<pcie> {
 template <>
 struct link_traits<infiniband> {
   static constexpr std::string_view name = "infiniband";
-  static constexpr double bandwidth = 12.5e9;
+  static constexpr double bandwidth = 12.5e9;  // HDR100, 100 Gb/s per port
   static constexpr double latency = 2e-6;
   static constexpr bool fully_connected = false;
   static constexpr memory_space space = memory_space::host;
+  static constexpr unsigned ports = 1;
+  static constexpr double overhead = 2e-6;
 };
 
 template <>
 struct link_traits<ethernet> {
   static constexpr std::string_view name = "ethernet";
-  static constexpr double bandwidth = 1.25e9;
+  static constexpr double bandwidth = 1.25e9;  // 10 Gb/s per port
   static constexpr double latency = 25e-6;
   static constexpr bool fully_connected = false;
   static constexpr memory_space space = memory_space::host;
+  static constexpr unsigned ports = 1;
+  static constexpr double overhead = 20e-6;
 };
 
 template <>
@@ -108,13 +129,16 @@ concept link = requires {
 static_assert(link<nvlink> && link<pcie> && link<infiniband> && link<ethernet> && link<shm>);
 
 // The run-time copy of a link's traits. The plan and the cost model read only
-// this, so a user can override bandwidth and latency without new types.
+// this, so a user can override the figures without new types (parse_link reads
+// them from text: topology/runtime.hpp).
 struct link_info {
   std::string name;
-  double bandwidth = 0;  // bytes per second
-  double latency = 0;    // seconds
+  double bandwidth = 0;  // bytes per second (per rank, or per port when ports > 0)
+  double latency = 0;    // seconds per message
   bool fully_connected = false;
   memory_space space = memory_space::host;
+  std::size_t ports = 0;  // 0: bandwidth is per rank; N: per port, N ports per node
+  double overhead = 0;    // seconds per message that the link is busy
 
   friend bool operator==(const link_info&, const link_info&) = default;
 };
@@ -122,8 +146,11 @@ struct link_info {
 template <link L>
 link_info link_info_of() {
   using t = link_traits<L>;
-  return link_info{std::string(t::name), double(t::bandwidth), double(t::latency),
-                   bool(t::fully_connected), memory_space(t::space)};
+  link_info l{std::string(t::name), double(t::bandwidth), double(t::latency), bool(t::fully_connected),
+              memory_space(t::space)};
+  if constexpr (requires { { t::ports } -> std::convertible_to<std::size_t>; }) l.ports = std::size_t(t::ports);
+  if constexpr (requires { { t::overhead } -> std::convertible_to<double>; }) l.overhead = double(t::overhead);
+  return l;
 }
 
 MDRING_NAMESPACE_END

@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -125,6 +127,29 @@ public:
     return p;
   }
 
+  // How many ranks use dimension d's ports at once: a link with ports is a node's
+  // NIC, and every rank of the node runs its own ring of dimension d through it. The
+  // ranks of a node are those that differ only in dimensions whose links have no
+  // ports (links inside a node), so this is the product of those extents (a dynamic
+  // one counts as 1). 1 for a dimension whose link has no ports.
+  // Example: "nvlink:4 x infiniband:64": 4 ranks share each node's InfiniBand port.
+  std::size_t port_sharers(std::size_t d) const {
+    if (dims_.at(d).link.ports == 0) return 1;
+    std::size_t n = 1;
+    for (auto& e : dims_)
+      if (e.link.ports == 0 && e.extent != dynamic_extent) n *= e.extent;
+    return n;
+  }
+
+  // Dimension d's link as one rank sees it: the bandwidth is the rank's own, its
+  // share of the node's ports (bandwidth * min(1, ports / port_sharers(d))).
+  link_info rank_link(std::size_t d) const {
+    link_info l = dims_.at(d).link;
+    const std::size_t n = port_sharers(d);
+    if (l.ports && n > l.ports) l.bandwidth = l.bandwidth * double(l.ports) / double(n);
+    return l;
+  }
+
   std::string to_string() const {
     std::string s;
     for (auto& d : dims_) {
@@ -202,9 +227,9 @@ inline void register_link(const link_info& info) {
     throw invalid_argument("info", "mdring::register_link: link name \"" + info.name +
                                        "\" must be non-empty and made of letters, digits, '_', '-' and '.' "
                                        "(what parse_topology reads as a name)");
-  if (!(info.bandwidth > 0) || !(info.latency >= 0))
+  if (!(info.bandwidth > 0) || !(info.latency >= 0) || !(info.overhead >= 0))
     throw invalid_argument("info", "mdring::register_link: link \"" + info.name +
-                                       "\" needs bandwidth > 0 and latency >= 0");
+                                       "\" needs bandwidth > 0, latency >= 0 and overhead >= 0");
   auto& r = detail::link_registry::instance();
   std::lock_guard lock(r.mutex);
   r.links.insert_or_assign(info.name, info);
@@ -221,6 +246,63 @@ inline std::optional<link_info> find_link(std::string_view name) {
   auto it = r.links.find(name);
   if (it == r.links.end()) return std::nullopt;
   return it->second;
+}
+
+// Reads a link's figures from text, for flags and environment variables:
+//   NAME=BANDWIDTH,LATENCY[,full|ring][,host|device][,ports=N][,overhead=SECONDS]
+// bytes per second (per rank, or per port with ports=N) and seconds per message,
+// e.g. "infiniband=25e9,1.5e-6,ports=2" (two 25 GB/s ports per node). What the text
+// leaves out comes from the link of that name when it is known (built in or
+// registered), else: ring, host memory, no ports, no overhead. The result is for
+// register_link. Throws invalid_argument("link") naming what is wrong.
+inline link_info parse_link(std::string_view text) {
+  auto fail = [&](const std::string& why) {
+    return invalid_argument("link", "mdring::parse_link: \"" + std::string(text) + "\": " + why +
+                                        " (expected NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]"
+                                        "[,ports=N][,overhead=SECONDS])");
+  };
+  const std::size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) throw fail("no NAME= in front");
+  const std::string name(text.substr(0, eq));
+  if (!std::all_of(name.begin(), name.end(), detail::is_link_name_char))
+    throw fail("the name may hold only letters, digits, '_', '-' and '.'");
+  link_info l;
+  l.name = name;
+  {
+    auto& r = detail::link_registry::instance();
+    std::lock_guard lock(r.mutex);
+    if (auto it = r.links.find(name); it != r.links.end()) l = it->second;
+  }
+  std::vector<std::string> f;
+  for (std::size_t pos = eq + 1; pos <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    f.emplace_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  auto number = [&](const std::string& v, const char* what) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !(x >= 0) || x == HUGE_VAL) throw fail(std::string(what) + " \"" + v + "\" is not a number >= 0");
+    return x;
+  };
+  if (f.size() < 2) throw fail("needs a bandwidth and a latency");
+  l.bandwidth = number(f[0], "the bandwidth");
+  if (!(l.bandwidth > 0)) throw fail("the bandwidth must be above 0");
+  l.latency = number(f[1], "the latency");
+  for (std::size_t i = 2; i < f.size(); ++i) {
+    const std::string& a = f[i];
+    if (a == "full") l.fully_connected = true;
+    else if (a == "ring") l.fully_connected = false;
+    else if (a == "device") l.space = memory_space::device;
+    else if (a == "host") l.space = memory_space::host;
+    else if (a.rfind("ports=", 0) == 0) {
+      const double n = number(a.substr(6), "ports");
+      if (n != double(std::size_t(n))) throw fail("ports \"" + a.substr(6) + "\" is not a whole number");
+      l.ports = std::size_t(n);
+    } else if (a.rfind("overhead=", 0) == 0) l.overhead = number(a.substr(9), "the overhead");
+    else throw fail("unknown field \"" + a + "\"");
+  }
+  return l;
 }
 
 inline std::vector<std::string> known_links() {
