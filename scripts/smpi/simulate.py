@@ -303,7 +303,7 @@ class Simulator:
             args += ["--topology", f"sim-intra:{p.gpus}xsim-inter:{nodes}", "--link", intra, "--link", inter,
                      "--split-ring-extent", "0"]
         elif lib == "natural":
-            args += ["--topology", p.natural_topology(nodes)]
+            args += ["--topology", p.natural_topology(nodes).replace(" ", "")]  # smpirun splits at spaces
         elif lib == "flat":
             args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link, "--split-ring-extent", "0"]
         else:
@@ -595,11 +595,16 @@ def main() -> int:
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=0, help="stop a run after this many seconds (0: never)")
     ap.add_argument("--min-free-gb", type=float, default=3.0, help="stop a run when less memory is left")
+    ap.add_argument("--platforms", default="paper,dgx,ethernet,fatnic",
+                    help="the platforms of the natural section (comma separated)")
     ap.add_argument("--out", default=str(ROOT / "out" / "simulate"))
     ap.add_argument("--publish", metavar="DIR", help="also copy the CSVs, plots and tables.md here "
                     "(docs/scaling for the repository's)")
     args = ap.parse_args()
     args.builtins = [b for b in args.builtins.split(",") if b]
+    args.platforms = [p for p in args.platforms.split(",") if p]
+    if unknown := [p for p in args.platforms if p not in PLATFORMS]:
+        ap.error(f"--platforms: unknown {', '.join(unknown)} (known: {', '.join(PLATFORMS)})")
     if not BENCH.exists() or not PINGPONG.exists():
         log(f"simulate: {BENCH} is missing: cmake --preset smpi && cmake --build --preset smpi")
         return 2
@@ -654,7 +659,8 @@ def main() -> int:
         report += ["### Cost model (explain()) against simulation", "", table_model(pts)]
     if "natural" in sections:
         cases = [(PLATFORMS[name], nodes, RESNET50_BYTES)
-                 for name, nodes in (("paper", 64), ("dgx", 16), ("ethernet", 16), ("fatnic", 32))]
+                 for name, nodes in (("paper", 64), ("dgx", 16), ("ethernet", 16), ("fatnic", 32))
+                 if name in args.platforms]
         nat = natural_rows(sim, cases)
         write_csv(out / f"natural_{args.network}.csv", nat)
         csvs.append(out / f"natural_{args.network}.csv")
