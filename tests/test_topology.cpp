@@ -454,6 +454,24 @@ TEST_CASE("parse_link reads a link's figures from text") {
       CHECK(contains(e.what(), "expected NAME=BANDWIDTH,LATENCY"));
     }
   }
+  // MDRING_LINKS (read when the registry is first used): texts separated by ';'
+  m::detail::link_registry r;
+  r.add_from("infiniband=25e9,1e-6,ports=2; sim-env=1e9,5e-6 ;;");
+  CHECK(r.links.at("infiniband").bandwidth == 25e9);
+  CHECK(r.links.at("infiniband").ports == 2);
+  CHECK(r.links.at("infiniband").overhead == ib.overhead);  // kept
+  CHECK(r.links.at("sim-env").latency == 5e-6);
+  r.add_from("sim-env=2e9,5e-6,full");  // later texts build on earlier ones
+  CHECK(r.links.at("sim-env").bandwidth == 2e9);
+  CHECK(r.links.at("sim-env").fully_connected);
+  try {
+    r.add_from("ethernet=1e9,1e-6;infiniband=fast,1e-6");
+    FAIL("add_from accepted it");
+  } catch (const m::invalid_argument& e) {
+    CHECK(e.argument() == "MDRING_LINKS");
+    CHECK(contains(e.what(), "MDRING_LINKS: mdring::parse_link: \"infiniband=fast,1e-6\""));
+  }
+
   m::link_info neg{"neg", 1e9, 1e-6, false, m::memory_space::host};
   neg.overhead = -1;
   CHECK_THROWS_AS(m::register_link(neg), m::invalid_argument);

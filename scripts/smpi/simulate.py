@@ -241,31 +241,38 @@ class Simulator:
 
     # ---- measured links ------------------------------------------------------
     def links(self, p: Platform) -> dict:
-        """Latency and bandwidth of each kind of link, measured with smpi-pingpong
-        on two nodes: per rank while every rank of a ring sends (what a ring step
-        of mdring sees), and one large message alone through an uplink (B_node)."""
-        key = "links|" + sha(p, self.args.network, self.simgrid, "v2")
+        """Latency, bandwidth and per-message overhead of each kind of link, measured
+        with smpi-pingpong on two nodes: per rank while every rank of a ring sends
+        (what a ring step of mdring sees), and one large message alone through an
+        uplink (B_node). A message of b bytes takes alpha + o + b / B: B from the
+        slope between MID and 64 MiB, o from what a MID-byte message takes beyond
+        the 1-byte one and its bytes (0 on the ideal network; SMPI's default network
+        multiplies the latency of larger messages)."""
+        key = "links|" + sha(p, self.args.network, self.simgrid, "v3")
         if key in self.cache:
             return self.cache[key]
         G = p.gpus
-        big = 64 * MiB
+        big, mid = 64 * MiB, 64 * 1024
         res = {"key": key, "kind": "links", "platform": p.name}
 
         def measure(pattern_flag, pattern):
             rc, out, err, wall, guard, cmd = self.smpirun(
-                p, 2, PINGPONG, [pattern_flag, pattern, "--bytes", f"1,{big}", "--iters", "20"], nbytes=big)
+                p, 2, PINGPONG, [pattern_flag, pattern, "--bytes", f"1,{mid},{big}", "--iters", "20"], nbytes=big)
             rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
-            if rc != 0 or len(rows) != 2:
+            if rc != 0 or len(rows) != 3:
                 raise SystemExit(f"simulate: smpi-pingpong failed ({cmd}):\n{err[-3000:]}")
-            t1, tb = rows[0]["seconds"], rows[1]["seconds"]
-            return t1, big / (tb - t1)
+            t1, tm, tb = (r["seconds"] for r in rows)
+            bw = (big - mid) / (tb - tm)
+            overhead = max(0.0, tm - t1 - mid / bw)
+            return t1, bw, overhead
 
         if G > 1:
-            res["alpha_intra"], res["bw_intra_rank"] = measure("--rings", ",".join(str(i) for i in range(G)))
+            res["alpha_intra"], res["bw_intra_rank"], res["o_intra"] = measure("--rings", ",".join(str(i) for i in range(G)))
         else:
-            res["alpha_intra"], res["bw_intra_rank"] = 0.0, p.bw_gpu
-        res["alpha_inter"], res["bw_inter_rank"] = measure("--rings", "/".join(f"{i},{G + i}" for i in range(G)))
-        res["alpha_node"], res["bw_node"] = measure("--pairs", f"0:{G}")
+            res["alpha_intra"], res["bw_intra_rank"], res["o_intra"] = 0.0, p.bw_gpu, 0.0
+        res["alpha_inter"], res["bw_inter_rank"], res["o_inter"] = measure(
+            "--rings", "/".join(f"{i},{G + i}" for i in range(G)))
+        res["alpha_node"], res["bw_node"], res["o_node"] = measure("--pairs", f"0:{G}")
         self.store(res)
         return res
 
@@ -288,11 +295,12 @@ class Simulator:
         rerun = self.args.rerun == "all" or (self.args.rerun == "mdring" and lib in MDRING_LIBS)
         if key in self.fresh or (key in self.cache and not rerun):
             return self.cache[key]
-        intra = f"sim-intra={L['bw_intra_rank']:.9g},{L['alpha_intra']:.9g},full,device"
-        inter = f"sim-inter={L['bw_inter_rank']:.9g},{L['alpha_inter']:.9g},ring,device"
+        intra, inter = fitted_links(L)
         # The flat ring's step is limited by its one message per uplink direction.
-        flat_link = (f"sim-flat={L['bw_node']:.9g},{L['alpha_inter']:.9g},ring,device" if nodes > 1 else
-                     f"sim-flat={L['bw_intra_rank']:.9g},{L['alpha_intra']:.9g},ring,device")
+        flat_link = (f"sim-flat={L['bw_node']:.9g},{max(0.0, L['alpha_inter'] - L['o_inter']):.9g},ring,device,"
+                     f"overhead={L['o_inter']:.9g}" if nodes > 1 else
+                     f"sim-flat={L['bw_intra_rank']:.9g},{max(0.0, L['alpha_intra'] - L['o_intra']):.9g},ring,device,"
+                     f"overhead={L['o_intra']:.9g}")
         args = ["--op", "all_reduce", "--dtype", "float", "--bytes", str(nbytes), "--iters", "1", "--warmup", "0",
                 "--json"]
         cfg = []
@@ -362,6 +370,15 @@ class Simulator:
 
 
 # ---------------------------------------------------------------------------
+def fitted_links(L: dict) -> tuple[str, str]:
+    """mdring-bench --link texts of the links measured on the platform (latency
+    without the overhead, which the model counts apart)."""
+    def text(name, bw, t1, o, shape):
+        return f"{name}={bw:.9g},{max(0.0, t1 - o):.9g},{shape},device,overhead={o:.9g}"
+    return (text("sim-intra", L["bw_intra_rank"], L["alpha_intra"], L["o_intra"], "full"),
+            text("sim-inter", L["bw_inter_rank"], L["alpha_inter"], L["o_inter"], "ring"))
+
+
 def bound_s(links: dict, nodes: int, nbytes: int) -> float:
     """Inter-node lower bound 2 (N-1)/N S / B_node: each node must send and receive
     that much through its uplink."""
@@ -627,13 +644,14 @@ def main() -> int:
 
     if "links" in sections or "model" in sections:
         report += ["### Links (measured with smpi-pingpong on two nodes)", "",
-                   "| platform | intra: latency us, GB/s per rank | inter: latency us, GB/s per rank "
+                   "| platform | intra: 1-byte message us, GB/s per rank, overhead us | inter: the same "
                    "| one message through the uplink: GB/s (B_node) |",
                    "| :--- | ---: | ---: | ---: |"]
         for name in ("paper", "dgx", "ethernet", "fatnic"):
             L = sim.links(PLATFORMS[name])
-            report.append(f"| {PLATFORMS[name].describe()} | {L['alpha_intra'] * 1e6:.2f}, {L['bw_intra_rank'] / 1e9:.2f} | "
-                          f"{L['alpha_inter'] * 1e6:.2f}, {L['bw_inter_rank'] / 1e9:.3f} | {L['bw_node'] / 1e9:.3f} |")
+            report.append(f"| {PLATFORMS[name].describe()} | {L['alpha_intra'] * 1e6:.2f}, {L['bw_intra_rank'] / 1e9:.2f}, "
+                          f"{L['o_intra'] * 1e6:.2f} | {L['alpha_inter'] * 1e6:.2f}, {L['bw_inter_rank'] / 1e9:.3f}, "
+                          f"{L['o_inter'] * 1e6:.2f} | {L['bw_node'] / 1e9:.3f} |")
         report.append("")
 
     rows_ranks, rows_bytes = [], []
@@ -700,9 +718,7 @@ def smoke(sim: Simulator) -> int:
     rows = sweep(sim, p, [(4, MiB)])
     r = rows[0]
     ok = all(r[k] for k in ("mdring_s", "flat_s", "best_builtin_s"))
-    L = sim.links(p)
-    intra = f"sim-intra={L['bw_intra_rank']:.9g},{L['alpha_intra']:.9g},full,device"
-    inter = f"sim-inter={L['bw_inter_rank']:.9g},{L['alpha_inter']:.9g},ring,device"
+    intra, inter = fitted_links(sim.links(p))
     rc, out, err, wall, guard, cmd = sim.smpirun(
         p, 4, BENCH, ["--topology", "sim-intra:4xsim-inter:4", "--link", intra, "--link", inter, "--min-bytes", "4",
                       "--max-bytes", "256K", "--factor", "64", "--iters", "2", "--warmup", "1", "--check",

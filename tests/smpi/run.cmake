@@ -1,5 +1,6 @@
 # ctest "smpi_smoke": compiles smoke.cpp with smpicxx and runs it on 8 simulated
-# ranks (two nodes of platform.xml) with smpirun. Run as cmake -P with SMPICXX,
+# ranks (two nodes of platform.xml) with smpirun: on the ideal network model, then
+# one natural-input row on SMPI's default one. Run as cmake -P with SMPICXX,
 # SMPIRUN, SOURCE_DIR, INCLUDE and WORK_DIR set.
 file(MAKE_DIRECTORY ${WORK_DIR})
 execute_process(
@@ -18,4 +19,15 @@ execute_process(
 message(STATUS "${out}")
 if(NOT rc EQUAL 0 OR NOT out MATCHES "smpi smoke: ok")
   message(FATAL_ERROR "smpirun failed (${rc}):\n${out}${err}")
+endif()
+# One natural-input row on SMPI's default network model (its size-dependent
+# factors and TCP cross-traffic: no factor settings).
+execute_process(
+  COMMAND ${SMPIRUN} -np 8 -platform ${SOURCE_DIR}/platform.xml -hostfile ${WORK_DIR}/hosts
+          --cfg=smpi/simulate-computation:no --log=root.thres:error ${WORK_DIR}/smpi-smoke natural
+  WORKING_DIRECTORY ${WORK_DIR}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+message(STATUS "${out}")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "smpi smoke natural: ok")
+  message(FATAL_ERROR "smpirun (natural input, default network) failed (${rc}):\n${out}${err}")
 endif()
