@@ -105,6 +105,9 @@ struct config {
   bool overlap = false;   // --overlap: a call overlapped with compute (bench_nonblocking.hpp)
   std::string progress;   // --progress agent|in_wait: options.progress
   std::string compute = "cpu";  // --compute cpu|sleep: what --overlap overlaps with
+  std::string planning;  // --planning estimate|measure: options.planning
+  std::string profile;   // --profile FILE: options.profile
+  std::size_t hd_max_bytes = std::size_t(-1);  // --hd-max-bytes N: tune.halving_doubling_max_bytes
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -119,7 +122,7 @@ struct config {
                "     halving_doubling, reporting the faster and which)\n"
                "  [--alloc node|heap]  (buffers from mdring::node_alloc, the default, or ordinary memory)\n"
                "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
-               "  [--threads N] [--algorithms ring,direct,...] [--root R] [--timeout SECONDS]\n"
+               "  [--threads N] [--algorithms ring,direct,hd,auto,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
                "  [--inflight N | --overlap [--compute cpu|sleep]] [--progress agent|in_wait]  (MPI, all_reduce:\n"
                "     N calls in flight against N blocking, or one call overlapped with compute; mdring and MPI\n"
@@ -128,6 +131,9 @@ struct config {
                "  [--pipeline-depth N]\n"
                "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
                "  [--split-ring-extent N]  (options.tune.split_ring_extent: rings of N ranks or more run as a x b; 0: never)\n"
+               "  [--hd-max-bytes N]  (options.tune.halving_doubling_max_bytes: 0 never runs halving-doubling)\n"
+               "  [--planning estimate|measure] [--profile FILE]  (options.planning: measure times candidate plans at\n"
+               "     the first call of each size, in the warm-up; options.profile: figures from mdring-calibrate)\n"
                "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
                why.c_str());
   std::exit(2);
@@ -202,6 +208,11 @@ config parse(int argc, char** argv) {
       c.compute = next();
       if (c.compute != "cpu" && c.compute != "sleep") usage("--compute takes cpu or sleep, not " + c.compute);
     }
+    else if (a == "--planning") {
+      c.planning = next();
+      if (c.planning != "estimate" && c.planning != "measure") usage("--planning takes estimate or measure, not " + c.planning);
+    } else if (a == "--profile") c.profile = next();
+    else if (a == "--hd-max-bytes") c.hd_max_bytes = parse_bytes(next());
     else if (a == "--progress") {
       c.progress = next();
       if (c.progress != "agent" && c.progress != "in_wait") usage("--progress takes agent or in_wait, not " + c.progress);
@@ -214,6 +225,7 @@ config parse(int argc, char** argv) {
         const std::string w = s.substr(pos, comma - pos);
         if (w == "ring") c.algorithms.push_back(md::algorithm::ring);
         else if (w == "direct") c.algorithms.push_back(md::algorithm::direct);
+        else if (w == "halving_doubling" || w == "hd") c.algorithms.push_back(md::algorithm::halving_doubling);
         else if (w == "auto" || w == "automatic") c.algorithms.push_back(md::algorithm::automatic);
         else usage("unknown algorithm: " + w);
         pos = comma + 1;
@@ -703,6 +715,10 @@ md::options make_options(const config& cfg) {
   if (cfg.split_ring_extent != std::size_t(-1)) o.tune.split_ring_extent = cfg.split_ring_extent;
   if (cfg.progress == "agent") o.progress = md::progress_mode::agent;
   if (cfg.progress == "in_wait") o.progress = md::progress_mode::in_wait;
+  if (cfg.planning == "measure") o.planning = md::planning::measure;
+  if (cfg.planning == "estimate") o.planning = md::planning::estimate;
+  if (!cfg.profile.empty()) o.profile = cfg.profile;
+  if (cfg.hd_max_bytes != std::size_t(-1)) o.tune.halving_doubling_max_bytes = cfg.hd_max_bytes;
   return o;
 }
 

@@ -12,8 +12,9 @@
 //   shapes   1, 1 x p, p x 1, 2, 5, 7, 9, 11, 2 x 3, 3 x 5, 4 x 4, 2 x 2 x 2, 2 x 1 x 3,
 //            2 x 2 x 2 x 2, dynamic extents (compile-time ring<shm,2> * ring<shm> and
 //            runtime "shm:2 x shm:*"), parsed runtime topologies; shm (direct by default
-//            for 3..8), ethernet and infiniband (ring); algorithms forced to ring /
-//            direct on every dimension position
+//            for 3..8), ethernet and infiniband (ring; halving-doubling for small
+//            calls); algorithms forced to ring / direct / halving_doubling on every
+//            dimension position, powers of two and not
 //   counts   0, 1, fewer than the ranks, primes 13, 97, 1009, and 4099; per-rank counts
 //            0, 1, 2, 13, 97, 1009 for reduce_scatter / all_gather
 //   calls    all_reduce, reduce_scatter, all_gather, broadcast (every root), reduce
@@ -54,6 +55,7 @@ using u64 = std::uint64_t;
 using md::algorithm;
 constexpr algorithm RING = algorithm::ring;
 constexpr algorithm DIRECT = algorithm::direct;
+constexpr algorithm HD = algorithm::halving_doubling;
 
 // ---- buffers: 64-byte aligned, or misaligned by exactly one element ------------
 
@@ -759,6 +761,261 @@ TEST_CASE("collectives: every shape and algorithm, all five, counts 0..4099, int
   }
 }
 
+TEST_CASE("collectives: halving-doubling on every extent 2..12 and in products, all five, exact") {
+  // plan/halving_doubling.hpp: powers of two, and extents with 1 to 5 pairs folded
+  // in and handed out; in the first, middle and last dimension; next to direct and
+  // ring stages; forced, and chosen by automatic for the small counts of the suite.
+  const std::vector<shape> shapes = {
+      {"ethernet:2", {HD}, 2},
+      {"ethernet:3", {HD}, 3},
+      {"ethernet:4", {HD}, 4},
+      {"infiniband:5", {HD}, 5},
+      {"ethernet:6", {HD}, 6},
+      {"ethernet:7", {HD}, 7},
+      {"ethernet:8", {HD}, 8},
+      {"infiniband:11", {HD}, 11},
+      {"ethernet:12", {HD}, 12},
+      {"shm:2 x ethernet:6", {DIRECT, HD}, 12},
+      {"shm:2 x ethernet:5", {}, 10},            // direct, then automatic: halving-doubling when small
+      {"ethernet:5 x shm:2", {HD, DIRECT}, 10},
+      {"ethernet:3 x ethernet:4", {HD, RING}, 12},
+      {"ethernet:3 x ethernet:4", {RING, HD}, 12},
+      {"shm:2 x infiniband:3 x ethernet:2", {RING, HD, HD}, 12},
+      {"infiniband:6 x shm:1", {HD, RING}, 6},
+  };
+  for (const auto& s : shapes) {
+    const auto topo = md::parse_topology(s.topo);
+    in_world(label_of(s), s.threads, topo, opts_with(s.algos), [](auto& c, rank_ctx& cx) { shape_suite(c, cx); });
+  }
+  for (const auto& s : {shape{"ethernet:6", {HD}, 6}, shape{"shm:2 x infiniband:5", {DIRECT, HD}, 10}}) {
+    in_world(label_of(s) + ", every op and type", s.threads, md::parse_topology(s.topo), opts_with(s.algos),
+             [](auto& c, rank_ctx& cx) {
+               type_suite<std::int32_t, true>(c, cx);
+               type_suite<std::int64_t, false>(c, cx);
+               type_suite<float, true>(c, cx);
+               type_suite<double, false>(c, cx);
+               type_suite<md::bfloat16, false>(c, cx);
+             });
+  }
+}
+
+TEST_CASE("collectives: automatic runs halving-doubling for small calls and rings for large ones") {
+  // infiniband:8 (its default traits: 2 us latency and overhead per message): 8
+  // floats are latency-bound, 3 exchanges beat 7 ring steps; so are 1000 floats
+  // (for the model, a power of two never loses), unless tune.halving_doubling_max_bytes
+  // caps it below their 4000 bytes.
+  for (std::size_t cap : {SIZE_MAX, std::size_t(64)}) {
+    md::options o = opts_with();
+    o.tune.halving_doubling_max_bytes = cap;
+    std::vector<std::vector<algorithm>> small(8), large(8);
+    std::vector<std::size_t> steps(8);
+    std::vector<float> got(8);
+    md::threads::run(8, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(md::parse_topology("infiniband:8"), ep, o);
+      for (auto& st : comm.make_plan<float>(8).stages) small[ep.rank].push_back(st.algo);
+      for (auto& st : comm.make_plan<float>(1000).stages) large[ep.rank].push_back(st.algo);
+      steps[ep.rank] = comm.make_plan<float>(8).stages.at(0).steps;
+      std::vector<float> x(1000, float(ep.rank)), y(1000);
+      md::all_reduce(comm, x.data(), y.data(), 1000, md::sum);
+      md::all_reduce(comm, x.data(), y.data(), 8, md::sum);
+      got[ep.rank] = y[7] + y[999];  // 28 + 28
+    });
+    INFO("cap " << cap);
+    for (std::size_t r = 0; r < 8; ++r) {
+      CHECK(small[r] == std::vector<algorithm>{HD, HD});
+      CHECK(steps[r] == 3);
+      CHECK(large[r] == std::vector<algorithm>(2, cap == SIZE_MAX ? HD : RING));
+      CHECK(got[r] == 56.0f);
+    }
+  }
+}
+
+TEST_CASE("calibrate: the same profile on every rank; bind plans with it; ranks that disagree fail at bind") {
+  const std::string path = "test_collectives_calibrate.profile";
+  std::vector<std::string> text(6);
+  md::calibration how;
+  how.bytes = {8, 4096, 65536, 262144};
+  how.trials = 2;
+  md::threads::run(6, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(md::parse_topology("shm:2 x ethernet:3"), ep, opts_with());
+    const md::profile p = md::calibrate(comm, how);
+    text[ep.rank] = p.to_string();
+    if (ep.rank == 0) p.save(path);
+    // the communicator still works afterwards
+    std::int32_t x = std::int32_t(ep.rank);
+    md::all_reduce(comm, &x, 1, md::sum);
+    if (x != 15) text[ep.rank] = "all_reduce after calibrate: " + std::to_string(x);
+  });
+  for (auto& t : text) CHECK(t == text[0]);
+  const md::profile p = md::profile::parse(text[0]);
+  CHECK(p.topology == "shm:2 x ethernet:3");
+  CHECK(p.ranks == 6);
+  REQUIRE(p.links.size() == 2);
+  CHECK(p.points.size() == 8);  // 4 sizes in each of 2 dimensions
+  for (auto& l : p.links) {
+    INFO(l.name);
+    CHECK(l.bandwidth > 0);
+    CHECK(l.latency + l.overhead > 0);
+    CHECK(l.ports == md::find_link(l.name)->ports);
+  }
+  // bind with it: the executed links carry the profile's figures, on every rank
+  md::options o = opts_with();
+  o.profile = path;
+  std::vector<int> same(6, 0);
+  md::threads::run(6, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(md::parse_topology("shm:2 x ethernet:3"), ep, o);
+    const auto& ex = comm.executed_topology();
+    same[ep.rank] = ex.dim(0).link == *p.find("shm") && ex.dim(1).link == *p.find("ethernet");
+  });
+  CHECK(same == std::vector<int>(6, 1));
+  // rank 2 without the profile: a rank that binds after one that disagrees gets
+  // topology_error naming the profile (threads compare with the first to bind; MPI
+  // and UCX compare everywhere at once), the others remote_error at their first
+  // call: nobody computes with other figures, nobody hangs
+  std::vector<std::string> caught(6);
+  try {
+    md::threads::run(6, [&](md::threads::endpoint ep) {
+      md::options oo = opts_with();
+      if (ep.rank != 2) oo.profile = path;
+      try {
+        auto comm = md::bind(md::parse_topology("shm:2 x ethernet:3"), ep, oo);
+        std::int32_t x = 1;
+        md::all_reduce(comm, &x, 1, md::sum);
+        caught[ep.rank] = "no error";
+      } catch (const md::topology_error& e) {
+        caught[ep.rank] = std::string(e.what()).find("|profile") != std::string::npos ? "names the profile" : e.what();
+      } catch (const md::remote_error&) {
+        caught[ep.rank] = "remote_error";
+      } catch (const std::exception& e) {
+        caught[ep.rank] = std::string("other: ") + e.what();
+      }
+    });
+  } catch (const std::exception&) {
+  }
+  std::size_t named = 0;
+  for (auto& c : caught) {
+    CHECK((c == "names the profile" || c == "remote_error"));
+    named += c == "names the profile";
+  }
+  CHECK(named >= 1);
+  // a profile that no rank can read: invalid_argument naming options.profile, everywhere
+  std::remove(path.c_str());
+  std::vector<std::string> missing(3);
+  try {
+    md::threads::run(3, [&](md::threads::endpoint ep) {
+      try {
+        auto comm = md::bind(md::parse_topology("ethernet:3"), ep, o);
+        missing[ep.rank] = "bound";
+      } catch (const md::invalid_argument& e) {
+        missing[ep.rank] = e.argument();
+      }
+    });
+  } catch (const std::exception&) {
+  }
+  for (auto& m : missing) CHECK(m == "options.profile");
+  // bad arguments
+  md::threads::run(2, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(md::parse_topology("ethernet:2"), ep, opts_with());
+    md::calibration bad;
+    bad.bytes = {8, 8, 64};
+    try {
+      md::calibrate(comm, bad);
+      text[ep.rank] = "accepted";
+    } catch (const md::invalid_argument& e) {
+      text[ep.rank] = e.argument();
+    }
+  });
+  CHECK(text[0] == "how.bytes");
+  CHECK(text[1] == "how.bytes");
+}
+
+TEST_CASE("planning = measure: exact results, one choice on every rank, kept in a wisdom file") {
+  // The first all_reduce of each size class times the candidates; explain() then
+  // names the measured plan, the same on every rank. A second bind with the same
+  // wisdom file starts from those plans (explain says so before any call).
+  const std::string path = "test_collectives_measure.wisdom";
+  std::remove(path.c_str());
+  md::options o = opts_with();
+  o.planning = md::planning::measure;
+  o.wisdom = path;
+  const auto topo = md::parse_topology("shm:2 x ethernet:5");
+  in_world("measure shm:2 x ethernet:5", 10, topo, o, [&](auto& c, rank_ctx& cx) {
+    const auto isum = bspec<std::int32_t>(md::sum, opk::sum);
+    const auto davg = bspec<double>(md::avg, opk::avg);
+    for (std::size_t n : {std::size_t(1), std::size_t(97), std::size_t(4099), std::size_t(70001)}) {
+      do_all_reduce<std::int32_t>(c, cx, isum, n, false);
+      do_all_reduce<std::int32_t>(c, cx, isum, n, true);  // the same class: measured already
+      do_all_reduce<double>(c, cx, davg, n, false);
+      const std::string plan = c.template explain<std::int32_t>(n);
+      if (plan.find("plan: measured (options.planning = measure): the fastest of ") == std::string::npos)
+        cx.fail("explain does not name the measured plan:\n" + plan);
+    }
+    do_reduce_scatter<std::int32_t>(c, cx, isum, 13, false);  // the other collectives are unchanged
+  });
+  const md::wisdom w = md::wisdom::load(path);
+  CHECK(w.all_reduce.size() == 4 * 2);  // 4 classes of int32 and of double; agree() adds none (local checks)
+  for (auto& [k, m] : w.all_reduce) {
+    CHECK(m.candidates >= 2);  // the estimate, ethernet flipped between ring and halving-doubling
+    CHECK(m.algos.size() == 2);
+    CHECK(m.algos[0] == DIRECT);
+  }
+  std::vector<std::string> plans(10);
+  md::threads::run(10, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(topo, ep, o);
+    plans[ep.rank] = comm.explain<std::int32_t>(4099);
+  });
+  for (auto& p : plans) {  // the same measured plan on every rank (explain's last line)
+    REQUIRE(p.find("\nplan: measured") != std::string::npos);
+    CHECK(p.substr(p.find("\nplan: ")) == plans[0].substr(plans[0].find("\nplan: ")));
+  }
+  // a rank that estimates while the others measure: topology_error naming it (on
+  // the ranks that bind after a disagreeing one), remote_error on the others
+  std::vector<std::string> caught(4);
+  try {
+    md::threads::run(4, [&](md::threads::endpoint ep) {
+      md::options oo = opts_with();
+      if (ep.rank != 3) oo.planning = md::planning::measure;
+      try {
+        auto comm = md::bind(md::parse_topology("ethernet:4"), ep, oo);
+        std::int32_t x = 1;
+        md::all_reduce(comm, &x, 1, md::sum);
+        caught[ep.rank] = "no error";
+      } catch (const md::topology_error& e) {
+        caught[ep.rank] = std::string(e.what()).find("|measure") != std::string::npos ? "names measure" : e.what();
+      } catch (const md::remote_error&) {
+        caught[ep.rank] = "remote_error";
+      }
+    });
+  } catch (const std::exception&) {
+  }
+  std::size_t named = 0;
+  for (auto& c : caught) {
+    CHECK((c == "names measure" || c == "remote_error"));
+    named += c == "names measure";
+  }
+  CHECK(named >= 1);
+  // a wisdom file that cannot be parsed: invalid_argument naming options.wisdom
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs("not wisdom\n", f);
+    std::fclose(f);
+  }
+  std::vector<std::string> bad(2);
+  try {
+    md::threads::run(2, [&](md::threads::endpoint ep) {
+      try {
+        auto comm = md::bind(md::parse_topology("ethernet:2"), ep, o);
+        bad[ep.rank] = "bound";
+      } catch (const md::invalid_argument& e) {
+        bad[ep.rank] = e.argument();
+      }
+    });
+  } catch (const std::exception&) {
+  }
+  for (auto& b : bad) CHECK(b == "options.wisdom");
+  std::remove(path.c_str());
+}
+
 TEST_CASE("collectives: all_reduce cut into segments that overlap across dimensions") {
   // plan/pipeline.hpp: segments of about tune.segment_bytes move through the stages
   // one behind the other, up to tune.pipeline_depth in flight. Message stages (ring
@@ -777,6 +1034,8 @@ TEST_CASE("collectives: all_reduce cut into segments that overlap across dimensi
       {"shm:3 x shm:2", {RING, DIRECT}, 6, true},      // message ring, fused shared direct
       {"shm:2 x infiniband:2 x shm:2", {DIRECT, RING, DIRECT}, 8, false},
       {"infiniband:2 x shm:1 x ethernet:3", {}, 6, true},  // a trivial dimension in between
+      {"shm:2 x ethernet:5", {DIRECT, HD}, 10, false},   // halving-doubling with pairs, last
+      {"ethernet:4 x shm:2", {HD, DIRECT}, 8, true},     // halving-doubling first
   };
   for (const auto& sh : shapes)
     for (std::size_t seg_bytes : {std::size_t(40), std::size_t(256)})
@@ -902,10 +1161,12 @@ TEST_CASE("collectives: non-commutative ops fold in rank order on fully connecte
 }
 
 TEST_CASE("collectives: a non-commutative op with a forced ring is rejected on every rank") {
+  for (algorithm forced : {RING, HD}) {
+  INFO("forced " << md::to_string(forced));
   std::vector<std::string> caught(4);
   try {
     md::threads::run(4, [&](md::threads::endpoint ep) {
-      auto comm = md::bind(md::parse_topology("shm:4"), ep, opts_with({RING}));
+      auto comm = md::bind(md::parse_topology("shm:4"), ep, opts_with({forced}));
       std::int32_t x[3] = {1, 2, 3};
       try {
         md::all_reduce(comm, x, 3, keep_left_spec{}.op);
@@ -922,6 +1183,7 @@ TEST_CASE("collectives: a non-commutative op with a forced ring is rejected on e
   for (std::size_t r = 0; r < 4; ++r) {
     CAPTURE(r);
     CHECK(caught[r] == "invalid_argument op");
+  }
   }
 }
 
@@ -974,6 +1236,8 @@ TEST_CASE("collectives: random floats within the float64 bound, bitwise identica
       {"shm:2 x shm:3", {RING, DIRECT}, 6},
       {"shm:2 x shm:3", {DIRECT, RING}, 6},
       {"ethernet:7", {}, 7},
+      {"ethernet:7", {HD}, 7},
+      {"shm:2 x infiniband:6", {DIRECT, HD}, 12},
       {"shm:3 x shm:5", {RING, RING}, 15},
       {"shm:3 x shm:5", {DIRECT, DIRECT}, 15},
       {"shm:2 x shm:1 x shm:2 x ethernet:2", {}, 8},

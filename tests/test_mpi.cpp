@@ -3,7 +3,7 @@
 // topologies are derived from the world size P:
 //   ring<shm> (flat), 2 x P/2 and P/2 x 2 when P is even, 3 x 2 for 6, 2 x 2 x 2
 //   for 8; runtime strings (1 x P, P x 1, ethernet and infiniband rings, mixed
-//   extents) and forced ring / direct algorithms.
+//   extents) and forced ring / direct / halving_doubling algorithms.
 // Checks, as MPICH's collective tests do: closed-form expected values (rank-
 // dependent integers, products of small values, min/max patterns, sums of floats
 // that are exact), random floats against a float64 reference within a stated
@@ -23,6 +23,7 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -159,6 +160,7 @@ std::vector<rt_case> runtime_cases(std::size_t P) {
       {"shm:*", {A::ring}},
       {"shm:*", {A::direct}},
       {"ethernet:*", {}},
+      {"ethernet:*", {A::halving_doubling}},
       {"shm:1 x ethernet:*", {}},
       {"infiniband:* x shm:1", {}},
   };
@@ -172,6 +174,7 @@ std::vector<rt_case> runtime_cases(std::size_t P) {
     c.push_back({"shm:3 x shm:2", {A::direct, A::ring}});
     c.push_back({"shm:2 x shm:3", {A::ring, A::ring}});
     c.push_back({"ethernet:2 x shm:3", {}});
+    c.push_back({"shm:2 x infiniband:3", {A::direct, A::halving_doubling}});
   }
   if (P == 8) {
     c.push_back({"shm:2 x ethernet:2 x infiniband:2", {}});
@@ -971,9 +974,65 @@ static_assert(md::bulk_reduction<mpi_local_sum, std::int32_t>);
 static_assert(md::reduction_for<mpi_local_sum, std::int32_t>);
 }  // namespace
 
+TEST_CASE("calibrate: one profile on every rank, and bind plans with it") {
+  const std::size_t P = world_size(), R = world_rank();
+  const std::string topo = P % 2 == 0 && P > 2 ? "shm:2 x ethernet:*" : "ethernet:*";
+  auto comm = md::bind(md::parse_topology(topo), test_world());
+  md::calibration how;
+  how.bytes = {8, 4096, 65536, 262144};
+  how.trials = 2;
+  const md::profile p = md::calibrate(comm, how);
+  const std::string text = p.to_string();
+  CHECK(identical_everywhere(text.data(), text.size()));
+  const std::size_t dims = P == 1 ? 0 : P % 2 == 0 && P > 2 ? 2 : 1;
+  CHECK(p.links.size() == dims);
+  CHECK(p.points.size() == 4 * dims);
+  for (auto& l : p.links) CHECK((l.bandwidth > 0 && l.latency + l.overhead > 0));
+  // rank 0 writes it, every rank binds with it (the file is on this one node)
+  const std::string path = "test_mpi_calibrate_np" + std::to_string(P) + ".profile";
+  if (R == 0) p.save(path);
+  int go = 0;
+  md::all_reduce(comm, &go, 1, md::max);  // the file is written
+  md::options o;
+  o.profile = path;
+  auto c2 = md::bind(md::parse_topology(topo), test_world(), o);
+  bool same = true;
+  for (std::size_t d = 0; d < c2.executed_topology().ndims(); ++d)
+    if (const md::link_info* l = p.find(c2.executed_topology().dim(d).link.name))
+      same = same && c2.executed_topology().dim(d).link == *l;
+  CHECK(same);
+  std::vector<std::int64_t> x(1000, std::int64_t(R)), y(1000);
+  md::all_reduce(c2, x.data(), y.data(), x.size());
+  CHECK(y[999] == std::int64_t(P * (P - 1) / 2));
+  md::all_reduce(c2, &go, 1, md::max);  // everyone has read it
+  if (R == 0) std::remove(path.c_str());
+}
+
+TEST_CASE("planning = measure: every rank picks the same plan, results exact") {
+  const std::size_t P = world_size(), R = world_rank();
+  md::options o;
+  o.planning = md::planning::measure;
+  const std::string topo = P % 2 == 0 && P > 2 ? "shm:2 x ethernet:*" : "ethernet:*";
+  auto comm = md::bind(md::parse_topology(topo), test_world(), o);
+  for (std::size_t n : {std::size_t(1), std::size_t(1009), std::size_t(65537)}) {
+    std::vector<std::int64_t> x(n), y(n, -1);
+    for (std::size_t i = 0; i < n; ++i) x[i] = val(R, i);
+    md::all_reduce(comm, x.data(), y.data(), n);
+    CHECK(first_bad(n, [&](std::size_t i) { return y[i] == val_sum(P, i); }) == n);
+    md::all_reduce(comm, x.data(), n);  // in place, the same class
+    CHECK(x == y);
+    const md::plan pl = comm.make_plan<std::int64_t>(n);
+    std::string choice = pl.chosen_by + "|" + std::to_string(pl.segments);
+    for (auto& st : pl.stages) choice += "|" + std::string(md::to_string(st.algo));
+    CHECK(identical_everywhere(choice.data(), choice.size()));
+    if (P > 1) CHECK(pl.chosen_by.find("measured") == 0);
+  }
+}
+
 TEST_CASE("a bulk op (reduce_local on whole arrays) gives the exact sums, every algorithm") {
   const std::size_t P = world_size(), R = world_rank();
-  for (auto alg : {md::algorithm::automatic, md::algorithm::ring, md::algorithm::direct}) {
+  for (auto alg : {md::algorithm::automatic, md::algorithm::ring, md::algorithm::direct,
+                   md::algorithm::halving_doubling}) {
     md::options o;
     o.algorithms = {alg};
     auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
@@ -984,7 +1043,10 @@ TEST_CASE("a bulk op (reduce_local on whole arrays) gives the exact sums, every 
       md::all_reduce(comm, x.data(), y.data(), n, mpi_local_sum{});
       const std::int32_t rs = std::int32_t(P * (P - 1) / 2);
       CHECK(first_bad(n, [&](std::size_t i) { return y[i] == rs * 1000 + std::int32_t(P * (i % 1000)); }) == n);
-      if (P > 1 && n >= P) CHECK(mpi_local_sum::calls.load() > 0);
+      // every rank folds something, except the even rank of a pair in halving-doubling
+      // on a non-power-of-two (it hands its range over and gets its block back)
+      const bool folds = alg != md::algorithm::halving_doubling || (P & (P - 1)) == 0 || R >= 2 * (P - std::bit_floor(P)) || R % 2 == 1;
+      if (P > 1 && n >= P && folds) CHECK(mpi_local_sum::calls.load() > 0);
       md::all_reduce(comm, x.data(), n, mpi_local_sum{});  // in place
       CHECK(x == y);
       std::vector<std::int32_t> rsout(n / std::max<std::size_t>(P, 1));

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdio>
+#include <cstdint>
 #include <numeric>
 #include <set>
 #include <string>
@@ -492,6 +494,235 @@ TEST_CASE("choose_algorithm rules") {
   wide.direct_max_extent = 16;
   CHECK(m::choose_algorithm(algorithm::automatic, nv, 16, wide, true) == algorithm::direct);
   CHECK(m::choose_algorithm(algorithm::automatic, nv, 17, wide, true) == algorithm::ring);
+}
+
+TEST_CASE("halving-doubling: the schedule, replayed on every extent 1..40, reduces each element once") {
+  // Each coordinate c contributes 2^c to every element; a step's sends are taken
+  // from the state before it, so the replay is what the messages would carry. After
+  // the reduce-scatter, block c of coordinate c must hold exactly 2^p - 1 (a
+  // contribution counted twice or lost changes the sum); after the all-gather every
+  // coordinate holds every block.
+  for (std::size_t p = 1; p <= 40; ++p) {
+    const m::hd_shape h = m::hd_shape_of(p);
+    CHECK(h.p2 * 2 > p);
+    CHECK(h.p2 + h.rem == p);
+    for (std::size_t n : {std::size_t(0), std::size_t(1), p - 1 + (p == 1), p, 3 * p + 1, std::size_t(97)}) {
+      INFO("p = " << p << ", n = " << n);
+      std::vector<std::vector<std::uint64_t>> acc(p, std::vector<std::uint64_t>(n));
+      for (std::size_t c = 0; c < p; ++c) std::fill(acc[c].begin(), acc[c].end(), std::uint64_t(1) << c);
+      for (std::size_t s = 0; s < h.steps(); ++s) {
+        auto before = acc;
+        for (std::size_t c = 0; c < p; ++c) {
+          const m::hd_step st = m::hd_rs_step(h, n, c, s);
+          if (!st.receives) continue;
+          const m::hd_step from = m::hd_rs_step(h, n, st.partner, s);
+          REQUIRE(from.sends);
+          REQUIRE(from.partner == c);
+          REQUIRE(from.send == st.recv);
+          for (std::size_t i = st.recv.offset; i < st.recv.offset + st.recv.count; ++i)
+            acc[c][i] = st.kind == m::hd_step::hand_out ? before[st.partner][i] : acc[c][i] + before[st.partner][i];
+        }
+      }
+      std::size_t wrong = 0;
+      for (std::size_t c = 0; c < p; ++c) {
+        const m::block_range b = m::block_of(n, p, c);
+        for (std::size_t i = b.offset; i < b.offset + b.count; ++i) wrong += acc[c][i] != (std::uint64_t(1) << p) - 1;
+      }
+      CHECK(wrong == 0);
+      // all-gather: block j starts on coordinate j only
+      std::vector<std::vector<std::uint64_t>> buf(p, std::vector<std::uint64_t>(n, 0));
+      for (std::size_t c = 0; c < p; ++c) {
+        const m::block_range b = m::block_of(n, p, c);
+        for (std::size_t i = b.offset; i < b.offset + b.count; ++i) buf[c][i] = i + 1;
+      }
+      for (std::size_t s = 0; s < h.steps(); ++s) {
+        auto before = buf;
+        for (std::size_t c = 0; c < p; ++c) {
+          const m::hd_step st = m::hd_ag_step(h, n, c, s);
+          if (!st.receives) continue;
+          const m::hd_step from = m::hd_ag_step(h, n, st.partner, s);
+          REQUIRE(from.sends);
+          REQUIRE(from.send == st.recv);
+          for (std::size_t i = st.recv.offset; i < st.recv.offset + st.recv.count; ++i) {
+            REQUIRE(before[st.partner][i] == i + 1);  // only what the sender has
+            buf[c][i] = before[st.partner][i];
+          }
+        }
+      }
+      for (std::size_t c = 0; c < p; ++c)
+        for (std::size_t i = 0; i < n; ++i) wrong += buf[c][i] != i + 1;
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("halving-doubling: steps, peers, bytes and cost by hand") {
+  // p = 6, 600 floats, coordinate 1 (v = 0 of the pair 0-1): fold in 2400 B from 0,
+  // exchange 800 B with 4 (m = 2: keeps blocks 0-3, sends 4-5), 800 B with 3 (keeps
+  // 0-1, sends 2-3), hand 400 B (block 0) to 0.
+  using m::algorithm;
+  const algorithm hd[] = {algorithm::halving_doubling};
+  const m::tuning t{};
+  const auto pl = m::make_plan(m::collective::reduce_scatter, m::parse_topology("ethernet:6"), 1, 100, 4, hd, t);
+  REQUIRE(pl.stages.size() == 1);
+  const auto& st = pl.stages[0];
+  CHECK(st.algo == algorithm::halving_doubling);
+  CHECK(st.steps == 4);
+  CHECK(st.send_to == std::vector<std::size_t>{4, 3, 0});
+  CHECK(st.recv_from == std::vector<std::size_t>{0, 4, 3});
+  CHECK(st.bytes_sent == 800 + 800 + 400);
+  CHECK(st.bytes_received == 2400 + 1600 + 800);
+  // cost: 2 exchanges of 1200 and 600 bytes (halves of the range), plus the fold in
+  // of 2400 and the hand-out of 400: 4 messages
+  m::link_info l{"l", 1e9, 1e-6, false, m::memory_space::host};
+  l.overhead = 1e-7;
+  const double g = 1e-10, a = 1e-6 + 1e-7;
+  CHECK(m::stage_seconds(m::phase::reduce_scatter, algorithm::halving_doubling, 6, 600, 4, l, g) ==
+        doctest::Approx(4 * a + (1200 + 600 + 2400) * (1e-9 + g) + 400 * 1e-9).epsilon(1e-12));
+  CHECK(m::stage_seconds(m::phase::all_gather, algorithm::halving_doubling, 6, 600, 4, l, g) ==
+        doctest::Approx(4 * a + (1200 + 600 + 2400 + 400) * 1e-9).epsilon(1e-12));
+  // a power of two: log2 p messages, (1 - 1/p) of the range
+  CHECK(m::stage_seconds(m::phase::all_gather, algorithm::halving_doubling, 8, 800, 4, l, g) ==
+        doctest::Approx(3 * a + 2800 * 1e-9).epsilon(1e-12));
+}
+
+TEST_CASE("halving-doubling: what automatic picks for a call") {
+  using m::algorithm;
+  const m::tuning t{};
+  const auto ib = m::link_info_of<m::infiniband>();
+  auto pick = [&](algorithm chosen, algorithm requested, std::size_t p, std::size_t n, const m::tuning& u) {
+    return m::algorithm_for_call(chosen, requested, ib, p, n, 4, u);
+  };
+  // latency-bound: halving-doubling, powers of two and not
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, 1024, t) == algorithm::halving_doubling);
+  CHECK(pick(algorithm::ring, algorithm::automatic, 48, 1024, t) == algorithm::halving_doubling);
+  // a power of two never loses in the model; p = 48 sends the range twice more: ring
+  // when large
+  m::tuning uncapped{};
+  uncapped.halving_doubling_max_bytes = SIZE_MAX;
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, 1 << 24, uncapped) == algorithm::halving_doubling);
+  CHECK(pick(algorithm::ring, algorithm::automatic, 48, 1 << 24, uncapped) == algorithm::ring);
+  // by default, ranges above 4 MiB keep the ring (the scratch is the range)
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, (4 << 20) / 4, t) == algorithm::halving_doubling);
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, (4 << 20) / 4 + 1, t) == algorithm::ring);
+  // what the user asked for, direct, and rings of fewer than 4 stay
+  CHECK(pick(algorithm::ring, algorithm::ring, 64, 1024, t) == algorithm::ring);
+  CHECK(pick(algorithm::direct, algorithm::automatic, 64, 1024, t) == algorithm::direct);
+  CHECK(pick(algorithm::ring, algorithm::automatic, 3, 1, t) == algorithm::ring);
+  // the cap, in bytes of the range
+  m::tuning capped{};
+  capped.halving_doubling_max_bytes = 4096;
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, 1024, capped) == algorithm::halving_doubling);
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, 1025, capped) == algorithm::ring);
+  capped.halving_doubling_max_bytes = 0;
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, 1, capped) == algorithm::ring);
+  // call_algorithms: the nominal range shrinks by each extent (shm:4 direct first)
+  const auto topo = m::parse_topology("shm:4 x infiniband:16");
+  std::vector<algorithm> al = {algorithm::direct, algorithm::ring};
+  const algorithm req[] = {algorithm::automatic, algorithm::automatic};
+  m::tuning c2{};
+  c2.halving_doubling_max_bytes = 1000;  // 4000 elements / 4 = 1000 floats = 4000 bytes: over
+  m::call_algorithms(topo, req, al, 4000, 4, c2);
+  CHECK(al[1] == algorithm::ring);
+  m::call_algorithms(topo, req, al, 1000, 4, c2);  // 250 floats = 1000 bytes
+  CHECK(al == std::vector<algorithm>{algorithm::direct, algorithm::halving_doubling});
+}
+
+TEST_CASE("profile: text round trip, exact doubles, errors naming the line, applied by link name") {
+  m::profile p;
+  p.topology = "shm:2 x ethernet:3";
+  p.ranks = 6;
+  m::link_info eth{"ethernet", 1.0 / 3.0 * 1e10, 2.5e-5 / 3.0, false, m::memory_space::host};
+  eth.ports = 1;
+  eth.overhead = 1e-6 / 7.0;
+  m::link_info sh{"shm", 5e9, 1e-6, true, m::memory_space::host};
+  p.links = {sh, eth};
+  p.points = {{"shm", 0, 8, 1.25e-6}, {"ethernet", 1, 65536, 1.0 / 3.0 * 1e-4}};
+  const std::string text = p.to_string();
+  CHECK(text.rfind("mdring-profile 1\ntopology shm:2 x ethernet:3\nranks 6\nlink shm=", 0) == 0);
+  const m::profile q = m::profile::parse(text);
+  CHECK(q == p);  // every double back bit for bit
+  CHECK(q.find("ethernet")->overhead == eth.overhead);
+  CHECK(q.find("nvlink") == nullptr);
+  // comments and blank lines are skipped
+  CHECK(m::profile::parse("# a comment\n\nmdring-profile 1  # trailing\nlink x=1e9,0\n").links.at(0).bandwidth == 1e9);
+  auto error_of = [](const std::string& t) {
+    try {
+      m::profile::parse(t, "test.profile");
+    } catch (const m::invalid_argument& e) {
+      CHECK(e.argument() == "profile");
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("link x=1e9,0\n") ==
+        "mdring::profile: test.profile, line 1: expected \"mdring-profile 1\" first (is this a profile written by "
+        "mdring::calibrate?)");
+  CHECK(error_of("") == "mdring::profile: test.profile, line 0: empty: expected \"mdring-profile 1\"");
+  CHECK(error_of("mdring-profile 1\nlinks x\n") == "mdring::profile: test.profile, line 2: unknown line \"links\"");
+  CHECK(contains(error_of("mdring-profile 1\n\nlink x=fast,0\n"), "line 3: mdring::parse_link: \"x=fast,0\": the bandwidth"));
+  CHECK(contains(error_of("mdring-profile 1\nlink x=1,0\nlink x=2,0\n"), "line 3: link x appears twice"));
+  CHECK(contains(error_of("mdring-profile 1\npoint x 1 2\n"), "line 2: point takes LINK DIM BYTES SECONDS"));
+  // applied by name: ethernet and shm take the profile's figures, nvlink keeps its own
+  auto t = m::parse_topology("nvlink:2 x shm:2 x ethernet:3");
+  p.apply(t);
+  CHECK(t.dim(0).link == m::link_info_of<m::nvlink>());
+  CHECK(t.dim(1).link == sh);
+  CHECK(t.dim(2).link == eth);
+  // save and load through a file
+  const std::string path = "test_plan_profile.txt";
+  p.save(path);
+  CHECK(m::profile::load(path) == p);
+  std::remove(path.c_str());
+  CHECK_THROWS_AS(m::profile::load(path), m::invalid_argument);
+  // explain() plans with a profile named in the options
+  m::options o;
+  o.profile = "test_plan_profile2.txt";
+  m::profile slow;
+  slow.links = {m::link_info{"ethernet", 1e6, 1e-3, false, m::memory_space::host}};
+  slow.save(o.profile);
+  const std::string with = m::explain(m::parse_topology("ethernet:2"), 1000, m::collective::all_reduce, 0, m::sum, o);
+  CHECK(contains(with, "latency 1.000 ms"));
+  std::remove(o.profile.c_str());
+  try {
+    m::explain(m::parse_topology("ethernet:2"), 1000, m::collective::all_reduce, 0, m::sum, o);
+    FAIL("a missing profile was accepted");
+  } catch (const m::invalid_argument& e) {
+    CHECK(e.argument() == "options.profile");
+    CHECK(contains(e.what(), "mdring::explain: options.profile (or MDRING_PROFILE): mdring::profile::load: cannot read"));
+  }
+}
+
+TEST_CASE("wisdom: text round trip, size classes, errors naming the line") {
+  using m::algorithm;
+  m::wisdom w;
+  w.key = "0123456789abcdef";
+  w.all_reduce[{4, 20}] = {{algorithm::direct, algorithm::halving_doubling}, 8, 2, 1.5e-3, 2.5e-3, 6};
+  w.all_reduce[{8, 3}] = {{algorithm::ring}, 1, 4, 1e-6, 1e-6, 3};
+  const std::string text = w.to_string();
+  CHECK(text == "mdring-wisdom 1\nkey 0123456789abcdef\n"
+                "all_reduce 4 20 direct,halving_doubling 8 2 0.0015 0.0025 6\n"
+                "all_reduce 8 3 ring 1 4 1e-06 1e-06 3\n");
+  CHECK(m::wisdom::parse(text) == w);
+  // calls within a factor 2 share a class: 1 MiB .. 2 MiB - 1 of floats is class 20
+  CHECK(w.find(4, 1 << 20) == &w.all_reduce.at({4, 20}));
+  CHECK(w.find(4, (2 << 20) - 1) == &w.all_reduce.at({4, 20}));
+  CHECK(w.find(4, 2 << 20) == nullptr);
+  CHECK(w.find(8, 8) == &w.all_reduce.at({8, 3}));
+  auto error_of = [](const std::string& t) {
+    try {
+      m::wisdom::parse(t, "w");
+    } catch (const m::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("key x\n") == "mdring::wisdom: w, line 1: expected \"mdring-wisdom 1\" first");
+  CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 ring 1\n"), "line 2: all_reduce takes ELEMENT_SIZE"));
+  CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 tree 1 1 0 0 1\n"), "unknown algorithm \"tree\""));
+  CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 ring 1 9 0 0 1\n"), "depth (1 to 8)"));
+  // a missing file is no wisdom yet
+  CHECK(m::wisdom::load("no-such-wisdom-file").all_reduce.empty());
 }
 
 TEST_CASE("DESIGN.md: a flat 256-rank ring pays 510 latencies; 4 x 64 pays 132") {

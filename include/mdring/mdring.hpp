@@ -18,6 +18,7 @@
 
 #include "topology/coordinates.hpp"
 #include "topology/link.hpp"
+#include "topology/link_registry.hpp"
 #include "topology/ring.hpp"
 #include "topology/runtime.hpp"
 
@@ -28,7 +29,9 @@
 #include "plan/cost.hpp"
 #include "plan/merge.hpp"
 #include "plan/pipeline.hpp"
+#include "plan/halving_doubling.hpp"
 #include "plan/plan.hpp"
+#include "plan/profile.hpp"
 #include "plan/schedule.hpp"
 
 #include "reduce/host.hpp"
@@ -43,6 +46,7 @@
 #include "collective/all_reduce.hpp"
 #include "collective/bind_threads.hpp"
 #include "collective/broadcast.hpp"
+#include "collective/calibrate.hpp"
 #include "collective/communicator.hpp"
 #include "collective/reduce.hpp"
 #include "collective/reduce_scatter.hpp"

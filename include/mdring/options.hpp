@@ -7,8 +7,9 @@
 //   auto comm = mdring::bind(topo, MPI_COMM_WORLD, o);
 //
 // The defaults can also be set from the environment (read when an options object
-// is constructed): MDRING_TIMEOUT=<seconds>, MDRING_CHECKS=local|collective and
-// MDRING_PROGRESS=agent|in_wait.
+// is constructed): MDRING_TIMEOUT=<seconds>, MDRING_CHECKS=local|collective,
+// MDRING_PROGRESS=agent|in_wait, MDRING_PROFILE=<file>, MDRING_PLANNING=measure and
+// MDRING_WISDOM=<file>.
 #pragma once
 
 #include "config.hpp"
@@ -17,6 +18,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <memory_resource>
 #include <string>
@@ -31,17 +33,33 @@ MDRING_NAMESPACE_BEGIN
 //   direct  one step: every rank sends block j to rank j and folds the p inputs of its
 //           own block in one n-ary pass; 2 latencies, but (p-1) messages in flight and
 //           (p-1)/p of the range in scratch. For fully connected links (nvlink, shm).
+//   halving_doubling  recursive halving, then doubling (Rabenseifner): log2 p steps
+//           (two more when p is not a power of two), sending halves, quarters, ...
+//           of the range to ranks 1, 2, 4, ... apart: latency-bound sizes on rings
+//           of many ranks (plan/halving_doubling.hpp). Host memory only, for now.
 //   automatic  direct on fully connected links of 2 to tuning::direct_max_extent ranks,
-//           ring otherwise; a non-commutative op always gets direct.
-enum class algorithm { automatic, ring, direct };
+//           ring otherwise, and halving_doubling instead of that ring for a call's
+//           ranges where the cost model predicts it faster (small messages); a
+//           non-commutative op always gets direct.
+enum class algorithm { automatic, ring, direct, halving_doubling };
 
 constexpr std::string_view to_string(algorithm a) noexcept {
   switch (a) {
     case algorithm::ring: return "ring";
     case algorithm::direct: return "direct";
+    case algorithm::halving_doubling: return "halving_doubling";
     default: return "automatic";
   }
 }
+
+// How bind's plans are chosen for all_reduce.
+//   estimate  the cost model alone (plan/cost.hpp, plan/pipeline.hpp): free.
+//   measure   the first call of each size class (a factor of 2 in bytes) times a few
+//             candidate plans on the real ranks (algorithms per dimension, segment
+//             count, segments in flight) and keeps the fastest (plan/wisdom.hpp).
+enum class planning { estimate, measure };
+
+constexpr std::string_view to_string(planning p) noexcept { return p == planning::measure ? "measure" : "estimate"; }
 
 // The transport of one dimension when the buffers are in GPU memory (mdring/cuda/,
 // docs/GPU.md). automatic picks by the dimension's link (transport/device_select.hpp):
@@ -120,6 +138,14 @@ struct tuning {
   // divisor of p up to sqrt(p)): 2 (a + b - 2) latencies per all_reduce instead of
   // 2 (p - 1), the same bytes through each port (plan/merge.hpp). 0: never.
   std::size_t split_ring_extent = 16;
+  // automatic runs halving-doubling instead of a ring (not fully connected links)
+  // on a call's stage range of at most this many bytes, where the cost model
+  // predicts it faster: it saves 2 (p - 1 - log2 p) latencies. Its scratch is the
+  // stage's range rather than a block, which is what the cap bounds; on a switched
+  // network the model also favours it above the cap (SIZE_MAX lets it). On a link
+  // that is a ring of point-to-point wires its distant partners share wires: 0
+  // (never) there.
+  std::size_t halving_doubling_max_bytes = std::size_t(4) << 20;
 
   // Pipelining of all_reduce across dimensions: the buffer is cut into segments
   // that move through the stages one behind the other, so that a segment's
@@ -160,6 +186,18 @@ inline progress_mode default_progress() {
   }
   return progress_mode::automatic;
 }
+inline planning default_planning() {
+  const char* s = std::getenv("MDRING_PLANNING");
+  return s && std::string_view(s) == "measure" ? planning::measure : planning::estimate;
+}
+inline std::string default_wisdom() {
+  const char* s = std::getenv("MDRING_WISDOM");
+  return s ? std::string(s) : std::string();
+}
+inline std::string default_profile() {
+  const char* s = std::getenv("MDRING_PROFILE");
+  return s ? std::string(s) : std::string();
+}
 inline check_level default_checks() {
   if (const char* s = std::getenv("MDRING_CHECKS"))
     if (std::string_view(s) == "collective") return check_level::collective;
@@ -175,6 +213,19 @@ struct options {
 
   // Per-dimension algorithm; missing entries mean automatic.
   std::vector<algorithm> algorithms{};
+
+  // A profile file written by mdring::calibrate / mdring-calibrate (plan/profile.hpp):
+  // the cost model plans with its measured figures for the links it names instead
+  // of their traits. Every rank must read the same figures (bind checks). Empty:
+  // none; MDRING_PROFILE=<file> sets the default.
+  std::string profile = detail::default_profile();
+
+  // estimate (the default) or measure (see planning); MDRING_PLANNING=measure.
+  mdring::planning planning = detail::default_planning();
+  // With measure: a file that keeps the measured plans across runs (plan/wisdom.hpp),
+  // read at bind and rewritten by rank 0 after each measurement. Every rank must
+  // read the same (bind checks). Empty: kept in memory only; MDRING_WISDOM=<file>.
+  std::string wisdom = detail::default_wisdom();
 
   // Where all scratch memory comes from (nullptr: std::pmr::get_default_resource()).
   // Scratch grows to the largest call and is then reused: no allocation per call.

@@ -22,6 +22,8 @@
 #include "../plan/cost.hpp"
 #include "../plan/merge.hpp"
 #include "../plan/plan.hpp"
+#include "../plan/wisdom.hpp"
+#include "fingerprint.hpp"
 #include "../reduce/ops.hpp"
 #include "../reduce/types.hpp"
 #include "../topology/coordinates.hpp"
@@ -99,53 +101,6 @@ inline void check_algorithm_count(const runtime_topology& t, const options& o, c
                                                      std::to_string(o.algorithms.size()) +
                                                      " entries but the topology \"" + t.to_string() + "\" has " +
                                                      std::to_string(t.ndims()) + " dimensions");
-}
-
-// What every rank of a communicator must agree on at bind time: the topology and
-// every option that changes the schedule (which dimensions run, their algorithms,
-// the segment length through the cost model and the links' figures) or how a message is framed (pieces
-// of max_message_bytes, staging chunks, the shared-access staging threshold), or
-// that adds collectives of its own (collective checks, shared memory).
-// Ranks that disagreed on any of them would post messages that do not match and
-// wait for each other forever; with it in the fingerprint they get topology_error
-// at bind instead. Doubles are printed exactly (hexadecimal).
-inline std::string fingerprint(const runtime_topology& t, const options& o) {
-  const tuning& u = o.tune;
-  std::string s = t.to_string();
-  for (auto a : o.algorithms) s += "|" + std::string(to_string(a));
-  auto num = [&](const char* name, std::size_t v) { s += std::string("|") + name + " " + std::to_string(v); };
-  auto real = [&](const char* name, double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%a", v);
-    s += std::string("|") + name + " " + buf;
-  };
-  // The links' figures choose the segment length: ranks whose figures differ (a
-  // --link or register_link on some ranks only) would cut different segments.
-  for (auto& d : t.dims()) {
-    s += "|" + d.link.name;
-    real("bw", d.link.bandwidth);
-    real("lat", d.link.latency);
-    real("o", d.link.overhead);
-    num("ports", d.link.ports);
-    s += d.link.fully_connected ? " full" : " ring";
-  }
-  num("direct", u.direct_max_extent);
-  num("split", u.split_ring_extent);
-  s += u.merge_same_link ? "|merge" : "|nomerge";
-  num("segment", u.segment_bytes);
-  num("min segment", u.min_segment_bytes);
-  num("max segments", u.max_segments);
-  num("depth", u.pipeline_depth);
-  real("host gamma", u.host_gamma);
-  real("device gamma", u.device_gamma);
-  num("shared staging", u.shared_staging_bytes);
-  num("staging chunk", u.staging_chunk_bytes);
-  num("max message", o.max_message_bytes);
-  // Collective argument checks add a reduction to every call; shared memory adds
-  // collectives at bind (MDRING_CHECKS and MDRING_SHARED can differ per process).
-  s += o.checks == check_level::collective ? "|checks collective" : "|checks local";
-  s += o.shared_memory ? "|shared" : "|noshared";
-  return s;
 }
 
 // The first member of a communicator: moving it waits for the calls in flight
@@ -238,6 +193,8 @@ public:
     size_ = tr_->size();
     rank_ = tr_->rank();
     topo_ = detail::to_runtime(topo).resolve(size_, "bind");
+    detail::apply_profile(opts_, topo_, "mdring::bind");
+    wisdom_ = detail::load_wisdom(detail::to_runtime(topo), opts_);
     detail::check_algorithm_count(topo_, opts_, "mdring::bind");
     merged_ = merge_dimensions(topo_, opts_.algorithms, opts_.tune);
     const runtime_topology& ex = merged_.topology;
@@ -255,6 +212,7 @@ public:
       dim.link = ex.dim(d).link;
       dim.requested = merged_.requested[d];
       dim.algo = choose_algorithm(dim.requested, dim.link, dim.extent, opts_.tune, true);
+      dim.rank_link = ex.rank_link(d);
       dim.members = ex.peers(rank_, d);
       if (dim.extent > 1) dim.ch = tr_->make_channel(d, dim.members, dim.coord);
       pmax = dim.extent > pmax ? dim.extent : pmax;
@@ -266,6 +224,7 @@ public:
     req_info_.resize(nreq_);
     ptrs_.resize(pmax);
     root_coords_.resize(k);
+    call_algos_.resize(k);
     ranges_.resize(k);
     progress_mode mode = opts_.progress;
     if (mode == progress_mode::automatic)
@@ -318,11 +277,39 @@ public:
   template <class T = float, class Op = sum_t>
   plan make_plan(std::size_t count, collective kind = collective::all_reduce, Op = {}, std::size_t root = 0) const {
     std::vector<algorithm> al(dims_.size());
-    for (std::size_t d = 0; d < dims_.size(); ++d)
+    std::vector<algorithm> req(dims_.size());
+    for (std::size_t d = 0; d < dims_.size(); ++d) {
+      req[d] = dims_[d].requested;
       al[d] = choose_algorithm(dims_[d].requested, dims_[d].link, dims_[d].extent, opts_.tune,
                                op_traits<Op>::commutative);
-    plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, sizeof(T), al, opts_.tune, root, type_name<T>(),
-                                op_traits<Op>::name());
+    }
+    const bool per_rank = kind == collective::reduce_scatter || kind == collective::all_gather;
+    call_algorithms(merged_.topology, req, al, per_rank ? count * size_ : count, sizeof(T), opts_.tune);
+    // A measured plan, when this size class has one (options.planning = measure).
+    const measured_choice* m = kind == collective::all_reduce && opts_.planning == planning::measure &&
+                                       op_traits<Op>::commutative
+                                   ? wisdom_.find(sizeof(T), count * sizeof(T))
+                                   : nullptr;
+    tuning tune = opts_.tune;
+    if (m && m->algos.size() == al.size()) {
+      al = m->algos;
+      tune.pipeline_depth = m->depth;
+    } else {
+      m = nullptr;
+    }
+    plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, sizeof(T), al, tune, root, type_name<T>(),
+                                op_traits<Op>::name(), m ? m->segments : 0);
+    if (m) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "measured (options.planning = measure): the fastest of %zu candidates, %s, where the "
+                    "estimate's plan took %s",
+                    m->candidates, detail::human_seconds(m->seconds).c_str(),
+                    detail::human_seconds(m->estimate_seconds).c_str());
+      pl.chosen_by = buf;
+    } else if (kind == collective::all_reduce && opts_.planning == planning::measure) {
+      pl.chosen_by = "estimated: options.planning = measure measures this size class at its first call";
+    }
     pl.written = topo_;
     return pl;
   }
@@ -338,6 +325,7 @@ public:
     link_info link;
     algorithm requested = algorithm::automatic;
     algorithm algo = algorithm::ring;
+    link_info rank_link;  // this rank's share of the link (ports shared by the node's ranks)
     std::vector<std::size_t> members;
     typename Transport::channel ch{};
     // Non-commutative ops run direct everywhere: only it combines in rank order.
@@ -354,6 +342,18 @@ public:
   std::vector<const void*>& pointer_slots() noexcept { return ptrs_; }
   std::vector<std::size_t>& root_coordinates() noexcept { return root_coords_; }
   std::vector<block_range>& range_slots() noexcept { return ranges_; }
+  std::vector<algorithm>& algorithm_slots() noexcept { return call_algos_; }
+  // options.planning = measure: the measured all_reduce plans (plan/wisdom.hpp), and
+  // what the executor is measuring (executor/host/engine.hpp).
+  struct measuring_state {
+    bool active = false;                     // timing candidates: no new measurement, no wisdom
+    const measured_choice* forced = nullptr;  // the candidate being timed
+  };
+  wisdom& measured_plans() noexcept { return wisdom_; }
+  const wisdom& measured_plans() const noexcept { return wisdom_; }
+  measuring_state& measuring() noexcept { return measuring_; }
+  // The user's algorithm per executed dimension (automatic where none was asked for).
+  const std::vector<algorithm>& requested_algorithms() const noexcept { return merged_.requested; }
   detail::workspace& scratch() noexcept { return ws_; }
   detail::host_executor& executor() noexcept { return *exec_.exec; }
   const std::shared_ptr<detail::host_executor>& executor_handle() const noexcept { return exec_.exec; }
@@ -372,6 +372,9 @@ private:
   std::size_t size_ = 0, rank_ = 0;
   std::vector<std::size_t> extents_, coords_, root_coords_, written_extents_, written_coords_;
   std::vector<block_range> ranges_;
+  std::vector<algorithm> call_algos_;
+  wisdom wisdom_;
+  measuring_state measuring_;
   std::vector<dim_state> dims_;
   std::unique_ptr<typename Transport::request[]> reqs_;
   std::size_t nreq_ = 0, req_per_slot_ = 0;
@@ -394,7 +397,8 @@ concept bound_communicator = requires(C& c) {
 template <class T = float, class Op = sum_t, class Topology>
 std::string explain(const Topology& topo, std::size_t count, collective kind = collective::all_reduce,
                     std::size_t rank = 0, Op = {}, const options& opts = {}, std::size_t root = 0) {
-  const runtime_topology rt = detail::to_runtime(topo);
+  runtime_topology rt = detail::to_runtime(topo);
+  detail::apply_profile(opts, rt, "mdring::explain");
   if (!rt.is_static())
     throw topology_error("topology", "mdring::explain: \"" + rt.to_string() +
                                          "\" has a dynamic extent; resolve() it with the number of ranks first");
@@ -406,6 +410,8 @@ std::string explain(const Topology& topo, std::size_t count, collective kind = c
   for (std::size_t d = 0; d < al.size(); ++d)
     al[d] = choose_algorithm(m.requested[d], m.topology.dim(d).link, m.topology.extent(d), opts.tune,
                              op_traits<Op>::commutative);
+  const bool per_rank = kind == collective::reduce_scatter || kind == collective::all_gather;
+  call_algorithms(m.topology, m.requested, al, per_rank ? count * rt.size() : count, sizeof(T), opts.tune);
   plan pl = make_plan(kind, m.topology, rank, count, sizeof(T), al, opts.tune, root, type_name<T>(), op_traits<Op>::name());
   pl.written = rt;
   return pl.to_string();

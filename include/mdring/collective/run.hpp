@@ -93,9 +93,10 @@ std::optional<arg_error> check_op(Comm& comm, bool commutative, const char* name
   for (std::size_t d = 0; d < written.ndims(); ++d) {
     const auto& dim = written.dim(d);
     if (dim.extent < 2) continue;
-    if (d < requested.size() && requested[d] == algorithm::ring)
-      return arg_error{"op", std::string("mdring::") + name + ": options.algorithms[" + std::to_string(d) +
-                                 "] is ring, but the op is not commutative; only the direct algorithm combines in "
+    if (d < requested.size() && (requested[d] == algorithm::ring || requested[d] == algorithm::halving_doubling))
+      return arg_error{"op", std::string("mdring::") + name + ": options.algorithms[" + std::to_string(d) + "] is " +
+                                 std::string(to_string(requested[d])) +
+                                 ", but the op is not commutative; only the direct algorithm combines in "
                                  "rank order"};
     if (!dim.link.fully_connected)
       return arg_error{"op",
@@ -253,7 +254,7 @@ void communicator<Topology, Transport>::reserve(std::size_t count) {
   for (bool commutative : {true, false}) {  // non-commutative ops run direct everywhere
     detail::engine<T, sum_t, communicator> e(*this, "reserve", sum_t{}, commutative);
     for (auto kind : {collective::all_reduce, collective::reduce_scatter, collective::all_gather, collective::reduce}) {
-      const std::size_t b = e.scratch_bytes(kind, count);
+      const std::size_t b = e.reserve_bytes(kind, count);  // smaller calls included
       bytes = b > bytes ? b : bytes;
     }
   }

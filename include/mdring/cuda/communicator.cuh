@@ -76,6 +76,11 @@ public:
                                    std::to_string(extents_[d]) + ") runs the direct algorithm over more than " +
                                    std::to_string(max_fold_inputs) +
                                    " ranks, more inputs than the GPU path folds in one pass; use ring there");
+      if (algos_[d] == algorithm::halving_doubling)
+        throw invalid_argument("options.algorithms", "mdring::cuda::bind: dimension " + std::to_string(d) + " (" +
+                                                         ex.dim(d).link.name + ":" + std::to_string(extents_[d]) +
+                                                         ") asks for halving_doubling, which only the host path "
+                                                         "runs so far; use ring or direct on the GPU");
     }
     links_.resize(extents_.size());
   }

@@ -11,6 +11,9 @@
 //   direct reduce-scatter  alpha + (p-1) (o + m s beta + m s gamma)
 //   direct all-gather      alpha + (p-1) (o + m s beta)
 //   scatter / gather       alpha + (p-1) (o + m s beta)   (the root's link carries p-1 blocks)
+//   halving-doubling       L (alpha + o) + (1 - 1/p2) n s (beta [+ gamma]), plus, when p is
+//                          not a power of two, two messages more: the whole range
+//                          (n s) and one block (m s) (plan/halving_doubling.hpp)
 //
 // o is LogGP's overhead: like the bytes it keeps the link busy, and unlike the
 // latency it does not overlap with other segments' messages (plan/pipeline.hpp), so
@@ -25,6 +28,7 @@
 #include "../options.hpp"
 #include "../topology/link.hpp"
 #include "blocks.hpp"
+#include "halving_doubling.hpp"
 
 #include <cstddef>
 #include <string_view>
@@ -53,6 +57,16 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
   const double fold = ph == phase::reduce_scatter ? block_bytes * gamma : 0.0;
   const double others = double(p - 1);  // a message (o + bytes) to each, or one per step
   if (ph == phase::scatter || ph == phase::gather) return link.latency + others * move;
+  if (algo == algorithm::halving_doubling) {
+    // The critical path is an active rank's: fold in, L exchanges, hand out.
+    const hd_shape h = hd_shape_of(p);
+    const double all = double(n) * double(elem_size), g = ph == phase::reduce_scatter ? gamma : 0.0;
+    auto message = [&](double bytes, double per_byte_fold) { return link.latency + link.overhead + bytes * (beta + per_byte_fold); };
+    double t = 0, piece = all;
+    for (std::size_t k = 0; k < h.levels; ++k) t += message(piece /= 2, g);
+    if (h.rem) t += ph == phase::reduce_scatter ? message(all, g) + message(block_bytes, 0) : message(block_bytes, 0) + message(all, 0);
+    return t;
+  }
   if (algo == algorithm::direct) return link.latency + others * (move + fold);
   return others * (link.latency + move + fold);
 }
@@ -66,6 +80,25 @@ inline algorithm choose_algorithm(algorithm requested, const link_info& link, st
   // Direct on fully connected links, two ranks included: over messages both
   // algorithms are then the same exchange, but direct is what shared access runs.
   return link.fully_connected && p <= t.direct_max_extent ? algorithm::direct : algorithm::ring;
+}
+
+// What a call runs on a dimension whose bind-time algorithm is `chosen`: a ring that
+// the user left automatic becomes halving-doubling for ranges where the model
+// predicts it faster (latency-bound sizes: 2 log2 p messages instead of 2 (p-1)).
+// `range` is the stage's nominal range in elements (the same on every rank: see
+// call_algorithms in pipeline.hpp), `link` the rank's share of it; at most
+// t.halving_doubling_max_bytes.
+inline algorithm algorithm_for_call(algorithm chosen, algorithm requested, const link_info& link, std::size_t p,
+                                    std::size_t range, std::size_t elem_size, const tuning& t) noexcept {
+  if (chosen != algorithm::ring || requested != algorithm::automatic || p < 4 || range == 0 ||
+      range > t.halving_doubling_max_bytes / (elem_size ? elem_size : 1))
+    return chosen;
+  const double gamma = t.gamma(link.space);
+  auto both = [&](algorithm a) {
+    return stage_seconds(phase::reduce_scatter, a, p, range, elem_size, link, gamma) +
+           stage_seconds(phase::all_gather, a, p, range, elem_size, link, gamma);
+  };
+  return both(algorithm::halving_doubling) < both(algorithm::ring) ? algorithm::halving_doubling : chosen;
 }
 
 MDRING_NAMESPACE_END

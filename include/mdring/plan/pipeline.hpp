@@ -92,6 +92,32 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
   return t;
 }
 
+// The algorithms one call runs: `algos` holds what was chosen at bind for the op
+// (choose_algorithm); each automatic ring becomes halving-doubling where the model
+// predicts it faster for the call's size (algorithm_for_call). `n` is the elements
+// of the whole buffer the stages cut up; a stage's nominal range shrinks by
+// max_block per dimension, so every rank decides alike.
+template <class RankLink>
+void call_algorithms(std::span<const std::size_t> extents, RankLink&& rank_link, std::span<const algorithm> requested,
+                     std::span<algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune) {
+  std::size_t range = n;
+  for (std::size_t d = 0; d < extents.size(); ++d) {
+    const std::size_t p = extents[d];
+    if (p <= 1) continue;
+    const link_info& link = rank_link(d);  // the rank's share of a NIC
+    algos[d] = algorithm_for_call(algos[d], d < requested.size() ? requested[d] : algorithm::automatic, link, p, range,
+                                  elem_size, tune);
+    range = max_block(range, p);
+  }
+}
+inline void call_algorithms(const runtime_topology& topo, std::span<const algorithm> requested,
+                            std::span<algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune) {
+  const auto ext = topo.extents();
+  std::vector<link_info> links(ext.size());
+  for (std::size_t d = 0; d < ext.size(); ++d) links[d] = topo.rank_link(d);
+  call_algorithms(ext, [&](std::size_t d) -> const link_info& { return links[d]; }, requested, algos, n, elem_size, tune);
+}
+
 // How an all_reduce of `count` elements is cut into segments of `length` elements
 // (the last one shorter): the one place that says so, for the host engine
 // (executor/host/segments.hpp), the GPU schedule (schedule.hpp) and explain()
@@ -131,10 +157,20 @@ inline std::size_t in_flight(std::size_t K, const tuning& tune) {
   return tune.pipeline_depth < K ? tune.pipeline_depth : K;
 }
 
+// Elements per segment when n elements are cut into about K segments: rounded up
+// to whole cache lines, so that segments after the first start on one.
+constexpr std::size_t segment_length(std::size_t n, std::size_t K, std::size_t elem_size) noexcept {
+  const std::size_t line = elem_size < 64 ? 64 / elem_size : 1;
+  const std::size_t len = max_block(n, K ? K : 1);
+  return len >= n ? n : (len + line - 1) / line * line;
+}
+static_assert(segment_length(4099, 257, 4) == 16 && segment_length(100, 1, 4) == 100 && segment_length(0, 4, 4) == 0);
+
 // Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
 // pipelining). Segments after the first start on a cache line.
-inline std::size_t segment_elements(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
-                                    std::size_t elem_size, const tuning& tune) {
+// Whether an all_reduce with these algorithms is pipelined at all: two or more
+// dimensions of more than one rank, one of which moves messages (see the top).
+inline bool pipelines(const runtime_topology& topo, std::span<const algorithm> algos) {
   std::size_t busy = 0;
   bool messages = false;
   for (std::size_t d = 0; d < topo.ndims(); ++d) {
@@ -143,7 +179,12 @@ inline std::size_t segment_elements(const runtime_topology& topo, std::span<cons
     const auto& link = topo.dim(d).link;
     messages |= !(link.fully_connected && link.space == memory_space::host && algos[d] == algorithm::direct);
   }
-  if (busy < 2 || !messages || n == 0) return n;
+  return busy >= 2 && messages;
+}
+
+inline std::size_t segment_elements(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
+                                    std::size_t elem_size, const tuning& tune) {
+  if (!pipelines(topo, algos) || n == 0) return n;
   const std::size_t line = elem_size < 64 ? 64 / elem_size : 1;
   auto round = [&](std::size_t len) { return len >= n ? n : (len + line - 1) / line * line; };
   if (tune.segment_bytes) return round(max_block(tune.segment_bytes, elem_size));
@@ -155,7 +196,7 @@ inline std::size_t segment_elements(const runtime_topology& topo, std::span<cons
     const double total = t.sum + double(K - 1) * t.pace;
     if (total < best_t) best_t = total, best = K;
   }
-  return round(max_block(n, best));
+  return segment_length(n, best, elem_size);
 }
 
 // The predicted seconds of an all_reduce cut into segments of len elements.

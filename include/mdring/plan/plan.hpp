@@ -20,6 +20,7 @@
 #include "../topology/runtime.hpp"
 #include "blocks.hpp"
 #include "cost.hpp"
+#include "halving_doubling.hpp"
 #include "pipeline.hpp"
 
 #include <cstddef>
@@ -81,6 +82,9 @@ struct plan {
   std::size_t segments = 1;
   std::size_t segment_elements = 0;
   double pipelined_seconds = 0;
+  // How the algorithms and segments were picked (options.planning): empty for the
+  // cost model's estimate, or what the measurement found (plan/wisdom.hpp).
+  std::string chosen_by;
 
   double seconds() const noexcept {
     if (segments > 1) return pipelined_seconds;
@@ -129,10 +133,12 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 
 // The plan of one call on one rank. `count` is what the collective takes (per-rank
 // block for reduce_scatter / all_gather, the whole buffer otherwise); `algos[d]` is
-// the algorithm already chosen for dimension d. topo must be resolved.
+// the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
+// into that many instead of the model's count. topo must be resolved.
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
                       std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune,
-                      std::size_t root = 0, std::string type = "float", std::string op = "sum") {
+                      std::size_t root = 0, std::string type = "float", std::string op = "sum",
+                      std::size_t segments = 0) {
   plan pl;
   pl.kind = kind;
   pl.type = std::move(type);
@@ -184,6 +190,20 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
           else st.bytes_received += bytes(ph == phase::gather ? j : c);
         }
       }
+    } else if (st.algo == algorithm::halving_doubling) {
+      const hd_shape h = hd_shape_of(p);
+      st.steps = h.steps();
+      auto note = [](std::vector<std::size_t>& v, std::size_t r) {
+        for (auto x : v)
+          if (x == r) return;
+        v.push_back(r);
+      };
+      for (std::size_t s = 0; s < st.steps; ++s) {
+        const hd_step hs = ph == phase::reduce_scatter ? hd_rs_step(h, n, c, s) : hd_ag_step(h, n, c, s);
+        if (hs.sends && hs.send.count) note(st.send_to, peer(hs.partner)), st.bytes_sent += hs.send.count * elem_size;
+        if (hs.receives && hs.recv.count)
+          note(st.recv_from, peer(hs.partner)), st.bytes_received += hs.recv.count * elem_size;
+      }
     } else if (st.algo == algorithm::direct) {
       st.steps = 1;
       for (std::size_t j = 0; j < p; ++j) {
@@ -217,7 +237,8 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
   if (kind == collective::reduce)
     for (std::size_t d = k; d-- > 0;) add(phase::gather, d);
   if (kind == collective::all_reduce) {
-    const std::size_t len = segment_elements(topo, algos, count, elem_size, tune);
+    const std::size_t len =
+        segments ? segment_length(count, segments, elem_size) : segment_elements(topo, algos, count, elem_size, tune);
     pl.segments = segment_count(count, len);
     pl.segment_elements = len;
     if (pl.segments > 1) pl.pipelined_seconds = mdring::pipelined_seconds(topo, algos, count, elem_size, tune, len);
@@ -260,12 +281,12 @@ inline std::string plan::to_string() const {
                   written.to_string().c_str(), topology.to_string().c_str(), why[shape]);
     s += line;
   }
-  std::snprintf(line, sizeof line, "  %-2s %-15s %3s %-11s %5s %-7s %6s %-16s %-16s %11s %11s\n", "#", "phase", "dim",
+  std::snprintf(line, sizeof line, "  %-2s %-15s %3s %-11s %5s %-16s %6s %-16s %-16s %11s %11s\n", "#", "phase", "dim",
                 "link", "ranks", "algo", "steps", "sends to", "receives from", "bytes out", "predicted");
   s += line;
   std::size_t i = 0;
   for (auto& st : stages) {
-    std::snprintf(line, sizeof line, "  %-2zu %-15s %3zu %-11s %5zu %-7s %6zu %-16s %-16s %11s %11s%s\n", ++i,
+    std::snprintf(line, sizeof line, "  %-2zu %-15s %3zu %-11s %5zu %-16s %6zu %-16s %-16s %11s %11s%s\n", ++i,
                   std::string(mdring::to_string(st.ph)).c_str(), st.dim, st.link.name.c_str(), st.extent,
                   std::string(mdring::to_string(st.algo)).c_str(), st.steps, detail::rank_list(st.send_to).c_str(),
                   detail::rank_list(st.recv_from).c_str(), detail::human_bytes(double(st.bytes_sent)).c_str(),
@@ -300,6 +321,7 @@ inline std::string plan::to_string() const {
   std::snprintf(line, sizeof line, "predicted total: %s (alpha-beta-gamma model from the links' traits)\n",
                 detail::human_seconds(seconds()).c_str());
   s += line;
+  if (!chosen_by.empty()) s += "plan: " + chosen_by + "\n";
   return s;
 }
 

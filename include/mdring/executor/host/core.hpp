@@ -47,6 +47,8 @@
 #include "../../options.hpp"
 #include "../../plan/blocks.hpp"
 #include "../../plan/cost.hpp"
+#include "../../plan/halving_doubling.hpp"
+#include "../../plan/pipeline.hpp"
 #include "../../reduce/host.hpp"
 #include "../../transport/shared_access.hpp"
 #include "../../transport/transport.hpp"
@@ -199,7 +201,7 @@ public:
   // Dimension d runs its direct stages through shared access instead of messages.
   bool shared(std::size_t d) {
     if constexpr (has_shared_access)
-      return dims_[d].algo_for(commutative_) == algorithm::direct && tr_.shared(dims_[d].ch);
+      return algo(d) == algorithm::direct && tr_.shared(dims_[d].ch);
     else
       return false;
   }
@@ -208,8 +210,11 @@ public:
   // enough that the p-1 pieces and the output stay in L2 while they are folded.
   static constexpr std::size_t piece = (std::size_t(256) << 10) / sizeof(T);
 
+  // The algorithm dimension d runs in this call (choose_algorithms).
+  algorithm algo(std::size_t d) const { return c_.algorithm_slots()[d]; }
   // Dimension d runs the direct algorithm (for this op).
-  bool direct(std::size_t d) const { return dims_[d].algo_for(commutative_) == algorithm::direct; }
+  bool direct(std::size_t d) const { return algo(d) == algorithm::direct; }
+  bool halving_doubling(std::size_t d) const { return algo(d) == algorithm::halving_doubling; }
 
   // ---- helpers --------------------------------------------------------------
 
@@ -220,7 +225,18 @@ public:
     return scratch;
   }
 
+  // What this call of n elements (the whole buffer the stages cut up) runs in each
+  // dimension: the bind-time algorithm for the op, with automatic rings refined
+  // for the size (plan/pipeline.hpp call_algorithms). Every collective starts here.
+  void choose_algorithms(std::size_t n) {
+    auto& al = c_.algorithm_slots();
+    for (std::size_t d = 0; d < dims_.size(); ++d) al[d] = dims_[d].algo_for(commutative_);
+    call_algorithms(ext_, [&](std::size_t d) -> const link_info& { return dims_[d].rank_link; },
+                    c_.requested_algorithms(), al, n, sizeof(T), c_.get_options().tune);
+  }
+  // The call's algorithms and stage ranges for n elements.
   std::vector<block_range>& ranges(std::size_t n) {
+    choose_algorithms(n);
     auto& rg = c_.range_slots();
     stage_ranges(n, ext_, coords_, rg);
     return rg;
@@ -277,10 +293,14 @@ public:
     if (need_w) s.w = mb1;
     for (std::size_t d = std::size_t(first); d < ext_.size(); ++d) {
       if (ext_[d] == 1) continue;
-      if (dims_[d].algo_for(commutative_) == algorithm::direct) {
+      if (direct(d)) {
         const std::size_t slots = direct_slots(d, rg[d].count);
         s.q = slots > s.q ? slots : s.q;
         if (permuted && int(d) == first && !shared(d)) s.pack = slots;
+      } else if (halving_doubling(d)) {
+        // R0 receives up to the whole range, R1 holds the partials without mid.
+        s.r = rg[d].count > s.r ? rg[d].count : s.r;
+        s.two_r = true;
       } else {
         const std::size_t mb = max_block(rg[d].count, ext_[d]);
         s.r = mb > s.r ? mb : s.r;
@@ -297,7 +317,8 @@ public:
     const std::size_t mb1 = max_block(rg[first].count, ext_[first]);
     s.w = mb1;
     s.two_r = true;
-    if (dims_[first].algo_for(commutative_) != algorithm::direct) s.r = mb1;
+    if (halving_doubling(std::size_t(first))) s.r = rg[first].count;  // the range, gathered before unpacking
+    else if (!direct(std::size_t(first))) s.r = mb1;
     else if (!shared(std::size_t(first))) s.q = (ext_[first] - 1) * mb1;
     (void)n;
     return s;

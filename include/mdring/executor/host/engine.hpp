@@ -4,7 +4,10 @@
 #include "../../plan/plan.hpp"
 #include "segments.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <vector>
 
 MDRING_NAMESPACE_BEGIN
 
@@ -15,9 +18,11 @@ class engine : public segment_executor<T, Op, Comm> {
 public:
   using B = segment_executor<T, Op, Comm>;
   using B::B;
+  using B::name_;
   using pipeline = typename B::pipeline;
   using segment = typename B::segment;
-  using B::c_, B::red_, B::ext_, B::coords_, B::w_lo_, B::W_, B::ranges, B::root_coords, B::line_of_root;
+  using B::c_, B::red_, B::ext_, B::coords_, B::dims_, B::commutative_, B::w_lo_, B::W_, B::ranges, B::root_coords,
+      B::line_of_root;
   using B::first_dim, B::last_dim, B::nontrivial_dims, B::sizes_rs, B::sizes_ag, B::total_bytes, B::reserve;
   using B::reduce_scatter_stage, B::all_gather_stage, B::all_gather_unpack_stage, B::scatter_stage, B::gather_stage;
   using B::all_reduce_scatter_into, B::pipeline_of, B::pipeline_scratch_bytes, B::reserve_pipeline, B::run_pipeline;
@@ -28,6 +33,9 @@ public:
   // run by the segment executor below (one segment: the stages one after another).
   void all_reduce(const T* send, T* recv, std::size_t n) {
     if (first_dim() < 0) return red_.finalize(recv, send, n, true);
+    if (c_.get_options().planning == planning::measure && commutative_ && n > 0 && !c_.measuring().active &&
+        !c_.measuring().forced && !c_.measured_plans().find(sizeof(T), n * sizeof(T)))
+      measure(n);
     pipeline pl = pipeline_of(n);
     reserve_pipeline(pl);
     run_pipeline(pl, send, recv);
@@ -126,20 +134,139 @@ public:
     }
   }
 
-  // Scratch bytes a call of this kind and count needs (for communicator::reserve).
-  std::size_t scratch_bytes(collective kind, std::size_t count) {
+  // ---- measured planning (options.planning = measure, plan/wisdom.hpp) ---------
+  //
+  // At the first all_reduce of a size class: times candidate plans on buffers of
+  // the call's size (the estimate's plan; each ring dimension the user left
+  // automatic flipped between ring and halving-doubling; with pipelining, the
+  // estimate's segment count halved and doubled, one segment, and fewer segments in
+  // flight), one warm-up and three runs each, takes every candidate's median, then
+  // the slowest rank's (one all_reduce of the medians, so every rank picks the same),
+  // and keeps the fastest; the estimate wins ties. Every rank writes options.wisdom.
+  void measure(std::size_t n) {
+    auto& ms = c_.measuring();
+    ms.active = true;
+    struct reset {
+      typename Comm::measuring_state& m;
+      ~reset() { m = {}; }
+    } guard{ms};
+    const auto& o = c_.get_options();
+    const auto& tune = o.tune;
+    this->choose_algorithms(n);
+    const std::vector<algorithm> est(c_.algorithm_slots());
+    const std::size_t K0 = segment_count(n, segment_elements(c_.executed_topology(), est, n, sizeof(T), tune));
+    std::vector<measured_choice> cand;
+    auto add = [&](const std::vector<algorithm>& al, std::size_t K, std::size_t depth) {
+      for (auto& c : cand)
+        if (c.algos == al && c.segments == K && c.depth == depth) return;
+      cand.push_back({al, K, depth, 0, 0, 0});
+    };
+    const std::size_t D = tune.pipeline_depth;
+    add(est, K0, D);
+    const auto& req = c_.requested_algorithms();
+    for (std::size_t d = 0; d < ext_.size(); ++d) {
+      if (ext_[d] < 2 || dims_[d].algo_for(true) != algorithm::ring || (d < req.size() && req[d] != algorithm::automatic))
+        continue;
+      std::vector<algorithm> al = est;
+      al[d] = est[d] == algorithm::halving_doubling ? algorithm::ring : algorithm::halving_doubling;
+      add(al, K0, D);
+    }
+    if (pipelines(c_.executed_topology(), est)) {
+      add(est, 1, D);
+      if (2 * K0 <= tune.max_segments && n >= 2 * K0) add(est, 2 * K0, D);
+      if (K0 > 2) add(est, K0 / 2, D);
+      if (K0 > 1 && D > 2) add(est, K0, 2);
+    }
+    std::vector<T> a(n), b(n);
+    std::vector<double> secs(cand.size());
+    for (std::size_t i = 0; i < cand.size(); ++i) {
+      ms.forced = &cand[i];
+      double t[4];
+      for (double& x : t) {
+        const auto t0 = deadline_clock::now();
+        pipeline pl = pipeline_of(n);
+        reserve_pipeline(pl);
+        run_pipeline(pl, a.data(), b.data());
+        x = std::chrono::duration<double>(deadline_clock::now() - t0).count();
+      }
+      ms.forced = nullptr;
+      std::sort(t + 1, t + 4);  // t[0] is the warm-up
+      secs[i] = t[2];
+    }
+    engine<double, max_t, Comm> slowest(c_, name_, max_t{}, true);
+    slowest.all_reduce(secs.data(), secs.data(), secs.size());
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < cand.size(); ++i)
+      if (secs[i] < secs[best]) best = i;
+    measured_choice m = cand[best];
+    m.seconds = secs[best];
+    m.estimate_seconds = secs[0];
+    m.candidates = cand.size();
+    wisdom& w = c_.measured_plans();
+    w.all_reduce[{sizeof(T), size_class(n * sizeof(T))}] = m;
+    if (!o.wisdom.empty()) {
+      w.save(o.wisdom, c_.rank());
+      double sync = 0;  // every rank has written it before any goes on (to bind again, say)
+      slowest.all_reduce(&sync, &sync, 1);
+    }
+  }
+
+  // Scratch bytes a call of this kind and count needs, with halving-doubling forced
+  // on dimension `force_hd` (>= 0; all_reduce then counts tuning::pipeline_depth
+  // segments in flight, the most there can be).
+  std::size_t scratch_bytes(collective kind, std::size_t count, int force_hd = -1) {
     const std::size_t n = (kind == collective::reduce_scatter || kind == collective::all_gather) ? count * c_.size() : count;
     ranges(n);
+    if (force_hd >= 0) c_.algorithm_slots()[std::size_t(force_hd)] = algorithm::halving_doubling;
     const bool multi = nontrivial_dims() > 1;
     scratch_sizes s;
     switch (kind) {
-      case collective::all_reduce: return pipeline_scratch_bytes(pipeline_of(n));
+      case collective::all_reduce: {
+        pipeline pl = pipeline_of(n, force_hd < 0);
+        if (force_hd >= 0) pl.depth = c_.get_options().tune.pipeline_depth;
+        return pipeline_scratch_bytes(pl);
+      }
       case collective::reduce_scatter: s = sizes_rs(n, multi, false, multi); break;
       case collective::all_gather: s = sizes_ag(n, multi); break;
       case collective::reduce: s = sizes_rs(n, false, false, true); break;  // a non-root rank
       default: break;
     }
     return total_bytes(s);
+  }
+
+  // Scratch enough for every call of this kind up to `count` (communicator::reserve).
+  // Halving-doubling's scratch is a whole stage range rather than a block, and
+  // automatic picks it for smaller calls only (tuning::halving_doubling_max_bytes),
+  // so a smaller call can need more than `count` itself. Every part of a call's
+  // scratch grows with its count and is larger for halving-doubling than for a
+  // ring, so the sum of these is an upper bound: the call of `count`, and for each
+  // dimension that may run it, the largest count whose range there is within the
+  // cap, with it forced there.
+  std::size_t reserve_bytes(collective kind, std::size_t count) {
+    std::size_t bytes = scratch_bytes(kind, count);
+    const std::size_t per = (kind == collective::reduce_scatter || kind == collective::all_gather) ? c_.size() : 1;
+    const std::size_t cap = c_.get_options().tune.halving_doubling_max_bytes / sizeof(T);
+    const auto& req = c_.requested_algorithms();
+    for (std::size_t d = 0; d < ext_.size(); ++d) {
+      if (ext_[d] < 4 || dims_[d].algo_for(commutative_) != algorithm::ring ||
+          (d < req.size() && req[d] != algorithm::automatic))
+        continue;
+      auto range_at = [&](std::size_t c) {  // the nominal range of dimension d (plan/pipeline.hpp)
+        std::size_t r = c * per;
+        for (std::size_t e = 0; e < d; ++e) r = ext_[e] > 1 ? max_block(r, ext_[e]) : r;
+        return r;
+      };
+      std::size_t lo = 0, hi = count;  // the largest c <= count with range_at(c) <= cap
+      if (range_at(count) > cap) {
+        while (hi - lo > 1) {
+          const std::size_t mid = lo + (hi - lo) / 2;
+          (range_at(mid) <= cap ? lo : hi) = mid;
+        }
+        hi = lo;
+      }
+      if (hi) bytes += scratch_bytes(kind, hi, int(d));
+    }
+    return bytes;
   }
 };
 

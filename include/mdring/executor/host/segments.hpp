@@ -2,8 +2,10 @@
 #pragma once
 
 #include "../../plan/pipeline.hpp"
+#include "../../plan/wisdom.hpp"
 #include "stages.hpp"
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -22,7 +24,7 @@ public:
   using B::seg_, B::slots_, B::slot_stride_, B::Q_, B::wait, B::raise, B::deadline, B::shared, B::direct, B::ranges;
   using B::first_dim, B::last_dim, B::direct_slots, B::shared_reduce_scatter_stage, B::shared_all_gather_stage;
   using B::shared_all_reduce_stage, B::ring_rs_post, B::ring_rs_fold, B::direct_rs_post, B::direct_rs_fold;
-  using B::ring_ag_post, B::direct_ag_post;
+  using B::ring_ag_post, B::direct_ag_post, B::halving_doubling, B::hd_rs_post, B::hd_rs_fold, B::hd_ag_post;
 
   // ---- the segment executor of all_reduce ------------------------------------
   //
@@ -58,15 +60,36 @@ public:
   };
   static constexpr std::size_t max_depth = 8;
 
-  std::size_t stage_steps(std::size_t d) const { return direct(d) ? 1 : ext_[d] - 1; }
+  std::size_t stage_steps(std::size_t d) const {
+    return direct(d) ? 1 : halving_doubling(d) ? hd_shape_of(ext_[d]).steps() : ext_[d] - 1;
+  }
 
-  pipeline pipeline_of(std::size_t n) {
+  // The measured plan an all_reduce of n elements runs (options.planning = measure,
+  // plan/wisdom.hpp): the candidate being timed, or what this size class measured.
+  const measured_choice* measured_for(std::size_t n) {
+    auto& ms = c_.measuring();
+    const measured_choice* m = ms.forced;
+    if (!m && !ms.active && commutative_ && c_.get_options().planning == planning::measure)
+      m = c_.measured_plans().find(sizeof(T), n * sizeof(T));
+    return m && m->algos.size() == dims_.size() ? m : nullptr;
+  }
+
+  // choose: pick the call's algorithms first (false: keep those in the slots).
+  pipeline pipeline_of(std::size_t n, bool choose = true) {
     pipeline pl;
     const auto& tune = c_.get_options().tune;
-    std::vector<algorithm> al(dims_.size());
-    for (std::size_t d = 0; d < dims_.size(); ++d) al[d] = dims_[d].algo_for(commutative_);
-    pl.seg = make_segmentation(n, segment_elements(c_.executed_topology(), al, n, sizeof(T), tune), ext_, coords_);
-    pl.depth = tune.pipeline_depth < pl.seg.segments ? tune.pipeline_depth : pl.seg.segments;
+    if (choose) B::choose_algorithms(n);
+    std::vector<algorithm>& al = c_.algorithm_slots();
+    std::size_t len, depth = tune.pipeline_depth;
+    if (const measured_choice* m = measured_for(n)) {
+      std::copy(m->algos.begin(), m->algos.end(), al.begin());
+      len = segment_length(n, m->segments, sizeof(T));
+      depth = m->depth < depth ? m->depth : depth;  // request slots exist for tune.pipeline_depth
+    } else {
+      len = segment_elements(c_.executed_topology(), al, n, sizeof(T), tune);
+    }
+    pl.seg = make_segmentation(n, len, ext_, coords_);
+    pl.depth = depth < pl.seg.segments ? depth : pl.seg.segments;
     for (std::size_t d = 0; d < ext_.size(); ++d) {
       if (ext_[d] == 1) continue;
       std::size_t need;
@@ -76,7 +99,7 @@ public:
         continue;
       }
       const std::size_t mb = max_block(pl.seg.full[d].count, ext_[d]);
-      need = direct(d) ? (ext_[d] - 1) * mb : mb;
+      need = direct(d) ? (ext_[d] - 1) * mb : halving_doubling(d) ? pl.seg.full[d].count : mb;
       pl.slot_elems = need > pl.slot_elems ? need : pl.slot_elems;
     }
     return pl;
@@ -240,6 +263,12 @@ public:
       return;
     }
     T* q = slots_ + slot * slot_stride_;
+    if (halving_doubling(d)) {
+      if (!finish) return rs ? hd_rs_post(d, r, src, mid, q, out, s) : hd_ag_post(d, r, mid, s);
+      wait(rs ? phase::reduce_scatter : phase::all_gather, d, s);
+      if (rs) hd_rs_fold(d, r, src, mid, q, out, s, final);
+      return;
+    }
     const ring_bufs b{mid, q, nullptr};
     if (!finish) {
       if (rs) direct(d) ? direct_rs_post(d, r, src, q, nullptr) : ring_rs_post(d, r, src, b, s);

@@ -1,8 +1,8 @@
 // mdring/executor/host/stages.hpp: the message stages (see core.hpp).
 //
 // A stage is a few nonblocking sends and receives on one dimension's channel,
-// one wait, and one fused reduction pass: ring (p-1 steps) or direct (one step),
-// plus the scatter and gather stages of broadcast and reduce and the all-gather
+// one wait, and one fused reduction pass: ring (p-1 steps), direct (one step) or
+// halving-doubling (log2 p steps, plan/halving_doubling.hpp), plus the scatter and gather stages of broadcast and reduce and the all-gather
 // that unpacks into the permuted block order.
 #pragma once
 
@@ -22,7 +22,7 @@ public:
   using B::c_, B::tr_, B::red_, B::dims_, B::ext_, B::coords_, B::commutative_, B::R_, B::Q_, B::P_, B::post_recv;
   using B::post_send, B::wait, B::has_shared_access, B::shared, B::direct, B::contiguous_or_pack, B::sizes_rs;
   using B::reserve, B::shared_arrive, B::shared_leave, B::staged, B::copy_bytes, B::shared_reduce_scatter_stage;
-  using B::shared_all_gather_stage;
+  using B::shared_all_gather_stage, B::halving_doubling;
 
   // ---- stages ---------------------------------------------------------------
 
@@ -35,6 +35,15 @@ public:
       direct_rs_post(d, r, src, Q_, P_);
       wait(phase::reduce_scatter, d, 0);
       return direct_rs_fold(d, r, src, Q_, out, final);
+    }
+    if (halving_doubling(d)) {
+      T* acc = mid ? mid : R_[1];
+      for (std::size_t s = 0; s < hd_shape_of(p).steps(); ++s) {
+        hd_rs_post(d, r, src, acc, R_[0], out, s);
+        wait(phase::reduce_scatter, d, s);
+        hd_rs_fold(d, r, src, acc, R_[0], out, s, final);
+      }
+      return;
     }
     const ring_bufs b{mid, R_[0], R_[1]};
     for (std::size_t s = 0; s + 1 < p; ++s) {
@@ -53,10 +62,60 @@ public:
       direct_ag_post(d, r, buf);
       return wait(phase::all_gather, d, 0);
     }
-    for (std::size_t s = 0; s + 1 < p; ++s) {
-      ring_ag_post(d, r, buf, s);
+    const bool hd = halving_doubling(d);
+    for (std::size_t s = 0; s < (hd ? hd_shape_of(p).steps() : p - 1); ++s) {
+      hd ? hd_ag_post(d, r, buf, s) : ring_ag_post(d, r, buf, s);
       wait(phase::all_gather, d, s);
     }
+  }
+
+  // Halving-doubling (plan/halving_doubling.hpp). The reduce-scatter keeps its
+  // partials in acc (covering the range: mid, or scratch) and receives into rbuf (as
+  // large as the range); the rank's block ends in out. Sends come from the source
+  // until the rank has a partial of its own: before its first fold.
+  void hd_rs_post(std::size_t d, block_range r, const view<const T>& src, T* acc, T* rbuf, T* out, std::size_t s) {
+    const hd_shape h = hd_shape_of(ext_[d]);
+    const std::size_t c = coords_[d];
+    const hd_step st = hd_rs_step(h, r.count, c, s);
+    if (st.receives)
+      post_recv(d, st.kind == hd_step::hand_out ? out : rbuf + st.recv.offset, st.recv.count, st.partner,
+                phase::reduce_scatter, s);
+    if (!st.sends) return;
+    const bool partial = s > (h.rem ? 1 : 0) || (h.rem && s > 0 && c < 2 * h.rem);
+    const T* from = partial ? acc + st.send.offset
+                            : contiguous_or_pack(src, r.offset + st.send.offset, st.send.count, acc + st.send.offset);
+    post_send(d, from, st.send.count, st.partner, phase::reduce_scatter, s);
+  }
+  // Folds what step s received: the whole range (fold in), or the half kept; the
+  // last exchange writes the rank's block to out (and a pair's other block to acc,
+  // for the hand-out), finalized when the stage is the last.
+  void hd_rs_fold(std::size_t d, block_range r, const view<const T>& src, T* acc, const T* rbuf, T* out,
+                  std::size_t s, bool final) {
+    const hd_shape h = hd_shape_of(ext_[d]);
+    const std::size_t c = coords_[d];
+    const hd_step st = hd_rs_step(h, r.count, c, s);
+    if (!st.receives || st.kind == hd_step::hand_out) return;
+    const std::size_t lead = h.rem ? 1 : 0;
+    const bool partial = st.kind == hd_step::exchange && (s > lead || (h.rem && c < 2 * h.rem));
+    auto fold = [&](std::size_t lo, std::size_t len, T* dst, bool fin) {  // elements [lo, lo+len) of the range
+      if (len == 0) return;
+      if (partial) return red_.combine(dst, rbuf + lo, acc + lo, len, fin);
+      src.runs(r.offset + lo, len, [&](const T* mine, std::size_t rel, std::size_t l) {
+        red_.combine(dst + rel, rbuf + lo + rel, mine, l, fin);
+      });
+    };
+    if (st.kind == hd_step::fold_in || s + 1 < lead + h.levels) return fold(st.recv.offset, st.recv.count, acc + st.recv.offset, false);
+    const std::size_t lo = st.recv.offset, hi = lo + st.recv.count;
+    const block_range own = block_of(r.count, ext_[d], c);
+    fold(lo, own.offset - lo, acc + lo, final);
+    fold(own.offset, own.count, out, final);
+    fold(own.offset + own.count, hi - own.offset - own.count, acc + own.offset + own.count, final);
+  }
+  // Step s of the all-gather on buf (the stage's range, this rank's block present).
+  void hd_ag_post(std::size_t d, block_range r, T* buf, std::size_t s) {
+    const hd_step st = hd_ag_step(hd_shape_of(ext_[d]), r.count, coords_[d], s);
+    if (st.receives) post_recv(d, buf + st.recv.offset, st.recv.count, st.partner, phase::all_gather, s);
+    if (st.sends) post_send(d, buf + st.send.offset, st.send.count, st.partner, phase::all_gather, s);
   }
 
   // Where a ring reduce-scatter keeps things: mid covers the range (or is null),
@@ -165,7 +224,19 @@ public:
         return;
       }
     }
-    if (dims_[d].algo_for(commutative_) == algorithm::direct) {
+    if (halving_doubling(d)) {
+      // Gathered in block order into R0 (the range), then unpacked.
+      T* whole = R_[0];
+      std::memcpy(whole + bc.offset, own, bc.count * sizeof(T));
+      for (std::size_t s = 0; s < hd_shape_of(p).steps(); ++s) {
+        hd_ag_post(d, r, whole, s);
+        wait(phase::all_gather, d, s);
+      }
+      for (std::size_t j = 0; j < p; ++j)
+        if (j != c) unpack(whole + block_of(n, p, j).offset, block_of(n, p, j));
+      return;
+    }
+    if (direct(d)) {
       const std::size_t mb = max_block(n, p);
       auto slot = [&](std::size_t j) { return Q_ + (j < c ? j : j - 1) * mb; };
       for (std::size_t j = 0; j < p; ++j)

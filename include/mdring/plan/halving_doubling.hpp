@@ -1,0 +1,161 @@
+// mdring/plan/halving_doubling.hpp: recursive halving and doubling in one dimension.
+//
+// The latency-bound algorithm of a dimension (Rabenseifner's reduce-scatter and
+// all-gather, as MPICH and Open MPI run them), cut into the same blocks as the ring
+// (blocks.hpp), so that a stage of either algorithm leaves block c at coordinate c
+// and the other stages do not care which one ran.
+//
+// p ranks, p2 = the largest power of two <= p, rem = p - p2, L = log2(p2). The
+// first 2 rem coordinates pair up, (0,1), (2,3), ...: the odd one of each pair is
+// active, the even one sits the exchanges out. Active ranks are numbered
+// v = 0 .. p2-1 ("virtual" ranks): pair i is v = i, coordinate c >= 2 rem is v = c - rem.
+// Virtual rank v answers for the blocks [first(v), first(v+1)): two blocks for a pair,
+// one otherwise, so every virtual range is contiguous.
+//
+//   reduce-scatter (steps: L, plus 2 when rem > 0)
+//     fold in   (rem > 0) each even coordinate of a pair sends its whole range to
+//               the odd one, which folds it into its own;
+//     halving   for m = p2/2, p2/4, .., 1: v and v^m split their current window of 2m
+//               virtual ranks; v keeps the half that holds v, sends the other half
+//               and folds the half it keeps with what v^m sent;
+//     hand out  (rem > 0) the odd coordinate of a pair sends block c-1 to c-1.
+//   all-gather (the reverse, without folds)
+//     fold in   (rem > 0) the even coordinate of a pair sends its block to the odd one;
+//     doubling  for m = 1, 2, .., p2/2: v sends the window of m virtual ranks it holds
+//               to v^m and receives that one's;
+//     hand out  (rem > 0) the odd coordinate sends the whole range to the even one.
+//
+// Per rank that is L + 2 messages (L without pairs) instead of the ring's p-1, for
+// about the same bytes (plus the whole range twice on the paired ranks). Every
+// element is still folded once by the rank that owns it and copied from there, so
+// results stay bitwise identical on every rank. It needs a commutative op.
+//
+// Example, p = 6 (p2 = 4, rem = 2, L = 2): pairs (0,1) and (2,3) are v = 0 and 1,
+// coordinates 4 and 5 are v = 2 and 3; v = 0 answers for blocks 0 and 1, v = 3 for
+// block 5. Reduce-scatter: step 0 folds 0 into 1 and 2 into 3; step 1 (m = 2) pairs
+// coordinates 1-4 and 3-5, step 2 (m = 1) pairs 1-3 and 4-5; step 3 sends block 0 from
+// 1 to 0 and block 2 from 3 to 2. Tests: tests/test_plan.cpp.
+#pragma once
+
+#include "../config.hpp"
+#include "blocks.hpp"
+
+#include <bit>
+#include <cstddef>
+
+MDRING_NAMESPACE_BEGIN
+
+struct hd_shape {
+  std::size_t p = 1, p2 = 1, rem = 0, levels = 0;
+  constexpr std::size_t steps() const noexcept { return levels + (rem ? 2 : 0); }
+  // Coordinate c takes part in the exchanges (the odd one of a pair, or unpaired).
+  constexpr bool active(std::size_t c) const noexcept { return c >= 2 * rem || c % 2 == 1; }
+  constexpr std::size_t virtual_of(std::size_t c) const noexcept { return c < 2 * rem ? c / 2 : c - rem; }
+  constexpr std::size_t coordinate_of(std::size_t v) const noexcept { return v < rem ? 2 * v + 1 : v + rem; }
+  // The first block virtual rank v answers for (v == p2: p, the end).
+  constexpr std::size_t first_block(std::size_t v) const noexcept { return v < rem ? 2 * v : v + rem; }
+  // Elements [a, b) of virtual ranks a .. b-1 in a range of n elements.
+  constexpr block_range window(std::size_t n, std::size_t a, std::size_t b) const noexcept {
+    const std::size_t lo = block_of(n, p, first_block(a)).offset;
+    const std::size_t hi = first_block(b) >= p ? n : block_of(n, p, first_block(b)).offset;
+    return {lo, hi - lo};
+  }
+};
+
+constexpr hd_shape hd_shape_of(std::size_t p) noexcept {
+  hd_shape h;
+  h.p = p ? p : 1;
+  h.p2 = std::bit_floor(h.p);
+  h.rem = h.p - h.p2;
+  h.levels = std::size_t(std::countr_zero(h.p2));
+  return h;
+}
+
+// What step s of a stage does on coordinate c.
+struct hd_step {
+  enum kind_t { fold_in, exchange, hand_out } kind = exchange;
+  std::size_t partner = 0;  // the coordinate messages go to and come from (exchange)
+  block_range send{}, recv{};  // element ranges, relative to the stage's range
+  bool sends = false, receives = false;
+};
+
+// Step s (0 <= s < steps()) of the reduce-scatter on a range of n elements.
+// Exchange steps: `recv` is what this rank keeps and folds, `send` the other half.
+constexpr hd_step hd_rs_step(const hd_shape& h, std::size_t n, std::size_t c, std::size_t s) noexcept {
+  hd_step st;
+  const std::size_t lead = h.rem ? 1 : 0;
+  if (h.rem && s == 0) {
+    st.kind = hd_step::fold_in;
+    if (c < 2 * h.rem) {
+      st.partner = c ^ 1;
+      (c % 2 ? st.receives : st.sends) = true;
+      st.send = st.recv = {0, n};
+    }
+    return st;
+  }
+  if (h.rem && s == h.levels + 1) {
+    st.kind = hd_step::hand_out;
+    if (c < 2 * h.rem) {
+      st.partner = c ^ 1;
+      (c % 2 ? st.sends : st.receives) = true;
+      st.send = st.recv = block_of(n, h.p, c & ~std::size_t(1));
+    }
+    return st;
+  }
+  if (!h.active(c)) return st;
+  const std::size_t m = h.p2 >> (s - lead + 1), v = h.virtual_of(c);
+  const std::size_t lo = v & ~(2 * m - 1), keep = v & m ? lo + m : lo, give = v & m ? lo : lo + m;
+  st.partner = h.coordinate_of(v ^ m);
+  st.recv = h.window(n, keep, keep + m);
+  st.send = h.window(n, give, give + m);
+  st.sends = st.receives = true;
+  return st;
+}
+
+// Step s of the all-gather on a range of n elements, block c present.
+constexpr hd_step hd_ag_step(const hd_shape& h, std::size_t n, std::size_t c, std::size_t s) noexcept {
+  hd_step st;
+  const std::size_t lead = h.rem ? 1 : 0;
+  if (h.rem && s == 0) {
+    st.kind = hd_step::fold_in;
+    if (c < 2 * h.rem) {
+      st.partner = c ^ 1;
+      (c % 2 ? st.receives : st.sends) = true;
+      st.send = st.recv = block_of(n, h.p, c & ~std::size_t(1));
+    }
+    return st;
+  }
+  if (h.rem && s == h.levels + 1) {
+    st.kind = hd_step::hand_out;
+    if (c < 2 * h.rem) {
+      st.partner = c ^ 1;
+      (c % 2 ? st.sends : st.receives) = true;
+      st.send = st.recv = {0, n};
+    }
+    return st;
+  }
+  if (!h.active(c)) return st;
+  const std::size_t m = std::size_t(1) << (s - lead), v = h.virtual_of(c);
+  const std::size_t mine = v & ~(m - 1), theirs = (v ^ m) & ~(m - 1);
+  st.partner = h.coordinate_of(v ^ m);
+  st.send = h.window(n, mine, mine + m);
+  st.recv = h.window(n, theirs, theirs + m);
+  st.sends = st.receives = true;
+  return st;
+}
+
+// The worked example above, checked.
+static_assert(hd_shape_of(6).p2 == 4 && hd_shape_of(6).rem == 2 && hd_shape_of(6).steps() == 4);
+static_assert(hd_shape_of(8).steps() == 3 && hd_shape_of(2).steps() == 1 && hd_shape_of(3).steps() == 3);
+static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 1).partner == 4 && hd_rs_step(hd_shape_of(6), 60, 3, 1).partner == 5);
+static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 2).partner == 3 && hd_rs_step(hd_shape_of(6), 60, 4, 2).partner == 5);
+// p = 6, n = 60: blocks of 10; coordinate 1 (v = 0) keeps blocks 0-3 at m = 2 and
+// sends 4-5, then keeps 0-1 and sends 2-3; coordinate 5 (v = 3) ends with block 5.
+static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 1).recv == block_range{0, 40});
+static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 1).send == block_range{40, 20});
+static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 2).recv == block_range{0, 20});
+static_assert(hd_rs_step(hd_shape_of(6), 60, 5, 2).recv == block_range{50, 10});
+static_assert(hd_rs_step(hd_shape_of(6), 60, 0, 3).receives && hd_rs_step(hd_shape_of(6), 60, 0, 3).recv == block_range{0, 10});
+static_assert(!hd_rs_step(hd_shape_of(6), 60, 0, 1).sends && !hd_rs_step(hd_shape_of(6), 60, 0, 1).receives);
+
+MDRING_NAMESPACE_END
