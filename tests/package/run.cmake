@@ -2,7 +2,7 @@
 #   MODE=find_package      install mdring from BUILD_DIR into a prefix, then
 #                          find_package(mdring) from tests/package/consumer
 #   MODE=add_subdirectory  add_subdirectory(SOURCE_DIR) from the same consumer
-# then builds the consumer and runs its programs.
+# then builds the consumer and runs its programs. OPTIMIZE: the consumer's -O.
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 
@@ -16,6 +16,11 @@ endfunction()
 
 set(args -S ${SOURCE_DIR}/tests/package/consumer -B ${WORK_DIR}/build -DCMAKE_CXX_COMPILER=${CXX}
          -DCMAKE_BUILD_TYPE=Release -DMDRING_MODE=${MODE})
+# MDRING_TEST_OPTIMIZE (CI: -O0) compiles the consumer's programs the same way as
+# the tests: what they check (the package) does not depend on it.
+if(OPTIMIZE)
+  list(APPEND args "-DCMAKE_CXX_FLAGS_RELEASE=${OPTIMIZE} -DNDEBUG")
+endif()
 if(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
   if(NOT EXISTS ${WORK_DIR}/prefix/share/cmake/mdring/mdringConfigVersion.cmake)
