@@ -302,8 +302,8 @@ public:
     if (m) {
       char buf[200];
       std::snprintf(buf, sizeof buf,
-                    "measured (options.planning = measure): the fastest of %zu candidates, %s, where the "
-                    "estimate's plan took %s",
+                    "measured (options.planning = measure): %zu candidates timed at the first call of this "
+                    "size class; this plan took %s, the estimate's %s",
                     m->candidates, detail::human_seconds(m->seconds).c_str(),
                     detail::human_seconds(m->estimate_seconds).c_str());
       pl.chosen_by = buf;
