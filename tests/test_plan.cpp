@@ -628,6 +628,18 @@ TEST_CASE("halving-doubling: what automatic picks for a call") {
   CHECK(al == std::vector<algorithm>{algorithm::direct, algorithm::halving_doubling});
 }
 
+// What File::parse(text, source) throws (its message), checking the argument it names.
+template <class File>
+std::string parse_error(const std::string& text, const std::string& source, const std::string& argument) {
+  try {
+    File::parse(text, source);
+  } catch (const m::invalid_argument& e) {
+    CHECK(e.argument() == argument);
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST_CASE("profile: text round trip, exact doubles, errors naming the line, applied by link name") {
   m::profile p;
   p.topology = "shm:2 x ethernet:3";
@@ -646,15 +658,7 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   CHECK(q.find("nvlink") == nullptr);
   // comments and blank lines are skipped
   CHECK(m::profile::parse("# a comment\n\nmdring-profile 1  # trailing\nlink x=1e9,0\n").links.at(0).bandwidth == 1e9);
-  auto error_of = [](const std::string& t) {
-    try {
-      m::profile::parse(t, "test.profile");
-    } catch (const m::invalid_argument& e) {
-      CHECK(e.argument() == "profile");
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto error_of = [](const std::string& t) { return parse_error<m::profile>(t, "test.profile", "profile"); };
   CHECK(error_of("link x=1e9,0\n") ==
         "mdring::profile: test.profile, line 1: expected \"mdring-profile 1\" first (is this a profile written by "
         "mdring::calibrate?)");
@@ -709,14 +713,7 @@ TEST_CASE("wisdom: text round trip, size classes, errors naming the line") {
   CHECK(w.find(4, (2 << 20) - 1) == &w.all_reduce.at({4, 20}));
   CHECK(w.find(4, 2 << 20) == nullptr);
   CHECK(w.find(8, 8) == &w.all_reduce.at({8, 3}));
-  auto error_of = [](const std::string& t) {
-    try {
-      m::wisdom::parse(t, "w");
-    } catch (const m::invalid_argument& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto error_of = [](const std::string& t) { return parse_error<m::wisdom>(t, "w", "wisdom"); };
   CHECK(error_of("key x\n") == "mdring::wisdom: w, line 1: expected \"mdring-wisdom 1\" first");
   CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 ring 1\n"), "line 2: all_reduce takes ELEMENT_SIZE"));
   CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 tree 1 1 0 0 1\n"), "unknown algorithm \"tree\""));

@@ -79,29 +79,26 @@ struct hd_step {
   bool sends = false, receives = false;
 };
 
+// The steps of a pair (coordinates c and c^1 below 2 rem): at the fold-in the even
+// one sends `moved` to the odd one, at the hand-out the odd one to the even one.
+constexpr hd_step hd_pair_step(const hd_shape& h, std::size_t c, hd_step::kind_t kind, block_range moved) noexcept {
+  hd_step st;
+  st.kind = kind;
+  if (c < 2 * h.rem) {
+    st.partner = c ^ 1;
+    ((c % 2 == 1) == (kind == hd_step::hand_out) ? st.sends : st.receives) = true;
+    st.send = st.recv = moved;
+  }
+  return st;
+}
+
 // Step s (0 <= s < steps()) of the reduce-scatter on a range of n elements.
 // Exchange steps: `recv` is what this rank keeps and folds, `send` the other half.
 constexpr hd_step hd_rs_step(const hd_shape& h, std::size_t n, std::size_t c, std::size_t s) noexcept {
   hd_step st;
   const std::size_t lead = h.rem ? 1 : 0;
-  if (h.rem && s == 0) {
-    st.kind = hd_step::fold_in;
-    if (c < 2 * h.rem) {
-      st.partner = c ^ 1;
-      (c % 2 ? st.receives : st.sends) = true;
-      st.send = st.recv = {0, n};
-    }
-    return st;
-  }
-  if (h.rem && s == h.levels + 1) {
-    st.kind = hd_step::hand_out;
-    if (c < 2 * h.rem) {
-      st.partner = c ^ 1;
-      (c % 2 ? st.sends : st.receives) = true;
-      st.send = st.recv = block_of(n, h.p, c & ~std::size_t(1));
-    }
-    return st;
-  }
+  if (h.rem && s == 0) return hd_pair_step(h, c, hd_step::fold_in, {0, n});
+  if (h.rem && s == h.levels + 1) return hd_pair_step(h, c, hd_step::hand_out, block_of(n, h.p, c & ~std::size_t(1)));
   if (!h.active(c)) return st;
   const std::size_t m = h.p2 >> (s - lead + 1), v = h.virtual_of(c);
   const std::size_t lo = v & ~(2 * m - 1), keep = v & m ? lo + m : lo, give = v & m ? lo : lo + m;
@@ -116,24 +113,8 @@ constexpr hd_step hd_rs_step(const hd_shape& h, std::size_t n, std::size_t c, st
 constexpr hd_step hd_ag_step(const hd_shape& h, std::size_t n, std::size_t c, std::size_t s) noexcept {
   hd_step st;
   const std::size_t lead = h.rem ? 1 : 0;
-  if (h.rem && s == 0) {
-    st.kind = hd_step::fold_in;
-    if (c < 2 * h.rem) {
-      st.partner = c ^ 1;
-      (c % 2 ? st.receives : st.sends) = true;
-      st.send = st.recv = block_of(n, h.p, c & ~std::size_t(1));
-    }
-    return st;
-  }
-  if (h.rem && s == h.levels + 1) {
-    st.kind = hd_step::hand_out;
-    if (c < 2 * h.rem) {
-      st.partner = c ^ 1;
-      (c % 2 ? st.sends : st.receives) = true;
-      st.send = st.recv = {0, n};
-    }
-    return st;
-  }
+  if (h.rem && s == 0) return hd_pair_step(h, c, hd_step::fold_in, block_of(n, h.p, c & ~std::size_t(1)));
+  if (h.rem && s == h.levels + 1) return hd_pair_step(h, c, hd_step::hand_out, {0, n});
   if (!h.active(c)) return st;
   const std::size_t m = std::size_t(1) << (s - lead), v = h.virtual_of(c);
   const std::size_t mine = v & ~(m - 1), theirs = (v ^ m) & ~(m - 1);
