@@ -61,10 +61,14 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
     // The critical path is an active rank's: fold in, L exchanges, hand out.
     const hd_shape h = hd_shape_of(p);
     const double all = double(n) * double(elem_size), g = ph == phase::reduce_scatter ? gamma : 0.0;
-    auto message = [&](double bytes, double per_byte_fold) { return link.latency + link.overhead + bytes * (beta + per_byte_fold); };
+    auto message = [&](double bytes, double per_byte_fold) {
+      return link.latency + link.overhead + bytes * (beta + per_byte_fold);
+    };
     double t = 0, piece = all;
     for (std::size_t k = 0; k < h.levels; ++k) t += message(piece /= 2, g);
-    if (h.rem) t += ph == phase::reduce_scatter ? message(all, g) + message(block_bytes, 0) : message(block_bytes, 0) + message(all, 0);
+    if (h.rem)  // the pair's whole range and one block, in that order or the other
+      t += ph == phase::reduce_scatter ? message(all, g) + message(block_bytes, 0)
+                                       : message(block_bytes, 0) + message(all, 0);
     return t;
   }
   if (algo == algorithm::direct) return link.latency + others * (move + fold);

@@ -2,8 +2,9 @@
 //
 // A stage is a few nonblocking sends and receives on one dimension's channel,
 // one wait, and one fused reduction pass: ring (p-1 steps), direct (one step) or
-// halving-doubling (log2 p steps, plan/halving_doubling.hpp), plus the scatter and gather stages of broadcast and reduce and the all-gather
-// that unpacks into the permuted block order.
+// halving-doubling (log2 p steps, plan/halving_doubling.hpp), plus the scatter and
+// gather stages of broadcast and reduce and the all-gather that unpacks into the
+// permuted block order.
 #pragma once
 
 #include "shared_stages.hpp"
@@ -104,7 +105,8 @@ public:
         red_.combine(dst + rel, rbuf + lo + rel, mine, l, fin);
       });
     };
-    if (st.kind == hd_step::fold_in || s + 1 < lead + h.levels) return fold(st.recv.offset, st.recv.count, acc + st.recv.offset, false);
+    if (st.kind == hd_step::fold_in || s + 1 < lead + h.levels)
+      return fold(st.recv.offset, st.recv.count, acc + st.recv.offset, false);
     const std::size_t lo = st.recv.offset, hi = lo + st.recv.count;
     const block_range own = block_of(r.count, ext_[d], c);
     fold(lo, own.offset - lo, acc + lo, final);
