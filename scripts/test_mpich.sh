@@ -14,8 +14,9 @@ quick=()
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 mdring_ensure_packages "${MDRING_PACKAGES[@]}" mpich libmpich-dev
-cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
+cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="${MDRING_OPTIMIZE:--O2} -DNDEBUG" \
   -DMDRING_CUDA=OFF -DMDRING_ENABLE_BOOST_MPI=OFF -DMDRING_BUILD_EXAMPLES=OFF -DMDRING_BUILD_BENCHMARKS=OFF \
+  -DMDRING_BUILD_TORCH=OFF -DMDRING_BUILD_TOOLS=OFF \
   -DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
   -DMPI_Fortran_COMPILER=/usr/bin/mpif90.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >/dev/null
 targets=(mdring_pmpi pmpi_collectives pmpi_failure)
