@@ -223,11 +223,14 @@ config parse(int argc, char** argv) {
       while (pos <= s.size()) {
         const std::size_t comma = std::min(s.find(',', pos), s.size());
         const std::string w = s.substr(pos, comma - pos);
-        if (w == "ring") c.algorithms.push_back(md::algorithm::ring);
-        else if (w == "direct") c.algorithms.push_back(md::algorithm::direct);
-        else if (w == "halving_doubling" || w == "hd") c.algorithms.push_back(md::algorithm::halving_doubling);
-        else if (w == "auto" || w == "automatic") c.algorithms.push_back(md::algorithm::automatic);
-        else usage("unknown algorithm: " + w);
+        // mdring's names (as explain() prints them), and the short hd and auto
+        if (w == "hd") c.algorithms.push_back(md::algorithm::halving_doubling);
+        else if (w == "auto") c.algorithms.push_back(md::algorithm::automatic);
+        else try {
+          c.algorithms.push_back(md::algorithm_from_string(w, "--algorithms"));
+        } catch (const md::invalid_argument& e) {
+          usage(std::string("--algorithms: ") + e.what());
+        }
         pos = comma + 1;
       }
     } else if (a == "-h" || a == "--help") usage("help");
