@@ -36,6 +36,18 @@
 MDRING_NAMESPACE_BEGIN
 
 // What a stage does to its range.
+enum class collective { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
+
+constexpr std::string_view to_string(collective c) noexcept {
+  switch (c) {
+    case collective::all_reduce: return "all_reduce";
+    case collective::reduce_scatter: return "reduce_scatter";
+    case collective::all_gather: return "all_gather";
+    case collective::broadcast: return "broadcast";
+    default: return "reduce";
+  }
+}
+
 enum class phase { reduce_scatter, all_gather, scatter, gather };
 
 constexpr std::string_view to_string(phase p) noexcept {

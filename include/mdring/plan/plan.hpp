@@ -32,18 +32,6 @@
 
 MDRING_NAMESPACE_BEGIN
 
-enum class collective { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
-
-constexpr std::string_view to_string(collective c) noexcept {
-  switch (c) {
-    case collective::all_reduce: return "all_reduce";
-    case collective::reduce_scatter: return "reduce_scatter";
-    case collective::all_gather: return "all_gather";
-    case collective::broadcast: return "broadcast";
-    default: return "reduce";
-  }
-}
-
 struct plan_stage {
   phase ph = phase::reduce_scatter;
   std::size_t dim = 0;
