@@ -140,7 +140,7 @@ struct inside {
   inside(const inside&) = delete;
   inside& operator=(const inside&) = delete;
 };
-bool reentered() { return depth > 0 || md::detail::fiber::current() != nullptr; }
+bool reentered() { return depth > 0 || md::detail::executing_depth() > 0; }
 
 std::atomic<bool> finalized{false};    // MPI_Finalize has begun
 std::atomic<bool> initialized{false};  // PMPI_Initialized said so once

@@ -90,8 +90,8 @@ struct world {
     return count;
   }
 
-  world(std::vector<dim_case> d, collective k, std::size_t n, std::size_t rt, std::size_t len, std::size_t stg, bool ip)
-      : dims(std::move(d)), kind(k), count(n), root(rt), seg_len(len), staging(stg), in_place(ip) {
+  world(std::vector<dim_case> dc, collective k, std::size_t n, std::size_t rt, std::size_t len, std::size_t stg, bool ip)
+      : dims(std::move(dc)), kind(k), count(n), root(rt), seg_len(len), staging(stg), in_place(ip) {
     for (auto& x : dims) ext.push_back(x.extent), P *= x.extent;
     ranks.resize(P);
     for (std::size_t r = 0; r < P; ++r) {

@@ -22,7 +22,6 @@
 #include "topology/ring.hpp"
 #include "topology/runtime.hpp"
 
-#include "executor/fiber.hpp"
 #include "executor/progress.hpp"
 
 #include "plan/blocks.hpp"
@@ -31,8 +30,10 @@
 #include "plan/pipeline.hpp"
 #include "plan/halving_doubling.hpp"
 #include "plan/plan.hpp"
+#include "plan/program.hpp"
+#include "plan/collective_programs.hpp"
+#include "plan/program_cache.hpp"
 #include "plan/profile.hpp"
-#include "plan/schedule.hpp"
 
 #include "reduce/host.hpp"
 #include "reduce/ops.hpp"

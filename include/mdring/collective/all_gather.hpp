@@ -35,7 +35,7 @@ auto all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcoun
       detail::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T), in_place,
                             "sendbuf must be recvbuf + rank() * sendcount"));
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), sendcount, 0,
-                                  [=](auto& e) { e.all_gather(sendbuf, recvbuf, sendcount); });
+                                  [=](auto& e) { e.start_all_gather(sendbuf, recvbuf, sendcount); });
 }
 }  // namespace detail
 

@@ -35,7 +35,7 @@ auto all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, O
       detail::check_null(name, "recvbuf", recvbuf, count),
       detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice"));
   return detail::launch<Async, T>(comm, name, op, std::move(err), count, 0,
-                                  [=](auto& e) { e.all_reduce(sendbuf, recvbuf, count); });
+                                  [=](auto& e) { e.start_all_reduce(sendbuf, recvbuf, count); });
 }
 }  // namespace detail
 

@@ -23,7 +23,7 @@ auto broadcast_impl(C& comm, T* buf, std::size_t count, std::size_t root) {
   auto err = detail::first_error(detail::check_root(name, root, comm.size()),
                                  detail::check_null(name, "buf", buf, count));
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), count, root,
-                                  [=](auto& e) { e.broadcast(buf, count, root); });
+                                  [=](auto& e) { e.start_broadcast(buf, count, root); });
 }
 }  // namespace detail
 

@@ -22,6 +22,7 @@
 #include "../plan/cost.hpp"
 #include "../plan/merge.hpp"
 #include "../plan/plan.hpp"
+#include "../plan/program_cache.hpp"
 #include "../plan/wisdom.hpp"
 #include "fingerprint.hpp"
 #include "../reduce/ops.hpp"
@@ -223,9 +224,8 @@ public:
     reqs_.reset(new typename Transport::request[nreq_]);
     req_info_.resize(nreq_);
     ptrs_.resize(pmax);
-    root_coords_.resize(k);
     call_algos_.resize(k);
-    ranges_.resize(k);
+    program_dims_.resize(k);
     progress_mode mode = opts_.progress;
     if (mode == progress_mode::automatic)
       mode = detail::background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
@@ -340,9 +340,11 @@ public:
   std::size_t request_slot_size() const noexcept { return req_per_slot_; }
   std::vector<request_info>& request_infos() noexcept { return req_info_; }
   std::vector<const void*>& pointer_slots() noexcept { return ptrs_; }
-  std::vector<std::size_t>& root_coordinates() noexcept { return root_coords_; }
-  std::vector<block_range>& range_slots() noexcept { return ranges_; }
   std::vector<algorithm>& algorithm_slots() noexcept { return call_algos_; }
+  // The programs of recent calls (plan/program_cache.hpp), and the per-dimension
+  // parameters a call's program is looked up with.
+  program_cache& programs() noexcept { return programs_; }
+  std::vector<dim_program>& program_dims() noexcept { return program_dims_; }
   // options.planning = measure: the measured all_reduce plans (plan/wisdom.hpp), and
   // what the executor is measuring (executor/host/engine.hpp).
   struct measuring_state {
@@ -370,9 +372,10 @@ private:
   runtime_topology topo_;
   merged_dimensions merged_;
   std::size_t size_ = 0, rank_ = 0;
-  std::vector<std::size_t> extents_, coords_, root_coords_, written_extents_, written_coords_;
-  std::vector<block_range> ranges_;
+  std::vector<std::size_t> extents_, coords_, written_extents_, written_coords_;
   std::vector<algorithm> call_algos_;
+  std::vector<dim_program> program_dims_;
+  program_cache programs_;
   wisdom wisdom_;
   measuring_state measuring_;
   std::vector<dim_state> dims_;

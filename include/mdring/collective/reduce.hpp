@@ -38,7 +38,7 @@ auto reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::
                                       "pass the same pointer twice")
               : std::nullopt);
   return detail::launch<Async, T>(comm, name, op, std::move(err), count, root,
-                                  [=](auto& e) { e.reduce(sendbuf, recvbuf, count, root); });
+                                  [=](auto& e) { e.start_reduce(sendbuf, recvbuf, count, root); });
 }
 }  // namespace detail
 

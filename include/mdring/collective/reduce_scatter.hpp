@@ -38,7 +38,7 @@ auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recv
       detail::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T), in_place,
                             "recvbuf must be sendbuf + rank() * recvcount"));
   return detail::launch<Async, T>(comm, name, op, std::move(err), recvcount, 0,
-                                  [=](auto& e) { e.reduce_scatter(sendbuf, recvbuf, recvcount); });
+                                  [=](auto& e) { e.start_reduce_scatter(sendbuf, recvbuf, recvcount); });
 }
 }  // namespace detail
 

@@ -20,11 +20,13 @@
 #include "../reduce/ops.hpp"
 #include "communicator.hpp"
 #include "../executor/host/engine.hpp"
+#include "../executor/progress.hpp"
 #include "request.hpp"
 
 #include <cstdint>
 #include <cstdio>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -107,11 +109,6 @@ std::optional<arg_error> check_op(Comm& comm, bool commutative, const char* name
   return std::nullopt;
 }
 
-// One small all-reduce (max) of what every rank passed; afterwards every rank
-// knows whether all agree and who had a bad argument.
-template <class Comm>
-void agree(Comm& comm, const char* name, const std::optional<arg_error>& err, std::int64_t count,
-           std::int64_t type_id, std::int64_t op_id, std::int64_t root);
 
 [[noreturn]] inline void throw_unusable(const std::string& name, const std::string& failure) {
   throw communicator_error("mdring::" + name + ": the communicator is unusable after an earlier error (" + failure +
@@ -134,61 +131,145 @@ std::optional<arg_error> issue_checks(Comm& comm, const char* name, bool commuta
   return err;
 }
 
-// Steps 3 and 5, when the call's turn comes (at once for a blocking call with
-// nothing in flight; on the executor's fiber otherwise).
-template <class T, class Op, class Comm, class Body>
-void execute_collective(Comm& comm, const char* name, const Op& op, const std::optional<arg_error>& err,
-                        std::size_t count, std::size_t root, Body& body) {
-  if (!comm.usable()) throw_unusable(name, comm.failure());
-  if (comm.get_options().checks == check_level::collective)
-    agree(comm, name, err, std::int64_t(count), type_id<T>(), type_id<Op>(), std::int64_t(root));
-  try {
-    // After a failed static check, instantiate nothing more: one message, not a cascade.
-    if constexpr (std::is_trivially_copyable_v<T> && reduction_for<Op, T>) {
-      engine<T, Op, Comm> e(comm, name, op, op_traits<Op>::commutative);
-      body(e);
-    }
-  } catch (const remote_error& e) {
-    comm.mark_broken(e.what());
-    throw;
-  } catch (const std::exception& e) {
-    comm.mark_broken(e.what());
-    comm.get_transport().abort(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
-    throw;
-  }
+// The arguments every rank must agree on under check_level::collective, as one
+// small all-reduce (max) of pairs (x, -x), which gives the maximum and minus the
+// minimum of each; afterwards every rank knows whether all agree and who had a bad
+// argument (agreement() throws what that means).
+struct agreement_values {
+  std::int64_t v[9] = {};
+};
+inline agreement_values agreement_of(std::size_t rank, const std::optional<arg_error>& err, std::int64_t count,
+                                     std::int64_t type_id, std::int64_t op_id, std::int64_t root) {
+  return {{err ? std::int64_t(rank + 1) * 16 + argument_code(err->argument) : 0, count, -count, type_id, -type_id,
+           op_id, -op_id, root, -root}};
 }
+inline void agreement(const char* name, const std::optional<arg_error>& err, const agreement_values& a);
+
+// Steps 3 and 5 of a call, when its turn comes: at once for a blocking call with
+// nothing in flight, else when the calls before it have completed. A call is
+// moved on by advance() (executor/progress.hpp): the agreement's all-reduce
+// (check_level::collective), then the collective, each a program run by the
+// engine's cursor. start(engine) sets the collective going (Start holds its
+// arguments by value). Failures end the call with `error` set.
+template <class T, class Op, class Comm, class Start>
+class collective_call final : public call_state {
+public:
+  collective_call(Comm& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
+                  std::size_t root, Start start)
+      : comm_(comm), name_(name), op_(op), err_(std::move(err)), count_(count), root_(root), start_(std::move(start)) {}
+
+  bool advance(bool block) override {
+    try {
+      return step(block);
+    } catch (...) {
+      error = std::current_exception();
+      agree_.reset(), main_.reset();
+      return true;
+    }
+  }
+
+private:
+  using agree_engine = engine<std::int64_t, max_t, Comm>;
+  // After a failed static check, instantiate nothing more: one message, not a cascade.
+  static constexpr bool valid = std::is_trivially_copyable_v<T> && reduction_for<Op, T>;
+
+  bool step(bool block) {
+    if (stage_ == 0) {
+      if (!comm_.usable()) throw_unusable(name_, comm_.failure());
+      stage_ = 2;
+      if (comm_.get_options().checks == check_level::collective) {
+        values_ = agreement_of(comm_.rank(), err_, std::int64_t(count_), type_id<T>(), type_id<Op>(),
+                               std::int64_t(root_));
+        guarded([&] {
+          agree_.emplace(comm_, name_, max_t{}, true);
+          agree_->start_all_reduce(values_.v, values_.v, 9);
+        });
+        stage_ = 1;
+      }
+    }
+    if (stage_ == 1) {
+      if (!guarded([&] { return run(*agree_, block); })) return false;
+      agree_.reset();
+      stage_ = 2;
+      agreement(name_, err_, values_);  // throws when the ranks disagree (the communicator survives)
+    }
+    if constexpr (valid) {
+      if (stage_ == 2) {
+        guarded([&] {
+          main_.emplace(comm_, name_, op_, op_traits<Op>::commutative);
+          start_(*main_);
+        });
+        stage_ = 3;
+      }
+      if (!guarded([&] { return run(*main_, block); })) return false;
+      main_.reset();
+    }
+    return true;
+  }
+  template <class E>
+  bool run(E& e, bool block) {
+    const auto before = e.progress();
+    const bool finished = e.run(block);
+    moved |= e.progress() != before;
+    return finished;
+  }
+  // Step 5: any failure marks the communicator unusable on this rank and is
+  // announced to the peers (unless a peer's failure it is), which stop waiting
+  // with remote_error.
+  template <class F>
+  auto guarded(F&& f) {
+    try {
+      return f();
+    } catch (const remote_error& e) {
+      comm_.mark_broken(e.what());
+      throw;
+    } catch (const std::exception& e) {
+      comm_.mark_broken(e.what());
+      comm_.get_transport().abort(std::string("rank ") + std::to_string(comm_.rank()) + ": " + e.what());
+      throw;
+    }
+  }
+
+  Comm& comm_;
+  const char* name_;
+  Op op_;
+  std::optional<arg_error> err_;
+  std::size_t count_, root_;
+  Start start_;
+  int stage_ = 0;
+  agreement_values values_;
+  std::optional<agree_engine> agree_;
+  std::optional<engine<T, Op, Comm>> main_;
+};
 
 // Runs a collective: blocking (Async false: returns when it has completed), or
-// nonblocking (Async true: returns its request at once). body(engine) runs the
-// stages; it must hold its arguments by value when Async.
-template <bool Async, class T, class Op, class Comm, class Body>
+// nonblocking (Async true: returns its request at once). start(engine) sets the
+// collective going; it must hold its arguments by value.
+template <bool Async, class T, class Op, class Comm, class Start>
 auto launch(Comm& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
-            std::size_t root, Body body) {
+            std::size_t root, Start start) {
   err = issue_checks(comm, name, op_traits<Op>::commutative, std::move(err));
-  auto run = [&comm, name, op, err = std::move(err), count, root, body = std::move(body)]() mutable {
-    execute_collective<T>(comm, name, op, err, count, root, body);
-  };
-  if constexpr (Async) return request(comm.executor_handle(), comm.executor().submit(std::move(run)));
-  else comm.executor().run_blocking(run);
+  using call = collective_call<T, Op, Comm, Start>;
+  if constexpr (Async) {
+    return request(comm.executor_handle(), comm.executor().submit(std::make_shared<call>(comm, name, op, err, count, root, start)));
+  } else {
+    std::exception_ptr error;
+    if (!comm.executor().run_now([&] {
+          call c(comm, name, op, err, count, root, start);
+          c.advance(true);
+          error = c.error;
+        })) {
+      auto c = std::make_shared<call>(comm, name, op, err, count, root, start);
+      comm.executor().submit(c);
+      comm.executor().wait(*c);
+      error = c->error;
+    }
+    if (error) std::rethrow_exception(error);
+  }
 }
 
-template <class Comm>
-void agree(Comm& comm, const char* name, const std::optional<arg_error>& err, std::int64_t count,
-           std::int64_t type_id, std::int64_t op_id, std::int64_t root) {
-  // Each pair (x, -x) under max gives the maximum and minus the minimum.
-  std::int64_t v[9] = {err ? std::int64_t(comm.rank() + 1) * 16 + argument_code(err->argument) : 0,
-                       count, -count, type_id, -type_id, op_id, -op_id, root, -root};
-  try {
-    engine<std::int64_t, max_t, Comm> e(comm, name, max_t{}, true);
-    e.all_reduce(v, v, 9);
-  } catch (const remote_error& e) {
-    comm.mark_broken(e.what());
-    throw;
-  } catch (const std::exception& e) {
-    comm.mark_broken(e.what());
-    comm.get_transport().abort(e.what());
-    throw;
-  }
+inline void agreement(const char* name, const std::optional<arg_error>& err, const agreement_values& a) {
+  const std::int64_t* v = a.v;
   const std::string fn = std::string("mdring::") + name + ": ";
   if (err) throw invalid_argument(err->argument, err->what);
   if (v[0] > 0) {

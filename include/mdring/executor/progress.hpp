@@ -7,10 +7,10 @@
 // private to one call at a time:
 //
 //   - a blocking call with nothing in flight runs at once on the caller's thread,
-//     exactly as before (no fiber, no queue, no extra thread);
-//   - a nonblocking call is queued; the executor's fiber (fiber.hpp) runs the
-//     queue. Where the engine would block, the fiber tests once and yields
-//     (wait_or_yield below), so whoever drives the executor comes back at once;
+//     to completion (no queue, no extra thread, no allocation);
+//   - a nonblocking call is queued as a call_state: its program and its cursor
+//     (executor/host/cursor.hpp). Whoever drives the executor moves the call at
+//     the head of the queue as far as it can go without waiting, then returns;
 //   - a blocking call issued while others are in flight is queued too, and waited.
 //
 // Who drives: a wait()/test() of the user's drives its executor itself; with
@@ -24,7 +24,6 @@
 #include "../config.hpp"
 #include "../options.hpp"
 #include "../transport/transport.hpp"
-#include "fiber.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -42,21 +41,6 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-
-// Waits as a blocking call does (block(deadline)), or, on a fiber, tests (test())
-// and yields until the test says done or failed, or the deadline passes. Both
-// return what the transport's waits return (wait_status).
-template <class Block, class Test>
-wait_status wait_or_yield(deadline_clock::time_point deadline, Block&& block, Test&& test) {
-  fiber* f = fiber::current();
-  if (!f) return block(deadline);
-  f->note_wait();
-  for (;;) {
-    wait_status st = test();
-    if (st.kind != wait_status::timeout || deadline_clock::now() >= deadline) return st;
-    fiber::yield();
-  }
-}
 
 // Pauses a polling loop: yields while it is young, then sleeps, longer the longer
 // nothing moved (up to 100 us). moved = true starts over.
@@ -76,9 +60,28 @@ private:
   unsigned idle_ = 0;
 };
 
-// One call: what to run, and how it ended.
+// True on a thread that is running mdring calls right now (an executor's driver):
+// the MPI interposer sends MPI calls made from there to MPI itself.
+inline int& executing_depth() noexcept {
+  static thread_local int depth = 0;
+  return depth;
+}
+struct executing {
+  executing() noexcept { ++executing_depth(); }
+  ~executing() { --executing_depth(); }
+  executing(const executing&) = delete;
+  executing& operator=(const executing&) = delete;
+};
+
+// One call: how to move it on, and how it ended.
 struct call_state {
-  std::function<void()> body;
+  virtual ~call_state() = default;
+  // Moves the call on: to its end when block, else as far as it goes without
+  // waiting. True once it has completed (successfully or with `error` set). Sets
+  // `moved` when a step passed.
+  virtual bool advance(bool block) = 0;
+
+  bool moved = false;
   std::exception_ptr error;
   std::atomic<bool> done{false};
 
@@ -153,28 +156,23 @@ public:
   explicit host_executor(progress_mode mode) : mode_(mode) {}
   host_executor(const host_executor&) = delete;
   host_executor& operator=(const host_executor&) = delete;
-  ~host_executor() = default;  // the owner drains first (a fiber is destroyed only when idle)
+  ~host_executor() = default;  // the owner drains first
 
   progress_mode mode() const noexcept { return mode_; }
 
-  // A blocking call: f() at once on this thread when nothing is in flight, else
-  // queued behind the calls in flight and waited for. f's exceptions propagate.
+  // A blocking call: f() at once on this thread when nothing is in flight (true),
+  // else nothing (false: the caller queues it). f's exceptions propagate.
   template <class F>
-  void run_blocking(F&& f) {
-    {
-      std::unique_lock l(run_m_);
-      if (pending_.load(std::memory_order_acquire) == 0) return f();
-    }
-    auto c = submit(std::function<void()>([&f] { f(); }));
-    wait(*c);
-    if (c->error) std::rethrow_exception(c->error);
+  bool run_now(F&& f) {
+    std::unique_lock l(run_m_);
+    if (pending_.load(std::memory_order_acquire) != 0) return false;
+    executing e;
+    f();
+    return true;
   }
 
   // Queues a call; it runs when the calls before it have.
-  std::shared_ptr<call_state> submit(std::function<void()> body) {
-    std::call_once(fiber_once_, [&] { fiber_ = std::make_unique<fiber>(&host_executor::loop, this); });
-    auto c = std::make_shared<call_state>();
-    c->body = std::move(body);
+  std::shared_ptr<call_state> submit(std::shared_ptr<call_state> c) {
     {
       std::lock_guard l(q_m_);
       queue_.push_back(c);
@@ -186,8 +184,9 @@ public:
 
   bool busy() const noexcept { return pending_.load(std::memory_order_acquire) != 0; }
 
-  // Moves the calls in flight on, if no other thread is doing so right now.
-  // True when something moved (a wait was passed or a call completed).
+  // Moves the calls in flight on, if no other thread is doing so right now: the
+  // call at the head of the queue as far as it goes, the next one when it
+  // completes. True when something moved (a step passed or a call completed).
   // The calls that completed meanwhile are notified after the lock is released,
   // on this thread: their on_complete callbacks run, then they are done.
   bool try_step() {
@@ -196,10 +195,26 @@ public:
     {
       std::unique_lock l(run_m_, std::try_to_lock);
       if (!l || !busy()) return false;
-      const std::uint64_t w = fiber_->waits(), done = completed_;
-      fiber_->resume();
-      moved = fiber_->waits() != w || completed_ != done;
-      finished.swap(finished_);
+      executing e;
+      for (;;) {
+        std::shared_ptr<call_state> c;
+        {
+          std::lock_guard q(q_m_);
+          if (queue_.empty()) break;
+          c = queue_.front();
+        }
+        c->moved = false;
+        const bool done = c->advance(false);
+        moved |= c->moved;
+        if (!done) break;
+        {
+          std::lock_guard q(q_m_);
+          queue_.pop_front();
+        }
+        moved = true;
+        finished.push_back(std::move(c));
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+      }
     }
     for (auto& c : finished) c->notify();
     return moved;
@@ -207,7 +222,7 @@ public:
 
   // A thread is waiting in wait() or drain(), and drives the calls itself: the
   // agent leaves this executor alone meanwhile (two threads taking turns on one
-  // fiber would only hand it back and forth).
+  // call would only hand it back and forth).
   bool has_waiter() const noexcept { return waiters_.load(std::memory_order_relaxed) != 0; }
 
   // When the caller last handed the calls in flight over: the first call issued
@@ -251,35 +266,6 @@ private:
     }
   };
 
-  // The fiber's whole life: run the queue, one call after the other; yield when
-  // it is empty (try_step resumes only while something is queued).
-  static void loop(void* self) {
-    auto* e = static_cast<host_executor*>(self);
-    for (;;) {
-      std::shared_ptr<call_state> c;
-      {
-        std::lock_guard l(e->q_m_);
-        if (!e->queue_.empty()) {
-          c = std::move(e->queue_.front());
-          e->queue_.pop_front();
-        }
-      }
-      if (!c) {
-        fiber::yield();
-        continue;
-      }
-      try {
-        c->body();
-      } catch (...) {
-        c->error = std::current_exception();
-      }
-      c->body = nullptr;
-      ++e->completed_;
-      e->finished_.push_back(c);  // done once notified, after the lock (try_step)
-      e->pending_.fetch_sub(1, std::memory_order_acq_rel);
-    }
-  }
-
   progress_mode mode_;
   std::mutex run_m_;  // held by whoever runs this communicator's calls
   std::mutex q_m_;
@@ -287,10 +273,6 @@ private:
   std::atomic<std::size_t> pending_{0};  // queued or running
   std::atomic<unsigned> waiters_{0};     // threads in wait() or drain()
   std::atomic<deadline_clock::rep> touched_{0};
-  std::uint64_t completed_ = 0;          // under run_m_
-  std::vector<std::shared_ptr<call_state>> finished_;  // under run_m_: to notify
-  std::once_flag fiber_once_;
-  std::unique_ptr<fiber> fiber_;
 };
 
 inline void progress_agent::add(std::shared_ptr<host_executor> e) {

@@ -47,6 +47,7 @@ struct dim_program {
   algorithm algo = algorithm::ring;  // ring, direct or halving_doubling
   bool shared = false;               // direct stages by shared access (ranks of a node)
   std::size_t staging_bytes = 0;     // shared: ranges of at most this many bytes are staged
+  friend constexpr bool operator==(const dim_program&, const dim_program&) = default;
 };
 
 struct program_params {

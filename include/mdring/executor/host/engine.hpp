@@ -1,12 +1,21 @@
 // mdring/executor/host/engine.hpp: the five collectives of the host executor (see core.hpp).
+//
+// Each collective picks the call's algorithms (engine::choose_algorithms), takes
+// its program from the communicator's cache (plan/program_cache.hpp; built from
+// plan/collective_programs.hpp the first time), lays out its scratch, and hands
+// program and buffers to the cursor: start_*() sets a call going, run(block)
+// moves it on (cursor.hpp). The blocking collectives are start_*() then run(true).
 #pragma once
 
-#include "../../plan/plan.hpp"
-#include "segments.hpp"
+#include "../../plan/cost.hpp"
+#include "../../plan/pipeline.hpp"
+#include "../../plan/program_cache.hpp"
+#include "../../plan/wisdom.hpp"
+#include "cursor.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <utility>
 #include <vector>
 
 MDRING_NAMESPACE_BEGIN
@@ -14,124 +23,170 @@ MDRING_NAMESPACE_BEGIN
 namespace detail {
 
 template <class T, class Op, class Comm>
-class engine : public segment_executor<T, Op, Comm> {
+class engine : public call_cursor<T, Op, Comm> {
 public:
-  using B = segment_executor<T, Op, Comm>;
+  using B = call_cursor<T, Op, Comm>;
   using B::B;
-  using B::name_;
-  using pipeline = typename B::pipeline;
-  using segment = typename B::segment;
-  using B::c_, B::red_, B::ext_, B::coords_, B::dims_, B::commutative_, B::w_lo_, B::W_, B::ranges, B::root_coords,
-      B::line_of_root;
-  using B::first_dim, B::last_dim, B::nontrivial_dims, B::sizes_rs, B::sizes_ag, B::total_bytes, B::reserve;
-  using B::reduce_scatter_stage, B::all_gather_stage, B::all_gather_unpack_stage, B::scatter_stage, B::gather_stage;
-  using B::all_reduce_scatter_into, B::pipeline_of, B::pipeline_scratch_bytes, B::reserve_pipeline, B::run_pipeline;
+  using transport_t = typename B::transport_t;
+  using B::c_, B::name_, B::ext_, B::coords_, B::dims_, B::commutative_, B::buf_, B::shared, B::piece;
 
-  // ---- the five collectives (arguments already checked) ---------------------
-
-  // all_reduce: the reduce-scatter stages inwards-out, then the all-gathers back,
-  // run by the segment executor below (one segment: the stages one after another).
-  void all_reduce(const T* send, T* recv, std::size_t n) {
-    if (first_dim() < 0) return red_.finalize(recv, send, n, true);
-    if (c_.get_options().planning == planning::measure && commutative_ && n > 0 && !c_.measuring().active &&
-        !c_.measuring().forced && !c_.measured_plans().find(sizeof(T), n * sizeof(T)))
+  // ---- the five collectives: start, then run (cursor.hpp) ------------------------------
+  // all_reduce: measured planning first, at the first call of a size class.
+  void start_all_reduce(const T* send, T* recv, std::size_t n) {
+    auto& ms = c_.measuring();
+    if (c_.get_options().planning == planning::measure && commutative_ && n > 0 && !ms.active && !ms.forced &&
+        !c_.measured_plans().find(sizeof(T), n * sizeof(T)))
       measure(n);
-    pipeline pl = pipeline_of(n);
-    reserve_pipeline(pl);
-    run_pipeline(pl, send, recv);
+    const auto [pr, depth] = all_reduce_plan(n);
+    start(*pr, depth, send, recv);
+  }
+  void start_reduce_scatter(const T* send, T* recv, std::size_t rc) {
+    start(program_of(collective::reduce_scatter, rc, 0), 1, send, recv);
+  }
+  void start_all_gather(const T* send, T* recv, std::size_t sc) {
+    start(program_of(collective::all_gather, sc, 0), 1, send, recv);
+  }
+  void start_broadcast(T* buf, std::size_t n, std::size_t root) {
+    start(program_of(collective::broadcast, n, root), 1, buf, buf);
+  }
+  void start_reduce(const T* send, T* recv, std::size_t n, std::size_t root) {
+    start(program_of(collective::reduce, n, root), 1, send, recv);
   }
 
-  void reduce_scatter(const T* send, T* recv, std::size_t rc) {
-    const std::size_t n = rc * c_.size();
-    auto& rg = ranges(n);
-    const int first = first_dim(), last = last_dim();
-    if (first < 0) return red_.finalize(recv, send, rc, true);
-    const bool permuted = nontrivial_dims() > 1;
-    reserve(n, sizes_rs(n, permuted, false, first != last));
-    view<const T> src{send, 0, rc, permuted, ext_};
-    const block_range r1 = rg[first], b1 = block_of(r1.count, ext_[first], coords_[first]);
-    const std::size_t w_lo = r1.offset + b1.offset;
-    for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d) {
-      if (ext_[d] == 1) continue;
-      const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
-      const bool is_last = int(d) == last;
-      if (int(d) == first) {
-        reduce_scatter_stage(d, r, src, nullptr, is_last ? recv : W_, is_last);
-      } else {
-        T* mid = W_ + (r.offset - w_lo);
-        reduce_scatter_stage(d, r, view<const T>{W_, w_lo}, mid, is_last ? recv : mid + b.offset, is_last);
-      }
+  void all_reduce(const T* send, T* recv, std::size_t n) {
+    start_all_reduce(send, recv, n);
+    this->run(true);
+  }
+
+  // ---- programs -----------------------------------------------------------------------
+  // What this call of n elements (the whole buffer the stages cut up) runs in each
+  // dimension: the bind-time algorithm for the op, with automatic rings refined
+  // for the size (plan/pipeline.hpp call_algorithms).
+  void choose_algorithms(std::size_t n) {
+    auto& al = c_.algorithm_slots();
+    for (std::size_t d = 0; d < dims_.size(); ++d) al[d] = dims_[d].algo_for(commutative_);
+    call_algorithms(ext_, [&](std::size_t d) -> const link_info& { return dims_[d].rank_link; },
+                    c_.requested_algorithms(), al, n, sizeof(T), c_.get_options().tune);
+  }
+  static std::size_t elements(collective kind, std::size_t count, std::size_t ranks) {
+    return kind == collective::reduce_scatter || kind == collective::all_gather ? count * ranks : count;
+  }
+  // The program of a call, with the algorithms in the communicator's slots
+  // (choose: pick them first).
+  const program& program_of(collective kind, std::size_t count, std::size_t root, std::size_t seg_len = 0,
+                            bool choose = true) {
+    if (choose) choose_algorithms(elements(kind, count, c_.size()));
+    auto& dp = c_.program_dims();
+    for (std::size_t d = 0; d < dims_.size(); ++d) {
+      dp[d] = {ext_[d], coords_[d], this->algo(d), false, 0};
+      if (ext_[d] > 1 && shared(d)) dp[d].shared = true, dp[d].staging_bytes = this->staging_bytes(d);
     }
+    program_params p;
+    p.kind = kind, p.dims = dp, p.count = count, p.rank = c_.rank(), p.root = root, p.elem_size = sizeof(T);
+    p.segment_length = seg_len, p.nontemporal_bytes = c_.get_options().tune.nontemporal_bytes;
+    return c_.programs().get(p);
   }
 
-  void all_gather(const T* send, T* recv, std::size_t sc) {
-    const std::size_t n = sc * c_.size();
-    auto& rg = ranges(n);
-    const int first = first_dim(), last = last_dim();
-    if (sc == 0) return;
-    T* own = recv + c_.rank() * sc;
-    if (first < 0) {
-      if (send != recv) std::memmove(recv, send, sc * sizeof(T));
-      return;
-    }
-    if (first == last) {  // one ring: nested order is rank order
-      if (send != own) std::memcpy(own, send, sc * sizeof(T));
-      reserve(n, sizes_ag(n, false));
-      all_gather_stage(std::size_t(first), rg[first], recv);
-      return;
-    }
-    reserve(n, sizes_ag(n, true));
-    const block_range r1 = rg[first], b1 = block_of(r1.count, ext_[first], coords_[first]);
-    const std::size_t w_lo = r1.offset + b1.offset;
-    const std::size_t q = nested_index(ext_, coords_);
-    std::memcpy(W_ + (q * sc - w_lo), send, sc * sizeof(T));
-    for (std::size_t d = std::size_t(last); d > std::size_t(first); --d)
-      if (ext_[d] > 1) all_gather_stage(d, rg[d], W_ + (rg[d].offset - w_lo));
-    all_gather_unpack_stage(std::size_t(first), r1, W_, view<T>{recv, 0, sc, true, ext_});
+  // The measured plan an all_reduce of n elements runs (options.planning = measure,
+  // plan/wisdom.hpp): the candidate being timed, or what this size class measured.
+  const measured_choice* measured_for(std::size_t n) {
+    auto& ms = c_.measuring();
+    const measured_choice* m = ms.forced;
+    if (!m && !ms.active && commutative_ && c_.get_options().planning == planning::measure)
+      m = c_.measured_plans().find(sizeof(T), n * sizeof(T));
+    return m && m->algos.size() == dims_.size() ? m : nullptr;
   }
-
-  void broadcast(T* buf, std::size_t n, std::size_t root) {
-    auto& rg = ranges(n);
-    const int first = first_dim(), last = last_dim();
-    if (first < 0) return;
-    auto& rc = root_coords(root);
-    for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d)
-      if (ext_[d] > 1 && line_of_root(d, rc)) scatter_stage(d, rg[d], buf + rg[d].offset, rc[d]);
-    for (std::size_t d = std::size_t(last) + 1; d-- > std::size_t(first);)
-      if (ext_[d] > 1) all_gather_stage(d, rg[d], buf + rg[d].offset);
-  }
-
-  void reduce(const T* send, T* recv, std::size_t n, std::size_t root) {
-    auto& rg = ranges(n);
-    const int first = first_dim(), last = last_dim();
-    const bool is_root = c_.rank() == root;
-    if (first < 0) return red_.finalize(recv, send, n, true);
-    auto& rc = root_coords(root);
-    if (is_root) {
-      all_reduce_scatter_into(send, recv, n, first, last);
+  // all_reduce's program and segments in flight: measured, or the cost model's
+  // segment length (plan/pipeline.hpp). choose: pick the algorithms first.
+  std::pair<const program*, std::size_t> all_reduce_plan(std::size_t n, bool choose = true) {
+    const auto& tune = c_.get_options().tune;
+    if (choose) choose_algorithms(n);
+    std::vector<algorithm>& al = c_.algorithm_slots();
+    std::size_t len, depth = tune.pipeline_depth;
+    if (const measured_choice* m = measured_for(n)) {
+      std::copy(m->algos.begin(), m->algos.end(), al.begin());
+      len = segment_length(n, m->segments, sizeof(T));
+      depth = m->depth < depth ? m->depth : depth;  // request slots exist for tune.pipeline_depth
     } else {
-      reserve(n, sizes_rs(n, false, false, true));
-      const block_range r1 = rg[first], b1 = block_of(r1.count, ext_[first], coords_[first]);
-      const std::size_t w_lo = r1.offset + b1.offset;
-      for (std::size_t d = std::size_t(first); d <= std::size_t(last); ++d) {
-        if (ext_[d] == 1) continue;
-        const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
-        if (int(d) == first) {
-          reduce_scatter_stage(d, r, view<const T>{send}, nullptr, W_, int(d) == last);
-        } else {
-          T* mid = W_ + (r.offset - w_lo);
-          reduce_scatter_stage(d, r, view<const T>{W_, w_lo}, mid, mid + b.offset, int(d) == last);
+      len = segment_elements(c_.executed_topology(), al, n, sizeof(T), tune);
+    }
+    const program& pr = program_of(collective::all_reduce, n, 0, len, false);
+    return {&pr, depth < pr.segments ? depth : pr.segments};
+  }
+
+  // ---- scratch ------------------------------------------------------------------------
+  // Elements of cross-memory-attach pieces: p-1 for the largest shared dimension
+  // between processes.
+  std::size_t piece_elements(const program& pr) {
+    std::size_t n = 0;
+    if (!transport_t::same_address_space && pr.shared)
+      for (std::size_t d = 0; d < ext_.size(); ++d)
+        if (ext_[d] > 1 && shared(d)) n = (ext_[d] - 1) * piece > n ? (ext_[d] - 1) * piece : n;
+    return n;
+  }
+  std::size_t scratch_bytes_of(const program& pr, std::size_t depth) {
+    return align_up(pr.scratch_elements * sizeof(T)) + depth * align_up(pr.slot_elements * sizeof(T)) +
+           align_up(piece_elements(pr) * sizeof(T));
+  }
+  void start(const program& pr, std::size_t depth, const T* send, T* recv) {
+    auto* base = static_cast<unsigned char*>(c_.scratch().get(scratch_bytes_of(pr, depth)));
+    buf_.send = send, buf_.recv = recv;
+    buf_.scratch = reinterpret_cast<T*>(base);
+    base += align_up(pr.scratch_elements * sizeof(T));
+    buf_.slots = reinterpret_cast<T*>(base);
+    buf_.slot_stride = align_up(pr.slot_elements * sizeof(T)) / sizeof(T);
+    buf_.pieces = reinterpret_cast<T*>(base + depth * align_up(pr.slot_elements * sizeof(T)));
+    this->begin(pr, depth);
+  }
+
+  // Scratch bytes a call of this kind and count needs, with halving-doubling forced
+  // on dimension `force_hd` (>= 0; all_reduce then counts tuning::pipeline_depth
+  // segments in flight, the most there can be).
+  std::size_t scratch_bytes(collective kind, std::size_t count, int force_hd = -1) {
+    choose_algorithms(elements(kind, count, c_.size()));
+    if (force_hd >= 0) c_.algorithm_slots()[std::size_t(force_hd)] = algorithm::halving_doubling;
+    if (kind == collective::all_reduce) {
+      auto [pr, depth] = all_reduce_plan(count, false);
+      return scratch_bytes_of(*pr, force_hd >= 0 ? c_.get_options().tune.pipeline_depth : depth);
+    }
+    // reduce: a rank that is not the root, which needs more (W)
+    const std::size_t root = kind == collective::reduce && c_.rank() == 0 ? 1 % c_.size() : 0;
+    return scratch_bytes_of(program_of(kind, count, root, 0, false), 1);
+  }
+
+  // Scratch enough for every call of this kind up to `count` (communicator::reserve).
+  // Halving-doubling's scratch is a whole stage range rather than a block, and
+  // automatic picks it for smaller calls only (tuning::halving_doubling_max_bytes),
+  // so a smaller call can need more than `count` itself. Every part of a call's
+  // scratch grows with its count and is larger for halving-doubling than for a
+  // ring, so the sum of these is an upper bound: the call of `count`, and for each
+  // dimension that may run it, the largest count whose range there is within the
+  // cap, with it forced there.
+  std::size_t reserve_bytes(collective kind, std::size_t count) {
+    std::size_t bytes = scratch_bytes(kind, count);
+    const std::size_t per = elements(kind, 1, c_.size());
+    const std::size_t cap = c_.get_options().tune.halving_doubling_max_bytes / sizeof(T);
+    const auto& req = c_.requested_algorithms();
+    for (std::size_t d = 0; d < ext_.size(); ++d) {
+      if (ext_[d] < 4 || dims_[d].algo_for(commutative_) != algorithm::ring ||
+          (d < req.size() && req[d] != algorithm::automatic))
+        continue;
+      auto range_at = [&](std::size_t c) {  // the nominal range of dimension d (plan/pipeline.hpp)
+        std::size_t r = c * per;
+        for (std::size_t e = 0; e < d; ++e) r = ext_[e] > 1 ? max_block(r, ext_[e]) : r;
+        return r;
+      };
+      std::size_t lo = 0, hi = count;  // the largest c <= count with range_at(c) <= cap
+      if (range_at(count) > cap) {
+        while (hi - lo > 1) {
+          const std::size_t mid = lo + (hi - lo) / 2;
+          (range_at(mid) <= cap ? lo : hi) = mid;
         }
+        hi = lo;
       }
-      w_lo_ = w_lo;
+      if (hi) bytes += scratch_bytes(kind, hi, int(d));
     }
-    for (std::size_t d = std::size_t(last) + 1; d-- > std::size_t(first);) {
-      if (ext_[d] == 1 || !line_of_root(d, rc)) continue;
-      const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
-      T* whole = is_root ? recv + r.offset : (coords_[d] == rc[d] ? W_ + (r.offset - w_lo_) : nullptr);
-      const T* own = is_root ? recv + r.offset + b.offset : W_ + (r.offset + b.offset - w_lo_);
-      gather_stage(d, r, whole, own, rc[d]);
-    }
+    return bytes;
   }
 
   // ---- measured planning (options.planning = measure, plan/wisdom.hpp) ---------
@@ -153,7 +208,7 @@ public:
     } guard{ms};
     const auto& o = c_.get_options();
     const auto& tune = o.tune;
-    this->choose_algorithms(n);
+    choose_algorithms(n);
     const std::vector<algorithm> est(c_.algorithm_slots());
     const std::size_t K0 = segment_count(n, segment_elements(c_.executed_topology(), est, n, sizeof(T), tune));
     std::vector<measured_choice> cand;
@@ -184,9 +239,7 @@ public:
     auto run = [&](const measured_choice& c) {
       ms.forced = &c;
       const auto t0 = deadline_clock::now();
-      pipeline pl = pipeline_of(n);
-      reserve_pipeline(pl);
-      run_pipeline(pl, a.data(), b.data());
+      all_reduce(a.data(), b.data(), n);
       ms.forced = nullptr;
       return std::chrono::duration<double>(deadline_clock::now() - t0).count();
     };
@@ -219,64 +272,6 @@ public:
       double sync = 0;  // every rank has written it before any goes on (to bind again, say)
       slowest.all_reduce(&sync, &sync, 1);
     }
-  }
-
-  // Scratch bytes a call of this kind and count needs, with halving-doubling forced
-  // on dimension `force_hd` (>= 0; all_reduce then counts tuning::pipeline_depth
-  // segments in flight, the most there can be).
-  std::size_t scratch_bytes(collective kind, std::size_t count, int force_hd = -1) {
-    const std::size_t n = (kind == collective::reduce_scatter || kind == collective::all_gather) ? count * c_.size() : count;
-    ranges(n);
-    if (force_hd >= 0) c_.algorithm_slots()[std::size_t(force_hd)] = algorithm::halving_doubling;
-    const bool multi = nontrivial_dims() > 1;
-    scratch_sizes s;
-    switch (kind) {
-      case collective::all_reduce: {
-        pipeline pl = pipeline_of(n, force_hd < 0);
-        if (force_hd >= 0) pl.depth = c_.get_options().tune.pipeline_depth;
-        return pipeline_scratch_bytes(pl);
-      }
-      case collective::reduce_scatter: s = sizes_rs(n, multi, false, multi); break;
-      case collective::all_gather: s = sizes_ag(n, multi); break;
-      case collective::reduce: s = sizes_rs(n, false, false, true); break;  // a non-root rank
-      default: break;
-    }
-    return total_bytes(s);
-  }
-
-  // Scratch enough for every call of this kind up to `count` (communicator::reserve).
-  // Halving-doubling's scratch is a whole stage range rather than a block, and
-  // automatic picks it for smaller calls only (tuning::halving_doubling_max_bytes),
-  // so a smaller call can need more than `count` itself. Every part of a call's
-  // scratch grows with its count and is larger for halving-doubling than for a
-  // ring, so the sum of these is an upper bound: the call of `count`, and for each
-  // dimension that may run it, the largest count whose range there is within the
-  // cap, with it forced there.
-  std::size_t reserve_bytes(collective kind, std::size_t count) {
-    std::size_t bytes = scratch_bytes(kind, count);
-    const std::size_t per = (kind == collective::reduce_scatter || kind == collective::all_gather) ? c_.size() : 1;
-    const std::size_t cap = c_.get_options().tune.halving_doubling_max_bytes / sizeof(T);
-    const auto& req = c_.requested_algorithms();
-    for (std::size_t d = 0; d < ext_.size(); ++d) {
-      if (ext_[d] < 4 || dims_[d].algo_for(commutative_) != algorithm::ring ||
-          (d < req.size() && req[d] != algorithm::automatic))
-        continue;
-      auto range_at = [&](std::size_t c) {  // the nominal range of dimension d (plan/pipeline.hpp)
-        std::size_t r = c * per;
-        for (std::size_t e = 0; e < d; ++e) r = ext_[e] > 1 ? max_block(r, ext_[e]) : r;
-        return r;
-      };
-      std::size_t lo = 0, hi = count;  // the largest c <= count with range_at(c) <= cap
-      if (range_at(count) > cap) {
-        while (hi - lo > 1) {
-          const std::size_t mid = lo + (hi - lo) / 2;
-          (range_at(mid) <= cap ? lo : hi) = mid;
-        }
-        hi = lo;
-      }
-      if (hi) bytes += scratch_bytes(kind, hi, int(d));
-    }
-    return bytes;
   }
 };
 

@@ -1,0 +1,131 @@
+// mdring/executor/host/local_ops.hpp: a step's folds and copies (see core.hpp).
+//
+// An op's inputs and outputs may be peers' buffers (shared access: the ranks of a
+// node read and write each other's memory). A peer's buffer is reached by
+// pointer between threads and when it lies in a mapped node_alloc segment
+// (transport's local_address); otherwise by cross-memory attach, piece by piece
+// (256 KiB per peer, small enough that the p-1 pieces and the output stay in L2
+// while they are folded), writing peers' outputs back the same way.
+#pragma once
+
+#include "core.hpp"
+
+#include <cstring>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+
+template <class T, class Op, class Comm>
+class local_ops : public engine_core<T, Op, Comm> {
+public:
+  using B = engine_core<T, Op, Comm>;
+  using B::B;
+  using transport_t = typename B::transport_t;
+  using B::c_, B::tr_, B::red_, B::dims_, B::coords_, B::buf_, B::local, B::has_shared_access;
+
+  // Elements per piece when peers' data must be copied in (processes).
+  static constexpr std::size_t piece = (std::size_t(256) << 10) / sizeof(T);
+
+  void run_ops(const program& pr, std::span<const local_op> ops, std::size_t d, std::size_t slot) {
+    for (const auto& o : ops) {
+      if (o.kind == local_op::copy) copy(pr, o, d, slot);
+      else fold(pr, o, d, slot);
+    }
+  }
+
+  // Peer j's published address, `off` elements further (in the peer's address space).
+  const T* remote(slice s, std::size_t d) const {
+    if constexpr (has_shared_access) {
+      auto& g = tr_.group(dims_[d].ch);
+      const void* base = s.where == region::peer_src ? g.peer_src(s.peer) : g.peer_dst(s.peer);
+      return static_cast<const T*>(base) + s.offset;
+    } else {
+      return (void)s, (void)d, nullptr;
+    }
+  }
+  // A pointer this rank can use for n elements of slice s, or nullptr for a peer's
+  // buffer that only cross-memory attach reaches.
+  T* reach(slice s, std::size_t d, std::size_t slot, std::size_t n) {
+    if (s.where != region::peer_src && s.where != region::peer_dst) return this->local(s, d, slot);
+    T* r = const_cast<T*>(remote(s, d));
+    if constexpr (transport_t::same_address_space) {
+      return (void)n, r;
+    } else if constexpr (maps_peer_memory<transport_t>) {
+      return static_cast<T*>(tr_.local_address(dims_[d].ch, s.peer, r, n * sizeof(T)));
+    } else {
+      return (void)n, nullptr;
+    }
+  }
+
+  // Every output = the fold of the inputs (coordinate order).
+  void fold(const program& pr, const local_op& o, std::size_t d, std::size_t slot) {
+    const auto ins = pr.inputs_of(o), outs = pr.outputs_of(o);
+    auto& ptrs = c_.pointer_slots();
+    T* to[access_group::max_ranks];
+    bool direct = outs.size() <= access_group::max_ranks;
+    for (std::size_t j = 0; j < ins.size() && direct; ++j) direct = (ptrs[j] = reach(ins[j], d, slot, o.count));
+    for (std::size_t k = 0; k < outs.size() && direct; ++k) direct = (to[k] = reach(outs[k], d, slot, o.count));
+    const T* const* in = reinterpret_cast<const T* const*>(ptrs.data());
+    if (direct) {
+      if (outs.size() == 1 && !o.nontemporal) {
+        if (ins.size() == 2) return red_.combine(to[0], in[0], in[1], o.count, o.final);
+        return red_.combine_n(to[0], in, ins.size(), o.count, o.final);
+      }
+      return red_.combine_n_to(to, outs.size(), in, ins.size(), o.count, o.final, o.nontemporal);
+    }
+    if constexpr (has_shared_access) fold_by_pieces(pr, o, d, slot);
+  }
+
+  // The fold through cross-memory attach: piece by piece, the peers' inputs read
+  // into scratch, folded into this rank's output, and written to the peers' outputs.
+  void fold_by_pieces(const program& pr, const local_op& o, std::size_t d, std::size_t slot) {
+    const auto ins = pr.inputs_of(o), outs = pr.outputs_of(o);
+    auto& ch = dims_[d].ch;
+    auto& ptrs = c_.pointer_slots();
+    const std::size_t c = coords_[d];
+    T* mine = nullptr;  // the output in this rank's memory (every op that reads peers has one)
+    for (const auto& s : outs)
+      if (!s.remote()) mine = local(s, d, slot);
+    for (std::size_t done = 0; done < o.count; done += piece) {
+      const std::size_t m = o.count - done < piece ? o.count - done : piece;
+      for (std::size_t j = 0; j < ins.size(); ++j) {
+        if (T* p = reach(ins[j], d, slot, o.count)) {
+          ptrs[j] = p + done;
+          continue;
+        }
+        T* at = buf_.pieces + (j < c ? j : j - 1) * piece;
+        tr_.read(ch, ins[j].peer, remote(ins[j], d) + done, at, m * sizeof(T));
+        ptrs[j] = at;
+      }
+      red_.combine_n(mine + done, reinterpret_cast<const T* const*>(ptrs.data()), ins.size(), m, o.final);
+      for (const auto& s : outs)
+        if (s.remote()) tr_.write(ch, s.peer, mine + done, const_cast<T*>(remote(s, d)) + done, m * sizeof(T));
+    }
+  }
+
+  // Every output = the input (an output that is the input is left alone).
+  void copy(const program& pr, const local_op& o, std::size_t d, std::size_t slot) {
+    const slice in = pr.inputs_of(o)[0];
+    const T* from = reach(in, d, slot, o.count);
+    const std::size_t bytes = o.count * sizeof(T);
+    for (const auto& s : pr.outputs_of(o)) {
+      T* to = reach(s, d, slot, o.count);
+      if constexpr (has_shared_access) {
+        if (!from) {
+          tr_.read(dims_[d].ch, in.peer, remote(in, d), to, bytes);
+          continue;
+        }
+        if (!to) {
+          tr_.write(dims_[d].ch, s.peer, from, const_cast<T*>(remote(s, d)), bytes);
+          continue;
+        }
+      }
+      if (to != from) std::memcpy(to, from, bytes);
+    }
+  }
+};
+
+}  // namespace detail
+
+MDRING_NAMESPACE_END
