@@ -236,7 +236,7 @@ void all_reduce_rows(timer& tm, const args& a) {
             }
           },
           a.iters, (mib << 20) * P * 2);
-      const auto& sch = comms[0].schedule<float>(n, true, 0);
+      const auto& sch = comms[0].program_for<float>(n, true, 0).pr;
       std::printf("all_reduce fp32 %-26s %6zu MiB/rank   %9.3f ms   algbw %8.1f GB/s   segments %zu\n", text, mib, ms,
                   double(mib << 20) / (ms * 1e6), sch.segments);
       if (json_out)

@@ -1,10 +1,12 @@
-// tests/test_schedule.cpp: the stream-executable all_reduce program (plan/schedule.hpp).
+// tests/test_schedule.cpp: the all_reduce program as the GPU runs it (plan/program.hpp).
 //
-// The GPU path replays make_all_reduce_schedule() on streams; this test replays it
-// on the host, for all ranks in lock step (exactly what the single-GPU executor of
-// several logical ranks does: step i's messages are matched between ranks, copied,
-// then step i's folds run), with host_reducer for the folds. So the schedule the
-// GPU runs is checked here without a GPU:
+// The GPU path enqueues make_program()'s all_reduce steps on streams in wavefront
+// order (wavefront_order); this test replays them on the host in that order, for
+// all ranks in lock step (exactly what the single-GPU executor of several logical
+// ranks does: step i's messages are matched between ranks, copied, then step i's
+// folds run), with host_reducer for the folds. So the program the GPU runs is
+// checked here without a GPU (tests/test_program.cpp runs every collective's
+// programs, as the host executor does):
 //   - exact results: int32 sums of rank-dependent values, avg on int32 (truncating
 //     division once, by the owner), non-commutative "keep the left operand" on
 //     direct stages (rank order), float quarters (exact);
@@ -21,7 +23,7 @@
 //     segment and many (pipelined wavefront order).
 #include <doctest/doctest.h>
 #include <mdring/mdring.hpp>
-#include <mdring/plan/schedule.hpp>
+#include <mdring/plan/collective_programs.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -35,7 +37,8 @@ namespace {
 
 struct rank_state {
   std::vector<std::size_t> coords;
-  md::all_reduce_schedule sch;
+  md::program sch;
+  std::vector<std::size_t> order;  // wavefront_order(sch)
   std::vector<std::int64_t> raw_send, raw_recv, raw_scratch;  // element storage with guard room
   std::vector<unsigned char> written;                          // scratch elements written so far
 };
@@ -64,17 +67,21 @@ struct sim {
       auto& rs = ranks[r];
       rs.coords.resize(ext.size());
       md::to_coordinates(r, ext, rs.coords);
-      md::schedule_params p;
-      p.extents = ext;
-      p.coords = rs.coords;
-      p.algos = algos;
+      std::vector<md::dim_program> dims(ext.size());
+      for (std::size_t d = 0; d < ext.size(); ++d) dims[d] = {ext[d], rs.coords[d], algos[d], false, 0};
+      md::program_params p;
+      p.dims = dims;
       p.count = n;
+      p.rank = r;
       p.segment_length = seg_len;
       p.vector_elements = V;
       p.recv_misalignment = mis;
-      rs.sch = md::make_all_reduce_schedule(p);
-      scratch[r].assign(rs.sch.scratch_elements, T{});
-      scratch_written[r].assign(rs.sch.scratch_elements, 0);
+      rs.sch = md::make_program(p);
+      rs.order = md::wavefront_order(rs.sch);
+      // scratch: the scratch region, then each segment's slots (as the GPU lays it out)
+      const std::size_t total = rs.sch.scratch_elements + rs.sch.segments * rs.sch.slot_elements;
+      scratch[r].assign(total, T{});
+      scratch_written[r].assign(total, 0);
     }
   }
 
@@ -82,6 +89,15 @@ struct sim {
     if (failures.size() < 20) failures.push_back(s);
   }
 
+  // Slots are the scratch region's: segment s's start at scratch_elements + s * slot_elements.
+  std::size_t slot_base(std::size_t r, std::size_t seg) const {
+    return ranks[r].sch.scratch_elements + seg * ranks[r].sch.slot_elements;
+  }
+  // A slice as (buffer, element offset) with the slot region folded into scratch.
+  md::slice flat(std::size_t r, md::slice s, std::size_t seg) const {
+    if (s.where == md::region::slot) return {md::region::scratch, 0, slot_base(r, seg) + s.offset};
+    return s;
+  }
   T* base(std::size_t r, md::region g) {
     switch (g) {
       case md::region::send: return in_place ? recv[r].data() : send[r].data();
@@ -89,10 +105,9 @@ struct sim {
       default: return scratch[r].data();
     }
   }
-  std::size_t limit(std::size_t r, md::region g) const {
-    return g == md::region::scratch ? ranks[r].sch.scratch_elements : n;
-  }
-  // Address modulo V of element `off` of region g (recv and send are misaligned by mis).
+  std::size_t limit(std::size_t r, md::region g) const { return g == md::region::scratch ? scratch[r].size() : n; }
+  // Address modulo V of element `off` of region g (recv and send are misaligned by
+  // mis; the device scratch block is aligned).
   std::size_t phase_of(md::region g, std::size_t off) const {
     return ((g == md::region::scratch ? 0 : mis) + off) % V;
   }
@@ -100,14 +115,19 @@ struct sim {
   template <class Op>
   void run(Op op) {
     const std::size_t steps = ranks[0].sch.steps.size();
-    for (std::size_t r = 1; r < P; ++r)
+    for (std::size_t r = 1; r < P; ++r) {
       if (ranks[r].sch.steps.size() != steps) return fail("step counts differ between ranks 0 and " + std::to_string(r));
-    for (std::size_t i = 0; i < steps; ++i) {
+      if (ranks[r].order != ranks[0].order) return fail("wavefront orders differ between ranks 0 and " + std::to_string(r));
+    }
+    for (std::size_t k = 0; k < steps; ++k) {
+      const std::size_t i = ranks[0].order[k];
       const auto& s0 = ranks[0].sch.steps[i];
       for (std::size_t r = 1; r < P; ++r) {
         const auto& s = ranks[r].sch.steps[i];
         if (s.segment != s0.segment || s.stage != s0.stage || s.dim != s0.dim || s.index != s0.index || s.ph != s0.ph)
           return fail("step " + std::to_string(i) + " differs between ranks 0 and " + std::to_string(r));
+        if (s.sync != md::sync_kind::messages && s.sync != md::sync_kind::none)
+          return fail("a GPU program synchronizes by shared access");
       }
       // Messages: each recv matched with exactly one send of the peer, same count.
       struct copy {
@@ -118,6 +138,7 @@ struct sim {
       for (std::size_t r = 0; r < P; ++r) {
         const auto& rs = ranks[r];
         const auto& st = rs.sch.steps[i];
+        if (st.pre) fail("a GPU all_reduce step has pre ops");
         for (const auto& m : rs.sch.recvs_of(st)) {
           const std::size_t j = md::peer_of(r, st.dim, m.peer, ext);
           const auto& ps = ranks[j].sch;
@@ -131,7 +152,10 @@ struct sim {
             continue;
           }
           if (from.count != m.count) fail("step " + std::to_string(i) + ": count mismatch");
-          copies.push_back({r, j, m, from});
+          md::transfer to = m;
+          to.at = flat(r, m.at, st.segment);
+          from.at = flat(j, from.at, st.segment);
+          copies.push_back({r, j, to, from});
         }
         // And each send has a receiver.
         for (const auto& x : rs.sch.sends_of(st)) {
@@ -149,8 +173,8 @@ struct sim {
         const auto& st = sch.steps[i];
         auto buf = [&](md::region g) { return g == md::region::send && in_place ? md::region::recv : g; };
         auto overlap = [&](const md::transfer& a, const md::transfer& b) {
-          return buf(a.at.where) == buf(b.at.where) && a.at.offset < b.at.offset + b.count &&
-                 b.at.offset < a.at.offset + a.count;
+          const md::slice x = flat(r, a.at, st.segment), y = flat(r, b.at, st.segment);
+          return buf(x.where) == buf(y.where) && x.offset < y.offset + b.count && y.offset < x.offset + a.count;
         };
         const auto recvs = sch.recvs_of(st);
         for (std::size_t a = 0; a < recvs.size(); ++a) {
@@ -173,21 +197,25 @@ struct sim {
         staged.emplace_back(src, src + c.from.count);
         if (c.from.at.where == md::region::scratch) fail("a send reads scratch");
       }
-      for (std::size_t k = 0; k < copies.size(); ++k) {
-        auto& c = copies[k];
-        if (staged[k].empty()) continue;
-        std::memcpy(base(c.r, c.to.at.where) + c.to.at.offset, staged[k].data(), c.to.count * sizeof(T));
+      for (std::size_t q = 0; q < copies.size(); ++q) {
+        auto& c = copies[q];
+        if (staged[q].empty()) continue;
+        std::memcpy(base(c.r, c.to.at.where) + c.to.at.offset, staged[q].data(), c.to.count * sizeof(T));
         if (c.to.at.where == md::region::scratch)
           for (std::size_t e = 0; e < c.to.count; ++e) scratch_written[c.r][c.to.at.offset + e] = 1;
       }
       // Folds.
       for (std::size_t r = 0; r < P; ++r) {
         const auto& sch = ranks[r].sch;
+        const auto& st = sch.steps[i];
         md::host_reducer<T, Op> red(op, P);
-        for (const auto& f : sch.folds_of(sch.steps[i])) {
+        for (const auto& f : sch.ops_of(st)) {
+          if (f.kind != md::local_op::fold || f.outs != 1) fail("a GPU all_reduce op is not a fold into one buffer");
+          const md::slice dst = flat(r, sch.outputs_of(f)[0], st.segment);
           std::vector<const T*> in;
-          const std::size_t want = phase_of(f.dst.where, f.dst.offset);
-          for (const auto& s : sch.inputs_of(f)) {
+          const std::size_t want = phase_of(dst.where, dst.offset);
+          for (const auto& given : sch.inputs_of(f)) {
+            const md::slice s = flat(r, given, st.segment);
             if (s.offset + f.count > limit(r, s.where)) {
               fail("fold input out of bounds");
               return;
@@ -201,8 +229,8 @@ struct sim {
                 }
             in.push_back(base(r, s.where) + s.offset);
           }
-          if (f.dst.where != md::region::recv) fail("fold writes outside recvbuf");
-          red.combine_n(base(r, f.dst.where) + f.dst.offset, in.data(), in.size(), f.count, f.final);
+          if (dst.where != md::region::recv) fail("fold writes outside recvbuf");
+          red.combine_n(base(r, dst.where) + dst.offset, in.data(), in.size(), f.count, f.final);
         }
       }
     }
@@ -267,6 +295,11 @@ const std::vector<std::pair<std::vector<std::size_t>, std::vector<algorithm>>> s
     {{2, 2, 2}, {algorithm::direct, algorithm::ring, algorithm::direct}},
     {{2, 1, 3}, {algorithm::ring, algorithm::ring, algorithm::direct}},
     {{9}, {algorithm::ring}},
+    // halving-doubling runs on the GPU path too
+    {{4}, {algorithm::halving_doubling}},
+    {{6}, {algorithm::halving_doubling}},
+    {{2, 3}, {algorithm::direct, algorithm::halving_doubling}},
+    {{3, 4}, {algorithm::halving_doubling, algorithm::ring}},
 };
 
 }  // namespace
@@ -332,12 +365,11 @@ TEST_CASE("schedule: a non-commutative op on direct stages combines in rank orde
 }
 
 TEST_CASE("schedule: structure") {
-  // 2 ranks, direct, n = 10, rank 0: the example at the top of schedule.hpp.
-  const std::vector<std::size_t> ext = {2}, coords = {0};
-  const std::vector<algorithm> algos = {algorithm::direct};
-  md::schedule_params p;
-  p.extents = ext, p.coords = coords, p.algos = algos, p.count = 10;
-  auto s = md::make_all_reduce_schedule(p);
+  // 2 ranks, direct, n = 10, rank 0: the example at the top of program.hpp.
+  const std::vector<md::dim_program> one = {{2, 0, algorithm::direct, false, 0}};
+  md::program_params p;
+  p.dims = one, p.count = 10;
+  auto s = md::make_program(p);
   REQUIRE(s.steps.size() == 2);
   CHECK(s.segments == 1);
   CHECK(s.stage_dims == std::vector<std::size_t>{0, 0});
@@ -345,50 +377,49 @@ TEST_CASE("schedule: structure") {
   CHECK(rs.ph == md::phase::reduce_scatter);
   REQUIRE(rs.sends == 1);
   CHECK(s.sends[rs.first_send].peer == 1);
-  CHECK(s.sends[rs.first_send].at == md::slice{md::region::send, 5});
+  CHECK(s.sends[rs.first_send].at == md::slice{md::region::send, 0, 5});
   CHECK(s.sends[rs.first_send].count == 5);
   REQUIRE(rs.recvs == 1);
-  CHECK(s.recvs[rs.first_recv].at.where == md::region::scratch);
+  CHECK(s.recvs[rs.first_recv].at.where == md::region::slot);
   CHECK(s.recvs[rs.first_recv].count == 5);
-  REQUIRE(rs.folds == 1);
-  const auto& f = s.folds[rs.first_fold];
-  CHECK(f.dst == md::slice{md::region::recv, 0});
+  REQUIRE(rs.ops == 1);
+  const auto& f = s.ops[rs.first_op];
+  CHECK(s.outputs_of(f)[0] == md::slice{md::region::recv, 0, 0});
   CHECK(f.count == 5);
   CHECK(f.final);
-  REQUIRE(f.inputs == 2);
-  CHECK(s.inputs[f.first_input] == md::slice{md::region::send, 0});  // coordinate 0 first: this rank
+  REQUIRE(f.ins == 2);
+  CHECK(s.inputs_of(f)[0] == md::slice{md::region::send, 0, 0});  // coordinate 0 first: this rank
   const auto& ag = s.steps[1];
   CHECK(ag.ph == md::phase::all_gather);
-  CHECK(s.sends[ag.first_send].at == md::slice{md::region::recv, 0});
-  CHECK(s.recvs[ag.first_recv].at == md::slice{md::region::recv, 5});
-  CHECK(ag.folds == 0);
+  CHECK(s.sends[ag.first_send].at == md::slice{md::region::recv, 0, 0});
+  CHECK(s.recvs[ag.first_recv].at == md::slice{md::region::recv, 0, 5});
+  CHECK(ag.ops == 0);
 
   // 4 segments over 2 dimensions (2 stages each way): wavefront order.
-  const std::vector<std::size_t> ext2 = {2, 2}, c2 = {0, 0};
-  const std::vector<algorithm> a2 = {algorithm::direct, algorithm::direct};
-  p.extents = ext2, p.coords = c2, p.algos = a2, p.count = 400, p.segment_length = 100;
-  s = md::make_all_reduce_schedule(p);
+  const std::vector<md::dim_program> two = {{2, 0, algorithm::direct, false, 0}, {2, 0, algorithm::direct, false, 0}};
+  p.dims = two, p.count = 400, p.segment_length = 100;
+  s = md::make_program(p);
   CHECK(s.segments == 4);
   CHECK(s.stage_dims == std::vector<std::size_t>{0, 1, 1, 0});
   std::vector<std::pair<std::size_t, std::size_t>> order;  // (segment, stage)
-  for (auto& st : s.steps) order.emplace_back(st.segment, st.stage);
+  for (std::size_t i : md::wavefront_order(s)) order.emplace_back(s.steps[i].segment, s.steps[i].stage);
   const std::vector<std::pair<std::size_t, std::size_t>> expect = {
       {0, 0}, {1, 0}, {0, 1}, {2, 0}, {1, 1}, {0, 2}, {3, 0}, {2, 1}, {1, 2}, {0, 3},
       {3, 1}, {2, 2}, {1, 3}, {3, 2}, {2, 3}, {3, 3}};
   CHECK(order == expect);
-  // Each segment has its own scratch.
-  CHECK(s.scratch_elements == 4 * s.segment_scratch);
+  // Each segment has its own receive slots (the GPU lays them out one after the other).
+  CHECK(s.slot_elements > 0);
+  CHECK(s.scratch_elements == 0);
 
   // Count 0: nothing to do; a single rank: a copy.
   p.count = 0;
-  CHECK(md::make_all_reduce_schedule(p).steps.empty());
-  const std::vector<std::size_t> one = {1}, zero = {0};
-  const std::vector<algorithm> ring = {algorithm::ring};
-  p.extents = one, p.coords = zero, p.algos = ring, p.count = 10, p.segment_length = 0;
-  s = md::make_all_reduce_schedule(p);  // one local step: recvbuf = sendbuf
+  CHECK(md::make_program(p).steps.empty());
+  const std::vector<md::dim_program> single = {{1, 0, algorithm::ring, false, 0}};
+  p.dims = single, p.count = 10, p.segment_length = 0;
+  s = md::make_program(p);  // one local step: recvbuf = sendbuf
   REQUIRE(s.steps.size() == 1);
   CHECK(s.steps[0].sends + s.steps[0].recvs == 0);
-  REQUIRE(s.steps[0].folds == 1);
-  CHECK(s.folds[0].inputs == 1);
-  CHECK(s.inputs[0] == md::slice{md::region::send, 0});
+  REQUIRE(s.steps[0].ops == 1);
+  CHECK(s.ops[0].ins == 1);
+  CHECK(s.inputs_of(s.ops[0])[0] == md::slice{md::region::send, 0, 0});
 }

@@ -9,8 +9,9 @@
 // the link that moves its messages: one of Links (nccl_link, mpi_link, local_link),
 // picked by transport/device_select.hpp from the link tag or options.device_transports.
 // The algorithms per dimension, the merging of same-link dimensions, the block
-// ranges and the segment length are those of the host path; the schedule of a call
-// is built once per (count, type, op kind, alignment) and cached.
+// ranges and the segment length are those of the host path, and so is the
+// program (plan/collective_programs.hpp): the GPU runs the same steps the host
+// executor runs, built once per (count, type, op kind, alignment) and cached.
 //
 // all_reduce is stream-ordered (cuda/engine.cuh): it returns once everything is
 // enqueued. Transports that must synchronize with the host (MPI) do so inside; a
@@ -27,7 +28,8 @@
 #include "../options.hpp"
 #include "../plan/merge.hpp"
 #include "../plan/pipeline.hpp"
-#include "../plan/schedule.hpp"
+#include "../plan/collective_programs.hpp"
+#include "../plan/program.hpp"
 #include "../topology/runtime.hpp"
 #include "../transport/device_select.hpp"
 #include "config.cuh"
@@ -76,11 +78,6 @@ public:
                                    std::to_string(extents_[d]) + ") runs the direct algorithm over more than " +
                                    std::to_string(max_fold_inputs) +
                                    " ranks, more inputs than the GPU path folds in one pass; use ring there");
-      if (algos_[d] == algorithm::halving_doubling)
-        throw invalid_argument("options.algorithms", "mdring::cuda::bind: dimension " + std::to_string(d) + " (" +
-                                                         ex.dim(d).link.name + ":" + std::to_string(extents_[d]) +
-                                                         ") asks for halving_doubling, which only the host path "
-                                                         "runs so far; use ring or direct on the GPU");
     }
     links_.resize(extents_.size());
   }
@@ -121,8 +118,8 @@ public:
     for (bool commutative : {true, false}) {
       if (!commutative && !all_fully_connected()) continue;
       for (std::size_t mis = 0; mis < std::size_t(detail::vector_elements<T>); ++mis) {
-        const auto& s = schedule<T>(count, commutative, mis);
-        bytes = s.scratch_elements * sizeof(T) > bytes ? s.scratch_elements * sizeof(T) : bytes;
+        const auto& s = program_for<T>(count, commutative, mis).pr;
+        bytes = detail::scratch_elements(s) * sizeof(T) > bytes ? detail::scratch_elements(s) * sizeof(T) : bytes;
         segments = s.segments > segments ? s.segments : segments;
       }
     }
@@ -140,27 +137,37 @@ public:
     links_.at(d) = std::forward<L>(l);
   }
 
-  // The schedule of an all_reduce of `count` elements of T (cached: a few recent ones).
+  // The program of an all_reduce of `count` elements of T, and the order its steps
+  // are enqueued in (a wavefront; cached: a few recent ones). The algorithms are
+  // the host path's for the call's size (plan/pipeline.hpp call_algorithms).
+  struct program_entry {
+    program pr;
+    std::vector<std::size_t> order;  // wavefront_order(pr)
+  };
   template <class T>
-  const all_reduce_schedule& schedule(std::size_t count, bool commutative, std::size_t recv_mis) {
+  const program_entry& program_for(std::size_t count, bool commutative, std::size_t recv_mis) {
     const key k{count, sizeof(T), std::size_t(detail::vector_elements<T>), recv_mis, commutative};
     for (auto& e : cache_)
-      if (e.valid && e.k == k) return e.sch;
+      if (e.valid && e.k == k) return e.entry;
     std::vector<algorithm> al(extents_.size());
     for (std::size_t d = 0; d < al.size(); ++d) al[d] = commutative ? algos_[d] : algorithm::direct;
-    schedule_params p;
-    p.extents = extents_;
-    p.coords = coords_;
-    p.algos = al;
+    call_algorithms(merged_.topology, merged_.requested, al, count, sizeof(T), opts_.tune);
+    std::vector<dim_program> dims(extents_.size());
+    for (std::size_t d = 0; d < dims.size(); ++d) dims[d] = {extents_[d], coords_[d], al[d], false, 0};
+    program_params p;
+    p.dims = dims;
     p.count = count;
+    p.rank = rank_;
+    p.elem_size = sizeof(T);
     p.segment_length = segment_elements(merged_.topology, al, count, sizeof(T), opts_.tune);
     p.vector_elements = k.vec;
     p.recv_misalignment = recv_mis;
     auto& e = cache_[next_++ % cache_.size()];
-    e.sch = make_all_reduce_schedule(p);
+    e.entry.pr = make_program(p);
+    e.entry.order = wavefront_order(e.entry.pr);
     e.k = k;
     e.valid = true;
-    return e.sch;
+    return e.entry;
   }
   detail::device_workspace& workspace() noexcept { return ws_; }
   detail::stream_plan& streams() noexcept { return streams_; }
@@ -182,7 +189,7 @@ private:
   struct cache_entry {
     key k;
     bool valid = false;
-    all_reduce_schedule sch;
+    program_entry entry;
   };
 
   options opts_;
@@ -251,11 +258,11 @@ void check_usable(const C& comm, const char* name) {
                              "); bind a new one");
 }
 
-// The links a schedule uses can be captured into a CUDA graph.
+// The links a program uses can be captured into a CUDA graph.
 template <class C>
-void check_capturable(C& comm, const all_reduce_schedule& sch, bool capturing, const char* name) {
-  if (sch.steps.empty() || !capturing) return;
-  for (std::size_t d : sch.stage_dims) {
+void check_capturable(C& comm, const program& pr, bool capturing, const char* name) {
+  if (pr.steps.empty() || !capturing) return;
+  for (std::size_t d : pr.stage_dims) {
     bool ok = true;
     std::visit([&](auto& l) {
       if constexpr (requires { l.capturable(); }) ok = l.capturable();
@@ -269,20 +276,23 @@ void check_capturable(C& comm, const all_reduce_schedule& sch, bool capturing, c
   }
 }
 
-// Enqueues rank `comm`'s all_reduce (schedule already checked) on `stream`,
+// Enqueues rank `comm`'s all_reduce (program already checked) on `stream`,
 // exchanging each step's messages through the dimension's link.
-template <class T, class Op, class C>
-void enqueue_all_reduce(C& comm, const all_reduce_schedule& sch, const call_buffers<T>& b, const Op& op,
-                        cudaStream_t stream, bool capturing, const char* name) {
+template <class T, class Op, class C, class Entry>
+void enqueue_all_reduce(C& comm, const Entry& e, const call_buffers<T>& b, const Op& op, cudaStream_t stream,
+                        bool capturing, const char* name) {
+  const program& pr = e.pr;
   auto& sp = comm.streams();
-  sp.begin(stream, comm.executed_extents().size(), sch.segments, capturing);
+  sp.begin(stream, comm.executed_extents().size(), pr.segments, capturing);
   step_context cx;
   cx.collective = name;
   cx.rank = comm.rank();
-  for (const auto& st : sch.steps) {
+  for (const std::size_t i : e.order) {
+    const program_step& st = pr.steps[i];
     const cudaStream_t s = sp.enter(st);
+    run_ops(pr, pr.pre_of(st), st, b, op, comm.size(), s);
     if (st.sends + st.recvs) {
-      step_messages(sch, st, b, comm.send_slots(), comm.recv_slots());
+      step_messages(pr, st, b, comm.send_slots(), comm.recv_slots());
       cx.dim = st.dim;
       cx.link = comm.executed_topology().dim(st.dim).link.name + ":" + std::to_string(comm.executed_extents()[st.dim]);
       cx.ph = st.ph;
@@ -295,7 +305,7 @@ void enqueue_all_reduce(C& comm, const all_reduce_schedule& sch, const call_buff
           throw transport_error(cx.where() + ": this dimension has no transport", 0);
       }, comm.link(st.dim));
     }
-    run_folds(sch, st, b, op, comm.size(), s);
+    run_ops(pr, pr.ops_of(st), st, b, op, comm.size(), s);
     sp.leave(st, s);
   }
   sp.end();
@@ -351,12 +361,12 @@ void all_reduce(communicator<Topology, Links...>& comm, const T* sendbuf, T* rec
   if constexpr (std::is_trivially_copyable_v<T> && reduction_for<Op, T>) {
     detail::device_guard g(comm.device());
     // Errors up to here leave nothing enqueued and the communicator usable.
-    const auto& sch = comm.template schedule<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbuf));
+    const auto& e = comm.template program_for<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbuf));
     const bool capturing = detail::capturing(stream);
-    detail::check_capturable(comm, sch, capturing, name);
-    detail::call_buffers<T> b{sendbuf, recvbuf, nullptr};
-    b.scratch = static_cast<T*>(comm.workspace().get(sch.scratch_elements * sizeof(T), capturing, name));
-    detail::guarded(comm, [&] { detail::enqueue_all_reduce(comm, sch, b, op, stream, capturing, name); });
+    detail::check_capturable(comm, e.pr, capturing, name);
+    T* scratch = static_cast<T*>(comm.workspace().get(detail::scratch_elements(e.pr) * sizeof(T), capturing, name));
+    const auto b = detail::buffers_of(e.pr, sendbuf, recvbuf, scratch);
+    detail::guarded(comm, [&] { detail::enqueue_all_reduce(comm, e, b, op, stream, capturing, name); });
   }
 }
 

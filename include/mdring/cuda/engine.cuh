@@ -1,4 +1,4 @@
-// mdring/cuda/engine.cuh: runs an all_reduce schedule (plan/schedule.hpp) on streams.
+// mdring/cuda/engine.cuh: runs an all_reduce program (plan/program.hpp) on streams.
 //
 // Nothing here waits on the host for the GPU: every step's messages are handed to
 // the dimension's transport (NCCL enqueues them on the stream; the local transport
@@ -19,7 +19,7 @@
 #pragma once
 
 #include "../error.hpp"
-#include "../plan/schedule.hpp"
+#include "../plan/program.hpp"
 #include "../reduce/ops.hpp"
 #include "../transport/transport.hpp"
 #include "config.cuh"
@@ -203,14 +203,14 @@ public:
   }
 
   // The stream step `st` runs on, after what it depends on.
-  cudaStream_t enter(const schedule_step& st) {
+  cudaStream_t enter(const program_step& st) {
     if (!pipelined_) return user_;
     cudaStream_t s = dim_streams_[st.dim].get();
     if (st.stage_begin && last_[st.segment] && last_[st.segment] != s)
       check(cudaStreamWaitEvent(s, seg_events_[st.segment].get(), 0), "cudaStreamWaitEvent");
     return s;
   }
-  void leave(const schedule_step& st, cudaStream_t s) {
+  void leave(const program_step& st, cudaStream_t s) {
     if (!pipelined_ || !st.stage_end) return;
     check(cudaEventRecord(seg_events_[st.segment].get(), s), "cudaEventRecord");
     last_[st.segment] = s;
@@ -244,42 +244,67 @@ private:
   std::size_t forked_ = 0;
 };
 
-// One rank's buffers for one call.
+// One rank's buffers for one call: the user's, scratch, and each segment's own
+// receive slots (so that no slot is reused within a call and streams need no
+// reuse barriers).
 template <class T>
 struct call_buffers {
   const T* send = nullptr;
   T* recv = nullptr;
-  T* scratch = nullptr;
+  T* scratch = nullptr;  // program::scratch_elements, then the slots
+  std::size_t scratch_elements = 0, slot_elements = 0;
 
-  T* at(slice s) const {
+  T* at(slice s, std::size_t segment) const {
     switch (s.where) {
       case region::send: return const_cast<T*>(send) + s.offset;
       case region::recv: return recv + s.offset;
-      default: return scratch + s.offset;
+      case region::scratch: return scratch + s.offset;
+      case region::slot: return scratch + scratch_elements + segment * slot_elements + s.offset;
+      default:
+        throw transport_error("mdring::cuda: a program step reads another rank's memory by shared access, which "
+                              "the GPU path does not run (an internal error)",
+                              0);
     }
   }
 };
 
-// Enqueues step st's folds on stream s.
+// Device scratch of a program: its scratch region and every segment's slots.
+inline std::size_t scratch_elements(const program& pr) { return pr.scratch_elements + pr.segments * pr.slot_elements; }
+
+template <class T>
+call_buffers<T> buffers_of(const program& pr, const T* send, T* recv, T* scratch) {
+  return {send, recv, scratch, pr.scratch_elements, pr.slot_elements};
+}
+
+// Enqueues local ops (a step's pre or post ops) on stream s: folds as kernels,
+// copies as device-to-device copies.
 template <class T, class Op>
-void run_folds(const all_reduce_schedule& sch, const schedule_step& st, const call_buffers<T>& b, const Op& op,
-               std::size_t ranks, cudaStream_t s) {
+void run_ops(const program& pr, std::span<const local_op> ops, const program_step& st, const call_buffers<T>& b,
+             const Op& op, std::size_t ranks, cudaStream_t s) {
   thread_local std::vector<const T*> ptrs;  // grows to the largest fold, then reused
-  for (const auto& f : sch.folds_of(st)) {
+  for (const auto& o : ops) {
     ptrs.clear();
-    for (const auto& in : sch.inputs_of(f)) ptrs.push_back(b.at(in));
-    fold(b.at(f.dst), std::span<const T* const>(ptrs.data(), ptrs.size()), f.count, op, f.final, ranks, s);
+    for (const auto& in : pr.inputs_of(o)) ptrs.push_back(b.at(in, st.segment));
+    for (const auto& out : pr.outputs_of(o)) {
+      T* dst = b.at(out, st.segment);
+      if (o.kind == local_op::copy) {
+        if (dst != ptrs[0])
+          check(cudaMemcpyAsync(dst, ptrs[0], o.count * sizeof(T), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+        continue;
+      }
+      fold(dst, std::span<const T* const>(ptrs.data(), ptrs.size()), o.count, op, o.final, ranks, s);
+    }
   }
 }
 
 // The messages of step st as byte pointers.
 template <class T>
-void step_messages(const all_reduce_schedule& sch, const schedule_step& st, const call_buffers<T>& b,
+void step_messages(const program& pr, const program_step& st, const call_buffers<T>& b,
                    std::vector<device_message>& sends, std::vector<device_message>& recvs) {
   sends.clear();
   recvs.clear();
-  for (const auto& m : sch.sends_of(st)) sends.push_back({b.at(m.at), m.count * sizeof(T), m.peer});
-  for (const auto& m : sch.recvs_of(st)) recvs.push_back({b.at(m.at), m.count * sizeof(T), m.peer});
+  for (const auto& m : pr.sends_of(st)) sends.push_back({b.at(m.at, st.segment), m.count * sizeof(T), m.peer});
+  for (const auto& m : pr.recvs_of(st)) recvs.push_back({b.at(m.at, st.segment), m.count * sizeof(T), m.peer});
 }
 
 // Element misalignment of p within 16 bytes (what the schedule shifts slots by).

@@ -103,22 +103,23 @@ local_link& local_of(local_communicator<Topology>& c, std::size_t d) {
 // Step i of every rank: the copies (receiver's stream, after the sender's data),
 // the senders' waits for them, then the folds.
 template <class Topology, class T, class Op>
-void local_step(std::span<local_communicator<Topology>> comms, std::span<const all_reduce_schedule* const> sch,
+void local_step(std::span<local_communicator<Topology>> comms, std::span<const program* const> sch,
                 std::span<const call_buffers<T>> b, std::size_t i, const Op& op, std::span<cudaStream_t> s) {
   const std::size_t P = comms.size();
-  const schedule_step& s0 = sch[0]->steps[i];
+  const program_step& s0 = sch[0]->steps[i];
   const std::size_t d = s0.dim;
   bool messages = false;
   for (std::size_t r = 0; r < P; ++r) {
-    const schedule_step& st = sch[r]->steps[i];
+    const program_step& st = sch[r]->steps[i];
     s[r] = comms[r].streams().enter(st);
+    run_ops(*sch[r], sch[r]->pre_of(st), st, b[r], op, P, s[r]);
     messages |= st.sends + st.recvs > 0;
   }
   if (messages) {
     for (std::size_t r = 0; r < P; ++r)
       if (sch[r]->steps[i].sends) check(cudaEventRecord(local_of(comms[r], d).ready.get(), s[r]), "cudaEventRecord");
     for (std::size_t r = 0; r < P; ++r) {
-      const schedule_step& st = sch[r]->steps[i];
+      const program_step& st = sch[r]->steps[i];
       const std::size_t me = comms[r].executed_coordinates()[d];
       for (const auto& m : sch[r]->recvs_of(st)) {
         const std::size_t j = comms[r].members(d)[m.peer];
@@ -129,10 +130,11 @@ void local_step(std::span<local_communicator<Topology>> comms, std::span<const a
           throw transport_error("mdring::cuda::all_reduce: rank " + std::to_string(j) + " sends " +
                                     (from ? std::to_string(from->count) : std::string("nothing")) + " where rank " +
                                     std::to_string(r) + " expects " + std::to_string(m.count) +
-                                    " elements (an internal error: the schedules disagree)",
+                                    " elements (an internal error: the programs disagree)",
                                 0);
         check(cudaStreamWaitEvent(s[r], local_of(comms[j], d).ready.get(), 0), "cudaStreamWaitEvent");
-        check(cudaMemcpyAsync(b[r].at(m.at), b[j].at(from->at), m.count * sizeof(T), cudaMemcpyDeviceToDevice, s[r]),
+        check(cudaMemcpyAsync(b[r].at(m.at, st.segment), b[j].at(from->at, st.segment), m.count * sizeof(T),
+                              cudaMemcpyDeviceToDevice, s[r]),
               "cudaMemcpyAsync");
       }
       if (st.recvs) check(cudaEventRecord(local_of(comms[r], d).done.get(), s[r]), "cudaEventRecord");
@@ -144,8 +146,8 @@ void local_step(std::span<local_communicator<Topology>> comms, std::span<const a
       }
   }
   for (std::size_t r = 0; r < P; ++r) {
-    const schedule_step& st = sch[r]->steps[i];
-    run_folds(*sch[r], st, b[r], op, P, s[r]);
+    const program_step& st = sch[r]->steps[i];
+    run_ops(*sch[r], sch[r]->ops_of(st), st, b[r], op, P, s[r]);
     comms[r].streams().leave(st, s[r]);
   }
 }
@@ -194,23 +196,27 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
   if constexpr (std::is_trivially_copyable_v<T> && reduction_for<Op, T>) {
     detail::device_guard g(comms[0].device());
     // Errors before the first enqueue leave the communicators usable.
-    std::vector<const all_reduce_schedule*> sch(P);
+    std::vector<const program*> sch(P);
+    const std::vector<std::size_t>* order = nullptr;  // the same on every rank
     std::vector<detail::call_buffers<T>> b(P);
     std::vector<cudaStream_t> user(P), cur(P);
     std::vector<char> capturing(P);
     for (std::size_t r = 0; r < P; ++r) {
       user[r] = streams.empty() ? nullptr : streams[streams.size() == 1 ? 0 : r];
       capturing[r] = detail::capturing(user[r]);
-      sch[r] = &comms[r].template schedule<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbufs[r]));
+      const auto& e =
+          comms[r].template program_for<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbufs[r]));
+      sch[r] = &e.pr;
+      if (r == 0) order = &e.order;
     }
     for (std::size_t r = 0; r < P; ++r)
-      b[r] = {sendbufs[r], recvbufs[r],
-              static_cast<T*>(comms[r].workspace().get(sch[r]->scratch_elements * sizeof(T), capturing[r], name))};
+      b[r] = detail::buffers_of(
+          *sch[r], sendbufs[r], recvbufs[r],
+          static_cast<T*>(comms[r].workspace().get(detail::scratch_elements(*sch[r]) * sizeof(T), capturing[r], name)));
     try {
       for (std::size_t r = 0; r < P; ++r)
         comms[r].streams().begin(user[r], comms[r].executed_extents().size(), sch[r]->segments, capturing[r] != 0);
-      for (std::size_t i = 0; i < sch[0]->steps.size(); ++i)
-        detail::local_step<Topology, T, Op>(comms, sch, b, i, op, cur);
+      for (const std::size_t i : *order) detail::local_step<Topology, T, Op>(comms, sch, b, i, op, cur);
       for (std::size_t r = 0; r < P; ++r) comms[r].streams().end();
     } catch (const std::exception& e) {
       for (auto& c : comms) c.mark_broken(e.what());

@@ -23,7 +23,7 @@
 //
 // The communicator of a pipelined call runs dimensions on different streams at
 // once; every rank enqueues the same operations in the same order on each
-// dimension's communicator (plan/schedule.hpp), as NCCL requires.
+// dimension's communicator (plan/program.hpp), as NCCL requires.
 #pragma once
 
 #include "../error.hpp"

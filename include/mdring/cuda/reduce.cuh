@@ -28,8 +28,8 @@
 // pointer to have the same address modulo 16; the head up to the first 16-byte
 // boundary and the tail go element by element. Pointers whose offsets modulo 16
 // differ take the element-by-element path for the whole range (correct, slower);
-// the all_reduce schedule places its receive slots so that this does not happen
-// (plan/schedule.hpp). Up to max_fold_inputs (64) inputs go in one launch; more
+// the all_reduce program places its receive slots so that this does not happen
+// (plan/build_program.hpp). Up to max_fold_inputs (64) inputs go in one launch; more
 // are folded in several passes, the partial result first (rounded to T in
 // between, which matters only for 16-bit types), and then dst may alias only
 // inputs of the first pass (invalid_argument("in") otherwise). The GPU

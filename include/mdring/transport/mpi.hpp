@@ -168,7 +168,9 @@ public:
 
   wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
 #if MDRING_SMPI
-    (void)deadline;
+    // A deadline already passed (a nonblocking call's cursor testing) tests once;
+    // any other blocks (a blocked actor costs no simulated time).
+    if (deadline == deadline_clock::time_point{}) return test_simulated(rs, false);
     return wait_all_simulated(rs);
 #else
     return wait_until(rs, deadline, false);
@@ -180,7 +182,7 @@ public:
   // pipelined all_reduce go on with whichever segment's step is done first.
   wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
 #if MDRING_SMPI
-    (void)deadline;
+    if (deadline == deadline_clock::time_point{}) return test_simulated(rs, true);
     return wait_any_simulated(rs);
 #else
     return wait_until(rs, deadline, true);
@@ -257,6 +259,29 @@ public:
       if (rq.recv) check_received(rq, st);
       rq.n = 0;
     }
+    return wait_status::ok();
+  }
+  // Tests every pending request once: done when all (any: one) completed, else a
+  // timeout naming the first still pending.
+  wait_status test_simulated(std::span<request> rs, bool any) {
+    bool all = true, some = false;
+    for (auto& rq : rs) {
+      if (rq.n == 0) continue;
+      int flag = 0;
+      MPI_Status st[2];
+      const int rc = MPI_Testall(rq.n, rq.r, &flag, st);
+      if (rc != MPI_SUCCESS) message_failed(rq, rc, st);
+      if (!flag) {
+        all = false;
+        continue;
+      }
+      if (rq.recv) check_received(rq, st);
+      rq.n = 0;
+      some = true;
+    }
+    if (all || (any && some)) return wait_status::ok();
+    for (std::size_t i = 0; i < rs.size(); ++i)
+      if (rs[i].n) return wait_status{wait_status::timeout, i, 0, {}};
     return wait_status::ok();
   }
   // MPI_Waitany over the first piece of every pending request, then the rest of
