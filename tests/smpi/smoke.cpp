@@ -1,6 +1,7 @@
 // The MPI transport under SimGrid SMPI: 8 simulated ranks on two simulated nodes
-// (platform.xml) run all_reduce (also pipelined: 98 segments, 8 in flight) and
-// broadcast through mdring::bind(MPI_COMM_WORLD) and check every element; rank 0
+// (platform.xml) run all_reduce (also pipelined: 98 segments, 8 in flight),
+// broadcast and nonblocking all_reduces through mdring::bind(MPI_COMM_WORLD) and
+// check every element; rank 0
 // prints the simulated time of a 1 MiB all_reduce next to explain()'s prediction. With the argument
 // "natural", on SMPI's default network model: the topology as a user writes it with default link
 // traits, 4 MiB checked against MPI_Allreduce and timed beside it. Built with smpicxx and run with
@@ -36,6 +37,36 @@ long natural_row(int rank, int size) {
     std::printf("smpi smoke natural: nvlink:4 x infiniband:%d, SMPI's default network, 4 MiB all_reduce: "
                 "%.1f us simulated (%.1f us predicted), MPI_Allreduce %.1f us: %.3f x\n",
                 size / 4, t_md * 1e6, comm.make_plan<float>(n).seconds() * 1e6, t_mpi * 1e6, t_md / t_mpi);
+  return bad;
+}
+
+// Nonblocking calls on simulated ranks (no progress thread under SMPI: they move
+// inside test and wait): six all_reduces of different sizes in flight, waited in
+// reverse order, then one polled with test() to completion.
+template <class Comm>
+long nonblocking(int rank, int size, Comm& comm) {
+  long bad = 0;
+  std::vector<std::vector<float>> bufs;
+  std::vector<mdring::request> reqs;
+  for (std::size_t k = 0; k < 6; ++k) {
+    const std::size_t n = 1 + k * 7919;
+    bufs.emplace_back(n);
+    for (std::size_t i = 0; i < n; ++i) bufs.back()[i] = float((i + k + std::size_t(rank)) % 9);
+  }
+  for (auto& b : bufs) reqs.push_back(mdring::iall_reduce(comm, b.data(), b.size(), mdring::sum));
+  for (std::size_t k = reqs.size(); k-- > 0;) reqs[k].wait();
+  std::vector<float> x(50000, float(rank));
+  auto rq = mdring::iall_reduce(comm, x.data(), x.size(), mdring::sum);
+  std::size_t polls = 1;
+  while (!rq.test()) ++polls;
+  for (std::size_t k = 0; k < bufs.size(); ++k)
+    for (std::size_t i = 0; i < bufs[k].size(); ++i) {
+      float want = 0;
+      for (int r = 0; r < size; ++r) want += float((i + k + std::size_t(r)) % 9);
+      bad += bufs[k][i] != want;
+    }
+  for (float v : x) bad += v != float(size * (size - 1) / 2);
+  if (rank == 0 && comm.progress() != mdring::progress_mode::in_wait) ++bad;  // no threads in a simulation
   return bad;
 }
 
@@ -81,7 +112,7 @@ long fitted_links(int rank, int size) {
     mdring::broadcast(comm, b.data(), n, 3);
     for (int v : b) bad += v != 42;
   }
-  return bad;
+  return bad + nonblocking(rank, size, comm) + nonblocking(rank, size, piped);
 }
 
 // Runs one of the above on every rank, counts the wrong elements of all ranks
