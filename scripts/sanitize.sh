@@ -3,8 +3,8 @@
 # template-heavy tests take longer than CI's budget on 2 cores).
 #
 #   scripts/sanitize.sh thread    # ThreadSanitizer: the threads transport, the
-#                                 # collectives and the nonblocking calls (fibers
-#                                 # are announced to TSan, executor/fiber.hpp)
+#                                 # collectives and the nonblocking calls (their
+#                                 # progress agent and the threads that wait)
 #   scripts/sanitize.sh address   # AddressSanitizer + UBSan: every host unit test
 #   scripts/sanitize.sh           # both
 #
@@ -22,14 +22,14 @@ for kind in "${kinds[@]}"; do
     thread)
       dir=build-tsan
       flags="-fsanitize=thread"
-      tests=(test_transport test_requests test_collectives test_errors)
+      tests=(test_transport test_requests test_collectives test_errors test_program)
       export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
       ;;
     address)
       dir=build-asan
       flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
-      tests=(test_topology test_plan test_schedule test_device_select test_reduce test_memory test_transport
-             test_collectives test_errors test_requests)
+      tests=(test_topology test_plan test_schedule test_program test_device_select test_reduce test_memory
+             test_transport test_collectives test_errors test_requests)
       export ASAN_OPTIONS="detect_leaks=1 detect_stack_use_after_return=0" UBSAN_OPTIONS="print_stacktrace=1"
       ;;
     *) echo "usage: $0 [thread|address]..." >&2; exit 2 ;;

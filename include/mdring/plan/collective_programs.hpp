@@ -23,7 +23,7 @@
 // (tests/test_schedule.cpp replays every program of every rank).
 #pragma once
 
-#include "build_program.hpp"
+#include "build_stages.hpp"
 #include "pipeline.hpp"
 
 #include "../topology/coordinates.hpp"
@@ -34,9 +34,9 @@ MDRING_NAMESPACE_BEGIN
 
 namespace detail {
 
-class collective_program_builder : public program_builder {
+class collective_program_builder : public stage_builder {
 public:
-  using program_builder::program_builder;
+  using stage_builder::stage_builder;
 
   program build() {
     out_.kind = p_.kind;

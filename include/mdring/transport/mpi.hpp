@@ -20,7 +20,9 @@
 // ranks are simulated actors of one process and time is simulated: waits block in
 // MPI_Waitall instead (each MPI_Test would inject simulated time, and a wall-clock
 // deadline means nothing there), so options::timeout and the control channel's
-// early stop do not apply, and shared access is off (every byte is a message).
+// early stop do not apply, and shared access is off (every byte is a message). A
+// nonblocking call's cursor tests (MPI_Testall) instead of waiting
+// (transport/mpi_requests.hpp).
 //
 // Destroy mdring communicators before MPI_Finalize (after it, their destructor
 // frees nothing: MPI is gone).
@@ -35,6 +37,7 @@
 #include "transport.hpp"
 
 #include "mpi_node.hpp"
+#include "mpi_requests.hpp"
 
 #include <chrono>
 #include <climits>
@@ -56,15 +59,7 @@ public:
   using channel = detail::channel;
   // Peers' buffers are in other processes: read and write them with CMA.
   static constexpr bool same_address_space = false;
-  struct request {
-    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    int n = 0;
-    bool recv = false;
-    std::size_t peer = 0;           // global rank
-    std::size_t bytes = 0;          // expected
-    int expect[2] = {0, 0};         // elements of each piece's datatype
-    MPI_Datatype type[2] = {MPI_BYTE, MPI_BYTE};
-  };
+  using request = detail::mpi_request;
 
   static constexpr int control_tag = 1;
 
@@ -170,8 +165,8 @@ public:
 #if MDRING_SMPI
     // A deadline already passed (a nonblocking call's cursor testing) tests once;
     // any other blocks (a blocked actor costs no simulated time).
-    if (deadline == deadline_clock::time_point{}) return test_simulated(rs, false);
-    return wait_all_simulated(rs);
+    if (deadline == deadline_clock::time_point{}) return simulated_.test(rs, false, rank_);
+    return simulated_.wait_all(rs, rank_);
 #else
     return wait_until(rs, deadline, false);
 #endif
@@ -182,8 +177,8 @@ public:
   // pipelined all_reduce go on with whichever segment's step is done first.
   wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
 #if MDRING_SMPI
-    if (deadline == deadline_clock::time_point{}) return test_simulated(rs, true);
-    return wait_any_simulated(rs);
+    if (deadline == deadline_clock::time_point{}) return simulated_.test(rs, true, rank_);
+    return simulated_.wait_any(rs, rank_);
 #else
     return wait_until(rs, deadline, true);
 #endif
@@ -204,6 +199,8 @@ public:
   }
 
 #if !MDRING_SMPI
+  // Completes rq if its messages are done (true); throws if one failed.
+  bool test(request& rq) { return detail::test_request(rq, rank_); }
   wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
     for (unsigned spin = 0;; ++spin) {
       bool all = true, some = false;
@@ -223,86 +220,6 @@ public:
         std::this_thread::yield();
       }
     }
-  }
-  // Completes rq if its messages are done (true); throws if one failed.
-  bool test(request& rq) {
-    int flag = 0;
-    MPI_Status st[2];
-    const int rc = MPI_Testall(rq.n, rq.r, &flag, st);
-    if (rc != MPI_SUCCESS) message_failed(rq, rc, st);
-    if (!flag) return false;
-    if (rq.recv) check_received(rq, st);
-    rq.n = 0;
-    return true;
-  }
-#endif
-
-  [[noreturn]] static void message_failed(const request& rq, int rc, const MPI_Status* st) {
-    int code = rc;
-    for (int i = 0; i < rq.n; ++i)
-      if (rc == MPI_ERR_IN_STATUS && st[i].MPI_ERROR != MPI_SUCCESS) code = st[i].MPI_ERROR;
-    throw mpi_error("mdring::mpi: a message failed: " + detail::error_string(code) +
-                        " (did the ranks pass different counts or types to the same collective?)",
-                    code);
-  }
-
-#if MDRING_SMPI
-  // Blocks until every request is done, one after the other: the simulated network
-  // moves all of them meanwhile, and a blocked actor costs no simulated time. A rank
-  // that fails leaves the others blocked, and SimGrid ends the run as a deadlock.
-  wait_status wait_all_simulated(std::span<request> rs) {
-    for (auto& rq : rs) {
-      if (rq.n == 0) continue;
-      MPI_Status st[2];
-      const int rc = MPI_Waitall(rq.n, rq.r, st);
-      if (rc != MPI_SUCCESS) message_failed(rq, rc, st);
-      if (rq.recv) check_received(rq, st);
-      rq.n = 0;
-    }
-    return wait_status::ok();
-  }
-  // Tests every pending request once: done when all (any: one) completed, else a
-  // timeout naming the first still pending.
-  wait_status test_simulated(std::span<request> rs, bool any) {
-    bool all = true, some = false;
-    for (auto& rq : rs) {
-      if (rq.n == 0) continue;
-      int flag = 0;
-      MPI_Status st[2];
-      const int rc = MPI_Testall(rq.n, rq.r, &flag, st);
-      if (rc != MPI_SUCCESS) message_failed(rq, rc, st);
-      if (!flag) {
-        all = false;
-        continue;
-      }
-      if (rq.recv) check_received(rq, st);
-      rq.n = 0;
-      some = true;
-    }
-    if (all || (any && some)) return wait_status::ok();
-    for (std::size_t i = 0; i < rs.size(); ++i)
-      if (rs[i].n) return wait_status{wait_status::timeout, i, 0, {}};
-    return wait_status::ok();
-  }
-  // MPI_Waitany over the first piece of every pending request, then the rest of
-  // that request's pieces (one message cut in two: they complete together).
-  wait_status wait_any_simulated(std::span<request> rs) {
-    any_req_.clear();
-    any_idx_.clear();
-    for (std::size_t i = 0; i < rs.size(); ++i)
-      if (rs[i].n) any_req_.push_back(rs[i].r[0]), any_idx_.push_back(i);
-    if (any_req_.empty()) return wait_status::ok();
-    int k = MPI_UNDEFINED;
-    MPI_Status st[2];
-    int rc = MPI_Waitany(int(any_req_.size()), any_req_.data(), &k, &st[0]);
-    if (k == MPI_UNDEFINED) return wait_status::ok();
-    request& rq = rs[any_idx_[std::size_t(k)]];
-    rq.r[0] = MPI_REQUEST_NULL;
-    if (rc == MPI_SUCCESS && rq.n > 1) rc = MPI_Wait(&rq.r[1], &st[1]);
-    if (rc != MPI_SUCCESS) message_failed(rq, rc, st);
-    if (rq.recv) check_received(rq, st);
-    rq.n = 0;
-    return wait_status::ok();
   }
 #endif
 
@@ -371,24 +288,6 @@ private:
     if (rest) piece(static_cast<char*>(buf) + chunks * max_bytes_, int(rest), MPI_BYTE);
   }
 
-  // MPI accepts a message shorter than the receive buffer: a rank that passed a
-  // smaller count would otherwise go unnoticed.
-  void check_received(const request& rq, const MPI_Status* st) const {
-    for (int i = 0; i < rq.n; ++i) {
-      int got = 0;
-      MPI_Get_count(&st[i], rq.type[i], &got);
-      if (got != rq.expect[i]) {
-        int bytes = 0;
-        MPI_Get_count(&st[i], MPI_BYTE, &bytes);
-        throw transport_error("mdring::mpi: rank " + std::to_string(rq.peer) + " sent a message of " +
-                                  (bytes == MPI_UNDEFINED ? std::string("an unexpected size") : std::to_string(bytes) + " bytes") +
-                                  " where rank " + std::to_string(rank_) + " expected " + std::to_string(rq.bytes) +
-                                  ": the ranks passed different counts, types or roots to the same collective",
-                              0);
-      }
-    }
-  }
-
   // More processes of this communicator on this node than the node has cores.
   bool oversubscribed() {
     if (node_ranks_ == 0) {
@@ -451,8 +350,7 @@ private:
   std::size_t failed_rank_ = 0;
   std::string failed_reason_;
 #if MDRING_SMPI
-  std::vector<MPI_Request> any_req_;  // wait_any_simulated's
-  std::vector<std::size_t> any_idx_;
+  detail::simulated_waits simulated_;
 #endif
 };
 

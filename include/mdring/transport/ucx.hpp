@@ -31,6 +31,7 @@
 #include "node_window.hpp"
 #include "shared_access.hpp"
 #include "transport.hpp"
+#include "ucx_requests.hpp"
 #include "ucx_world.hpp"
 
 #include <ucp/api/ucp.h>
@@ -49,18 +50,6 @@ MDRING_NAMESPACE_BEGIN
 
 namespace ucx {
 
-namespace detail {
-// The 64-bit tag: kind (2 bits) | channel (6) | sender (24) | mdring's tag (32).
-enum kind : std::uint64_t { data = 0, control = 1, setup = 2 };
-constexpr ucp_tag_t make_tag(kind k, std::size_t channel, std::size_t sender, std::uint32_t tag) {
-  return (ucp_tag_t(k) << 62) | (ucp_tag_t(channel & 63) << 56) | (ucp_tag_t(sender & 0xffffff) << 32) | tag;
-}
-constexpr std::size_t sender_of(ucp_tag_t t) { return std::size_t((t >> 32) & 0xffffff); }
-constexpr ucp_tag_t full_mask = ~ucp_tag_t(0);
-constexpr ucp_tag_t kind_mask = ucp_tag_t(3) << 62;
-constexpr std::size_t max_ranks = std::size_t(1) << 24;
-constexpr std::size_t max_channels = 64;
-}  // namespace detail
 
 class transport {
 public:
@@ -70,13 +59,7 @@ public:
     std::vector<std::size_t> members;  // global ranks, by coordinate
     mdring::detail::node_window window;
   };
-  struct request {
-    void* r = nullptr;  // UCX's request while pending
-    bool pending = false;
-    bool recv = false;
-    std::size_t peer = 0;  // global rank
-    std::size_t bytes = 0;
-  };
+  using request = detail::ucx_request;
 
   // Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
   transport(const world& w, const options& opts, const std::string& fingerprint)
@@ -309,7 +292,7 @@ private:
       prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       sp = ucp_tag_recv_nbx(worker_, buf, bytes, tag, detail::full_mask, &prm);
     }
-    if (UCS_PTR_IS_ERR(sp)) message_failed(rq, UCS_PTR_STATUS(sp));
+    if (UCS_PTR_IS_ERR(sp)) detail::message_failed(rq, UCS_PTR_STATUS(sp), rank_);
     if (sp) {
       rq.r = sp;
       rq.pending = true;
@@ -317,32 +300,7 @@ private:
   }
 
   // Completes rq if its message is done (true); throws if it failed.
-  bool test(request& rq) {
-    ucs_status_t st;
-    ucp_tag_recv_info_t info{};
-    if (rq.recv) st = ucp_tag_recv_request_test(rq.r, &info);
-    else st = ucp_request_check_status(rq.r);
-    if (st == UCS_INPROGRESS) return false;
-    ucp_request_free(rq.r);
-    rq.r = nullptr;
-    rq.pending = false;
-    if (st != UCS_OK) message_failed(rq, st);
-    if (rq.recv && info.length != rq.bytes) wrong_size(rq, std::to_string(info.length) + " bytes");
-    return true;
-  }
-
-  [[noreturn]] void message_failed(const request& rq, ucs_status_t st) {
-    if (st == UCS_ERR_MESSAGE_TRUNCATED) wrong_size(rq, "more bytes");
-    throw transport_error("mdring::ucx: a message " + std::string(rq.recv ? "from" : "to") + " rank " +
-                              std::to_string(rq.peer) + " failed: " + ucs_status_string(st),
-                          int(st));
-  }
-  [[noreturn]] void wrong_size(const request& rq, const std::string& got) const {
-    throw transport_error("mdring::ucx: rank " + std::to_string(rq.peer) + " sent a message of " + got +
-                              " where rank " + std::to_string(rank_) + " expected " + std::to_string(rq.bytes) +
-                              ": the ranks passed different counts, types or roots to the same collective",
-                          0);
-  }
+  bool test(request& rq) { return detail::test_request(rq, rank_); }
 
   // Polls until the requests are done (any: one of them). Spins, yielding every 64
   // polls; on a node with more ranks than cores (crowded_) it yields at every poll

@@ -1,0 +1,233 @@
+// mdring/plan/build_stages.hpp: the stages of every algorithm, written once as
+// program steps (plan/program.hpp, plan/build_program.hpp).
+//
+// The stage emitters, by algorithm (each mirrors its comment in DESIGN.md):
+//   ring_rs / ring_ag       p-1 steps; the partial from the left first, then own
+//   direct_rs / direct_ag   one step by messages, one n-ary fold in coordinate order
+//   hd_rs / hd_ag           halving-doubling (plan/halving_doubling.hpp)
+//   shared_rs / shared_ag   shared access: arrive, read the peers, leave (two steps;
+//                           ranges up to staging_bytes go through the staging
+//                           buffers instead, and the second step is empty)
+//   fused_rs / fused_ag     all_reduce's last shared dimension: reduce-scatter and
+//                           all-gather in one pass that writes every peer's buffer
+// all_gather's unpacking stage and the scatter and gather of broadcast and reduce
+// are in plan/collective_programs.hpp, with the collectives.
+#pragma once
+
+#include "build_program.hpp"
+
+MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+
+class stage_builder : public program_builder {
+public:
+  using program_builder::program_builder;
+
+protected:
+  // ---- reduce-scatter stages ---------------------------------------------------------
+  void reduce_scatter_stage(const rs_args& s) {
+    if (dim(s.d).shared) return shared_rs(s);
+    if (dim(s.d).algo == algorithm::direct) return direct_rs(s);
+    if (dim(s.d).algo == algorithm::halving_doubling) return hd_rs(s);
+    ring_rs(s);
+  }
+
+  void ring_rs(const rs_args& s) {
+    const std::size_t d = s.d, p = ext_[d], c = coords_[d];
+    const block_range r = s.r;
+    // Where step i receives: R0, or without mid R0 and R1 in turn (the partial being
+    // sent sits in the other one).
+    auto rbuf = [&](std::size_t i) {
+      const std::size_t dst = r.offset + block_of(r.count, p, ring_rs_recv_block(c, i, p)).offset;
+      if (slots_region()) return slot(d, 0, dst);
+      return s.mid || i % 2 == 0 ? R(0) : R(1);
+    };
+    message_stage(d, phase::reduce_scatter, p - 1, [&](std::size_t i) {
+      const block_range bs = block_of(r.count, p, ring_rs_send_block(c, i, p));
+      const block_range br = block_of(r.count, p, ring_rs_recv_block(c, i, p));
+      const slice sp = i == 0 ? contiguous_or_pack(s.src, r.offset + bs.offset, bs.count, R(1))
+                              : (s.mid ? *s.mid + bs.offset : rbuf(i - 1));
+      recv((c + p - 1) % p, rbuf(i), br.count);
+      send((c + 1) % p, sp, bs.count);
+      const bool last = i + 2 == p;
+      const slice dst = last ? s.out : (s.mid ? *s.mid + br.offset : rbuf(i));
+      s.src.runs(r.offset + br.offset, br.count, [&](slice own, std::size_t rel, std::size_t len) {
+        fold(dst + rel, {rbuf(i) + rel, own}, len, last && s.final);
+      });
+    });
+  }
+
+  void direct_rs(const rs_args& s) {
+    const std::size_t d = s.d, p = ext_[d], c = coords_[d], mb = max_block(s.r.count, p);
+    const block_range r = s.r, bc = block_of(r.count, p, c);
+    auto q = [&](std::size_t j) {
+      const std::size_t k = j < c ? j : j - 1;
+      return slots_region() ? slot(d, k, r.offset + bc.offset) : slice{region::scratch, 0, L_.q + k * mb};
+    };
+    message_stage(d, phase::reduce_scatter, 1, [&](std::size_t) {
+      for (std::size_t j = 0; j < p; ++j)
+        if (j != c) recv(j, q(j), bc.count);
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == c) continue;
+        const block_range bj = block_of(r.count, p, j);
+        const slice pk{region::scratch, 0, L_.pack + (j < c ? j : j - 1) * mb};
+        send(j, contiguous_or_pack(s.src, r.offset + bj.offset, bj.count, pk), bj.count);
+      }
+      s.src.runs(r.offset + bc.offset, bc.count, [&](slice own, std::size_t rel, std::size_t len) {
+        ins_.clear();
+        for (std::size_t j = 0; j < p; ++j) ins_.push_back(j == c ? own : q(j) + rel);
+        const slice o = s.out + rel;
+        op(local_op::fold, {&o, 1}, ins_, len, s.final, false);
+      });
+    });
+  }
+
+  // Halving-doubling: partials in acc (mid, or R1), received halves in rbuf (as large
+  // as the range); the hand-out lands in out. Sends come from the source until the
+  // rank has a partial of its own (before its first fold).
+  void hd_rs(const rs_args& s) {
+    const std::size_t d = s.d, p = ext_[d], c = coords_[d];
+    const block_range r = s.r;
+    const hd_shape h = hd_shape_of(p);
+    const std::size_t lead = h.rem ? 1 : 0;
+    const slice acc = s.mid ? *s.mid : R(1);
+    const slice rbuf = slots_region() ? slot(d, 0, r.offset) : R(0);
+    message_stage(d, phase::reduce_scatter, h.steps(), [&](std::size_t i) {
+      const hd_step st = hd_rs_step(h, r.count, c, i);
+      if (st.receives)
+        recv(st.partner, st.kind == hd_step::hand_out ? s.out : rbuf + st.recv.offset, st.recv.count);
+      if (st.sends) {
+        const bool partial = i > lead || (h.rem && i > 0 && c < 2 * h.rem);
+        send(st.partner,
+             partial ? acc + st.send.offset
+                     : contiguous_or_pack(s.src, r.offset + st.send.offset, st.send.count, acc + st.send.offset),
+             st.send.count);
+      }
+      if (!st.receives || st.kind == hd_step::hand_out) return;
+      const bool partial = st.kind == hd_step::exchange && (i > lead || (h.rem && c < 2 * h.rem));
+      auto f = [&](std::size_t lo, std::size_t len, slice dst, bool fin) {  // elements [lo, lo+len) of the range
+        if (partial) return fold(dst, {rbuf + lo, acc + lo}, len, fin);
+        s.src.runs(r.offset + lo, len, [&](slice mine, std::size_t rel, std::size_t l) {
+          fold(dst + rel, {rbuf + lo + rel, mine}, l, fin);
+        });
+      };
+      if (st.kind == hd_step::fold_in || i + 1 < lead + h.levels)
+        return f(st.recv.offset, st.recv.count, acc + st.recv.offset, false);
+      const std::size_t lo = st.recv.offset, hi = lo + st.recv.count;
+      const block_range own = block_of(r.count, p, c);
+      f(lo, own.offset - lo, acc + lo, s.final);
+      f(own.offset, own.count, s.out, s.final);
+      f(own.offset + own.count, hi - own.offset - own.count, acc + own.offset + own.count, s.final);
+    });
+  }
+
+  // Shared access: rank c folds block c straight from every peer's source.
+  void shared_rs(const rs_args& s) {
+    const std::size_t d = s.d, p = ext_[d], c = coords_[d];
+    const block_range r = s.r, bc = block_of(r.count, p, c);
+    if (r.count == 0) return empty_stage(d, phase::reduce_scatter, 2);
+    if (staged(d, r.count)) {
+      stage(d, phase::reduce_scatter, 2, staged_sync, [&](std::size_t i) {
+        if (i) return;
+        cur_.signature = r.count;
+        pack(s.src, r.offset, r.count, {region::staging_next, 0, 0});
+        fold_peers(region::staging, p, {&s.out, 1}, bc.offset, bc.count, s.final, false);
+      });
+      return;
+    }
+    const slice base = s.src.base(r);
+    stage(d, phase::reduce_scatter, 2, shared_sync, [&](std::size_t i) {
+      if (i) return;
+      publish(r.count, &base, nullptr);
+      const bool nt = stream(bc.count * p_.elem_size);
+      s.src.runs(r.offset + bc.offset, bc.count, [&](slice own, std::size_t rel, std::size_t len) {
+        ins_.clear();
+        for (std::size_t j = 0; j < p; ++j) ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
+        const slice o = s.out + rel;
+        op(local_op::fold, {&o, 1}, ins_, len, s.final, nt);
+      });
+    });
+  }
+
+  // all_reduce's last shared dimension: the reduce-scatter stage's one step folds
+  // block c from every peer's source and writes it into every peer's recvbuf (the
+  // all-gather in the same pass); the all-gather stage's one step is the leave.
+  void fused_rs(std::size_t d, block_range r, const bview& src) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const block_range bc = block_of(r.count, p, c);
+    if (r.count == 0) return empty_stage(d, phase::reduce_scatter, 1);
+    const slice buf{region::recv, 0, r.offset};
+    stage(d, phase::reduce_scatter, 1, shared_sync, [&](std::size_t) {
+      if (staged(d, r.count)) {  // every rank folds the whole range from the staging buffers
+        cur_.signature = r.count;
+        pack(src, r.offset, r.count, {region::staging_next, 0, 0});
+        return fold_peers(region::staging, p, {&buf, 1}, 0, r.count, true, false);
+      }
+      const slice base = src.base(r);
+      publish(r.count, &base, &buf);
+      outs_.clear(), ins_.clear();
+      for (std::size_t j = 0; j < p; ++j) {
+        outs_.push_back(j == c ? buf + bc.offset : peer_slice(region::peer_dst, j, bc.offset));
+        ins_.push_back(j == c ? src.at(r.offset + bc.offset) : peer_slice(region::peer_src, j, bc.offset));
+      }
+      op(local_op::fold, outs_, ins_, bc.count, true, stream(bc.count * p_.elem_size * p));
+    });
+  }
+  void fused_ag(std::size_t d, block_range r) {
+    const bool leave = r.count && !staged(d, r.count);
+    stage(d, phase::all_gather, 1, [&](std::size_t) { return leave ? sync_kind::leave : sync_kind::none; },
+          [](std::size_t) {});
+  }
+
+  // ---- all-gather stages -------------------------------------------------------------
+  // buf covers the stage's range, this rank's block present.
+  void all_gather_stage(std::size_t d, block_range r, slice buf) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const block_range bc = block_of(r.count, p, c);
+    if (dim(d).shared) {
+      if (r.count == 0) return empty_stage(d, phase::all_gather, 2);
+      const bool small = staged(d, r.count);
+      stage(d, phase::all_gather, 2, small ? staged_sync : shared_sync, [&](std::size_t i) {
+        if (i) return;
+        if (small) {
+          cur_.signature = r.count;
+          copy({region::staging_next, 0, 0}, buf + bc.offset, bc.count, true);
+        } else {
+          publish(r.count, nullptr, &buf);
+        }
+        for (std::size_t j = 0; j < p; ++j) {
+          const block_range bj = block_of(r.count, p, j);
+          if (j != c) copy(buf + bj.offset, peer_slice(small ? region::staging : region::peer_dst, j, small ? 0 : bj.offset), bj.count);
+        }
+      });
+      return;
+    }
+    if (dim(d).algo == algorithm::direct) {
+      return message_stage(d, phase::all_gather, 1, [&](std::size_t) {
+        for (std::size_t j = 0; j < p; ++j)
+          if (j != c) recv(j, buf + block_of(r.count, p, j).offset, block_of(r.count, p, j).count);
+        for (std::size_t j = 0; j < p; ++j)
+          if (j != c) send(j, buf + bc.offset, bc.count);
+      });
+    }
+    if (dim(d).algo == algorithm::halving_doubling) {
+      return message_stage(d, phase::all_gather, hd_shape_of(p).steps(), [&](std::size_t i) {
+        const hd_step st = hd_ag_step(hd_shape_of(p), r.count, c, i);
+        if (st.receives) recv(st.partner, buf + st.recv.offset, st.recv.count);
+        if (st.sends) send(st.partner, buf + st.send.offset, st.send.count);
+      });
+    }
+    message_stage(d, phase::all_gather, p - 1, [&](std::size_t i) {
+      const block_range bs = block_of(r.count, p, ring_ag_send_block(c, i, p));
+      const block_range br = block_of(r.count, p, ring_ag_recv_block(c, i, p));
+      recv((c + p - 1) % p, buf + br.offset, br.count);
+      send((c + 1) % p, buf + bs.offset, bs.count);
+    });
+  }
+
+};
+
+}  // namespace detail
+
+MDRING_NAMESPACE_END

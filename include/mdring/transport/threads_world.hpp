@@ -1,0 +1,214 @@
+// mdring/transport/threads_world.hpp: the in-process world of the threads
+// transport (transport/threads.hpp): its ranks' mailboxes, its first failure, the
+// shared-access slots of its dimensions, and run(), which starts its threads.
+#pragma once
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "shared_access.hpp"
+#include "transport.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <new>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace threads {
+
+namespace detail {
+
+struct message_key {
+  std::uint64_t context = 0;
+  std::uint32_t dim = 0;
+  std::size_t src = 0;
+  int tag = 0;
+  friend bool operator==(const message_key&, const message_key&) = default;
+};
+
+struct send_desc {
+  enum : int { idle, posted, taken, done };
+  message_key key;
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+  std::atomic<int> state{idle};
+  send_desc* next = nullptr;
+};
+
+struct mailbox {
+  std::mutex m;
+  std::condition_variable cv;
+  send_desc* head = nullptr;  // FIFO of sends addressed to this rank
+  send_desc* tail = nullptr;
+  std::uint64_t events = 0;   // bumped on every change that may end a wait
+  std::uint64_t next_context = 0;
+
+  void push(send_desc* d) {
+    d->next = nullptr;
+    if (tail) tail->next = d;
+    else head = d;
+    tail = d;
+  }
+  bool unlink(send_desc* d) {
+    send_desc* prev = nullptr;
+    for (send_desc* c = head; c; prev = c, c = c->next)
+      if (c == d) {
+        (prev ? prev->next : head) = c->next;
+        if (tail == c) tail = prev;
+        c->next = nullptr;
+        return true;
+      }
+    return false;
+  }
+};
+
+}  // namespace detail
+
+class world;
+
+// One rank's handle on a world: what bind() takes.
+struct endpoint {
+  world* w = nullptr;
+  std::size_t rank = 0;
+};
+
+class world {
+public:
+  explicit world(std::size_t n) : n_(n), boxes_(n ? new detail::mailbox[n] : nullptr) {
+    if (n == 0) throw invalid_argument("n", "mdring::threads::world: the number of ranks must be at least 1");
+  }
+  world(const world&) = delete;
+  world& operator=(const world&) = delete;
+
+  std::size_t size() const noexcept { return n_; }
+
+  // The handle of rank `rank`, to pass to bind() on that rank's thread.
+  threads::endpoint at(std::size_t rank) {
+    if (rank >= n_)
+      throw invalid_argument("rank", "mdring::threads::world::at: rank " + std::to_string(rank) +
+                                         " is not below the world's size " + std::to_string(n_));
+    return {this, rank};
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  // Poisons the world: every rank's current and future waits end with peer_failed.
+  // The first failure is the one remembered.
+  void fail(std::size_t rank, const std::string& reason) noexcept {
+    {
+      std::lock_guard lock(fail_m_);
+      if (!failed_.load(std::memory_order_relaxed)) {
+        failed_rank_ = rank;
+        try {
+          reason_ = reason;
+        } catch (...) {
+        }
+        failed_.store(true, std::memory_order_release);
+      }
+    }
+    for (std::size_t r = 0; r < n_; ++r) {
+      {
+        std::lock_guard lock(boxes_[r].m);
+        ++boxes_[r].events;
+      }
+      boxes_[r].cv.notify_all();
+    }
+  }
+
+  std::size_t failed_rank() const {
+    std::lock_guard lock(fail_m_);
+    return failed_rank_;
+  }
+  std::string failure_reason() const {
+    std::lock_guard lock(fail_m_);
+    return reason_;
+  }
+
+  detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }
+
+  // The control regions (slot and staging buffers, access_region_bytes each) of one
+  // ring (communicator context, dimension, first member), created by the first
+  // member that asks.
+  unsigned char* access_regions(std::uint64_t ctx, std::size_t dim, std::size_t first, std::size_t p,
+                                std::size_t staging) {
+    std::lock_guard lock(ctx_m_);
+    auto& r = regions_[{ctx, dim, first}];
+    if (!r) {
+      const std::size_t bytes = p * mdring::detail::access_region_bytes(staging);
+      r.reset(static_cast<unsigned char*>(::operator new(bytes, std::align_val_t{64})));
+      for (std::size_t j = 0; j < p; ++j) new (r.get() + j * mdring::detail::access_region_bytes(staging)) mdring::detail::access_slot{};
+    }
+    return r.get();
+  }
+
+  // Every rank binds its communicators in the same order (as with MPI), so the
+  // k-th bind on each rank gets context k. The first rank to bind context k records
+  // its topology; the others must match.
+  std::uint64_t new_context(std::size_t rank, const std::string& topology) {
+    const std::uint64_t ctx = boxes_[rank].next_context++;
+    std::lock_guard lock(ctx_m_);
+    auto [it, inserted] = topologies_.emplace(ctx, std::make_pair(rank, topology));
+    if (!inserted && it->second.second != topology)
+      throw topology_error("topology", "mdring::bind: rank " + std::to_string(rank) + " bound \"" + topology +
+                                           "\" but rank " + std::to_string(it->second.first) + " bound \"" +
+                                           it->second.second + "\" (communicator " + std::to_string(ctx) +
+                                           " of this threads::world)");
+    return ctx;
+  }
+
+private:
+  std::size_t n_;
+  std::unique_ptr<detail::mailbox[]> boxes_;
+  std::atomic<bool> failed_{false};
+  mutable std::mutex fail_m_;
+  std::size_t failed_rank_ = 0;
+  std::string reason_;
+  std::mutex ctx_m_;
+  std::map<std::uint64_t, std::pair<std::size_t, std::string>> topologies_;
+  struct aligned_delete {
+    void operator()(unsigned char* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::map<std::tuple<std::uint64_t, std::size_t, std::size_t>, std::unique_ptr<unsigned char, aligned_delete>> regions_;
+};
+
+// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
+// throws, the world is poisoned (so no other rank waits for it), and after the join
+// the first failure's exception is rethrown.
+template <class F>
+void run(std::size_t n, F&& f) {
+  world w(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> pool;
+  pool.reserve(n);
+  for (std::size_t r = 0; r < n; ++r)
+    pool.emplace_back([&, r] {
+      try {
+        f(w.at(r));
+      } catch (const std::exception& e) {
+        errors[r] = std::current_exception();
+        w.fail(r, e.what());
+      } catch (...) {
+        errors[r] = std::current_exception();
+        w.fail(r, "an exception that is not a std::exception");
+      }
+    });
+  for (auto& t : pool) t.join();
+  if (w.failed() && errors[w.failed_rank()]) std::rethrow_exception(errors[w.failed_rank()]);
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace threads
+
+MDRING_NAMESPACE_END
