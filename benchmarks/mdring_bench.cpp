@@ -122,7 +122,7 @@ struct config {
                "     halving_doubling, reporting the faster and which)\n"
                "  [--alloc node|heap]  (buffers from mdring::node_alloc, the default, or ordinary memory)\n"
                "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
-               "  [--threads N] [--algorithms ring,direct,hd,auto,...] [--root R] [--timeout SECONDS]\n"
+               "  [--threads N] [--algorithms ring,direct,hd,rd,auto,...] [--root R] [--timeout SECONDS]\n"
                "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
                "  [--inflight N | --overlap [--compute cpu|sleep]] [--progress agent|in_wait]  (MPI, all_reduce:\n"
                "     N calls in flight against N blocking, or one call overlapped with compute; mdring and MPI\n"
@@ -225,6 +225,7 @@ config parse(int argc, char** argv) {
         const std::string w = s.substr(pos, comma - pos);
         // mdring's names (as explain() prints them), and the short hd and auto
         if (w == "hd") c.algorithms.push_back(md::algorithm::halving_doubling);
+        else if (w == "rd") c.algorithms.push_back(md::algorithm::recursive_doubling);
         else if (w == "auto") c.algorithms.push_back(md::algorithm::automatic);
         else try {
           c.algorithms.push_back(md::algorithm_from_string(w, "--algorithms"));

@@ -56,6 +56,7 @@ using md::algorithm;
 constexpr algorithm RING = algorithm::ring;
 constexpr algorithm DIRECT = algorithm::direct;
 constexpr algorithm HD = algorithm::halving_doubling;
+constexpr algorithm RD = algorithm::recursive_doubling;
 
 // ---- buffers: 64-byte aligned, or misaligned by exactly one element ------------
 
@@ -799,6 +800,86 @@ TEST_CASE("collectives: halving-doubling on every extent 2..12 and in products, 
   }
 }
 
+TEST_CASE("collectives: recursive doubling and trees on every extent 2..12 and in products, all five, exact") {
+  // Recursive doubling (all_reduce; the other collectives run halving-doubling
+  // there): powers of two and extents with pairs folded in and handed out, in the
+  // last dimensions (where automatic puts it) and asked for in the first (the
+  // dimensions after it cut its whole range). Broadcast and reduce of the suite's
+  // small counts run binomial trees where the model says (automatic), and the
+  // rest their blocks: both are checked against the exact values.
+  const std::vector<shape> shapes = {
+      {"ethernet:2", {RD}, 2},
+      {"ethernet:3", {RD}, 3},
+      {"infiniband:5", {RD}, 5},
+      {"ethernet:6", {RD}, 6},
+      {"ethernet:8", {RD}, 8},
+      {"infiniband:11", {RD}, 11},
+      {"shm:2 x ethernet:6", {DIRECT, RD}, 12},
+      {"ethernet:3 x ethernet:4", {RING, RD}, 12},
+      {"ethernet:3 x ethernet:4", {RD, RING}, 12},
+      {"shm:2 x infiniband:3 x ethernet:2", {HD, RD, RD}, 12},
+      {"shm:2 x infiniband:5", {}, 10},  // automatic: direct, then recursive doubling or trees when small
+      {"infiniband:12", {}, 12},
+      {"shm:3 x ethernet:4", {}, 12},
+  };
+  for (const auto& s : shapes) {
+    const auto topo = md::parse_topology(s.topo);
+    in_world(label_of(s), s.threads, topo, opts_with(s.algos), [](auto& c, rank_ctx& cx) { shape_suite(c, cx); });
+  }
+  for (const auto& s : {shape{"ethernet:6", {RD}, 6}, shape{"shm:2 x infiniband:5", {}, 10}}) {
+    in_world(label_of(s) + ", every op and type", s.threads, md::parse_topology(s.topo), opts_with(s.algos),
+             [](auto& c, rank_ctx& cx) {
+               type_suite<std::int32_t, true>(c, cx);
+               type_suite<std::int64_t, false>(c, cx);
+               type_suite<float, true>(c, cx);
+               type_suite<double, false>(c, cx);
+               type_suite<md::bfloat16, false>(c, cx);
+             });
+  }
+}
+
+TEST_CASE("collectives: automatic runs recursive doubling and trees for tiny calls only") {
+  // infiniband:8 (2 us latency, 2 us overhead per message by default): 8 floats
+  // all-reduce in 3 whole-vector exchanges rather than halving-doubling's 6 steps;
+  // 100000 floats (over tune.recursive_doubling_max_bytes) keep halving-doubling or
+  // rings. Broadcast and reduce of 8 floats run trees (3 steps), of 100000 floats
+  // scatter/all-gather and reduce-scatter/gather. tune.recursive_doubling_max_bytes
+  // = 0 turns both off.
+  for (std::size_t cap : {std::size_t(64) << 10, std::size_t(0)}) {
+    md::options o = opts_with();
+    o.tune.recursive_doubling_max_bytes = cap;
+    std::vector<std::vector<md::phase>> small(8), bcast(8), red(8), large(8);
+    std::vector<float> got(8), b(8), r(8);
+    md::threads::run(8, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(md::parse_topology("infiniband:8"), ep, o);
+      for (auto& st : comm.make_plan<float>(8).stages) small[ep.rank].push_back(st.ph);
+      for (auto& st : comm.make_plan<float>(8, md::collective::broadcast).stages) bcast[ep.rank].push_back(st.ph);
+      for (auto& st : comm.make_plan<float>(8, md::collective::reduce, md::sum, 5).stages) red[ep.rank].push_back(st.ph);
+      for (auto& st : comm.make_plan<float>(100000).stages) large[ep.rank].push_back(st.ph);
+      std::vector<float> x(100000, float(ep.rank)), y(100000);
+      md::all_reduce(comm, x.data(), y.data(), 100000, md::sum);
+      md::all_reduce(comm, x.data(), y.data(), 8, md::sum);
+      got[ep.rank] = y[7] + y[99999];  // 28 + 28
+      std::vector<float> v(8, ep.rank == 3 ? 2.5f : 0.0f), w(8, -1.0f);
+      md::broadcast(comm, v.data(), 8, 3);
+      b[ep.rank] = v[7];
+      md::reduce(comm, x.data(), w.data(), 8, 5, md::avg);
+      r[ep.rank] = w[0];
+    });
+    INFO("cap " << cap);
+    using ph = md::phase;
+    for (std::size_t k = 0; k < 8; ++k) {
+      CHECK(small[k] == (cap ? std::vector<ph>{ph::all_reduce} : std::vector<ph>{ph::reduce_scatter, ph::all_gather}));
+      CHECK(bcast[k] == (cap ? std::vector<ph>{ph::broadcast} : std::vector<ph>{ph::scatter, ph::all_gather}));
+      CHECK(red[k] == (cap ? std::vector<ph>{ph::reduce} : std::vector<ph>{ph::reduce_scatter, ph::gather}));
+      CHECK(large[k] == std::vector<ph>{ph::reduce_scatter, ph::all_gather});
+      CHECK(got[k] == 56.0f);
+      CHECK(b[k] == 2.5f);
+      CHECK(r[k] == (k == 5 ? 3.5f : -1.0f));  // avg of 0..7 on the root; recvbuf untouched elsewhere
+    }
+  }
+}
+
 TEST_CASE("collectives: automatic runs halving-doubling for small calls and rings for large ones") {
   // infiniband:8 (its default traits: 2 us latency and overhead per message): 8
   // floats are latency-bound, 3 exchanges beat 7 ring steps; so are 1000 floats
@@ -807,6 +888,7 @@ TEST_CASE("collectives: automatic runs halving-doubling for small calls and ring
   for (std::size_t cap : {SIZE_MAX, std::size_t(64)}) {
     md::options o = opts_with();
     o.tune.halving_doubling_max_bytes = cap;
+    o.tune.recursive_doubling_max_bytes = 0;  // (recursive doubling: the test above)
     std::vector<std::vector<algorithm>> small(8), large(8);
     std::vector<std::size_t> steps(8);
     std::vector<float> got(8);

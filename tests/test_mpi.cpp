@@ -161,6 +161,7 @@ std::vector<rt_case> runtime_cases(std::size_t P) {
       {"shm:*", {A::direct}},
       {"ethernet:*", {}},
       {"ethernet:*", {A::halving_doubling}},
+      {"ethernet:*", {A::recursive_doubling}},
       {"shm:1 x ethernet:*", {}},
       {"infiniband:* x shm:1", {}},
   };
@@ -175,6 +176,7 @@ std::vector<rt_case> runtime_cases(std::size_t P) {
     c.push_back({"shm:2 x shm:3", {A::ring, A::ring}});
     c.push_back({"ethernet:2 x shm:3", {}});
     c.push_back({"shm:2 x infiniband:3", {A::direct, A::halving_doubling}});
+    c.push_back({"shm:2 x infiniband:3", {A::direct, A::recursive_doubling}});
   }
   if (P == 8) {
     c.push_back({"shm:2 x ethernet:2 x infiniband:2", {}});

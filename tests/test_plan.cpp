@@ -628,6 +628,104 @@ TEST_CASE("halving-doubling: what automatic picks for a call") {
   CHECK(al == std::vector<algorithm>{algorithm::direct, algorithm::halving_doubling});
 }
 
+TEST_CASE("recursive doubling and trees: steps, peers, bytes and cost by hand") {
+  using m::algorithm;
+  const m::tuning t{};
+  // all_reduce of 100 floats on ethernet:6 by recursive doubling, coordinate 1 (v = 0
+  // of the pair 0-1): receives 400 B from 0 (fold in), exchanges 400 B with 3 (m = 1)
+  // and with 4 (m = 2), hands 400 B to 0: one stage, no all-gather.
+  const algorithm rd[] = {algorithm::recursive_doubling};
+  const auto pl = m::make_plan(m::collective::all_reduce, m::parse_topology("ethernet:6"), 1, 100, 4, rd, t);
+  REQUIRE(pl.stages.size() == 1);
+  const auto& st = pl.stages[0];
+  CHECK(st.ph == m::phase::all_reduce);
+  CHECK(st.steps == 4);
+  CHECK(st.recv_from == std::vector<std::size_t>{0, 3, 4});
+  CHECK(st.send_to == std::vector<std::size_t>{3, 4, 0});
+  CHECK(st.bytes_sent == 1200);
+  CHECK(st.bytes_received == 1200);
+  CHECK(st.range == m::block_range{0, 100});
+  // With a dimension before it, it works on that dimension's block, whole: shm:2 x
+  // ethernet:4 (direct, then recursive doubling), rank 5 = (1, 2): block 1 of 100 is
+  // [50, 100); 2 exchanges of 200 B; then the all-gather of dimension 0 only.
+  const algorithm mixed[] = {algorithm::direct, algorithm::recursive_doubling};
+  const auto p2 = m::make_plan(m::collective::all_reduce, m::parse_topology("shm:2 x ethernet:4"), 5, 100, 4, mixed, t);
+  REQUIRE(p2.stages.size() == 3);
+  CHECK(p2.stages[1].ph == m::phase::all_reduce);
+  CHECK(p2.stages[1].range == m::block_range{50, 50});
+  CHECK(p2.stages[1].bytes_sent == 400);
+  CHECK(p2.stages[2].ph == m::phase::all_gather);
+  CHECK(p2.stages[2].dim == 0);
+  // cost: L exchanges of the whole range with a fold, plus the fold in and hand out
+  m::link_info l{"l", 1e9, 1e-6, false, m::memory_space::host};
+  l.overhead = 1e-7;
+  const double g = 1e-10, a = 1e-6 + 1e-7;
+  CHECK(m::stage_seconds(m::phase::all_reduce, algorithm::recursive_doubling, 6, 100, 4, l, g) ==
+        doctest::Approx(4 * a + 3 * 400 * (1e-9 + g) + 400 * 1e-9).epsilon(1e-12));
+  CHECK(m::stage_seconds(m::phase::all_reduce, algorithm::recursive_doubling, 8, 100, 4, l, g) ==
+        doctest::Approx(3 * (a + 400 * (1e-9 + g))).epsilon(1e-12));
+  // trees: ceil(log2 p) messages of the whole buffer, folds on the way for reduce
+  CHECK(m::tree_steps(1) == 0);
+  CHECK(m::tree_steps(2) == 1);
+  CHECK(m::tree_steps(5) == 3);
+  CHECK(m::tree_steps(8) == 3);
+  CHECK(m::stage_seconds(m::phase::broadcast, algorithm::ring, 5, 100, 4, l, g) ==
+        doctest::Approx(3 * (a + 400 * 1e-9)).epsilon(1e-12));
+  CHECK(m::stage_seconds(m::phase::reduce, algorithm::ring, 5, 100, 4, l, g) ==
+        doctest::Approx(3 * (a + 400 * (1e-9 + g))).epsilon(1e-12));
+  // A broadcast tree from root 2 over 5 ranks (v = c - 2 mod 5): step 0 v0 -> v1
+  // (2 -> 3), step 1 v0 -> v2 (2 -> 4) and v1 -> v3 (3 -> 0), step 2 v0 -> v4 (2 -> 1).
+  // Rank 3 receives from 2 and sends to 0; the root sends to 3, 4 and 1.
+  const algorithm ring1[] = {algorithm::ring};
+  const auto bt = m::make_plan(m::collective::broadcast, m::parse_topology("ethernet:5"), 3, 100, 4, ring1, t, 2,
+                               "float", "-", 0, true);
+  REQUIRE(bt.stages.size() == 1);
+  CHECK(bt.stages[0].ph == m::phase::broadcast);
+  CHECK(bt.stages[0].recv_from == std::vector<std::size_t>{2});
+  CHECK(bt.stages[0].send_to == std::vector<std::size_t>{0});
+  const auto br = m::make_plan(m::collective::broadcast, m::parse_topology("ethernet:5"), 2, 100, 4, ring1, t, 2,
+                               "float", "-", 0, true);
+  CHECK(br.stages[0].send_to == std::vector<std::size_t>{3, 4, 1});
+}
+
+TEST_CASE("recursive doubling and trees: what automatic picks for a call") {
+  using m::algorithm;
+  const m::tuning t{};
+  const auto topo = m::parse_topology("nvlink:4 x infiniband:8 x infiniband:8");
+  const algorithm req[] = {algorithm::automatic, algorithm::automatic, algorithm::automatic};
+  auto pick = [&](std::size_t n, const m::tuning& u, const algorithm* asked = nullptr) {
+    std::vector<algorithm> al = {algorithm::direct, algorithm::ring, algorithm::ring};
+    m::algorithms_for_call(m::collective::all_reduce, topo, std::span<const algorithm>(asked ? asked : req, 3), al,
+                           n, 4, u);
+    return al;
+  };
+  const algorithm D = algorithm::direct, HD = algorithm::halving_doubling, RD = algorithm::recursive_doubling;
+  // 16 bytes: every latency counts; both inter-node dimensions double whole ranges
+  CHECK(pick(4, t) == std::vector<algorithm>{D, RD, RD});
+  // 4 MiB: over the cap; halving-doubling (the range is under its 4 MiB cap)
+  CHECK(pick(1 << 20, t) == std::vector<algorithm>{D, HD, HD});
+  // the cap, and what the user asked for
+  m::tuning off{};
+  off.recursive_doubling_max_bytes = 0;
+  CHECK(pick(4, off) == std::vector<algorithm>{D, HD, HD});
+  const algorithm ring_last[] = {algorithm::automatic, algorithm::automatic, algorithm::ring};
+  CHECK(pick(4, t, ring_last)[2] == algorithm::ring);  // and so nothing before it either
+  CHECK(pick(4, t, ring_last)[1] != RD);
+  // the other collectives run halving-doubling where recursive doubling was asked for
+  std::vector<algorithm> al = {D, RD, RD};
+  m::algorithms_for_call(m::collective::reduce_scatter, topo, req, al, 4 * 256, 4, off);
+  CHECK(al == std::vector<algorithm>{D, HD, HD});
+  // trees for small broadcast and reduce, not large ones, not non-commutative reduce
+  const std::vector<algorithm> b = {D, HD, HD};
+  CHECK(m::trees_for_call(m::collective::broadcast, topo, req, b, 16, 4, t, true));
+  CHECK(m::trees_for_call(m::collective::reduce, topo, req, b, 16, 4, t, true));
+  CHECK_FALSE(m::trees_for_call(m::collective::reduce, topo, req, b, 16, 4, t, false));
+  CHECK_FALSE(m::trees_for_call(m::collective::broadcast, topo, req, b, 1 << 20, 4, t, true));
+  CHECK_FALSE(m::trees_for_call(m::collective::broadcast, topo, req, b, 16, 4, off, true));
+  CHECK_FALSE(m::trees_for_call(m::collective::all_reduce, topo, req, b, 16, 4, t, true));
+  CHECK_FALSE(m::trees_for_call(m::collective::broadcast, topo, ring_last, b, 16, 4, t, true));
+}
+
 // What File::parse(text, source) throws (its message), checking the argument it names.
 template <class File>
 std::string parse_error(const std::string& text, const std::string& source, const std::string& argument) {
@@ -956,15 +1054,26 @@ TEST_CASE("explain() prints the plan") {
   CHECK(contains(s, "direct"));  // nvlink, 4 ranks: automatic picks direct
   CHECK(contains(s, "ring"));    // infiniband: ring
 
-  const std::string bc = m::explain<double>(topo, 1000, m::collective::broadcast, 0, m::sum, {}, 3);
+  m::options blocks;  // scatter/all-gather and reduce-scatter/gather, not trees
+  blocks.tune.recursive_doubling_max_bytes = 0;
+  const std::string bc = m::explain<double>(topo, 1000, m::collective::broadcast, 0, m::sum, blocks, 3);
   CHECK(contains(bc, "scatter"));
   CHECK(contains(bc, "broadcast"));
   CHECK(contains(bc, "double"));
   CHECK(contains(bc, "root 3"));
-  const std::string rd = m::explain<int>(topo, 1000, m::collective::reduce, 0, m::max, {}, 3);
+  const std::string rd = m::explain<int>(topo, 1000, m::collective::reduce, 0, m::max, blocks, 3);
   CHECK(contains(rd, "gather"));
   CHECK(contains(rd, "max"));
   CHECK(contains(rd, "int32"));
+  // The same small calls by default: binomial trees of the whole buffer (8000 and
+  // 4000 bytes, under tune.recursive_doubling_max_bytes), 2 + 3 + 3 steps.
+  const std::string bt = m::explain<double>(topo, 1000, m::collective::broadcast, 0, m::sum, {}, 3);
+  INFO(bt);
+  CHECK_FALSE(contains(bt, "scatter"));
+  CHECK(contains(bt, "  broadcast  "));
+  const std::string rt = m::explain<int>(topo, 1000, m::collective::reduce, 0, m::max, {}, 3);
+  CHECK_FALSE(contains(rt, "gather"));
+  CHECK(contains(rt, "  reduce  "));
 
   // the same through a resolved runtime topology
   CHECK(m::explain<float>(m::parse_topology("nvlink:4 x infiniband:*").resolve(256), 1 << 20,

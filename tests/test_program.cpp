@@ -52,7 +52,7 @@ struct world {
   std::vector<dim_case> dims;
   collective kind;
   std::size_t count, root, seg_len, staging;
-  bool in_place;
+  bool in_place, trees = false;
   std::size_t P = 1;
   std::vector<std::size_t> ext;
   std::vector<std::string> failures;
@@ -90,8 +90,9 @@ struct world {
     return count;
   }
 
-  world(std::vector<dim_case> dc, collective k, std::size_t n, std::size_t rt, std::size_t len, std::size_t stg, bool ip)
-      : dims(std::move(dc)), kind(k), count(n), root(rt), seg_len(len), staging(stg), in_place(ip) {
+  world(std::vector<dim_case> dc, collective k, std::size_t n, std::size_t rt, std::size_t len, std::size_t stg, bool ip,
+        bool tr = false)
+      : dims(std::move(dc)), kind(k), count(n), root(rt), seg_len(len), staging(stg), in_place(ip), trees(tr) {
     for (auto& x : dims) ext.push_back(x.extent), P *= x.extent;
     ranks.resize(P);
     for (std::size_t r = 0; r < P; ++r) {
@@ -103,7 +104,7 @@ struct world {
         dp.push_back({dims[d].extent, rs.coords[d], dims[d].algo, dims[d].shared, staging});
       md::program_params p;
       p.kind = kind, p.dims = dp, p.count = count, p.rank = r, p.root = root, p.elem_size = sizeof(T);
-      p.segment_length = seg_len, p.nontemporal_bytes = 4096;
+      p.segment_length = seg_len, p.nontemporal_bytes = 4096, p.trees = trees;
       rs.prog = md::make_program(p);
       rs.sendv.assign(send_size(), T{});
       rs.recvv.assign(recv_size(r), T(-7));
@@ -317,7 +318,8 @@ TEST_CASE("program: the simulator runs a tiny all_reduce") {
 namespace {
 
 using shape = std::vector<dim_case>;
-const algorithm R = algorithm::ring, D = algorithm::direct, H = algorithm::halving_doubling;
+const algorithm R = algorithm::ring, D = algorithm::direct, H = algorithm::halving_doubling,
+                Rd = algorithm::recursive_doubling;
 
 const std::vector<shape> shapes = {
     {{1, R, false}},
@@ -337,6 +339,13 @@ const std::vector<shape> shapes = {
     {{3, H, false}, {2, D, true}},
     {{2, R, false}, {1, R, false}, {3, D, false}},
     {{2, D, true}, {2, R, false}, {2, H, false}},
+    // recursive doubling (all_reduce; the others run halving-doubling there)
+    {{2, Rd, false}},
+    {{5, Rd, false}},
+    {{8, Rd, false}},
+    {{2, D, true}, {6, Rd, false}},
+    {{3, R, false}, {4, Rd, false}, {3, Rd, false}},
+    {{3, Rd, false}, {2, R, false}},  // asked for in the middle: the later dimensions cut its whole range
 };
 
 std::string label(const shape& s, collective k, std::size_t n, std::size_t root, std::size_t len, std::size_t stg,
@@ -351,10 +360,11 @@ std::string label(const shape& s, collective k, std::size_t n, std::size_t root,
 // values as the op does (for the expected values), fin(x) finalizes.
 template <class Op, class Val, class Combine, class Fin>
 void check(const shape& s, collective k, std::size_t n, std::size_t root, std::size_t len, std::size_t stg, bool ip,
-           Op op, Val val, Combine combine, Fin fin) {
+           Op op, Val val, Combine combine, Fin fin, bool trees = false) {
   for (bool reverse : {false, true}) {
-    world<std::int32_t> w(s, k, n, root, len, stg, ip);
-    const std::string where = label(s, k, n, root, len, stg, ip) + (reverse ? ", ranks moved in reverse" : "");
+    world<std::int32_t> w(s, k, n, root, len, stg, ip, trees);
+    const std::string where =
+        label(s, k, n, root, len, stg, ip) + (trees ? ", trees" : "") + (reverse ? ", ranks moved in reverse" : "");
     const std::size_t P = w.P;
     for (std::size_t r = 0; r < P; ++r) {
       auto& rs = w.ranks[r];
@@ -430,10 +440,11 @@ TEST_CASE("program: reduce_scatter, all_gather, broadcast and reduce, every shap
           check(s, collective::all_gather, n, 0, 0, stg, ip, md::sum, value, add, same);
         }
       for (std::size_t n : {std::size_t(0), std::size_t(1), P - 1, std::size_t(97)})
-        for (std::size_t root : {std::size_t(0), P / 2, P - 1}) {
-          check(s, collective::broadcast, n, root, 0, stg, false, md::sum, value, add, same);
-          check(s, collective::reduce, n, root, 0, stg, false, md::sum, value, add, same);
-        }
+        for (std::size_t root : {std::size_t(0), P / 2, P - 1})
+          for (bool trees : {false, true}) {
+            check(s, collective::broadcast, n, root, 0, stg, false, md::sum, value, add, same, trees);
+            check(s, collective::reduce, n, root, 0, stg, false, md::sum, value, add, same, trees);
+          }
     }
   }
 }
@@ -448,6 +459,7 @@ TEST_CASE("program: avg divides once, by the owner") {
       check(s, collective::all_reduce, 97, 0, 32, stg, false, md::avg, val, add, fin);
       check(s, collective::reduce_scatter, 7, 0, 0, stg, false, md::avg, val, add, fin);
       check(s, collective::reduce, 97, std::size_t(P) - 1, 0, stg, false, md::avg, val, add, fin);
+      check(s, collective::reduce, 97, std::size_t(P) / 2, 0, stg, false, md::avg, val, add, fin, true);
     }
   }
 }

@@ -36,18 +36,26 @@ MDRING_NAMESPACE_BEGIN
 //   halving_doubling  recursive halving, then doubling (Rabenseifner): log2 p steps
 //           (two more when p is not a power of two), sending halves, quarters, ...
 //           of the range to ranks 1, 2, 4, ... apart: latency-bound sizes on rings
-//           of many ranks (plan/halving_doubling.hpp). Host memory only, for now.
+//           of many ranks (plan/halving_doubling.hpp).
+//   recursive_doubling  all_reduce only: the dimension all-reduces its whole range
+//           instead of cutting it into blocks, in log2 p exchanges of the whole
+//           range with ranks 1, 2, 4, ... apart (two more steps when p is not a
+//           power of two): the fewest latencies, for the tiniest calls, at p times
+//           the bytes of a reduce-scatter (plan/halving_doubling.hpp). The other
+//           collectives run halving_doubling on such a dimension.
 //   automatic  direct on fully connected links of 2 to tuning::direct_max_extent ranks,
-//           ring otherwise, and halving_doubling instead of that ring for a call's
-//           ranges where the cost model predicts it faster (small messages); a
-//           non-commutative op always gets direct.
-enum class algorithm { automatic, ring, direct, halving_doubling };
+//           ring otherwise, and for a call's ranges where the cost model predicts
+//           it faster (small messages) halving_doubling instead of that ring, or
+//           (all_reduce, up to tuning::recursive_doubling_max_bytes) recursive_doubling
+//           on the last dimensions; a non-commutative op always gets direct.
+enum class algorithm { automatic, ring, direct, halving_doubling, recursive_doubling };
 
 constexpr std::string_view to_string(algorithm a) noexcept {
   switch (a) {
     case algorithm::ring: return "ring";
     case algorithm::direct: return "direct";
     case algorithm::halving_doubling: return "halving_doubling";
+    case algorithm::recursive_doubling: return "recursive_doubling";
     default: return "automatic";
   }
 }
@@ -146,6 +154,12 @@ struct tuning {
   // that is a ring of point-to-point wires its distant partners share wires: 0
   // (never) there.
   std::size_t halving_doubling_max_bytes = std::size_t(4) << 20;
+  // automatic runs all_reduce's last dimensions by recursive doubling (whole-range
+  // exchanges) on calls of at most this many bytes where the cost model predicts it
+  // faster; broadcast and reduce run binomial trees (the whole buffer along each
+  // dimension, log2 p steps) instead of scatter/reduce-scatter and all-gather/gather
+  // on calls up to this size where the model says. 0: never.
+  std::size_t recursive_doubling_max_bytes = std::size_t(64) << 10;
 
   // Pipelining of all_reduce across dimensions: the buffer is cut into segments
   // that move through the stages one behind the other, so that a segment's

@@ -240,7 +240,9 @@ public:
                                op_traits<Op>::commutative);
     }
     const bool per_rank = kind == collective::reduce_scatter || kind == collective::all_gather;
-    call_algorithms(merged_.topology, req, al, per_rank ? count * size_ : count, sizeof(T), opts_.tune);
+    const std::size_t n = per_rank ? count * size_ : count;
+    algorithms_for_call(kind, merged_.topology, req, al, n, sizeof(T), opts_.tune);
+    const bool trees = trees_for_call(kind, merged_.topology, req, al, n, sizeof(T), opts_.tune, op_traits<Op>::commutative);
     // A measured plan, when this size class has one (options.planning = measure).
     const measured_choice* m = kind == collective::all_reduce && opts_.planning == planning::measure &&
                                        op_traits<Op>::commutative
@@ -254,7 +256,7 @@ public:
       m = nullptr;
     }
     plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, sizeof(T), al, tune, root, type_name<T>(),
-                                op_traits<Op>::name(), m ? m->segments : 0);
+                                op_traits<Op>::name(), m ? m->segments : 0, trees);
     if (m) {
       char buf[200];
       std::snprintf(buf, sizeof buf,
@@ -370,8 +372,11 @@ std::string explain(const Topology& topo, std::size_t count, collective kind = c
     al[d] = choose_algorithm(m.requested[d], m.topology.dim(d).link, m.topology.extent(d), opts.tune,
                              op_traits<Op>::commutative);
   const bool per_rank = kind == collective::reduce_scatter || kind == collective::all_gather;
-  call_algorithms(m.topology, m.requested, al, per_rank ? count * rt.size() : count, sizeof(T), opts.tune);
-  plan pl = make_plan(kind, m.topology, rank, count, sizeof(T), al, opts.tune, root, type_name<T>(), op_traits<Op>::name());
+  const std::size_t n = per_rank ? count * rt.size() : count;
+  algorithms_for_call(kind, m.topology, m.requested, al, n, sizeof(T), opts.tune);
+  const bool trees = trees_for_call(kind, m.topology, m.requested, al, n, sizeof(T), opts.tune, op_traits<Op>::commutative);
+  plan pl = make_plan(kind, m.topology, rank, count, sizeof(T), al, opts.tune, root, type_name<T>(), op_traits<Op>::name(),
+                      0, trees);
   pl.written = rt;
   return pl.to_string();
 }

@@ -60,6 +60,7 @@ inline std::string fingerprint_core(const runtime_topology& written, const optio
   num("direct", u.direct_max_extent);
   num("split", u.split_ring_extent);
   num("halving-doubling", u.halving_doubling_max_bytes);
+  num("recursive-doubling", u.recursive_doubling_max_bytes);
   s += u.merge_same_link ? "|merge" : "|nomerge";
   num("segment", u.segment_bytes);
   num("min segment", u.min_segment_bytes);

@@ -95,7 +95,8 @@ std::optional<arg_error> check_op(Comm& comm, bool commutative, const char* name
   for (std::size_t d = 0; d < written.ndims(); ++d) {
     const auto& dim = written.dim(d);
     if (dim.extent < 2) continue;
-    if (d < requested.size() && (requested[d] == algorithm::ring || requested[d] == algorithm::halving_doubling))
+    if (d < requested.size() && (requested[d] == algorithm::ring || requested[d] == algorithm::halving_doubling ||
+                                 requested[d] == algorithm::recursive_doubling))
       return arg_error{"op", std::string("mdring::") + name + ": options.algorithms[" + std::to_string(d) + "] is " +
                                  std::string(to_string(requested[d])) +
                                  ", but the op is not commutative; only the direct algorithm combines in "

@@ -139,7 +139,8 @@ public:
 
   // The program of an all_reduce of `count` elements of T, and the order its steps
   // are enqueued in (a wavefront; cached: a few recent ones). The algorithms are
-  // the host path's for the call's size (plan/pipeline.hpp call_algorithms).
+  // the host path's for the call's size (plan/pipeline.hpp algorithms_for_call),
+  // halving-doubling and recursive doubling included.
   struct program_entry {
     program pr;
     std::vector<std::size_t> order;  // wavefront_order(pr)
@@ -151,7 +152,7 @@ public:
       if (e.valid && e.k == k) return e.entry;
     std::vector<algorithm> al(extents_.size());
     for (std::size_t d = 0; d < al.size(); ++d) al[d] = commutative ? algos_[d] : algorithm::direct;
-    call_algorithms(merged_.topology, merged_.requested, al, count, sizeof(T), opts_.tune);
+    algorithms_for_call(collective::all_reduce, merged_.topology, merged_.requested, al, count, sizeof(T), opts_.tune);
     std::vector<dim_program> dims(extents_.size());
     for (std::size_t d = 0; d < dims.size(); ++d) dims[d] = {extents_[d], coords_[d], al[d], false, 0};
     program_params p;

@@ -53,6 +53,7 @@ struct program_params {
   std::size_t vector_elements = 1;       // receive slots aligned like their fold's destination
   std::size_t recv_misalignment = 0;     // (address of recvbuf / elem_size) % vector_elements
   std::size_t nontemporal_bytes = std::numeric_limits<std::size_t>::max();  // tuning::nontemporal_bytes
+  bool trees = false;  // broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
 };
 
 namespace detail {
@@ -96,8 +97,14 @@ inline std::size_t aligned_elements(std::size_t elems, std::size_t elem_size) {
 
 class program_builder {
 public:
-  explicit program_builder(const program_params& p) : p_(p), V_(p.vector_elements ? p.vector_elements : 1) {
-    for (const auto& d : p.dims) ext_.push_back(d.extent), coords_.push_back(d.coord);
+  // Recursive doubling is an all-reduce: other collectives run halving-doubling there.
+  explicit program_builder(const program_params& p)
+      : p_(p), V_(p.vector_elements ? p.vector_elements : 1), dims_(p.dims.begin(), p.dims.end()) {
+    for (auto& d : dims_) {
+      ext_.push_back(d.extent), coords_.push_back(d.coord);
+      if (d.algo == algorithm::recursive_doubling && p.kind != collective::all_reduce)
+        d.algo = algorithm::halving_doubling;
+    }
   }
 
 protected:
@@ -117,13 +124,15 @@ protected:
     bool final = false;
   };
 
-  const dim_program& dim(std::size_t d) const { return p_.dims[d]; }
+  const dim_program& dim(std::size_t d) const { return dims_[d]; }
   bool slots_region() const noexcept { return p_.kind == collective::all_reduce; }
   bool staged(std::size_t d, std::size_t n) const { return n * p_.elem_size <= dim(d).staging_bytes; }
   bool stream(std::size_t bytes) const noexcept { return bytes >= p_.nontemporal_bytes; }
   std::size_t steps_of(std::size_t d) const {
     if (dim(d).algo == algorithm::direct) return dim(d).shared ? 2 : 1;
-    return dim(d).algo == algorithm::halving_doubling ? hd_shape_of(ext_[d]).steps() : ext_[d] - 1;
+    const algorithm a = dim(d).algo;
+    return a == algorithm::halving_doubling || a == algorithm::recursive_doubling ? hd_shape_of(ext_[d]).steps()
+                                                                                   : ext_[d] - 1;
   }
 
   // ---- emitting steps ----------------------------------------------------------
@@ -227,6 +236,7 @@ protected:
 
   const program_params& p_;
   std::size_t V_;
+  std::vector<dim_program> dims_;
   std::vector<std::size_t> ext_, coords_;
   std::vector<std::size_t> stride_;  // all_reduce: receive slot stride per dimension
   scratch_layout L_;

@@ -10,6 +10,7 @@
 //                           buffers instead, and the second step is empty)
 //   fused_rs / fused_ag     all_reduce's last shared dimension: reduce-scatter and
 //                           all-gather in one pass that writes every peer's buffer
+//   rd_stage                recursive doubling: all_reduce's whole range, no blocks
 // all_gather's unpacking stage and the scatter and gather of broadcast and reduce
 // are in plan/collective_programs.hpp, with the collectives.
 #pragma once
@@ -178,6 +179,35 @@ protected:
     const bool leave = r.count && !staged(d, r.count);
     stage(d, phase::all_gather, 1, [&](std::size_t) { return leave ? sync_kind::leave : sync_kind::none; },
           [](std::size_t) {});
+  }
+
+  // Recursive doubling: all_reduce of range r over dimension d, whole
+  // (plan/halving_doubling.hpp rd_step_of). Partials in recvbuf's range; this rank's
+  // own data in src until its first fold; whole ranges received into R0 (the
+  // segment's slot). The last exchange folds the finished values (final).
+  void rd_stage(std::size_t d, block_range r, const bview& src, bool final) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const hd_shape h = hd_shape_of(p);
+    const std::size_t last_exchange = (h.rem ? 1 : 0) + h.levels - 1;
+    const slice acc{region::recv, 0, r.offset};
+    const slice rbuf = slots_region() ? slot(d, 0, r.offset) : R(0);
+    bool folded = false;  // this rank's partial is in acc
+    message_stage(d, phase::all_reduce, h.steps(), [&](std::size_t i) {
+      const rd_step st = rd_step_of(h, c, i);
+      if (st.kind == hd_step::hand_out) {
+        if (st.receives) recv(st.partner, acc, r.count);
+        if (st.sends) send(st.partner, acc, r.count);
+        return;
+      }
+      const slice own = folded ? acc : src.at(r.offset);
+      if (st.receives) recv(st.partner, rbuf, r.count);
+      if (st.sends) send(st.partner, own, r.count);
+      if (!st.receives) return;
+      const bool fin = final && i == last_exchange;
+      if (st.mine_first) fold(acc, {own, rbuf}, r.count, fin);
+      else fold(acc, {rbuf, own}, r.count, fin);
+      folded = true;
+    });
   }
 
   // ---- all-gather stages -------------------------------------------------------------

@@ -8,8 +8,14 @@
 //                   stage), sendbuf read in MPI's block order
 //   all_gather      the block copied into W, all-gather in k-1..1, then dimension 0
 //                   unpacks into recvbuf in MPI's block order
-//   broadcast       scatter from the root in 0..k-1 (the root's line), all-gather back
-//   reduce          reduce-scatter in 0..k-1, then gather to the root in k-1..0
+//   broadcast       scatter from the root in 0..k-1 (the root's line), all-gather back;
+//                   or (small calls, program_params::trees) binomial trees of the
+//                   whole buffer in k-1..0
+//   reduce          reduce-scatter in 0..k-1, then gather to the root in k-1..0; or
+//                   binomial trees to the root in 0..k-1
+//
+// A recursive_doubling dimension of all_reduce all-reduces its whole range in one
+// stage (no all-gather); the dimensions after it cut that range as usual.
 //
 // Dimensions of extent 1 have no stage. Scratch (one region, 64-byte aligned
 // parts; all_reduce uses receive slots per segment instead), with m the largest
@@ -83,24 +89,31 @@ private:
   std::size_t al(std::size_t elems) const { return aligned_elements(elems, p_.elem_size); }
 
   // ---- all_reduce -------------------------------------------------------------------
+  bool rd(std::size_t d) const { return dim(d).algo == algorithm::recursive_doubling; }
+
   void all_reduce() {
     const std::size_t n = p_.count;
-    for (std::size_t d : nontrivial_) out_.stage_dims.push_back(d), out_.stage_phases.push_back(phase::reduce_scatter);
+    for (std::size_t d : nontrivial_)
+      out_.stage_dims.push_back(d), out_.stage_phases.push_back(rd(d) ? phase::all_reduce : phase::reduce_scatter);
     for (std::size_t i = nontrivial_.size(); i-- > 0;)
-      out_.stage_dims.push_back(nontrivial_[i]), out_.stage_phases.push_back(phase::all_gather);
+      if (!rd(nontrivial_[i])) out_.stage_dims.push_back(nontrivial_[i]), out_.stage_phases.push_back(phase::all_gather);
     if (n == 0 || nontrivial_.empty()) begin_segment(0);
     if (n == 0) return;
     if (nontrivial_.empty()) return local_copy(n, true);
-    const segmentation sg = make_segmentation(n, p_.segment_length, ext_, coords_);
+    // Recursive doubling keeps its range whole (plan/pipeline.hpp cut_shape_of).
+    std::vector<algorithm> algos(ext_.size());
+    for (std::size_t d = 0; d < ext_.size(); ++d) algos[d] = dim(d).algo;
+    const cut_shape cut = cut_shape_of(ext_, coords_, algos);
+    const segmentation sg = make_segmentation(n, p_.segment_length, cut.extents, cut.coords);
     out_.segments = sg.segments, out_.segment_length = sg.length;
     // Receive slots of one segment: the most any stage needs (a full segment is the largest).
     stride_.assign(ext_.size(), 0);
     for (std::size_t d : nontrivial_) {
       if (dim(d).shared) continue;
       const std::size_t range = sg.full[d].count, mb = max_block(range, ext_[d]);
-      const std::size_t need = dim(d).algo == algorithm::halving_doubling ? range : mb;
+      const bool whole = dim(d).algo == algorithm::halving_doubling || rd(d);
       const std::size_t slots = dim(d).algo == algorithm::direct ? ext_[d] - 1 : 1;
-      stride_[d] = (need + (V_ > 1 ? V_ : 0) + V_ - 1) / V_ * V_;
+      stride_[d] = ((whole ? range : mb) + (V_ > 1 ? V_ : 0) + V_ - 1) / V_ * V_;
       out_.slot_elements = slots * stride_[d] > out_.slot_elements ? slots * stride_[d] : out_.slot_elements;
     }
     const bool fuse = dim(last()).shared;
@@ -111,6 +124,10 @@ private:
       for (std::size_t d : nontrivial_) {
         const block_range r = range(d);
         const bview src{d == first() ? region::send : region::recv};
+        if (rd(d)) {
+          rd_stage(d, r, src, d == last());
+          continue;
+        }
         if (fuse && d == last()) {
           fused_rs(d, r, src);
           continue;
@@ -120,6 +137,7 @@ private:
       }
       for (std::size_t i = nontrivial_.size(); i-- > 0;) {
         const std::size_t d = nontrivial_[i];
+        if (rd(d)) continue;
         if (fuse && d == last()) fused_ag(d, range(d));
         else all_gather_stage(d, range(d), {region::recv, 0, range(d).offset});
       }
@@ -292,11 +310,63 @@ private:
     return true;
   }
 
+  // The ranks whose coordinates below d are the root's: a tree stage of dimension d.
+  bool below_root(std::size_t d, const std::vector<std::size_t>& rc) const {
+    for (std::size_t e = 0; e < d; ++e)
+      if (coords_[e] != rc[e]) return false;
+    return true;
+  }
+
+  // Broadcast by binomial trees (program_params::trees): the whole buffer from the
+  // root's coordinate along each dimension, outermost first, among the ranks whose
+  // lower coordinates are the root's. Step s: relative coordinate v < 2^s sends to
+  // v + 2^s.
+  void broadcast_trees(const std::vector<std::size_t>& rc) {
+    const std::size_t n = p_.count;
+    const slice buf{region::recv, 0, 0};
+    for (std::size_t i = nontrivial_.size(); i-- > 0;) {
+      const std::size_t d = nontrivial_[i], p = ext_[d], c = coords_[d], v = (c + p - rc[d]) % p;
+      if (!below_root(d, rc)) continue;
+      message_stage(d, phase::broadcast, tree_steps(p), [&](std::size_t s) {
+        const std::size_t m = std::size_t(1) << s;
+        if (v < m && v + m < p) send((c + m) % p, buf, n);
+        else if (v >= m && v < 2 * m) recv((c + p - m) % p, buf, n);
+      });
+    }
+  }
+
+  // Reduce by binomial trees: along each dimension, innermost first, to the root's
+  // coordinate, among the ranks whose lower coordinates are the root's. Step s:
+  // relative coordinate v = 2^s mod 2^(s+1) sends its partial to v - 2^s and is
+  // done; v = 0 mod 2^(s+1) receives v + 2^s's (into R0) and folds it after its own.
+  // Partials: the root's recvbuf, W elsewhere. The root's last fold finalizes.
+  void reduce_trees(const std::vector<std::size_t>& rc) {
+    const std::size_t n = p_.count;
+    const bool root = p_.rank == p_.root;
+    place(n, false, 0, 0, root ? 0 : n);
+    const slice acc = root ? slice{region::recv, 0, 0} : slice{region::scratch, 0, L_.w};
+    bool folded = false;
+    for (std::size_t d : nontrivial_) {
+      const std::size_t p = ext_[d], c = coords_[d], v = (c + p - rc[d]) % p, S = tree_steps(p);
+      if (!below_root(d, rc)) continue;
+      message_stage(d, phase::reduce, S, [&](std::size_t s) {
+        const std::size_t m = std::size_t(1) << s;
+        const slice own = folded ? acc : slice{region::send, 0, 0};
+        if (v % (2 * m) == m) return send((c + p - m) % p, own, n);
+        if (v % (2 * m) != 0 || v + m >= p) return;
+        recv((c + m) % p, R(0), n);
+        fold(acc, {own, R(0)}, n, root && d == last() && s + 1 == S);
+        folded = true;
+      });
+    }
+  }
+
   void broadcast() {
     const std::size_t n = p_.count;
     if (nontrivial_.empty() || n == 0) return;
     const auto rg = ranges(n);
     const auto rc = root_coords();
+    if (p_.trees) return broadcast_trees(rc);
     for (std::size_t d : nontrivial_) {
       if (!line_of_root(d, rc) || rg[d].count == 0) continue;
       const std::size_t p = ext_[d], c = coords_[d];
@@ -320,6 +390,7 @@ private:
     if (nontrivial_.empty()) return local_copy(n, true);
     const auto rg = ranges(n);
     const auto rc = root_coords();
+    if (p_.trees) return n ? reduce_trees(rc) : void();
     const bool root = p_.rank == p_.root;
     const block_range b1 = block_of(rg[first()].count, ext_[first()], coords_[first()]);
     const std::size_t w_lo = rg[first()].offset + b1.offset;

@@ -14,6 +14,10 @@
 //   halving-doubling       L (alpha + o) + (1 - 1/p2) n s (beta [+ gamma]), plus, when p is
 //                          not a power of two, two messages more: the whole range
 //                          (n s) and one block (m s) (plan/halving_doubling.hpp)
+//   recursive doubling     L (alpha + o + n s (beta + gamma)), plus, when p is not a power
+//   (all-reduce stage)     of two, the whole range twice (fold in, hand out)
+//   tree (broadcast,       ceil(log2 p) (alpha + o + n s beta [+ n s gamma]): a binomial
+//   reduce stage)          tree of the whole range
 //
 // o is LogGP's overhead: like the bytes it keeps the link busy, and unlike the
 // latency it does not overlap with other segments' messages (plan/pipeline.hpp), so
@@ -48,15 +52,27 @@ constexpr std::string_view to_string(collective c) noexcept {
   }
 }
 
-enum class phase { reduce_scatter, all_gather, scatter, gather };
+// What a stage does to its range. all_reduce: recursive doubling of the whole range;
+// broadcast and reduce: a binomial tree of the whole range.
+enum class phase { reduce_scatter, all_gather, scatter, gather, all_reduce, broadcast, reduce };
 
 constexpr std::string_view to_string(phase p) noexcept {
   switch (p) {
     case phase::reduce_scatter: return "reduce-scatter";
     case phase::all_gather: return "all-gather";
     case phase::scatter: return "scatter";
-    default: return "gather";
+    case phase::gather: return "gather";
+    case phase::all_reduce: return "all-reduce";
+    case phase::broadcast: return "broadcast";
+    default: return "reduce";
   }
+}
+
+// Steps of a binomial tree over p ranks: ceil(log2 p).
+constexpr std::size_t tree_steps(std::size_t p) noexcept {
+  std::size_t s = 0;
+  while ((std::size_t(1) << s) < p) ++s;
+  return s;
 }
 
 // Predicted seconds of one stage (see the table above).
@@ -69,13 +85,20 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
   const double fold = ph == phase::reduce_scatter ? block_bytes * gamma : 0.0;
   const double others = double(p - 1);  // a message (o + bytes) to each, or one per step
   if (ph == phase::scatter || ph == phase::gather) return link.latency + others * move;
+  const double all = double(n) * double(elem_size);
+  auto message = [&](double bytes, double per_byte_fold) {
+    return link.latency + link.overhead + bytes * (beta + per_byte_fold);
+  };
+  if (ph == phase::broadcast || ph == phase::reduce)
+    return double(tree_steps(p)) * message(all, ph == phase::reduce ? gamma : 0.0);
+  if (ph == phase::all_reduce) {  // recursive doubling
+    const hd_shape h = hd_shape_of(p);
+    return double(h.levels) * message(all, gamma) + (h.rem ? message(all, gamma) + message(all, 0) : 0.0);
+  }
   if (algo == algorithm::halving_doubling) {
     // The critical path is an active rank's: fold in, L exchanges, hand out.
     const hd_shape h = hd_shape_of(p);
-    const double all = double(n) * double(elem_size), g = ph == phase::reduce_scatter ? gamma : 0.0;
-    auto message = [&](double bytes, double per_byte_fold) {
-      return link.latency + link.overhead + bytes * (beta + per_byte_fold);
-    };
+    const double g = ph == phase::reduce_scatter ? gamma : 0.0;
     double t = 0, piece = all;
     for (std::size_t k = 0; k < h.levels; ++k) t += message(piece /= 2, g);
     if (h.rem)  // the pair's whole range and one block, in that order or the other

@@ -34,7 +34,9 @@
 // coordinates 4 and 5 are v = 2 and 3; v = 0 answers for blocks 0 and 1, v = 3 for
 // block 5. Reduce-scatter: step 0 folds 0 into 1 and 2 into 3; step 1 (m = 2) pairs
 // coordinates 1-4 and 3-5, step 2 (m = 1) pairs 1-3 and 4-5; step 3 sends block 0 from
-// 1 to 0 and block 2 from 3 to 2. Tests: tests/test_plan.cpp.
+// 1 to 0 and block 2 from 3 to 2. Recursive doubling (rd_step_of, below) pairs the
+// same ranks with the whole range: m = 1 first (1-3, 4-5), then m = 2 (1-4, 3-5).
+// Tests: tests/test_plan.cpp.
 #pragma once
 
 #include "../config.hpp"
@@ -125,6 +127,42 @@ constexpr hd_step hd_ag_step(const hd_shape& h, std::size_t n, std::size_t c, st
   return st;
 }
 
+// Recursive doubling (algorithm::recursive_doubling): step s (0 <= s < steps()) of
+// an all-reduce of a whole range over one dimension, on coordinate c. The same
+// pairing as above, but every message is the whole range and nothing is cut:
+//   fold in   (rem > 0) the even coordinate of a pair sends its range to the odd one,
+//             which folds the two (the even one's first);
+//   doubling  for m = 1, 2, .., p2/2: v and v^m exchange their partials and each
+//             folds the lower v's first, so both compute the same bits, and every
+//             fold joins two contiguous runs of coordinates in order;
+//   hand out  (rem > 0) the odd coordinate of a pair sends the result to the even one.
+// L + 2 messages per rank (L without pairs), each the whole range: the fewest
+// latencies of any algorithm, for calls where they are what costs.
+struct rd_step {
+  hd_step::kind_t kind = hd_step::exchange;
+  std::size_t partner = 0;
+  bool sends = false, receives = false;
+  bool mine_first = false;  // a fold puts this rank's partial first (its v is the lower one)
+};
+constexpr rd_step rd_step_of(const hd_shape& h, std::size_t c, std::size_t s) noexcept {
+  rd_step st;
+  const std::size_t lead = h.rem ? 1 : 0;
+  if (h.rem && (s == 0 || s == h.levels + 1)) {
+    st.kind = s == 0 ? hd_step::fold_in : hd_step::hand_out;
+    if (c < 2 * h.rem) {
+      st.partner = c ^ 1;
+      ((c % 2 == 1) == (st.kind == hd_step::hand_out) ? st.sends : st.receives) = true;
+    }
+    return st;
+  }
+  if (!h.active(c)) return st;
+  const std::size_t m = std::size_t(1) << (s - lead), v = h.virtual_of(c);
+  st.partner = h.coordinate_of(v ^ m);
+  st.sends = st.receives = true;
+  st.mine_first = (v & m) == 0;
+  return st;
+}
+
 // The worked example above, checked.
 static_assert(hd_shape_of(6).p2 == 4 && hd_shape_of(6).rem == 2 && hd_shape_of(6).steps() == 4);
 static_assert(hd_shape_of(8).steps() == 3 && hd_shape_of(2).steps() == 1 && hd_shape_of(3).steps() == 3);
@@ -138,5 +176,14 @@ static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 2).recv == block_range{0, 20});
 static_assert(hd_rs_step(hd_shape_of(6), 60, 5, 2).recv == block_range{50, 10});
 static_assert(hd_rs_step(hd_shape_of(6), 60, 0, 3).receives && hd_rs_step(hd_shape_of(6), 60, 0, 3).recv == block_range{0, 10});
 static_assert(!hd_rs_step(hd_shape_of(6), 60, 0, 1).sends && !hd_rs_step(hd_shape_of(6), 60, 0, 1).receives);
+
+// Recursive doubling, p = 6: coordinate 1 (v = 0) exchanges with 3 (v = 1) first, its
+// partial first, then with 4 (v = 2); coordinate 0 only sends (fold in) and receives
+// (hand out).
+static_assert(rd_step_of(hd_shape_of(6), 1, 1).partner == 3 && rd_step_of(hd_shape_of(6), 1, 1).mine_first);
+static_assert(rd_step_of(hd_shape_of(6), 1, 2).partner == 4 && rd_step_of(hd_shape_of(6), 1, 2).mine_first);
+static_assert(rd_step_of(hd_shape_of(6), 4, 2).partner == 1 && !rd_step_of(hd_shape_of(6), 4, 2).mine_first);
+static_assert(rd_step_of(hd_shape_of(6), 0, 0).sends && rd_step_of(hd_shape_of(6), 1, 0).receives);
+static_assert(rd_step_of(hd_shape_of(6), 0, 3).receives && !rd_step_of(hd_shape_of(6), 0, 1).sends);
 
 MDRING_NAMESPACE_END

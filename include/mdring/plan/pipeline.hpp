@@ -40,6 +40,8 @@
 #include "blocks.hpp"
 #include "cost.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -60,15 +62,22 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
   std::size_t range = n;
   const double c = (double(concurrent ? concurrent : 1) + 1) / 2;  // c_eff
   // Per dimension: the stages' time and the time the link is busy; then the
-  // dimensions of one link are added up (a topology has a handful of dimensions).
+  // dimensions of one link are added up (a topology has a handful of dimensions:
+  // no allocation up to 16 of them).
   const std::size_t k = topo.ndims();
-  std::vector<double> both(k, 0.0), busy(k, 0.0);
+  std::array<double, 16> both_a{}, busy_a{};
+  std::vector<double> both_v, busy_v;
+  if (k > both_a.size()) both_v.assign(k, 0.0), busy_v.assign(k, 0.0);
+  double* both = k > both_a.size() ? both_v.data() : both_a.data();
+  double* busy = k > busy_a.size() ? busy_v.data() : busy_a.data();
   for (std::size_t d = 0; d < k; ++d) {
     const std::size_t p = topo.extent(d);
     if (p <= 1) continue;
     const link_info link = topo.rank_link(d);  // the rank's share of a NIC
     const double g = tune.gamma(link.space);
+    const bool rd = algos[d] == algorithm::recursive_doubling;  // the whole range, kept
     auto both_for = [&](const link_info& l) {
+      if (rd) return stage_seconds(phase::all_reduce, algos[d], p, range, elem_size, l, g);
       return stage_seconds(phase::reduce_scatter, algos[d], p, range, elem_size, l, g) +
              stage_seconds(phase::all_gather, algos[d], p, range, elem_size, l, g);
     };
@@ -77,7 +86,7 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
     busy_link.latency = 0;  // the overhead stays: it is busy time
     busy[d] = both_for(busy_link);
     t.sum += both[d];
-    range = max_block(range, p);
+    if (!rd) range = max_block(range, p);
   }
   for (std::size_t d = 0; d < k; ++d) {
     bool first = true;  // of its link: the group is counted once
@@ -175,6 +184,7 @@ inline bool pipelines(const runtime_topology& topo, std::span<const algorithm> a
   bool messages = false;
   for (std::size_t d = 0; d < topo.ndims(); ++d) {
     if (topo.extent(d) <= 1) continue;
+    if (algos[d] == algorithm::recursive_doubling) return false;  // for calls too small to cut
     ++busy;
     const auto& link = topo.dim(d).link;
     messages |= !(link.fully_connected && link.space == memory_space::host && algos[d] == algorithm::direct);
@@ -205,6 +215,96 @@ inline double pipelined_seconds(const runtime_topology& topo, std::span<const al
   const std::size_t K = segment_count(n, len);
   const auto t = all_reduce_dimension_times(topo, algos, len < n ? len : n, elem_size, tune, in_flight(K, tune));
   return t.sum + double(K - 1) * t.pace;
+}
+
+// The shape a call's stages cut its buffer by: a recursive_doubling dimension
+// all-reduces its whole range, so it cuts nothing (extent 1 there, coordinate 0).
+// stage_ranges and make_segmentation of this shape give each stage's range.
+struct cut_shape {
+  std::vector<std::size_t> extents, coords;
+};
+inline cut_shape cut_shape_of(std::span<const std::size_t> extents, std::span<const std::size_t> coords,
+                              std::span<const algorithm> algos) {
+  cut_shape c{{extents.begin(), extents.end()}, {coords.begin(), coords.end()}};
+  for (std::size_t d = 0; d < extents.size(); ++d)
+    if (algos[d] == algorithm::recursive_doubling) c.extents[d] = 1, c.coords[d] = 0;
+  return c;
+}
+
+// all_reduce: the last dimensions run by recursive doubling (whole-range exchanges)
+// where the cost model predicts it faster, for calls of at most
+// tuning::recursive_doubling_max_bytes. Only a suffix of the non-trivial
+// dimensions, each a ring or halving-doubling the user left automatic: then the
+// dimensions before it cut the range as usual and nothing after it is made to
+// move more bytes. Never when tuning::segment_bytes fixes a pipeline. Every rank
+// decides from the call's size alone.
+inline void recursive_doubling_for_call(const runtime_topology& topo, std::span<const algorithm> requested,
+                                        std::span<algorithm> algos, std::size_t n, std::size_t elem_size,
+                                        const tuning& tune) {
+  // Not when the user fixed the segments (tuning::segment_bytes): they asked for a pipeline.
+  if (n == 0 || tune.segment_bytes || n > tune.recursive_doubling_max_bytes / (elem_size ? elem_size : 1)) return;
+  auto eligible = [&](std::size_t d) {
+    return (algos[d] == algorithm::ring || algos[d] == algorithm::halving_doubling) &&
+           (d >= requested.size() || requested[d] == algorithm::automatic);
+  };
+  double best = pipelined_seconds(topo, algos, n, elem_size, tune, segment_elements(topo, algos, n, elem_size, tune));
+  std::size_t from = topo.ndims();  // the suffix that runs recursive doubling: none
+  std::array<algorithm, 16> trial_a{};
+  std::vector<algorithm> trial_v;
+  if (algos.size() > trial_a.size()) trial_v.assign(algos.size(), algorithm::ring);
+  std::span<algorithm> trial(algos.size() > trial_a.size() ? trial_v.data() : trial_a.data(), algos.size());
+  std::copy(algos.begin(), algos.end(), trial.begin());
+  for (std::size_t d = topo.ndims(); d-- > 0;) {
+    if (topo.extent(d) <= 1) continue;
+    if (!eligible(d)) break;
+    trial[d] = algorithm::recursive_doubling;
+    const double t = pipelined_seconds(topo, trial, n, elem_size, tune, n);
+    if (t < best) best = t, from = d;
+  }
+  for (std::size_t d = from; d < topo.ndims(); ++d)
+    if (topo.extent(d) > 1) algos[d] = algorithm::recursive_doubling;
+}
+
+// The algorithms one call of `kind` runs on each executed dimension, from what was
+// chosen at bind for the op (`algos`, choose_algorithm): rings refined for the
+// size (call_algorithms); all_reduce's last dimensions by recursive doubling where
+// it pays (above); the other collectives run halving-doubling where recursive
+// doubling was asked for (it is an all-reduce). `n`: elements of the whole buffer.
+inline void algorithms_for_call(collective kind, const runtime_topology& topo, std::span<const algorithm> requested,
+                                std::span<algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune) {
+  call_algorithms(topo, requested, algos, n, elem_size, tune);
+  if (kind == collective::all_reduce) return recursive_doubling_for_call(topo, requested, algos, n, elem_size, tune);
+  for (auto& a : algos)
+    if (a == algorithm::recursive_doubling) a = algorithm::halving_doubling;
+}
+
+// Broadcast and reduce of n elements run binomial trees (the whole buffer along
+// each dimension, ceil(log2 p) steps each) instead of scatter + all-gather or
+// reduce-scatter + gather, when every non-trivial dimension was left automatic,
+// the op commutes (reduce), the call is at most tuning::recursive_doubling_max_bytes
+// and the cost model predicts the trees faster. Every rank decides alike (the
+// nominal ranges of call_algorithms).
+inline bool trees_for_call(collective kind, const runtime_topology& topo, std::span<const algorithm> requested,
+                           std::span<const algorithm> algos, std::size_t n, std::size_t elem_size,
+                           const tuning& tune, bool commutative) {
+  if ((kind != collective::broadcast && kind != collective::reduce) || n == 0 || topo.size() <= 1 ||
+      n > tune.recursive_doubling_max_bytes / (elem_size ? elem_size : 1) || (kind == collective::reduce && !commutative))
+    return false;
+  double tree = 0, blocks = 0;
+  std::size_t range = n;
+  for (std::size_t d = 0; d < topo.ndims(); ++d) {
+    const std::size_t p = topo.extent(d);
+    if (p <= 1) continue;
+    if (d < requested.size() && requested[d] != algorithm::automatic) return false;
+    const link_info link = topo.rank_link(d);
+    const double g = tune.gamma(link.space);
+    const bool b = kind == collective::broadcast;
+    tree += stage_seconds(b ? phase::broadcast : phase::reduce, algos[d], p, n, elem_size, link, g);
+    blocks += stage_seconds(b ? phase::scatter : phase::reduce_scatter, algos[d], p, range, elem_size, link, g) +
+              stage_seconds(b ? phase::all_gather : phase::gather, algos[d], p, range, elem_size, link, g);
+    range = max_block(range, p);
+  }
+  return tree < blocks;
 }
 
 MDRING_NAMESPACE_END

@@ -126,7 +126,7 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
                       std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune,
                       std::size_t root = 0, std::string type = "float", std::string op = "sum",
-                      std::size_t segments = 0) {
+                      std::size_t segments = 0, bool trees = false) {
   plan pl;
   pl.kind = kind;
   pl.type = std::move(type);
@@ -143,7 +143,8 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
   const bool per_rank = kind == collective::reduce_scatter || kind == collective::all_gather;
   pl.elements = per_rank ? count * P : count;
   std::vector<block_range> ranges(k);
-  stage_ranges(pl.elements, ext, pl.coords, ranges);
+  const cut_shape cut = cut_shape_of(ext, pl.coords, algos);  // recursive doubling keeps its range whole
+  stage_ranges(pl.elements, cut.extents, cut.coords, ranges);
 
   auto add = [&](phase ph, std::size_t d) {
     const std::size_t p = ext[d], c = pl.coords[d];
@@ -158,11 +159,31 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     st.extent = p;
     st.coordinate = c;
     st.algo = algos[d];
-    st.range = ranges[d];
+    st.range = ph == phase::broadcast || ph == phase::reduce ? block_range{0, pl.elements} : ranges[d];
     const std::size_t n = st.range.count;
     auto peer = [&](std::size_t j) { return peer_of(rank, d, j, ext); };
     auto bytes = [&](std::size_t j) { return block_of(n, p, j).count * elem_size; };
-    if (ph == phase::scatter || ph == phase::gather) {
+    if (ph == phase::broadcast || ph == phase::reduce) {  // binomial trees of the whole buffer
+      for (std::size_t e = 0; e < d; ++e) st.participates &= pl.coords[e] == root_coords[e];
+      st.steps = tree_steps(p);
+      const std::size_t v = (c + p - root_coords[d]) % p, all = pl.elements * elem_size;
+      for (std::size_t s = 0; s < st.steps && st.participates; ++s) {
+        const std::size_t m = std::size_t(1) << s;
+        const bool b = ph == phase::broadcast;
+        if (b ? v < m && v + m < p : v % (2 * m) == 0 && v + m < p)
+          (b ? st.send_to : st.recv_from).push_back(peer((c + m) % p)), (b ? st.bytes_sent : st.bytes_received) += all;
+        if (b ? v >= m && v < 2 * m : v % (2 * m) == m)
+          (b ? st.recv_from : st.send_to).push_back(peer((c + p - m) % p)), (b ? st.bytes_received : st.bytes_sent) += all;
+      }
+    } else if (ph == phase::all_reduce) {  // recursive doubling of the whole range
+      const hd_shape h = hd_shape_of(p);
+      st.steps = h.steps();
+      for (std::size_t s = 0; s < st.steps; ++s) {
+        const rd_step rs = rd_step_of(h, c, s);
+        if (rs.sends) st.send_to.push_back(peer(rs.partner)), st.bytes_sent += n * elem_size;
+        if (rs.receives) st.recv_from.push_back(peer(rs.partner)), st.bytes_received += n * elem_size;
+      }
+    } else if (ph == phase::scatter || ph == phase::gather) {
       st.algo = algorithm::direct;
       // Only ranks whose coordinates above d equal the root's take part.
       for (std::size_t e = d + 1; e < k; ++e) st.participates &= pl.coords[e] == root_coords[e];
@@ -215,15 +236,23 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     pl.stages.push_back(std::move(st));
   };
 
-  const bool has_rs = kind == collective::all_reduce || kind == collective::reduce_scatter || kind == collective::reduce;
-  if (has_rs)
-    for (std::size_t d = 0; d < k; ++d) add(phase::reduce_scatter, d);
-  if (kind == collective::broadcast)
-    for (std::size_t d = 0; d < k; ++d) add(phase::scatter, d);
-  if (kind == collective::all_reduce || kind == collective::all_gather || kind == collective::broadcast)
-    for (std::size_t d = k; d-- > 0;) add(phase::all_gather, d);
-  if (kind == collective::reduce)
-    for (std::size_t d = k; d-- > 0;) add(phase::gather, d);
+  auto rd = [&](std::size_t d) { return algos[d] == algorithm::recursive_doubling; };
+  if (trees && kind == collective::broadcast) {
+    for (std::size_t d = k; d-- > 0;) add(phase::broadcast, d);
+  } else if (trees && kind == collective::reduce) {
+    for (std::size_t d = 0; d < k; ++d) add(phase::reduce, d);
+  } else {
+    const bool has_rs = kind == collective::all_reduce || kind == collective::reduce_scatter || kind == collective::reduce;
+    if (has_rs)
+      for (std::size_t d = 0; d < k; ++d) add(rd(d) ? phase::all_reduce : phase::reduce_scatter, d);
+    if (kind == collective::broadcast)
+      for (std::size_t d = 0; d < k; ++d) add(phase::scatter, d);
+    if (kind == collective::all_reduce || kind == collective::all_gather || kind == collective::broadcast)
+      for (std::size_t d = k; d-- > 0;)
+        if (!rd(d)) add(phase::all_gather, d);
+    if (kind == collective::reduce)
+      for (std::size_t d = k; d-- > 0;) add(phase::gather, d);
+  }
   if (kind == collective::all_reduce) {
     const std::size_t len =
         segments ? segment_length(count, segments, elem_size) : segment_elements(topo, algos, count, elem_size, tune);

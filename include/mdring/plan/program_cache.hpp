@@ -32,7 +32,7 @@ public:
     victim->kind = p.kind, victim->count = p.count, victim->rank = p.rank, victim->root = p.root;
     victim->elem_size = p.elem_size, victim->segment_length = p.segment_length;
     victim->vector_elements = p.vector_elements, victim->recv_misalignment = p.recv_misalignment;
-    victim->nontemporal_bytes = p.nontemporal_bytes;
+    victim->nontemporal_bytes = p.nontemporal_bytes, victim->trees = p.trees;
     victim->dims.assign(p.dims.begin(), p.dims.end());
     victim->pr = make_program(p);
     victim->used = clock_;
@@ -47,6 +47,7 @@ private:
     collective kind = collective::all_reduce;
     std::size_t count = 0, rank = 0, root = 0, elem_size = 0, segment_length = 0;
     std::size_t vector_elements = 0, recv_misalignment = 0, nontemporal_bytes = 0;
+    bool trees = false;
     std::vector<dim_program> dims;
     program pr;
     std::uint64_t used = 0;  // 0: empty
@@ -55,7 +56,7 @@ private:
     return e.kind == p.kind && e.count == p.count && e.rank == p.rank && e.root == p.root &&
            e.elem_size == p.elem_size && e.segment_length == p.segment_length &&
            e.vector_elements == p.vector_elements && e.recv_misalignment == p.recv_misalignment &&
-           e.nontemporal_bytes == p.nontemporal_bytes && std::equal(e.dims.begin(), e.dims.end(), p.dims.begin(), p.dims.end());
+           e.nontemporal_bytes == p.nontemporal_bytes && e.trees == p.trees && std::equal(e.dims.begin(), e.dims.end(), p.dims.begin(), p.dims.end());
   }
   std::array<entry, capacity> entries_{};
   std::uint64_t clock_ = 0, built_ = 0;

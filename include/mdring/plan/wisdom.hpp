@@ -48,10 +48,11 @@ constexpr std::size_t size_class(std::size_t bytes) noexcept {
 static_assert(size_class(0) == 0 && size_class(1) == 0 && size_class(4096) == 12 && size_class(8191) == 12);
 
 inline algorithm algorithm_from_string(std::string_view s, const char* what) {
-  for (algorithm a : {algorithm::automatic, algorithm::ring, algorithm::direct, algorithm::halving_doubling})
+  for (algorithm a : {algorithm::automatic, algorithm::ring, algorithm::direct, algorithm::halving_doubling,
+                      algorithm::recursive_doubling})
     if (to_string(a) == s) return a;
   throw invalid_argument(what, std::string("mdring: unknown algorithm \"") + std::string(s) +
-                                   "\" (expected automatic, ring, direct or halving_doubling)");
+                                   "\" (expected automatic, ring, direct, halving_doubling or recursive_doubling)");
 }
 
 struct wisdom {

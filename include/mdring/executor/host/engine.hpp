@@ -61,12 +61,16 @@ public:
   // ---- programs -----------------------------------------------------------------------
   // What this call of n elements (the whole buffer the stages cut up) runs in each
   // dimension: the bind-time algorithm for the op, with automatic rings refined
-  // for the size (plan/pipeline.hpp call_algorithms).
-  void choose_algorithms(std::size_t n) {
+  // for the size, and all_reduce's last dimensions by recursive doubling where it
+  // pays (plan/pipeline.hpp algorithms_for_call).
+  void choose_algorithms(collective kind, std::size_t n) {
     auto& al = c_.algorithm_slots();
+    const auto& tune = c_.get_options().tune;
     for (std::size_t d = 0; d < dims_.size(); ++d) al[d] = dims_[d].algo_for(commutative_);
     call_algorithms(ext_, [&](std::size_t d) -> const link_info& { return dims_[d].rank_link; },
-                    c_.requested_algorithms(), al, n, sizeof(T), c_.get_options().tune);
+                    c_.requested_algorithms(), al, n, sizeof(T), tune);
+    if (kind == collective::all_reduce)
+      recursive_doubling_for_call(c_.executed_topology(), c_.requested_algorithms(), al, n, sizeof(T), tune);
   }
   static std::size_t elements(collective kind, std::size_t count, std::size_t ranks) {
     return kind == collective::reduce_scatter || kind == collective::all_gather ? count * ranks : count;
@@ -75,7 +79,7 @@ public:
   // (choose: pick them first).
   const program& program_of(collective kind, std::size_t count, std::size_t root, std::size_t seg_len = 0,
                             bool choose = true) {
-    if (choose) choose_algorithms(elements(kind, count, c_.size()));
+    if (choose) choose_algorithms(kind, elements(kind, count, c_.size()));
     auto& dp = c_.program_dims();
     for (std::size_t d = 0; d < dims_.size(); ++d) {
       dp[d] = {ext_[d], coords_[d], this->algo(d), false, 0};
@@ -84,6 +88,8 @@ public:
     program_params p;
     p.kind = kind, p.dims = dp, p.count = count, p.rank = c_.rank(), p.root = root, p.elem_size = sizeof(T);
     p.segment_length = seg_len, p.nontemporal_bytes = c_.get_options().tune.nontemporal_bytes;
+    p.trees = trees_for_call(kind, c_.executed_topology(), c_.requested_algorithms(), c_.algorithm_slots(), count,
+                             sizeof(T), c_.get_options().tune, commutative_);
     return c_.programs().get(p);
   }
 
@@ -100,7 +106,7 @@ public:
   // segment length (plan/pipeline.hpp). choose: pick the algorithms first.
   std::pair<const program*, std::size_t> all_reduce_plan(std::size_t n, bool choose = true) {
     const auto& tune = c_.get_options().tune;
-    if (choose) choose_algorithms(n);
+    if (choose) choose_algorithms(collective::all_reduce, n);
     std::vector<algorithm>& al = c_.algorithm_slots();
     std::size_t len, depth = tune.pipeline_depth;
     if (const measured_choice* m = measured_for(n)) {
@@ -143,7 +149,7 @@ public:
   // on dimension `force_hd` (>= 0; all_reduce then counts tuning::pipeline_depth
   // segments in flight, the most there can be).
   std::size_t scratch_bytes(collective kind, std::size_t count, int force_hd = -1) {
-    choose_algorithms(elements(kind, count, c_.size()));
+    choose_algorithms(kind, elements(kind, count, c_.size()));
     if (force_hd >= 0) c_.algorithm_slots()[std::size_t(force_hd)] = algorithm::halving_doubling;
     if (kind == collective::all_reduce) {
       auto [pr, depth] = all_reduce_plan(count, false);
@@ -186,6 +192,11 @@ public:
       }
       if (hi) bytes += scratch_bytes(kind, hi, int(d));
     }
+    // Smaller calls may run recursive doubling (all_reduce: one slot of the whole
+    // range) or trees (reduce: a received buffer and a partial of the whole buffer).
+    const std::size_t rd = std::min(count, c_.get_options().tune.recursive_doubling_max_bytes / sizeof(T));
+    if (kind == collective::all_reduce) bytes += align_up(rd * sizeof(T));
+    if (kind == collective::reduce) bytes += 2 * align_up(rd * sizeof(T));
     return bytes;
   }
 
@@ -208,7 +219,7 @@ public:
     } guard{ms};
     const auto& o = c_.get_options();
     const auto& tune = o.tune;
-    choose_algorithms(n);
+    choose_algorithms(collective::all_reduce, n);
     const std::vector<algorithm> est(c_.algorithm_slots());
     const std::size_t K0 = segment_count(n, segment_elements(c_.executed_topology(), est, n, sizeof(T), tune));
     std::vector<measured_choice> cand;
