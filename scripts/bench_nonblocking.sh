@@ -8,13 +8,14 @@
 #
 #   scripts/bench_nonblocking.sh                      # about 4 minutes on 2 cores
 #   MDRING_BENCH_BEFORE=/tmp/old/mdring-bench scripts/bench_nonblocking.sh   # + 7 minutes
+#   MDRING_BENCH=/tmp/new/mdring-bench ...            # time that binary instead of building one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 mdring_ensure_packages "${MDRING_PACKAGES[@]}"
-mdring_build --target mdring-bench
 mdring_mpi_env
-bench=./build/benchmarks/mdring-bench
+bench=${MDRING_BENCH:-./build/benchmarks/mdring-bench}
+[ -n "${MDRING_BENCH:-}" ] || mdring_build --target mdring-bench
 out=docs/perf/nonblocking.md
 tmp=$(mktemp)
 {
@@ -58,11 +59,11 @@ tmp=$(mktemp)
   done
   if [ -n "${MDRING_BENCH_BEFORE:-}" ]; then
     echo
-    echo "### Blocking all_reduce before and after the nonblocking change"
+    echo "### Blocking all_reduce before and after the change"
     echo
-    echo "The blocking calls with nothing in flight take the same path as before (on the caller's"
-    echo "thread, no fiber). Ratio to MPI_Allreduce in the same run (plain MPI_Init), median of 3 rounds,"
-    echo "the two binaries alternating; a negative change is faster:"
+    echo "\\`MDRING_BENCH_BEFORE\\` against this build; blocking calls with nothing in flight run their program's"
+    echo "cursor to the end on the caller's thread. Ratio to MPI_Allreduce in the same run (plain MPI_Init),"
+    echo "median of 3 rounds, the two binaries alternating; a negative change is faster:"
     echo
     bash scripts/compare_bench.sh "$MDRING_BENCH_BEFORE" "$bench" 3
   fi
