@@ -300,6 +300,11 @@ const std::vector<std::pair<std::vector<std::size_t>, std::vector<algorithm>>> s
     {{6}, {algorithm::halving_doubling}},
     {{2, 3}, {algorithm::direct, algorithm::halving_doubling}},
     {{3, 4}, {algorithm::halving_doubling, algorithm::ring}},
+    // and recursive doubling (whole ranges)
+    {{4}, {algorithm::recursive_doubling}},
+    {{5}, {algorithm::recursive_doubling}},
+    {{2, 3}, {algorithm::direct, algorithm::recursive_doubling}},
+    {{3, 4}, {algorithm::ring, algorithm::recursive_doubling}},
 };
 
 }  // namespace
