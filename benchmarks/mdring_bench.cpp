@@ -108,6 +108,8 @@ struct config {
   std::string planning;  // --planning estimate|measure: options.planning
   std::string profile;   // --profile FILE: options.profile
   std::size_t hd_max_bytes = std::size_t(-1);  // --hd-max-bytes N: tune.halving_doubling_max_bytes
+  std::size_t rd_max_bytes = std::size_t(-1);  // --rd-max-bytes N: tune.recursive_doubling_max_bytes
+  double host_gamma = -1;                      // --host-gamma S: tune.host_gamma (seconds per byte folded)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -132,6 +134,9 @@ struct config {
                "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
                "  [--split-ring-extent N]  (options.tune.split_ring_extent: rings of N ranks or more run as a x b; 0: never)\n"
                "  [--hd-max-bytes N]  (options.tune.halving_doubling_max_bytes: 0 never runs halving-doubling)\n"
+               "  [--rd-max-bytes N]  (options.tune.recursive_doubling_max_bytes: 0 never runs recursive doubling or trees)\n"
+               "  [--host-gamma S]  (options.tune.host_gamma, the cost model's seconds per byte folded on the host;\n"
+               "     under SMPI with smpi/simulate-computation:no folds are free, as on GPUs: say 1e-12)\n"
                "  [--planning estimate|measure] [--profile FILE]  (options.planning: measure times candidate plans at\n"
                "     the first call of each size, in the warm-up; options.profile: figures from mdring-calibrate)\n"
                "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
@@ -213,6 +218,8 @@ config parse(int argc, char** argv) {
       if (c.planning != "estimate" && c.planning != "measure") usage("--planning takes estimate or measure, not " + c.planning);
     } else if (a == "--profile") c.profile = next();
     else if (a == "--hd-max-bytes") c.hd_max_bytes = parse_bytes(next());
+    else if (a == "--rd-max-bytes") c.rd_max_bytes = parse_bytes(next());
+    else if (a == "--host-gamma") c.host_gamma = std::atof(next().c_str());
     else if (a == "--progress") {
       c.progress = next();
       if (c.progress != "agent" && c.progress != "in_wait") usage("--progress takes agent or in_wait, not " + c.progress);
@@ -723,6 +730,8 @@ md::options make_options(const config& cfg) {
   if (cfg.planning == "estimate") o.planning = md::planning::estimate;
   if (!cfg.profile.empty()) o.profile = cfg.profile;
   if (cfg.hd_max_bytes != std::size_t(-1)) o.tune.halving_doubling_max_bytes = cfg.hd_max_bytes;
+  if (cfg.rd_max_bytes != std::size_t(-1)) o.tune.recursive_doubling_max_bytes = cfg.rd_max_bytes;
+  if (cfg.host_gamma >= 0) o.tune.host_gamma = cfg.host_gamma;
   return o;
 }
 

@@ -5,7 +5,7 @@
 // runs it.
 //
 //   smpirun ... smpi-ddl --topology "sim-intra:4xsim-inter:16" --link ... [--link ...]
-//                        [--step-ms 202.5] [--bucket-mb 25] [--poll-us 20]
+//                        [--step-ms 202.5] [--bucket-mb 25] [--poll-us 100]
 //                        [--mode overlap|exposed] [--steps 2]
 //
 // The model (every figure is printed on rank 0):
@@ -20,9 +20,10 @@
 //     (last layer first), a bucket all-reduced (iall_reduce, avg) as soon as its
 //     last gradient is ready, buckets of --bucket-mb (25 MB, DDP's bucket_cap_mb);
 //   - progress: mdring's progress agent runs on a CPU core the GPU's work leaves
-//     free; here the backward pass is cut into --poll-us slices and every call in
-//     flight is tested between them (test() is what the agent does), so a step of
-//     the collective waits at most that long for its next message to be posted;
+//     free; here the backward pass is cut into --poll-us slices (100 us: the
+//     agent's longest nap while nothing moves) and every call in flight is tested
+//     between them (test() is what the agent does), so a step of the collective
+//     waits at most that long for its next message to be posted;
 //   - --mode exposed: the same buckets all-reduced one after another once the
 //     backward pass has ended (no overlap).
 // Prints one JSON line: the step time, the compute alone, the time the all-reduce
@@ -77,7 +78,7 @@ std::vector<layer> resnet50() {
 struct args {
   std::string topology;
   std::vector<std::string> links;
-  double step_ms = 202.5, bucket_mb = 25, poll_us = 20;
+  double step_ms = 202.5, bucket_mb = 25, poll_us = 100;
   bool exposed = false;
   int steps = 2;
 };

@@ -738,6 +738,38 @@ std::string parse_error(const std::string& text, const std::string& source, cons
   return "no error";
 }
 
+TEST_CASE("profile: measured points become the link's curve, which the cost model reads") {
+  // ethernet measured at 8 B (10 us), 64 KiB (30 us), 1 MiB (200 us): latency 10 us,
+  // busy 0 / 20 / 190 us at those sizes, linear between, the last slope beyond.
+  m::profile p;
+  m::link_info eth = m::link_info_of<m::ethernet>();
+  p.links = {eth};
+  p.points = {{"ethernet", 0, 1048576, 200e-6}, {"ethernet", 0, 8, 10e-6}, {"ethernet", 0, 65536, 30e-6}};
+  auto t = m::parse_topology("ethernet:4");
+  p.apply(t);
+  const m::link_info& l = t.dim(0).link;
+  REQUIRE(l.curve.points == 3);
+  CHECK(l.latency == 10e-6);
+  CHECK(l.overhead == 0);
+  CHECK(l.busy_seconds(8) == doctest::Approx(0.0));
+  CHECK(l.busy_seconds(65536) == doctest::Approx(20e-6));
+  CHECK(l.busy_seconds((8 + 65536) / 2.0) == doctest::Approx(10e-6));
+  CHECK(l.busy_seconds(1048576) == doctest::Approx(190e-6));
+  const double slope = 170e-6 / (1048576.0 - 65536.0);
+  CHECK(l.busy_seconds(2097152) == doctest::Approx(190e-6 + 1048576.0 * slope));
+  // a ring stage: (p-1) messages of a block, each latency + busy; per-rank already
+  // (ports are not applied to a measured curve)
+  CHECK(t.rank_link(0).curve == l.curve);
+  CHECK(m::stage_seconds(m::phase::all_gather, m::algorithm::ring, 4, 4 * 16384, 4, t.rank_link(0), 0) ==
+        doctest::Approx(3 * (10e-6 + 20e-6)));
+  // without points (or one), the fitted figures
+  p.points.resize(1);
+  auto u = m::parse_topology("ethernet:4");
+  p.apply(u);
+  CHECK(u.dim(0).link.curve.points == 0);
+  CHECK(u.dim(0).link == eth);
+}
+
 TEST_CASE("profile: text round trip, exact doubles, errors naming the line, applied by link name") {
   m::profile p;
   p.topology = "shm:2 x ethernet:3";

@@ -72,7 +72,7 @@ double ring_steps(Comm& comm, std::size_t d, std::size_t bytes, std::size_t reps
   auto& dim = comm.dims()[d];
   const std::size_t p = dim.extent, c = dim.coord;
   std::array<typename Comm::transport_type::request, 2> rq{};
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = seconds_on(tr);
   for (std::size_t r = 0; r < reps; ++r) {
     const int tag = int(r % 2);
     tr.irecv(dim.ch, recv, bytes, (c + p - 1) % p, tag, rq[0]);
@@ -88,7 +88,7 @@ double ring_steps(Comm& comm, std::size_t d, std::size_t bytes, std::size_t reps
                           "calibrate", d, "ring step", r, dim.members[(c + p - 1) % p]);
     }
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(reps);
+  return (seconds_on(tr) - t0) / double(reps);
 }
 
 }  // namespace detail

@@ -21,7 +21,9 @@
 //
 // o is LogGP's overhead: like the bytes it keeps the link busy, and unlike the
 // latency it does not overlap with other segments' messages (plan/pipeline.hpp), so
-// with it a message of b bytes moves at b / (b + o B) of the bandwidth.
+// with it a message of b bytes moves at b / (b + o B) of the bandwidth. A link
+// calibrated on the machine (link_curve) replaces o + b beta with its measured
+// curve of b.
 //
 // The direct forms assume a fully connected link: the p-1 messages travel at once,
 // limited by the rank's injection bandwidth. Summed over the stages of an all-reduce
@@ -80,14 +82,13 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
                             const link_info& link, double gamma) noexcept {
   if (p <= 1 || n == 0) return 0.0;
   const double block_bytes = double(max_block(n, p)) * double(elem_size);
-  const double beta = link.bandwidth > 0 ? 1.0 / link.bandwidth : 0.0;
-  const double move = block_bytes * beta + link.overhead;
+  const double move = link.busy_seconds(block_bytes);
   const double fold = ph == phase::reduce_scatter ? block_bytes * gamma : 0.0;
   const double others = double(p - 1);  // a message (o + bytes) to each, or one per step
   if (ph == phase::scatter || ph == phase::gather) return link.latency + others * move;
   const double all = double(n) * double(elem_size);
   auto message = [&](double bytes, double per_byte_fold) {
-    return link.latency + link.overhead + bytes * (beta + per_byte_fold);
+    return link.latency + link.busy_seconds(bytes) + bytes * per_byte_fold;
   };
   if (ph == phase::broadcast || ph == phase::reduce)
     return double(tree_steps(p)) * message(all, ph == phase::reduce ? gamma : 0.0);

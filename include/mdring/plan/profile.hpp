@@ -27,6 +27,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -54,10 +55,28 @@ struct profile {
     return nullptr;
   }
 
-  // Gives every dimension whose link is named here the profile's figures.
+  // Gives every dimension whose link is named here the profile's figures: its
+  // measured points as the link's curve (link_curve: the smallest message's time
+  // is the latency, the rest what each message keeps the link busy), else the
+  // fitted bandwidth, latency and overhead.
   void apply(runtime_topology& t) const {
     for (std::size_t d = 0; d < t.ndims(); ++d)
-      if (const link_info* l = find(t.dim(d).link.name)) t.dim(d).link = *l;
+      if (const link_info* l = find(t.dim(d).link.name)) t.dim(d).link = with_curve(*l);
+  }
+  link_info with_curve(link_info l) const {
+    std::vector<const profile_point*> pts;
+    for (auto& p : points)
+      if (p.link == l.name) pts.push_back(&p);
+    std::sort(pts.begin(), pts.end(), [](auto* a, auto* b) { return a->bytes < b->bytes; });
+    if (pts.size() < 2 || pts.size() > link_curve::max_points) return l;
+    l.latency = pts[0]->seconds;
+    l.overhead = 0;
+    l.curve.points = pts.size();
+    for (std::size_t i = 0; i < pts.size(); ++i) {
+      l.curve.bytes[i] = double(pts[i]->bytes);
+      l.curve.seconds[i] = pts[i]->seconds - l.latency > 0 ? pts[i]->seconds - l.latency : 0;
+    }
+    return l;
   }
 
   std::string to_string() const {

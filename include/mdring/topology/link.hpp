@@ -35,6 +35,7 @@
 
 #include "../config.hpp"
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <string>
@@ -128,6 +129,31 @@ concept link = requires {
 
 static_assert(link<nvlink> && link<pcie> && link<infiniband> && link<ethernet> && link<shm>);
 
+// A link's measured message times (mdring::calibrate, plan/profile.hpp): the
+// seconds one rank's message of b bytes keeps it busy beyond the link's latency,
+// measured with every rank of the plan sending at once (so port sharing is in
+// it), piecewise linear between the points and extrapolated with the last
+// segment's slope. Where it has points the cost model uses it instead of
+// overhead + b / bandwidth: real networks are not linear in the message size
+// (protocol switches, SimGrid's size-dependent factors), and a fit of two
+// figures to them is off by several times at some sizes.
+struct link_curve {
+  static constexpr std::size_t max_points = 8;
+  std::array<double, max_points> bytes{}, seconds{};  // bytes ascending
+  std::size_t points = 0;
+
+  double at(double b) const noexcept {
+    if (points == 0) return 0;
+    if (points == 1 || b <= bytes[0]) return points == 1 ? seconds[0] * (bytes[0] > 0 ? b / bytes[0] : 1) : seconds[0];
+    std::size_t i = 1;
+    while (i + 1 < points && b > bytes[i]) ++i;
+    const double slope = (seconds[i] - seconds[i - 1]) / (bytes[i] - bytes[i - 1]);
+    const double t = seconds[i - 1] + (b - bytes[i - 1]) * slope;
+    return t > 0 ? t : 0;
+  }
+  friend bool operator==(const link_curve&, const link_curve&) = default;
+};
+
 // The run-time copy of a link's traits. The plan and the cost model read only
 // this, so a user can override the figures without new types (parse_link reads
 // them from text: topology/runtime.hpp).
@@ -139,6 +165,13 @@ struct link_info {
   memory_space space = memory_space::host;
   std::size_t ports = 0;  // 0: bandwidth is per rank; N: per port, N ports per node
   double overhead = 0;    // seconds per message that the link is busy
+  link_curve curve{};     // measured (calibrate): replaces overhead and bandwidth in the cost model
+
+  // Seconds a message of `bytes` keeps the link busy besides its latency.
+  double busy_seconds(double bytes) const noexcept {
+    if (curve.points) return curve.at(bytes);
+    return overhead + (bandwidth > 0 ? bytes / bandwidth : 0.0);
+  }
 
   friend bool operator==(const link_info&, const link_info&) = default;
 };

@@ -143,6 +143,7 @@ public:
   link_info rank_link(std::size_t d) const {
     link_info l = dims_.at(d).link;
     const std::size_t n = port_sharers(d);
+    // (A measured curve already is one rank's share: it was measured with all sending.)
     if (l.ports && n > l.ports) l.bandwidth = l.bandwidth * double(l.ports) / double(n);
     return l;
   }

@@ -185,6 +185,10 @@ public:
   }
   static bool complete(const request& rq) noexcept { return rq.n == 0; }
 
+  // MPI_Wtime: simulated seconds under SimGrid SMPI (calibration and measured
+  // planning time with it).
+  double seconds() const noexcept { return MPI_Wtime(); }
+
   // A progress thread may call MPI while the user's threads do only under
   // MPI_THREAD_MULTIPLE (never under SMPI, whose ranks are simulated actors).
   bool background_progress() const noexcept { return thread_multiple(); }
@@ -361,5 +365,6 @@ static_assert(waits_for_any<mpi::transport>);
 static_assert(shared_access_transport<mpi::transport>);
 static_assert(maps_peer_memory<mpi::transport>);
 static_assert(reports_background_progress<mpi::transport>);
+static_assert(has_clock<mpi::transport>);
 
 MDRING_NAMESPACE_END

@@ -90,4 +90,18 @@ concept reports_background_progress = requires(const T& t) {
   { t.background_progress() } -> std::convertible_to<bool>;
 };
 
+// Has a clock of its own, in seconds (MPI: MPI_Wtime, which under SimGrid SMPI is
+// the simulated time): calibration and measured planning time with it.
+template <class T>
+concept has_clock = requires(const T& t) {
+  { t.seconds() } -> std::convertible_to<double>;
+};
+
+// Seconds on the transport's clock, or the steady clock's.
+template <class T>
+double seconds_on(const T& t) {
+  if constexpr (has_clock<T>) return t.seconds();
+  else return (void)t, std::chrono::duration<double>(deadline_clock::now().time_since_epoch()).count();
+}
+
 MDRING_NAMESPACE_END
