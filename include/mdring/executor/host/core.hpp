@@ -16,8 +16,8 @@
 //   engine.hpp     engine: the five collectives (their programs, scratch), measured
 //                  planning
 //
-// Every wait has a deadline that starts when the step is posted; a timeout names
-// the collective, dimension, phase, step and peer.
+// Every wait has a deadline that starts when the step is first waited for; a
+// timeout names the collective, dimension, phase, step and peer.
 #pragma once
 
 #include "../../config.hpp"

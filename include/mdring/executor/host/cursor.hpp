@@ -69,6 +69,7 @@ public:
         }
         segment& sg = segs_[queue_[head_]];
         if (!sg.announced) announce(queue_[head_]);
+        if (sg.deadline == deadline_clock::time_point{}) sg.deadline = this->deadline();  // waited for from now
         if (!this->sync(step(sg), queue_[head_], sg.nreq, sg.deadline, block)) return false;
         advance(0);
       }
@@ -109,7 +110,7 @@ private:
     const program_step& st = step(sg);
     this->run_ops(*pr_, pr_->pre_of(st), st.dim, slot);
     sg.nreq = this->post_messages(*pr_, st, slot);
-    sg.deadline = this->deadline();
+    sg.deadline = {};  // set when the step is first waited for
     sg.announced = true;
   }
 
@@ -167,9 +168,13 @@ private:
           return true;
         }
       }
-      deadline_clock::time_point dl = segs_[queue_[head_]].deadline;
-      for (std::size_t i = 1; i < queued_; ++i)
-        dl = segs_[queue_[(head_ + i) % max_depth]].deadline < dl ? segs_[queue_[(head_ + i) % max_depth]].deadline : dl;
+      // Every queued step is waited for at once: the earliest deadline counts.
+      deadline_clock::time_point dl = deadline_clock::time_point::max();
+      for (std::size_t i = 0; i < queued_; ++i) {
+        auto& d = segs_[queue_[(head_ + i) % max_depth]].deadline;
+        if (d == deadline_clock::time_point{}) d = this->deadline();
+        dl = d < dl ? d : dl;
+      }
       std::span<request_t> rs(reqs_, depth_ * per_slot_);
       const wait_status st = tr_.wait_any(rs, block ? dl : deadline_clock::time_point{});
       if (st.kind == wait_status::done) return true;
