@@ -36,6 +36,10 @@ BUILD = ROOT / "build-smpi"
 BENCH = BUILD / "benchmarks" / "mdring-bench"
 PINGPONG = BUILD / "benchmarks" / "smpi-pingpong"
 DDL = BUILD / "benchmarks" / "smpi-ddl"
+CALIBRATE = BUILD / "tools" / "mdring-calibrate"
+# The natural and calibrated rows model GPUs (smpi/simulate-computation:no: folds
+# cost no simulated time): mdring's cost model is told the same.
+GPU_GAMMA = ["--host-gamma", "1e-12"]
 SHIM_SRC = ROOT / "scripts" / "smpi" / "tmpfs_shmalloc.cpp"
 SHIM = BUILD / "libtmpfs_shmalloc.so"
 
@@ -104,7 +108,7 @@ DDL_CFG = ["--cfg=smpi/test:0", "--cfg=smpi/grow-injected-times:no"]
 DDL_POLL_US = 100  # the progress agent's longest nap while nothing moves
 DDL_BUCKETS_MB = (25, 4)  # DDP's bucket_cap_mb, and smaller buckets
 
-MDRING_LIBS = ("mdring", "mdring2", "flat", "natural")
+MDRING_LIBS = ("mdring", "mdring2", "flat", "natural", "calibrated")
 SPLIT_RING_EXTENT = 16  # mdring's tuning::split_ring_extent default
 
 
@@ -319,7 +323,10 @@ class Simulator:
             args += ["--topology", f"sim-intra:{p.gpus}xsim-inter:{nodes}", "--link", intra, "--link", inter,
                      "--split-ring-extent", "0"]
         elif lib == "natural":
-            args += ["--topology", p.natural_topology(nodes).replace(" ", "")]  # smpirun splits at spaces
+            args += ["--topology", p.natural_topology(nodes).replace(" ", "")] + GPU_GAMMA  # smpirun splits at spaces
+        elif lib == "calibrated":
+            args += ["--topology", p.natural_topology(nodes).replace(" ", ""), "--profile",
+                     str(self.profile(p, nodes))] + GPU_GAMMA
         elif lib == "flat":
             args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link, "--split-ring-extent", "0"]
         else:
@@ -353,6 +360,24 @@ class Simulator:
         if r["status"] == "ok" or rc > 0 or guard:
             self.store(r)  # a signal from outside is not the point's result: not cached
         return r
+
+    # ---- calibration ----------------------------------------------------------
+    def profile(self, p: Platform, nodes: int) -> Path:
+        """mdring-calibrate on the platform with the natural input: the profile that
+        the "calibrated" rows bind with (collective/calibrate.hpp; what a user runs
+        once per machine)."""
+        path = self.out / "profiles" / f"{p.name}-{nodes}-{self.args.network}-{self.code}.profile"
+        if path.exists():
+            return path
+        path.parent.mkdir(exist_ok=True)
+        log(f"simulate: calibrating {p.name} {nodes}x{p.gpus} ({self.args.network}) ...")
+        rc, out, err, wall, guard, cmd = self.smpirun(
+            p, nodes, CALIBRATE, ["--topology", p.natural_topology(nodes).replace(" ", ""), "--out", str(path),
+                                  "--no-check"], nbytes=8 * MiB)
+        if rc != 0 or not path.exists():
+            raise SystemExit(f"simulate: mdring-calibrate failed ({cmd}):\n{(guard or err)[-3000:]}")
+        log(f"simulate:   {wall:.1f} s wall")
+        return path
 
     # ---- one training step (the DDL table with overlap) ------------------------
     def ddl_point(self, p: Platform, nodes: int, mode: str, bucket_mb: float) -> dict:
@@ -541,11 +566,13 @@ def natural_rows(sim: Simulator, cases) -> list[dict]:
     for p, nodes, nbytes in cases:
         L = sim.links(p)
         nat = sim.point(p, nodes, nbytes, "natural")
+        cal = sim.point(p, nodes, nbytes, "calibrated")
         fit = sim.point(p, nodes, nbytes, "mdring")
         best = sim.best_builtin(p, nodes, nbytes)
         rows.append({"platform": p.name, "network": sim.args.network, "nodes": nodes, "ranks": nodes * p.gpus,
                      "bytes": nbytes, "topology": p.natural_topology(nodes),
                      "natural_s": nat.get("sim_s"), "natural_predicted_s": nat.get("predicted_s"),
+                     "calibrated_s": cal.get("sim_s"), "calibrated_predicted_s": cal.get("predicted_s"),
                      "fitted_s": fit.get("sim_s"), "fitted_predicted_s": fit.get("predicted_s"),
                      "best_builtin": best["lib"][4:] if best else None,
                      "best_builtin_s": best["sim_s"] if best else None, "bound_s": bound_s(L, nodes, nbytes)})
@@ -553,15 +580,21 @@ def natural_rows(sim: Simulator, cases) -> list[dict]:
 
 
 def table_natural(rows) -> str:
-    s = ["| platform | network | ranks | size | natural input | simulated ms | predicted ms | error | "
-         "fitted links ms | best built-in | ms | bound ms | natural / bound | natural / best built-in |",
-         "| :--- | :--- | ---: | ---: | :--- | ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: | ---: |"]
+    s = ["| platform | network | ranks | size | natural input | simulated ms | predicted ms | error "
+         "| calibrated ms | predicted ms | error | fitted links ms | best built-in | ms | bound ms "
+         "| natural / bound | natural / best | calibrated / bound | calibrated / best |",
+         "| :--- | :--- | ---: | ---: | :--- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :--- | ---: | ---: "
+         "| ---: | ---: | ---: | ---: |"]
+    err = lambda p, t: f"{ratio(p, t) - 1:+.1%}" if p and t else "-"  # noqa: E731
     for r in rows:
         s.append(f"| {r['platform']} | {r['network']} | {r['ranks']} | {fmt_bytes(r['bytes'])} | `{r['topology']}` | "
                  f"{fmt_ms(r['natural_s'])} | {fmt_ms(r['natural_predicted_s'])} | "
-                 f"{ratio(r['natural_predicted_s'], r['natural_s']) - 1:+.1%} | {fmt_ms(r['fitted_s'])} | "
-                 f"{r['best_builtin'] or '-'} | {fmt_ms(r['best_builtin_s'])} | {fmt_ms(r['bound_s'])} | "
-                 f"{ratio(r['natural_s'], r['bound_s']):.3f} | {ratio(r['natural_s'], r['best_builtin_s']):.3f} |")
+                 f"{err(r['natural_predicted_s'], r['natural_s'])} | {fmt_ms(r.get('calibrated_s'))} | "
+                 f"{fmt_ms(r.get('calibrated_predicted_s'))} | {err(r.get('calibrated_predicted_s'), r.get('calibrated_s'))} | "
+                 f"{fmt_ms(r['fitted_s'])} | {r['best_builtin'] or '-'} | {fmt_ms(r['best_builtin_s'])} | "
+                 f"{fmt_ms(r['bound_s'])} | {ratio(r['natural_s'], r['bound_s']):.3f} | "
+                 f"{ratio(r['natural_s'], r['best_builtin_s']):.3f} | {ratio(r.get('calibrated_s'), r['bound_s']):.3f} | "
+                 f"{ratio(r.get('calibrated_s'), r['best_builtin_s']):.3f} |")
     return "\n".join(s) + "\n"
 
 
@@ -662,7 +695,8 @@ def main() -> int:
     ap.add_argument("--sections", default="links,ranks,bytes,model,natural,paper",
                     help="what to run: links, ranks, bytes, model, natural, paper, large, ddl (comma separated); "
                     "natural: the topology as a user writes it with default link traits, on each platform; "
-                    "ddl: ResNet-50 training steps with the all-reduce overlapped (not in the default set)")
+                    "ddl: ResNet-50 training steps with the all-reduce overlapped; sizes: the natural input "
+                    "against the built-ins from 4 KiB to 102.4 MB (neither in the default set)")
     ap.add_argument("--large", action="store_true", help="add the 1024-rank points (256 nodes x 4); long")
     ap.add_argument("--paper", action="store_true", help="only the paper's table (same as --sections paper)")
     ap.add_argument("--builtins", default=",".join(BUILTINS), help="SMPI allreduce algorithms to compare")
@@ -762,6 +796,30 @@ def main() -> int:
                                             for r, e in zip(pr, PAPER_EFFICIENCY)])
         csvs.append(out / "paper_table.csv")
         report += ["### ResNet-50 scaling efficiency (paper platform)", "", table_paper(pr)]
+    if "sizes" in sections:
+        # The natural input at every size (issue 17: at most the best built-in at
+        # 256 and 1024 ranks, 4 KiB to 100 MB, on SMPI's default network).
+        rows = []
+        for nodes in [64] + ([256] if "large" in sections else []):
+            L = sim.links(paper)
+            for nbytes in (4 * 1024, 64 * 1024, MiB, 4 * MiB, 16 * MiB, RESNET50_BYTES):
+                nat = sim.point(paper, nodes, nbytes, "natural")
+                best = sim.best_builtin(paper, nodes, nbytes)
+                rows.append({"ranks": nodes * paper.gpus, "bytes": nbytes, "natural_s": nat.get("sim_s"),
+                             "predicted_s": nat.get("predicted_s"), "best_builtin": best["lib"][4:] if best else None,
+                             "best_builtin_s": best["sim_s"] if best else None,
+                             "bound_s": bound_s(L, nodes, nbytes)})
+        write_csv(out / f"sizes_{args.network}.csv", rows)
+        csvs.append(out / f"sizes_{args.network}.csv")
+        report += [f"### Natural input against the built-ins at every size, network {args.network} "
+                   f"(built-ins run: {', '.join(args.builtins)})", "",
+                   "| ranks | size | natural ms | predicted ms | best built-in | ms | natural / best | natural / bound |",
+                   "| ---: | ---: | ---: | ---: | :--- | ---: | ---: | ---: |"]
+        for r in rows:
+            report.append(f"| {r['ranks']} | {fmt_bytes(r['bytes'])} | {fmt_ms(r['natural_s'])} | "
+                          f"{fmt_ms(r['predicted_s'])} | {r['best_builtin'] or '-'} | {fmt_ms(r['best_builtin_s'])} | "
+                          f"{ratio(r['natural_s'], r['best_builtin_s']):.3f} | {ratio(r['natural_s'], r['bound_s']):.3f} |")
+        report.append("")
     if "ddl" in sections:
         ddl = []
         for mode, mb in (("overlap", 25), ("exposed", 25), ("overlap", 4)):
