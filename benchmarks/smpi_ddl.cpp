@@ -1,38 +1,46 @@
 // smpi-ddl: a data-parallel training step of ResNet-50 on simulated GPUs (SimGrid
-// SMPI), its gradients all-reduced in DDP's buckets with mdring's nonblocking
-// all_reduce while the backward pass goes on (docs/SCALING.md, "The DDL table with
-// overlap"). Built by the `smpi` preset; scripts/smpi/simulate.py --sections ddl
-// runs it.
+// SMPI), its gradients all-reduced in DDP's buckets by mdring while the backward
+// pass goes on (docs/SCALING.md, "ResNet-50 with the all-reduce overlapped").
+// Built by the `smpi` preset; scripts/smpi/simulate.py --sections ddl runs it.
 //
-//   smpirun ... smpi-ddl --topology "sim-intra:4xsim-inter:16" --link ... [--link ...]
-//                        [--step-ms 202.5] [--bucket-mb 25] [--poll-us 100]
-//                        [--mode overlap|exposed] [--steps 2]
+//   smpirun -np 2P ... smpi-ddl --topology "sim-intra:4xsim-inter:16" --link ... [--link ...]
+//                      [--step-ms 202.5] [--bucket-mb 25] [--mode overlap|exposed] [--trace]
 //
-// The model (every figure is printed on rank 0):
+// Two simulated processes per GPU, on the GPU's node (the hostfile gives each node
+// 2 G slots; world rank w is slot w mod 2G of node w / 2G):
+//   - the trainer (slots 0 .. G-1) computes: the forward pass, then the backward
+//     pass layer by layer, and tells its communicator when a bucket's gradients
+//     are all ready (a message of 4 bytes on the node); at the end it waits to
+//     hear that every bucket is reduced;
+//   - the communicator (slots G .. 2G-1) all-reduces each bucket as soon as it is
+//     ready, in order, through mdring bound to the communicators' own MPI
+//     communicator (node-major: the topology's ranks). This is mdring's progress
+//     agent on a core the GPU's work leaves free, polling while calls are in
+//     flight: a simulated rank has no threads, so the agent is a rank of its own.
+//     Calls on one communicator run one after the other anyway, so waiting for
+//     each before taking the next ready bucket changes nothing.
+// The model (every figure is printed on trainer 0):
 //   - the layers: ResNet-50 v1.5 (torchvision), from its shapes: every convolution
 //     with its batch norm, and the classifier; parameters (25.557 M in all, fp32)
-//     and multiply-adds of the forward pass at 224 x 224 (4.1 G per image);
+//     and multiply-adds of the forward pass at 224 x 224 (4.09 G per image);
 //   - compute: a step of 32 images per GPU takes --step-ms (202.5 ms: the paper's
 //     90 epochs of ImageNet-1k in 50 minutes on 256 P100s at 0.95 efficiency give
 //     158 images/s per GPU), one third forward, two thirds backward, each layer its
 //     share of the multiply-adds; simulated with smpi_execute_flops;
 //   - DDP: gradients are bucketed in the order the backward pass produces them
-//     (last layer first), a bucket all-reduced (iall_reduce, avg) as soon as its
-//     last gradient is ready, buckets of --bucket-mb (25 MB, DDP's bucket_cap_mb);
-//   - progress: mdring's progress agent runs on a CPU core the GPU's work leaves
-//     free; here the backward pass is cut into --poll-us slices (100 us: the
-//     agent's longest nap while nothing moves) and every call in flight is tested
-//     between them (test() is what the agent does), so a step of the collective
-//     waits at most that long for its next message to be posted;
-//   - --mode exposed: the same buckets all-reduced one after another once the
-//     backward pass has ended (no overlap).
-// Prints one JSON line: the step time, the compute alone, the time the all-reduce
-// was exposed (after the backward pass), and the all_reduce time alone.
+//     (last layer first), a bucket all-reduced (avg) once its last gradient is
+//     ready, buckets of --bucket-mb (25 MB, DDP's bucket_cap_mb);
+//   - --mode exposed: the trainer says every bucket is ready only after the backward
+//     pass (no overlap).
+// Prints one JSON line: the step time (the slowest trainer's), the compute alone,
+// the all-reduce left after the backward pass (exposed), and the all-reduce of
+// every bucket alone.
 #include <mdring/mdring.hpp>
 #include <mdring/mpi.hpp>
 
 #include <simgrid/host.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,9 +86,8 @@ std::vector<layer> resnet50() {
 struct args {
   std::string topology;
   std::vector<std::string> links;
-  double step_ms = 202.5, bucket_mb = 25, poll_us = 100;
-  bool exposed = false;
-  int steps = 2;
+  double step_ms = 202.5, bucket_mb = 25;
+  bool exposed = false, trace = false;
 };
 
 args parse(int argc, char** argv) {
@@ -95,12 +102,11 @@ args parse(int argc, char** argv) {
     else if (k == "--link") a.links.push_back(val());
     else if (k == "--step-ms") a.step_ms = std::atof(val().c_str());
     else if (k == "--bucket-mb") a.bucket_mb = std::atof(val().c_str());
-    else if (k == "--poll-us") a.poll_us = std::atof(val().c_str());
-    else if (k == "--steps") a.steps = std::atoi(val().c_str());
     else if (k == "--mode") a.exposed = val() == "exposed";
+    else if (k == "--trace") a.trace = true;
     else std::fprintf(stderr, "smpi-ddl: unknown argument %s\n", k.c_str()), std::exit(2);
   }
-  if (a.topology.empty() || a.step_ms <= 0 || a.poll_us <= 0 || a.bucket_mb <= 0 || a.steps < 1)
+  if (a.topology.empty() || a.step_ms <= 0 || a.bucket_mb <= 0)
     std::fprintf(stderr, "smpi-ddl: --topology is required; times and sizes must be positive\n"), std::exit(2);
   return a;
 }
@@ -110,97 +116,107 @@ args parse(int argc, char** argv) {
 void compute(double seconds) { smpi_execute_flops(seconds * sg_host_get_speed(sg_host_self())); }
 
 // Scratch and gradients in SMPI's shared memory (every rank's bytes are the same
-// pages): 256 ranks x 102 MB fit in this machine.
+// pages): 256 GPUs x 102 MB fit in this machine.
 class shared_resource : public std::pmr::memory_resource {
   void* do_allocate(std::size_t bytes, std::size_t) override { return SMPI_SHARED_MALLOC(bytes ? bytes : 1); }
   void do_deallocate(void* p, std::size_t, std::size_t) override { SMPI_SHARED_FREE(p); }
   bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
 };
 
+struct bucket {
+  std::size_t first_layer = 0, elements = 0;  // layers [first_layer, the previous bucket's first)
+};
+
+constexpr int ready_tag = 7, done_tag = 8;
+
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int world = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const args a = parse(argc, argv);
   for (const auto& l : a.links) mdring::register_link(mdring::parse_link(l));
-  shared_resource mem;
-  mdring::options o;
-  o.memory = &mem;
-  auto comm = mdring::bind(mdring::parse_topology(a.topology), MPI_COMM_WORLD, o);
+  const std::size_t G = mdring::parse_topology(a.topology).extent(0);
+  const int slot = world % int(2 * G), node = world / int(2 * G);
+  const bool trainer = slot < int(G);
+  const int partner = trainer ? world + int(G) : world - int(G);
+  const int gpu = node * int(G) + slot % int(G);  // node-major
+  MPI_Comm roles;
+  MPI_Comm_split(MPI_COMM_WORLD, trainer ? 0 : 1, gpu, &roles);
 
   const auto L = resnet50();
   double macs = 0, params = 0;
   for (const auto& l : L) macs += l.macs, params += l.params;
   const double step_s = a.step_ms * 1e-3, fwd_s = step_s / 3, bwd_s = step_s - fwd_s;
   // Buckets in the order the backward pass makes gradients (last layer first).
-  struct bucket {
-    std::size_t first_layer = 0, elements = 0;  // layers [first_layer, previous bucket's first)
-    float* data = nullptr;
-  };
   std::vector<bucket> buckets;
   const double cap = a.bucket_mb * 1e6 / 4;
-  std::vector<std::size_t> bucket_of(L.size());
   for (std::size_t i = L.size(); i-- > 0;) {
-    if (buckets.empty() || double(buckets.back().elements) >= cap) buckets.push_back({i, 0, nullptr});
+    if (buckets.empty() || double(buckets.back().elements) >= cap) buckets.push_back({i, 0});
     buckets.back().first_layer = i;
     buckets.back().elements += std::size_t(L[i].params);
-    bucket_of[i] = buckets.size() - 1;
   }
-  for (auto& b : buckets) b.data = static_cast<float*>(SMPI_SHARED_MALLOC(b.elements * sizeof(float)));
-  if (rank == 0) {
-    std::fprintf(stderr, "smpi-ddl: ResNet-50, %zu layers, %.3f M parameters, %.2f G multiply-adds per image; "
-                         "%zu buckets of up to %.0f MB:", L.size(), params / 1e6, macs / 1e9, buckets.size(), a.bucket_mb);
-    for (auto& b : buckets) std::fprintf(stderr, " %.1f", double(b.elements) * 4 / 1e6);
-    std::fprintf(stderr, " MB\n");
-  }
+  double v[4] = {0, 0, 0, 0};  // step, exposed, compute (trainers); every bucket alone (communicators)
 
-  // The all-reduce of every bucket alone (the communication a step needs).
-  double t_comm = 0;
-  for (int s = 0; s < a.steps; ++s) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    for (auto& b : buckets) mdring::all_reduce(comm, b.data, b.elements, mdring::avg);
-    t_comm = MPI_Wtime() - t0;
-  }
-
-  double t_step = 0, t_exposed = 0, t_compute = 0;
-  std::vector<mdring::request> reqs;
-  for (int s = 0; s < a.steps; ++s) {
-    MPI_Barrier(MPI_COMM_WORLD);
+  if (trainer) {
+    if (gpu == 0) {
+      std::fprintf(stderr, "smpi-ddl: ResNet-50, %zu layers, %.3f M parameters, %.2f G multiply-adds per image; "
+                           "%zu buckets of up to %.0f MB:", L.size(), params / 1e6, macs / 1e9, buckets.size(), a.bucket_mb);
+      for (auto& b : buckets) std::fprintf(stderr, " %.1f", double(b.elements) * 4 / 1e6);
+      std::fprintf(stderr, " MB\n");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // the communicators have timed the buckets alone
+    MPI_Barrier(roles);
     const double t0 = MPI_Wtime();
     compute(fwd_s);
+    std::size_t next = 0;
+    int k = 0;
     for (std::size_t i = L.size(); i-- > 0;) {
-      // This layer's backward, in slices; calls in flight move between them.
-      for (double left = bwd_s * L[i].macs / macs; left > 0;) {
-        const double slice = left < a.poll_us * 1e-6 ? left : a.poll_us * 1e-6;
-        compute(slice);
-        left -= slice;
-        if (!a.exposed)
-          for (auto& r : reqs) r.test();
-      }
-      const bucket& b = buckets[bucket_of[i]];
-      if (!a.exposed && i == b.first_layer) reqs.push_back(mdring::iall_reduce(comm, b.data, b.elements, mdring::avg));
+      compute(bwd_s * L[i].macs / macs);
+      if (!a.exposed && i == buckets[next].first_layer) MPI_Send(&k, 1, MPI_INT, partner, ready_tag, MPI_COMM_WORLD), ++next;
     }
     const double t_bwd = MPI_Wtime();
-    if (a.exposed)
-      for (auto& b : buckets) mdring::all_reduce(comm, b.data, b.elements, mdring::avg);
-    mdring::wait_all(reqs);
-    reqs.clear();
+    for (; next < buckets.size(); ++next) MPI_Send(&k, 1, MPI_INT, partner, ready_tag, MPI_COMM_WORLD);
+    MPI_Recv(&k, 1, MPI_INT, partner, done_tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     const double t1 = MPI_Wtime();
-    t_step = t1 - t0, t_exposed = t1 - t_bwd, t_compute = t_bwd - t0;
+    v[0] = t1 - t0, v[1] = t1 - t_bwd, v[2] = t_bwd - t0;
+  } else {
+    shared_resource mem;
+    mdring::options o;
+    o.memory = &mem;
+    auto comm = mdring::bind(mdring::parse_topology(a.topology), roles, o);
+    std::vector<float*> data;
+    for (auto& b : buckets) data.push_back(static_cast<float*>(SMPI_SHARED_MALLOC(b.elements * sizeof(float))));
+    // Every bucket alone, one after the other (also the warm-up: plans, scratch).
+    MPI_Barrier(roles);
+    double t0 = MPI_Wtime();
+    for (std::size_t k = 0; k < buckets.size(); ++k) mdring::all_reduce(comm, data[k], buckets[k].elements, mdring::avg);
+    v[3] = MPI_Wtime() - t0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      int msg = 0;
+      MPI_Recv(&msg, 1, MPI_INT, partner, ready_tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      const double at = MPI_Wtime() - t0;
+      mdring::all_reduce(comm, data[k], buckets[k].elements, mdring::avg);
+      if (a.trace && gpu == 0)
+        std::fprintf(stderr, "smpi-ddl: bucket %zu (%.1f MB) ready at %.3f ms, reduced at %.3f ms\n", k,
+                     double(buckets[k].elements) * 4 / 1e6, at * 1e3, (MPI_Wtime() - t0) * 1e3);
+    }
+    int msg = 0;
+    MPI_Send(&msg, 1, MPI_INT, partner, done_tag, MPI_COMM_WORLD);
+    for (auto* p : data) SMPI_SHARED_FREE(p);
   }
-  // The slowest rank's step is the step.
-  double v[3] = {t_step, t_exposed, t_comm};
-  MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0)
-    std::printf("{\"ranks\":%d,\"mode\":\"%s\",\"step_s\":%.9g,\"compute_s\":%.9g,\"exposed_s\":%.9g,"
-                "\"all_reduce_s\":%.9g,\"efficiency\":%.6f,\"buckets\":%zu,\"poll_us\":%g}\n",
-                size, a.exposed ? "exposed" : "overlap", v[0], t_compute, v[1], v[2], step_s / v[0], buckets.size(),
-                a.poll_us);
-  for (auto& b : buckets) SMPI_SHARED_FREE(b.data);
+  // The slowest trainer's step is the step.
+  double m[4];
+  MPI_Allreduce(v, m, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (world == 0)
+    std::printf("{\"gpus\":%d,\"mode\":\"%s\",\"step_s\":%.9g,\"compute_s\":%.9g,\"exposed_s\":%.9g,"
+                "\"all_reduce_s\":%.9g,\"efficiency\":%.6f,\"buckets\":%zu}\n",
+                size / 2, a.exposed ? "exposed" : "overlap", m[0], m[2], m[1], m[3], step_s / m[0], buckets.size());
+  MPI_Comm_free(&roles);
   MPI_Finalize();
   return 0;
 }

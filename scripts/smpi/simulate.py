@@ -101,11 +101,9 @@ PAPER_IMAGES_PER_S = IMAGENET_IMAGES * PAPER_EPOCHS / (PAPER_MINUTES * 60) / PAP
 PAPER_COMPUTE_S = PAPER_BATCH / PAPER_IMAGES_PER_S
 
 
-# The DDL table with overlap (benchmarks/smpi_ddl.cpp): MPI_Test must cost no
-# simulated time there, since the simulated backward pass tests the calls in flight
-# between its slices (as mdring's progress agent does on a core of its own).
-DDL_CFG = ["--cfg=smpi/test:0", "--cfg=smpi/grow-injected-times:no"]
-DDL_POLL_US = 100  # the progress agent's longest nap while nothing moves
+# The DDL table with overlap (benchmarks/smpi_ddl.cpp): two simulated processes
+# per GPU (a trainer and a communicator: mdring's progress agent on a core of its
+# own), so a node's hostfile line has 2 G slots.
 DDL_BUCKETS_MB = (25, 4)  # DDP's bucket_cap_mb, and smaller buckets
 
 MDRING_LIBS = ("mdring", "mdring2", "flat", "natural", "calibrated")
@@ -212,9 +210,11 @@ class Simulator:
             hf.write_text(hostfile(p, nodes))
         return xml, hf
 
-    def smpirun(self, p: Platform, nodes: int, program: Path, prog_args: list[str], extra_cfg=(), nbytes=0):
+    def smpirun(self, p: Platform, nodes: int, program: Path, prog_args: list[str], extra_cfg=(), nbytes=0,
+                hostfile=None, np=0):
         xml, hf = self.platform_files(p, nodes)
-        ranks = nodes * p.gpus
+        hf = hostfile or hf
+        ranks = np or nodes * p.gpus
         cmd = ["nice", "-n", str(self.args.nice), "smpirun"]
         if not self.args.privatize:
             cmd.append("-no-privatize")
@@ -382,22 +382,25 @@ class Simulator:
     # ---- one training step (the DDL table with overlap) ------------------------
     def ddl_point(self, p: Platform, nodes: int, mode: str, bucket_mb: float) -> dict:
         """A ResNet-50 step on nodes x G GPUs (benchmarks/smpi_ddl.cpp): mode "overlap"
-        (buckets all-reduced with iall_reduce while the backward pass goes on) or
-        "exposed" (after it); mdring on the platform's measured links, as in the
-        other fitted rows."""
-        ranks = nodes * p.gpus
-        key = "ddl|" + sha(p, self.args.network, self.simgrid, nodes, mode, bucket_mb, DDL_POLL_US, PAPER_COMPUTE_S,
-                           self.code)
+        (each bucket all-reduced as soon as the backward pass has made it) or
+        "exposed" (after the backward pass); mdring on the platform's measured links,
+        as in the other fitted rows."""
+        gpus = nodes * p.gpus
+        key = "ddl2|" + sha(p, self.args.network, self.simgrid, nodes, mode, bucket_mb, PAPER_COMPUTE_S, self.code)
         if key in self.fresh or (key in self.cache and self.args.rerun == "none"):
             return self.cache[key]
         intra, inter = fitted_links(self.links(p))
         topo = f"sim-intra:{p.gpus}xsim-inter:{nodes}" if nodes > 1 else f"sim-intra:{p.gpus}"
         args = ["--topology", topo, "--link", intra, "--link", inter, "--mode", mode, "--bucket-mb", str(bucket_mb),
-                "--poll-us", str(DDL_POLL_US), "--step-ms", f"{PAPER_COMPUTE_S * 1e3:.6f}", "--steps", "1"]
-        log(f"simulate: ddl {p.name} {nodes}x{p.gpus}={ranks} ranks, {mode}, buckets of {bucket_mb} MB ...")
-        rc, out, err, wall, guard, cmd = self.smpirun(p, nodes, DDL, args, DDL_CFG, nbytes=RESNET50_BYTES)
+                "--step-ms", f"{PAPER_COMPUTE_S * 1e3:.6f}"]
+        xml, _ = self.platform_files(p, nodes)
+        hf = self.out / "platforms" / f"{p.name}-{nodes}-ddl.hosts"
+        hf.write_text("".join(f"node{i}:{2 * p.gpus}\n" for i in range(nodes)))
+        log(f"simulate: ddl {p.name} {nodes}x{p.gpus}={gpus} GPUs, {mode}, buckets of {bucket_mb} MB ...")
+        rc, out, err, wall, guard, cmd = self.smpirun(p, nodes, DDL, args, nbytes=RESNET50_BYTES, hostfile=hf,
+                                                      np=2 * gpus)
         rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
-        r = {"key": key, "kind": "ddl", "platform": p.name, "nodes": nodes, "ranks": ranks, "mode": mode,
+        r = {"key": key, "kind": "ddl", "platform": p.name, "nodes": nodes, "ranks": gpus, "mode": mode,
              "bucket_mb": bucket_mb, "wall_s": round(wall, 2), "code": self.code, "simgrid": self.simgrid,
              "network": self.args.network}
         if rc == 0 and len(rows) == 1:
@@ -630,9 +633,10 @@ def table_ddl(rows) -> str:
     s = ["One training step of ResNet-50 per GPU (benchmarks/smpi_ddl.cpp): 32 images in "
          f"{PAPER_COMPUTE_S * 1e3:.1f} ms of simulated compute (one third forward, two thirds backward, each layer "
          "its share of the multiply-adds), the 25.557 M fp32 gradients (102.2 MB) all-reduced (avg) in DDP's buckets, "
-         "in the order the backward pass makes them. Overlap: each bucket's iall_reduce starts when its last gradient "
-         f"is ready, and the calls in flight are tested every {DDL_POLL_US} us of compute (mdring's progress agent on "
-         "a core the GPU leaves free, which naps at most that long while nothing moves). Exposed: the same buckets all-reduced after the backward pass. "
+         "in the order the backward pass makes them. Overlap: each bucket is all-reduced as soon as the backward pass "
+         "has made its last gradient, by a second simulated process on the GPU's node (mdring's progress agent on a "
+         "core the GPU leaves free; calls on a communicator run one after the other). Exposed: the same buckets "
+         "all-reduced after the backward pass. "
          "Efficiency = the step's compute / the step (the slowest rank's); \"tail\": the all-reduce left after the "
          "backward pass.", "",
          "| GPUs | PowerAI DDL (paper) | overlap, 25 MB buckets (DDP) | tail ms | overlap, 4 MB buckets | tail ms "

@@ -328,6 +328,17 @@ std::optional<arg_error> first_error(E&&... e) {
 
 }  // namespace detail
 
+// Moves the communicator's calls in flight on, once, without waiting: what the
+// progress agent does in each round, for programs that run without it
+// (progress_mode::in_wait, and simulated ranks under SimGrid SMPI, which have no
+// threads) and compute between the calls. True when something moved (a step
+// passed, or a call completed). Any thread may call it; it does nothing while
+// another thread is moving the same calls.
+template <bound_communicator C>
+bool poll(C& comm) {
+  return comm.executor().try_step();
+}
+
 template <class Topology, transport Transport>
 template <class T>
 void communicator<Topology, Transport>::reserve(std::size_t count) {
