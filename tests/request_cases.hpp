@@ -194,7 +194,8 @@ void destroyed(Bind&& bind, md::options o, report& rep) {
 }
 
 // Who moves the calls: with the agent, a request completes while no rank calls
-// wait or test; with in_wait, it does not move until this rank waits.
+// wait or test; with in_wait, it does not move until this rank waits, or polls
+// (mdring::poll: one round of what the agent does).
 template <class Bind>
 void progress(Bind&& bind, md::options o, report& rep) {
   auto comm = bind(o);
@@ -210,6 +211,13 @@ void progress(Bind&& bind, md::options o, report& rep) {
   } else {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     rep.expect(!req.ready(), "progress: in_wait moved a call without a wait or test");
+    // mdring::poll moves it (as the agent would), without wait or test: until it
+    // has completed, and then says nothing moved.
+    bool moved = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!req.ready() && std::chrono::steady_clock::now() < until) moved |= md::poll(comm);
+    rep.expect(req.ready() && moved, "progress: mdring::poll did not complete a call");
+    rep.expect(!md::poll(comm), "progress: mdring::poll moved something after the last call completed");
   }
   req.wait();
   std::size_t bad = 0;
