@@ -61,7 +61,7 @@ tmp=$(mktemp)
     echo
     echo "### Blocking all_reduce before and after the change"
     echo
-    echo "\\`MDRING_BENCH_BEFORE\\` against this build; blocking calls with nothing in flight run their program's"
+    echo "\`MDRING_BENCH_BEFORE\` against this build; blocking calls with nothing in flight run their program's"
     echo "cursor to the end on the caller's thread. Ratio to MPI_Allreduce in the same run (plain MPI_Init),"
     echo "median of 3 rounds, the two binaries alternating; a negative change is faster:"
     echo
