@@ -716,6 +716,24 @@ void basic_suite(Comm& c, rank_ctx& cx) {
   }
 }
 
+// The shape suite on every shape, and every op and type on a few of them.
+void run_shapes(const std::vector<shape>& shapes, std::initializer_list<shape> typed) {
+  for (const auto& s : shapes) {
+    const auto topo = md::parse_topology(s.topo);
+    in_world(label_of(s), s.threads, topo, opts_with(s.algos), [](auto& c, rank_ctx& cx) { shape_suite(c, cx); });
+  }
+  for (const auto& s : typed) {
+    in_world(label_of(s) + ", every op and type", s.threads, md::parse_topology(s.topo), opts_with(s.algos),
+             [](auto& c, rank_ctx& cx) {
+               type_suite<std::int32_t, true>(c, cx);
+               type_suite<std::int64_t, false>(c, cx);
+               type_suite<float, true>(c, cx);
+               type_suite<double, false>(c, cx);
+               type_suite<md::bfloat16, false>(c, cx);
+             });
+  }
+}
+
 }  // namespace
 
 // ==== test cases =================================================================================
@@ -784,20 +802,7 @@ TEST_CASE("collectives: halving-doubling on every extent 2..12 and in products, 
       {"shm:2 x infiniband:3 x ethernet:2", {RING, HD, HD}, 12},
       {"infiniband:6 x shm:1", {HD, RING}, 6},
   };
-  for (const auto& s : shapes) {
-    const auto topo = md::parse_topology(s.topo);
-    in_world(label_of(s), s.threads, topo, opts_with(s.algos), [](auto& c, rank_ctx& cx) { shape_suite(c, cx); });
-  }
-  for (const auto& s : {shape{"ethernet:6", {HD}, 6}, shape{"shm:2 x infiniband:5", {DIRECT, HD}, 10}}) {
-    in_world(label_of(s) + ", every op and type", s.threads, md::parse_topology(s.topo), opts_with(s.algos),
-             [](auto& c, rank_ctx& cx) {
-               type_suite<std::int32_t, true>(c, cx);
-               type_suite<std::int64_t, false>(c, cx);
-               type_suite<float, true>(c, cx);
-               type_suite<double, false>(c, cx);
-               type_suite<md::bfloat16, false>(c, cx);
-             });
-  }
+  run_shapes(shapes, {shape{"ethernet:6", {HD}, 6}, shape{"shm:2 x infiniband:5", {DIRECT, HD}, 10}});
 }
 
 TEST_CASE("collectives: recursive doubling and trees on every extent 2..12 and in products, all five, exact") {
@@ -822,20 +827,7 @@ TEST_CASE("collectives: recursive doubling and trees on every extent 2..12 and i
       {"infiniband:12", {}, 12},
       {"shm:3 x ethernet:4", {}, 12},
   };
-  for (const auto& s : shapes) {
-    const auto topo = md::parse_topology(s.topo);
-    in_world(label_of(s), s.threads, topo, opts_with(s.algos), [](auto& c, rank_ctx& cx) { shape_suite(c, cx); });
-  }
-  for (const auto& s : {shape{"ethernet:6", {RD}, 6}, shape{"shm:2 x infiniband:5", {}, 10}}) {
-    in_world(label_of(s) + ", every op and type", s.threads, md::parse_topology(s.topo), opts_with(s.algos),
-             [](auto& c, rank_ctx& cx) {
-               type_suite<std::int32_t, true>(c, cx);
-               type_suite<std::int64_t, false>(c, cx);
-               type_suite<float, true>(c, cx);
-               type_suite<double, false>(c, cx);
-               type_suite<md::bfloat16, false>(c, cx);
-             });
-  }
+  run_shapes(shapes, {shape{"ethernet:6", {RD}, 6}, shape{"shm:2 x infiniband:5", {}, 10}});
 }
 
 TEST_CASE("collectives: automatic runs recursive doubling and trees for tiny calls only") {

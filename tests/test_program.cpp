@@ -486,43 +486,16 @@ TEST_CASE("program: a non-commutative op on direct stages combines in rank order
     }
 }
 
-TEST_CASE("program: structure of the worked example and of a pipelined call") {
-  // 2 ranks, direct by messages, all_reduce of 10, rank 0 (program.hpp's example).
-  const std::vector<md::dim_program> one = {{2, 0, algorithm::direct, false, 0}};
+TEST_CASE("program: structure of a shared stage and of a pipelined call") {
+  // (The worked example of program.hpp by messages, and the wavefront order, are in
+  // tests/test_schedule.cpp.)
   md::program_params p;
-  p.dims = one, p.count = 10;
-  auto pr = md::make_program(p);
-  REQUIRE(pr.steps.size() == 2);
-  CHECK(pr.segments == 1);
-  CHECK(pr.stage_dims == std::vector<std::size_t>{0, 0});
-  const auto& rs = pr.steps[0];
-  CHECK(rs.ph == md::phase::reduce_scatter);
-  CHECK(rs.sync == md::sync_kind::messages);
-  REQUIRE(rs.sends == 1);
-  CHECK(pr.sends[rs.first_send].peer == 1);
-  CHECK(pr.sends[rs.first_send].at == md::slice{region::send, 0, 5});
-  CHECK(pr.sends[rs.first_send].count == 5);
-  REQUIRE(rs.recvs == 1);
-  CHECK(pr.recvs[rs.first_recv].at == md::slice{region::slot, 0, 0});
-  REQUIRE(rs.ops == 1);
-  const auto& f = pr.ops[rs.first_op];
-  CHECK(f.kind == md::local_op::fold);
-  CHECK(pr.outputs_of(f)[0] == md::slice{region::recv, 0, 0});
-  CHECK(f.count == 5);
-  CHECK(f.final);
-  REQUIRE(f.ins == 2);
-  CHECK(pr.inputs_of(f)[0] == md::slice{region::send, 0, 0});  // coordinate 0 first: this rank
-  const auto& ag = pr.steps[1];
-  CHECK(ag.ph == md::phase::all_gather);
-  CHECK(pr.sends[ag.first_send].at == md::slice{region::recv, 0, 0});
-  CHECK(pr.recvs[ag.first_recv].at == md::slice{region::recv, 0, 5});
-  CHECK(ag.ops == 0);
-
-  // The same by shared access: arrive (publishing sendbuf and recvbuf), one fused
-  // fold into both ranks' recvbufs, then leave.
+  p.count = 10;
+  // 2 ranks by shared access, all_reduce of 10, rank 0: arrive (publishing sendbuf
+  // and recvbuf), one fused fold into both ranks' recvbufs, then leave.
   const std::vector<md::dim_program> sh = {{2, 0, algorithm::direct, true, 0}};
   p.dims = sh;
-  pr = md::make_program(p);
+  const auto pr = md::make_program(p);
   REQUIRE(pr.steps.size() == 2);
   CHECK(pr.shared);
   CHECK(pr.steps[0].sync == md::sync_kind::arrive);
@@ -538,29 +511,12 @@ TEST_CASE("program: structure of the worked example and of a pipelined call") {
   CHECK(pr.slot_elements == 0);
 
   // 4 segments over 2 dimensions (2 stages each way): segment after segment in the
-  // program, a wavefront for stream-ordered executors.
+  // program (the host's cursor admits them one behind the other).
   const std::vector<md::dim_program> two = {{2, 0, algorithm::direct, false, 0}, {2, 0, algorithm::direct, false, 0}};
   p.dims = two, p.count = 400, p.segment_length = 100;
-  pr = md::make_program(p);
-  CHECK(pr.segments == 4);
-  CHECK(pr.stage_dims == std::vector<std::size_t>{0, 1, 1, 0});
-  CHECK(pr.segment_begin == std::vector<std::size_t>{0, 4, 8, 12, 16});
-  std::vector<std::pair<std::size_t, std::size_t>> order;  // (segment, stage)
-  for (std::size_t i : md::wavefront_order(pr)) order.emplace_back(pr.steps[i].segment, pr.steps[i].stage);
-  const std::vector<std::pair<std::size_t, std::size_t>> expect = {
-      {0, 0}, {1, 0}, {0, 1}, {2, 0}, {1, 1}, {0, 2}, {3, 0}, {2, 1}, {1, 2}, {0, 3},
-      {3, 1}, {2, 2}, {1, 3}, {3, 2}, {2, 3}, {3, 3}};
-  CHECK(order == expect);
-
-  // Count 0: nothing to do; a single rank: one local fold.
-  p.count = 0;
-  CHECK(md::make_program(p).steps.empty());
-  const std::vector<md::dim_program> single = {{1, 0, algorithm::ring, false, 0}};
-  p.dims = single, p.count = 10, p.segment_length = 0;
-  pr = md::make_program(p);
-  REQUIRE(pr.steps.size() == 1);
-  CHECK(pr.steps[0].sync == md::sync_kind::none);
-  REQUIRE(pr.steps[0].ops == 1);
-  CHECK(pr.inputs_of(pr.ops[0])[0] == md::slice{region::send, 0, 0});
-  CHECK(pr.ops[0].final);
+  const auto piped = md::make_program(p);
+  CHECK(piped.segments == 4);
+  CHECK(piped.segment_begin == std::vector<std::size_t>{0, 4, 8, 12, 16});
+  for (std::size_t seg = 0; seg < 4; ++seg)
+    for (std::size_t k = 0; k < 4; ++k) CHECK(piped.steps[4 * seg + k].segment == seg);
 }
