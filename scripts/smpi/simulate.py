@@ -464,6 +464,8 @@ def fmt_bytes(b: int) -> str:
         return "102.4 MB"
     if b % MiB == 0:
         return f"{b // MiB} MiB"
+    if b % 1024 == 0 and b < MiB:
+        return f"{b // 1024} KiB"
     return f"{b / MB:g} MB"
 
 
@@ -700,7 +702,8 @@ def main() -> int:
                     help="what to run: links, ranks, bytes, model, natural, paper, large, ddl (comma separated); "
                     "natural: the topology as a user writes it with default link traits, on each platform; "
                     "ddl: ResNet-50 training steps with the all-reduce overlapped; sizes: the natural input "
-                    "against the built-ins from 4 KiB to 102.4 MB (neither in the default set)")
+                    "against the built-ins from 4 KiB to 102.4 MB; huge: 4096 ranks at 102.4 MB (none of the "
+                    "three in the default set)")
     ap.add_argument("--large", action="store_true", help="add the 1024-rank points (256 nodes x 4); long")
     ap.add_argument("--paper", action="store_true", help="only the paper's table (same as --sections paper)")
     ap.add_argument("--builtins", default=",".join(BUILTINS), help="SMPI allreduce algorithms to compare")
@@ -823,6 +826,26 @@ def main() -> int:
             report.append(f"| {r['ranks']} | {fmt_bytes(r['bytes'])} | {fmt_ms(r['natural_s'])} | "
                           f"{fmt_ms(r['predicted_s'])} | {r['best_builtin'] or '-'} | {fmt_ms(r['best_builtin_s'])} | "
                           f"{ratio(r['natural_s'], r['best_builtin_s']):.3f} | {ratio(r['natural_s'], r['bound_s']):.3f} |")
+        report.append("")
+    if "huge" in sections:
+        # 4096 ranks (1024 nodes x 4) at 102.4 MB against the bound (issue 17: at most
+        # 1.10 x): mdring on the fitted links and on the natural input. No built-in
+        # (hours each at this size).
+        nodes = 1024
+        L = sim.links(paper)
+        rows = []
+        for lib in ("mdring", "natural"):
+            r = sim.point(paper, nodes, RESNET50_BYTES, lib)
+            rows.append({"ranks": nodes * paper.gpus, "lib": lib, "sim_s": r.get("sim_s"),
+                         "predicted_s": r.get("predicted_s"), "bound_s": bound_s(L, nodes, RESNET50_BYTES),
+                         "wall_s": r.get("wall_s")})
+        write_csv(out / f"huge_{args.network}.csv", rows)
+        csvs.append(out / f"huge_{args.network}.csv")
+        report += [f"### 4096 ranks (1024 nodes x 4), 102.4 MB, network {args.network}", "",
+                   "| input | simulated ms | predicted ms | bound ms | / bound | wall s |", "| :--- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in rows:
+            report.append(f"| {r['lib']} | {fmt_ms(r['sim_s'])} | {fmt_ms(r['predicted_s'])} | {fmt_ms(r['bound_s'])} | "
+                          f"{ratio(r['sim_s'], r['bound_s']):.3f} | {r['wall_s']} |")
         report.append("")
     if "ddl" in sections:
         ddl = []
