@@ -932,14 +932,16 @@ TEST_CASE("calibrate: the same profile on every rank; bind plans with it; ranks 
     CHECK(l.latency + l.overhead > 0);
     CHECK(l.ports == md::find_link(l.name)->ports);
   }
-  // bind with it: the executed links carry the profile's figures, on every rank
+  // bind with it: the executed links carry the profile's figures (its measured
+  // points as their curves: 4 each), on every rank
   md::options o = opts_with();
   o.profile = path;
   std::vector<int> same(6, 0);
   md::threads::run(6, [&](md::threads::endpoint ep) {
     auto comm = md::bind(md::parse_topology("shm:2 x ethernet:3"), ep, o);
     const auto& ex = comm.executed_topology();
-    same[ep.rank] = ex.dim(0).link == *p.find("shm") && ex.dim(1).link == *p.find("ethernet");
+    same[ep.rank] = ex.dim(0).link == p.with_curve(*p.find("shm")) &&
+                    ex.dim(1).link == p.with_curve(*p.find("ethernet")) && ex.dim(1).link.curve.points == 4;
   });
   CHECK(same == std::vector<int>(6, 1));
   // rank 2 without the profile: a rank that binds after one that disagrees gets
