@@ -602,9 +602,9 @@ TEST_CASE("halving-doubling: what automatic picks for a call") {
   uncapped.halving_doubling_max_bytes = SIZE_MAX;
   CHECK(pick(algorithm::ring, algorithm::automatic, 64, 1 << 24, uncapped) == algorithm::halving_doubling);
   CHECK(pick(algorithm::ring, algorithm::automatic, 48, 1 << 24, uncapped) == algorithm::ring);
-  // by default, ranges above 4 MiB keep the ring (the scratch is the range)
-  CHECK(pick(algorithm::ring, algorithm::automatic, 64, (4 << 20) / 4, t) == algorithm::halving_doubling);
-  CHECK(pick(algorithm::ring, algorithm::automatic, 64, (4 << 20) / 4 + 1, t) == algorithm::ring);
+  // by default, ranges above 64 MiB keep the ring (the scratch is half the range)
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, (64 << 20) / 4, t) == algorithm::halving_doubling);
+  CHECK(pick(algorithm::ring, algorithm::automatic, 64, (64 << 20) / 4 + 1, t) == algorithm::ring);
   // what the user asked for, direct, and rings of fewer than 4 stay
   CHECK(pick(algorithm::ring, algorithm::ring, 64, 1024, t) == algorithm::ring);
   CHECK(pick(algorithm::direct, algorithm::automatic, 64, 1024, t) == algorithm::direct);
@@ -1231,14 +1231,16 @@ TEST_CASE("merge_dimensions: a long ring on a switched link runs as a grid of tw
 TEST_CASE("explain() shows a split ring, and the cost model prefers it") {
   const auto topo = m::parse_topology("nvlink:4 x infiniband:64");
   const std::size_t n = 25'600'000;
-  const std::string s = m::explain<float>(topo, n);
+  m::options rings;  // (halving-doubling would take 6 steps either way: 64 is a power of two)
+  rings.tune.halving_doubling_max_bytes = 0;
+  const std::string s = m::explain<float>(topo, n, m::collective::all_reduce, 0, m::sum, rings);
   INFO(s);
   CHECK(contains(s, "split: written as nvlink:4 x infiniband:64, run as nvlink:4 x infiniband:8 x infiniband:8"));
   // merged and split in one: four dimensions written, three run
   const std::string both = m::explain<float>(m::parse_topology("shm:2 x shm:2 x shm:2 x infiniband:16"), n);
   CHECK(contains(both, "merged and split: written as shm:2 x shm:2 x shm:2 x infiniband:16, run as shm:8 x "
                        "infiniband:4 x infiniband:4"));
-  m::options ring;
+  m::options ring = rings;
   ring.tune.split_ring_extent = 0;
   const std::string r = m::explain<float>(topo, n, m::collective::all_reduce, 0, m::sum, ring);
   CHECK_FALSE(contains(r, "split"));

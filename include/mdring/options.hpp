@@ -148,12 +148,13 @@ struct tuning {
   std::size_t split_ring_extent = 16;
   // automatic runs halving-doubling instead of a ring (not fully connected links)
   // on a call's stage range of at most this many bytes, where the cost model
-  // predicts it faster: it saves 2 (p - 1 - log2 p) latencies. Its scratch is the
-  // stage's range rather than a block, which is what the cap bounds; on a switched
-  // network the model also favours it above the cap (SIZE_MAX lets it). On a link
-  // that is a ring of point-to-point wires its distant partners share wires: 0
-  // (never) there.
-  std::size_t halving_doubling_max_bytes = std::size_t(4) << 20;
+  // predicts it faster: it saves 2 (p - 1 - log2 p) latencies, and on a power of
+  // two it moves the same bytes, so it wins at every size the cap lets it. Its
+  // receive buffer is the largest half it receives (half the stage's range per
+  // segment in flight; the whole range when p is not a power of two) rather than
+  // a block, which is what the cap bounds (SIZE_MAX: no bound). On a link that is
+  // a ring of point-to-point wires its distant partners share wires: 0 (never) there.
+  std::size_t halving_doubling_max_bytes = std::size_t(64) << 20;
   // automatic runs all_reduce's last dimensions by recursive doubling (whole-range
   // exchanges) on calls of at most this many bytes where the cost model predicts it
   // faster; broadcast and reduce run binomial trees (the whole buffer along each

@@ -84,20 +84,21 @@ protected:
     });
   }
 
-  // Halving-doubling: partials in acc (mid, or R1), received halves in rbuf (as large
-  // as the range); the hand-out lands in out. Sends come from the source until the
-  // rank has a partial of its own (before its first fold).
+  // Halving-doubling: partials in acc (mid, or R1); each step's received half lands
+  // at the start of the receive buffer (all_reduce: the slot, shifted to the fold's
+  // destination; hd_receive_elements says how large), the hand-out in out. Sends
+  // come from the source until the rank has a partial of its own (before its first fold).
   void hd_rs(const rs_args& s) {
     const std::size_t d = s.d, p = ext_[d], c = coords_[d];
     const block_range r = s.r;
     const hd_shape h = hd_shape_of(p);
     const std::size_t lead = h.rem ? 1 : 0;
     const slice acc = s.mid ? *s.mid : R(1);
-    const slice rbuf = slots_region() ? slot(d, 0, r.offset) : R(0);
     message_stage(d, phase::reduce_scatter, h.steps(), [&](std::size_t i) {
       const hd_step st = hd_rs_step(h, r.count, c, i);
-      if (st.receives)
-        recv(st.partner, st.kind == hd_step::hand_out ? s.out : rbuf + st.recv.offset, st.recv.count);
+      // element lo of the range, received this step, is at rb + (lo - recv.offset)
+      const slice rb = slots_region() ? slot(d, 0, r.offset + st.recv.offset) : R(0);
+      if (st.receives) recv(st.partner, st.kind == hd_step::hand_out ? s.out : rb, st.recv.count);
       if (st.sends) {
         const bool partial = i > lead || (h.rem && i > 0 && c < 2 * h.rem);
         send(st.partner,
@@ -108,9 +109,10 @@ protected:
       if (!st.receives || st.kind == hd_step::hand_out) return;
       const bool partial = st.kind == hd_step::exchange && (i > lead || (h.rem && c < 2 * h.rem));
       auto f = [&](std::size_t lo, std::size_t len, slice dst, bool fin) {  // elements [lo, lo+len) of the range
-        if (partial) return fold(dst, {rbuf + lo, acc + lo}, len, fin);
+        const slice got = rb + (lo - st.recv.offset);
+        if (partial) return fold(dst, {got, acc + lo}, len, fin);
         s.src.runs(r.offset + lo, len, [&](slice mine, std::size_t rel, std::size_t l) {
-          fold(dst + rel, {rbuf + lo + rel, mine}, l, fin);
+          fold(dst + rel, {got + rel, mine}, l, fin);
         });
       };
       if (st.kind == hd_step::fold_in || i + 1 < lead + h.levels)
@@ -121,6 +123,19 @@ protected:
       f(own.offset, own.count, s.out, s.final);
       f(own.offset + own.count, hi - own.offset - own.count, acc + own.offset + own.count, s.final);
     });
+  }
+
+  // The most elements a halving-doubling reduce-scatter on a range of n receives in
+  // one step (into the receive buffer; the hand-out goes to out): half the range and
+  // a block for a power of two, the whole range when pairs fold in.
+  std::size_t hd_receive_elements(std::size_t d, std::size_t n) const {
+    const hd_shape h = hd_shape_of(ext_[d]);
+    std::size_t most = 0;
+    for (std::size_t i = 0; i < h.steps(); ++i) {
+      const hd_step st = hd_rs_step(h, n, coords_[d], i);
+      if (st.receives && st.kind != hd_step::hand_out && st.recv.count > most) most = st.recv.count;
+    }
+    return most;
   }
 
   // Shared access: rank c folds block c straight from every peer's source.

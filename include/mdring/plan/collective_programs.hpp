@@ -111,9 +111,11 @@ private:
     for (std::size_t d : nontrivial_) {
       if (dim(d).shared) continue;
       const std::size_t range = sg.full[d].count, mb = max_block(range, ext_[d]);
-      const bool whole = dim(d).algo == algorithm::halving_doubling || rd(d);
       const std::size_t slots = dim(d).algo == algorithm::direct ? ext_[d] - 1 : 1;
-      stride_[d] = ((whole ? range : mb) + (V_ > 1 ? V_ : 0) + V_ - 1) / V_ * V_;
+      const std::size_t need = dim(d).algo == algorithm::halving_doubling ? hd_receive_elements(d, range)
+                               : rd(d)                                      ? range
+                                                                            : mb;
+      stride_[d] = (need + (V_ > 1 ? V_ : 0) + V_ - 1) / V_ * V_;
       out_.slot_elements = slots * stride_[d] > out_.slot_elements ? slots * stride_[d] : out_.slot_elements;
     }
     const bool fuse = dim(last()).shared;
