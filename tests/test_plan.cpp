@@ -762,6 +762,15 @@ TEST_CASE("profile: measured points become the link's curve, which the cost mode
   CHECK(t.rank_link(0).curve == l.curve);
   CHECK(m::stage_seconds(m::phase::all_gather, m::algorithm::ring, 4, 4 * 16384, 4, t.rank_link(0), 0) ==
         doctest::Approx(3 * (10e-6 + 20e-6)));
+  // two dimensions of one link (a split ring) measured at the same sizes: averaged
+  p.points = {{"ethernet", 0, 8, 10e-6}, {"ethernet", 1, 8, 12e-6}, {"ethernet", 0, 65536, 30e-6},
+              {"ethernet", 1, 65536, 34e-6}};
+  auto w = m::parse_topology("ethernet:4");
+  p.apply(w);
+  REQUIRE(w.dim(0).link.curve.points == 2);
+  CHECK(w.dim(0).link.latency == doctest::Approx(11e-6));
+  CHECK(w.dim(0).link.busy_seconds(65536) == doctest::Approx(21e-6));
+  CHECK(w.dim(0).link.busy_seconds(2 * 65536.0) == doctest::Approx(21e-6 * (2 * 65536.0 - 8) / (65536.0 - 8)));
   // without points (or one), the fitted figures
   p.points.resize(1);
   auto u = m::parse_topology("ethernet:4");

@@ -63,18 +63,27 @@ struct profile {
     for (std::size_t d = 0; d < t.ndims(); ++d)
       if (const link_info* l = find(t.dim(d).link.name)) t.dim(d).link = with_curve(*l);
   }
+  // Dimensions of one link (a ring split in two) each have their points: at the
+  // same size they are averaged.
   link_info with_curve(link_info l) const {
-    std::vector<const profile_point*> pts;
-    for (auto& p : points)
-      if (p.link == l.name) pts.push_back(&p);
-    std::sort(pts.begin(), pts.end(), [](auto* a, auto* b) { return a->bytes < b->bytes; });
+    std::vector<std::pair<double, double>> pts;  // (bytes, seconds), one per size
+    std::vector<std::size_t> n;
+    for (auto& p : points) {
+      if (p.link != l.name) continue;
+      std::size_t i = 0;
+      while (i < pts.size() && pts[i].first != double(p.bytes)) ++i;
+      if (i == pts.size()) pts.push_back({double(p.bytes), 0.0}), n.push_back(0);
+      pts[i].second += p.seconds, ++n[i];
+    }
+    for (std::size_t i = 0; i < pts.size(); ++i) pts[i].second /= double(n[i]);
+    std::sort(pts.begin(), pts.end());
     if (pts.size() < 2 || pts.size() > link_curve::max_points) return l;
-    l.latency = pts[0]->seconds;
+    l.latency = pts[0].second;
     l.overhead = 0;
     l.curve.points = pts.size();
     for (std::size_t i = 0; i < pts.size(); ++i) {
-      l.curve.bytes[i] = double(pts[i]->bytes);
-      l.curve.seconds[i] = pts[i]->seconds - l.latency > 0 ? pts[i]->seconds - l.latency : 0;
+      l.curve.bytes[i] = pts[i].first;
+      l.curve.seconds[i] = pts[i].second - l.latency > 0 ? pts[i].second - l.latency : 0;
     }
     return l;
   }
