@@ -1113,15 +1113,22 @@ TEST_CASE("collectives: all_reduce cut into segments that overlap across dimensi
       {"shm:2 x ethernet:5", {DIRECT, HD}, 10, false},   // halving-doubling with pairs, last
       {"ethernet:4 x shm:2", {HD, DIRECT}, 8, true},     // halving-doubling first
   };
+  // Shared stages of such small segments go through the staging buffers; with
+  // staging off they publish their buffers, and the segments in flight must not
+  // publish over each other (one arrive-read-leave per dimension at a time).
   for (const auto& sh : shapes)
     for (std::size_t seg_bytes : {std::size_t(40), std::size_t(256)})
-      for (std::size_t depth : {std::size_t(1), std::size_t(2), std::size_t(8)}) {
+      for (std::size_t depth : {std::size_t(1), std::size_t(2), std::size_t(8)})
+        for (bool staging : {true, false}) {
+        if (!staging && (!sh.shared || depth == 1)) continue;
         md::options o = opts_with(sh.algos);
         o.shared_memory = sh.shared;
         o.tune.segment_bytes = seg_bytes;
         o.tune.pipeline_depth = depth;
+        if (!staging) o.tune.shared_staging_bytes = 0;
         const std::string label = sh.topo + " algorithms " + algos_string(sh.algos) + (sh.shared ? ", shared" : ", messages") +
-                                  ", segments of " + std::to_string(seg_bytes) + " B, depth " + std::to_string(depth);
+                                  (staging ? "" : " (no staging)") + ", segments of " + std::to_string(seg_bytes) +
+                                  " B, depth " + std::to_string(depth);
         in_world(label, sh.threads, md::parse_topology(sh.topo), o, [&](auto& c, rank_ctx& cx) {
           const auto isum = bspec<std::int32_t>(md::sum, opk::sum);
           const auto davg = bspec<double>(md::avg, opk::avg);

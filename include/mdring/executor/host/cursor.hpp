@@ -95,14 +95,22 @@ private:
 
   // Queues the current step of the segment in pipeline slot `slot`, posting its
   // messages at once. A shared-access step is announced (its pre ops, its arrive
-  // or leave) only when it is next to complete: a dimension has one shared stage
-  // at a time (its published addresses, its staging buffers), so its arrive, the
-  // reads of the peers' buffers and its leave come in one piece.
+  // or leave) only when it is next to complete, and a leave goes to the front of
+  // the queue: a dimension has one shared stage at a time (its published
+  // addresses, its staging buffers), so its arrive, the reads of the peers'
+  // buffers and its leave come in one piece, before any other segment's arrive
+  // (which would publish other addresses while a peer still reads these).
   void post(std::size_t slot) {
     segment& sg = segs_[slot];
     sg.announced = false;
     const sync_kind k = step(sg).sync;
     if (k != sync_kind::arrive && k != sync_kind::leave) announce(slot);
+    if (k == sync_kind::leave) {
+      head_ = (head_ + max_depth - 1) % max_depth;
+      queue_[head_] = slot;
+      ++queued_;
+      return;
+    }
     queue_[(head_ + queued_++) % max_depth] = slot;
   }
   void announce(std::size_t slot) {

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory_resource>
 #include <utility>
 #include <vector>
 
@@ -244,7 +245,10 @@ public:
       if (K0 > 2) add(est, K0 / 2, D);
       if (K0 > 1 && D > 2) add(est, K0, 2);
     }
-    std::vector<T> a(n), b(n);
+    // The candidates' buffers come from options.memory, as all scratch does (under
+    // SimGrid SMPI: shared pages, not n elements per simulated rank).
+    std::pmr::memory_resource* mr = o.memory ? o.memory : std::pmr::get_default_resource();
+    std::pmr::vector<T> a(n, mr), b(n, mr);
     std::vector<double> secs(cand.size()), t;
     engine<double, max_t, Comm> slowest(c_, name_, max_t{}, true);
     auto run = [&](const measured_choice& c) {
