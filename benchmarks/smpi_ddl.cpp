@@ -4,7 +4,8 @@
 // Built by the `smpi` preset; scripts/smpi/simulate.py --sections ddl runs it.
 //
 //   smpirun -np 2P ... smpi-ddl --topology "sim-intra:4xsim-inter:16" --link ... [--link ...]
-//                      [--step-ms 202.5] [--bucket-mb 25] [--mode overlap|exposed] [--trace]
+//                      [--step-ms 202.5] [--bucket-mb 25] [--first-bucket-mb 1] [--mode overlap|exposed]
+//                      [--trace]
 //
 // Two simulated processes per GPU, on the GPU's node (the hostfile gives each node
 // 2 G slots; world rank w is slot w mod 2G of node w / 2G):
@@ -27,9 +28,15 @@
 //     90 epochs of ImageNet-1k in 50 minutes on 256 P100s at 0.95 efficiency give
 //     158 images/s per GPU), one third forward, two thirds backward, each layer its
 //     share of the multiply-adds; simulated with smpi_execute_flops;
-//   - DDP: gradients are bucketed in the order the backward pass produces them
-//     (last layer first), a bucket all-reduced (avg) once its last gradient is
-//     ready, buckets of --bucket-mb (25 MB, DDP's bucket_cap_mb);
+//   - DDP: gradients are bucketed as DDP's Reducer does from its second iteration
+//     on (Reducer::rebuild_buckets, compute_bucket_assignment_by_size in
+//     torch/csrc/distributed/c10d/reducer.cpp): parameter tensors (a convolution's
+//     weight, its batch norm's weight and bias; the classifier's bias and weight)
+//     in the order their gradients become ready (last layer first), a bucket
+//     closed as soon as it holds at least its limit, the first bucket's limit
+//     --first-bucket-mb (1 MiB, dist._DEFAULT_FIRST_BUCKET_BYTES), the others'
+//     --bucket-mb (25 MiB, DDP's bucket_cap_mb); a bucket is all-reduced (avg)
+//     once its last gradient is ready;
 //   - --mode exposed: the trainer says every bucket is ready only after the backward
 //     pass (no overlap).
 // Prints one JSON line: the step time (the slowest trainer's), the compute alone,
@@ -54,15 +61,23 @@ namespace {
 
 struct layer {
   std::string name;
-  double params = 0;  // fp32 parameters (weights and batch-norm scale and shift)
-  double macs = 0;    // forward multiply-adds for one 224 x 224 image
+  std::vector<std::size_t> tensors;  // fp32 parameter tensors, in the order the backward pass readies them
+  double macs = 0;                   // forward multiply-adds for one 224 x 224 image
+  double params() const {
+    double n = 0;
+    for (auto t : tensors) n += double(t);
+    return n;
+  }
 };
 
 // ResNet-50 v1.5: stem, 3-4-6-3 bottlenecks (the stride in the 3 x 3), classifier.
 std::vector<layer> resnet50() {
   std::vector<layer> L;
+  // A convolution (no bias) and its batch norm: the batch norm's weight and bias
+  // are ready before the convolution's weight.
   auto conv = [&](const std::string& name, int k, int cin, int cout, int hw_out) {
-    L.push_back({name, double(k) * k * cin * cout + 2.0 * cout, double(k) * k * cin * cout * hw_out * hw_out});
+    const std::size_t w = std::size_t(k) * k * cin * cout;
+    L.push_back({name, {std::size_t(cout), std::size_t(cout), w}, double(w) * hw_out * hw_out});
   };
   conv("conv1", 7, 3, 64, 112);
   int in = 64, hw = 56;
@@ -79,14 +94,14 @@ std::vector<layer> resnet50() {
       in = out, hw = hw_out;
     }
   }
-  L.push_back({"fc", 2048.0 * 1000 + 1000, 2048.0 * 1000});
+  L.push_back({"fc", {1000, 2048 * 1000}, 2048.0 * 1000});  // bias, weight (reversed definition order)
   return L;
 }
 
 struct args {
   std::string topology;
   std::vector<std::string> links;
-  double step_ms = 202.5, bucket_mb = 25;
+  double step_ms = 202.5, bucket_mb = 25, first_bucket_mb = 1;
   bool exposed = false, trace = false;
 };
 
@@ -102,11 +117,12 @@ args parse(int argc, char** argv) {
     else if (k == "--link") a.links.push_back(val());
     else if (k == "--step-ms") a.step_ms = std::atof(val().c_str());
     else if (k == "--bucket-mb") a.bucket_mb = std::atof(val().c_str());
+    else if (k == "--first-bucket-mb") a.first_bucket_mb = std::atof(val().c_str());
     else if (k == "--mode") a.exposed = val() == "exposed";
     else if (k == "--trace") a.trace = true;
     else std::fprintf(stderr, "smpi-ddl: unknown argument %s\n", k.c_str()), std::exit(2);
   }
-  if (a.topology.empty() || a.step_ms <= 0 || a.bucket_mb <= 0)
+  if (a.topology.empty() || a.step_ms <= 0 || a.bucket_mb <= 0 || a.first_bucket_mb <= 0)
     std::fprintf(stderr, "smpi-ddl: --topology is required; times and sizes must be positive\n"), std::exit(2);
   return a;
 }
@@ -124,8 +140,23 @@ class shared_resource : public std::pmr::memory_resource {
 };
 
 struct bucket {
-  std::size_t first_layer = 0, elements = 0;  // layers [first_layer, the previous bucket's first)
+  std::size_t ready_layer = 0, elements = 0;  // ready once layer ready_layer's backward is done
 };
+
+// DDP's bucket assignment (see the top): tensors in ready order, a bucket closed
+// once it holds at least its limit; the first limit, then `cap` for the rest.
+std::vector<bucket> ddp_buckets(const std::vector<layer>& L, double first_bytes, double cap_bytes) {
+  std::vector<bucket> out;
+  bucket open;
+  for (std::size_t i = L.size(); i-- > 0;)
+    for (auto t : L[i].tensors) {
+      open.elements += t, open.ready_layer = i;
+      if (double(open.elements) * sizeof(float) >= (out.empty() ? first_bytes : cap_bytes))
+        out.push_back(open), open = {};
+    }
+  if (open.elements > 0) out.push_back(open);
+  return out;
+}
 
 constexpr int ready_tag = 7, done_tag = 8;
 
@@ -148,22 +179,17 @@ int main(int argc, char** argv) {
 
   const auto L = resnet50();
   double macs = 0, params = 0;
-  for (const auto& l : L) macs += l.macs, params += l.params;
+  for (const auto& l : L) macs += l.macs, params += l.params();
   const double step_s = a.step_ms * 1e-3, fwd_s = step_s / 3, bwd_s = step_s - fwd_s;
-  // Buckets in the order the backward pass makes gradients (last layer first).
-  std::vector<bucket> buckets;
-  const double cap = a.bucket_mb * 1e6 / 4;
-  for (std::size_t i = L.size(); i-- > 0;) {
-    if (buckets.empty() || double(buckets.back().elements) >= cap) buckets.push_back({i, 0});
-    buckets.back().first_layer = i;
-    buckets.back().elements += std::size_t(L[i].params);
-  }
+  const double MiB = 1024.0 * 1024.0;
+  const std::vector<bucket> buckets = ddp_buckets(L, a.first_bucket_mb * MiB, a.bucket_mb * MiB);
   double v[4] = {0, 0, 0, 0};  // step, exposed, compute (trainers); every bucket alone (communicators)
 
   if (trainer) {
     if (gpu == 0) {
       std::fprintf(stderr, "smpi-ddl: ResNet-50, %zu layers, %.3f M parameters, %.2f G multiply-adds per image; "
-                           "%zu buckets of up to %.0f MB:", L.size(), params / 1e6, macs / 1e9, buckets.size(), a.bucket_mb);
+                           "%zu buckets (limits %g MiB, then %g MiB):",
+                   L.size(), params / 1e6, macs / 1e9, buckets.size(), a.first_bucket_mb, a.bucket_mb);
       for (auto& b : buckets) std::fprintf(stderr, " %.1f", double(b.elements) * 4 / 1e6);
       std::fprintf(stderr, " MB\n");
     }
@@ -175,7 +201,8 @@ int main(int argc, char** argv) {
     int k = 0;
     for (std::size_t i = L.size(); i-- > 0;) {
       compute(bwd_s * L[i].macs / macs);
-      if (!a.exposed && i == buckets[next].first_layer) MPI_Send(&k, 1, MPI_INT, partner, ready_tag, MPI_COMM_WORLD), ++next;
+      for (; !a.exposed && next < buckets.size() && buckets[next].ready_layer == i; ++next)
+        MPI_Send(&k, 1, MPI_INT, partner, ready_tag, MPI_COMM_WORLD);
     }
     const double t_bwd = MPI_Wtime();
     for (; next < buckets.size(); ++next) MPI_Send(&k, 1, MPI_INT, partner, ready_tag, MPI_COMM_WORLD);

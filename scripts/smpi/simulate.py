@@ -104,7 +104,7 @@ PAPER_COMPUTE_S = PAPER_BATCH / PAPER_IMAGES_PER_S
 # The DDL table with overlap (benchmarks/smpi_ddl.cpp): two simulated processes
 # per GPU (a trainer and a communicator: mdring's progress agent on a core of its
 # own), so a node's hostfile line has 2 G slots.
-DDL_BUCKETS_MB = (25, 4)  # DDP's bucket_cap_mb, and smaller buckets
+DDL_BUCKETS_MB = (25, 4)  # DDP's bucket_cap_mb (MiB), and smaller buckets
 
 MDRING_LIBS = ("mdring", "mdring2", "flat", "natural", "calibrated")
 SPLIT_RING_EXTENT = 16  # mdring's tuning::split_ring_extent default
@@ -386,7 +386,8 @@ class Simulator:
         "exposed" (after the backward pass); mdring on the platform's measured links,
         as in the other fitted rows."""
         gpus = nodes * p.gpus
-        key = "ddl2|" + sha(p, self.args.network, self.simgrid, nodes, mode, bucket_mb, PAPER_COMPUTE_S, self.code)
+        key = "ddl3|" + sha(p, self.args.network, self.simgrid, nodes, mode, bucket_mb, PAPER_COMPUTE_S, self.code,
+                            (ROOT / "benchmarks" / "smpi_ddl.cpp").read_bytes())
         if key in self.fresh or (key in self.cache and self.args.rerun == "none"):
             return self.cache[key]
         intra, inter = fitted_links(self.links(p))
@@ -396,7 +397,7 @@ class Simulator:
         xml, _ = self.platform_files(p, nodes)
         hf = self.out / "platforms" / f"{p.name}-{nodes}-ddl.hosts"
         hf.write_text("".join(f"node{i}:{2 * p.gpus}\n" for i in range(nodes)))
-        log(f"simulate: ddl {p.name} {nodes}x{p.gpus}={gpus} GPUs, {mode}, buckets of {bucket_mb} MB ...")
+        log(f"simulate: ddl {p.name} {nodes}x{p.gpus}={gpus} GPUs, {mode}, buckets of {bucket_mb} MiB ...")
         rc, out, err, wall, guard, cmd = self.smpirun(p, nodes, DDL, args, nbytes=RESNET50_BYTES, hostfile=hf,
                                                       np=2 * gpus)
         rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
@@ -634,14 +635,16 @@ def table_ddl(rows) -> str:
     get = {(r["ranks"], r["mode"], r["bucket_mb"]): r for r in rows if r.get("status") == "ok"}
     s = ["One training step of ResNet-50 per GPU (benchmarks/smpi_ddl.cpp): 32 images in "
          f"{PAPER_COMPUTE_S * 1e3:.1f} ms of simulated compute (one third forward, two thirds backward, each layer "
-         "its share of the multiply-adds), the 25.557 M fp32 gradients (102.2 MB) all-reduced (avg) in DDP's buckets, "
-         "in the order the backward pass makes them. Overlap: each bucket is all-reduced as soon as the backward pass "
+         "its share of the multiply-adds), the 25.557 M fp32 gradients (102.2 MB) all-reduced (avg) in DDP's buckets "
+         "(as its Reducer rebuilds them after the first step: tensors in the order the backward pass makes them, a "
+         "bucket closed once it holds at least its limit, 1 MiB for the first, then bucket_cap_mb MiB). "
+         "Overlap: each bucket is all-reduced as soon as the backward pass "
          "has made its last gradient, by a second simulated process on the GPU's node (mdring's progress agent on a "
          "core the GPU leaves free; calls on a communicator run one after the other). Exposed: the same buckets "
          "all-reduced after the backward pass. "
          "Efficiency = the step's compute / the step (the slowest rank's); \"tail\": the all-reduce left after the "
          "backward pass.", "",
-         "| GPUs | PowerAI DDL (paper) | overlap, 25 MB buckets (DDP) | tail ms | overlap, 4 MB buckets | tail ms "
+         "| GPUs | PowerAI DDL (paper) | overlap, 25 MiB buckets (DDP) | tail ms | overlap, 4 MiB buckets | tail ms "
          "| exposed (no overlap) | all-reduce of every bucket ms |",
          "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for g, e in zip(PAPER_GPUS, PAPER_EFFICIENCY):
@@ -834,7 +837,7 @@ def main() -> int:
         nodes = 1024
         L = sim.links(paper)
         rows = []
-        for lib in ("mdring", "natural"):
+        for lib in ("natural", "mdring"):  # the natural input first: what a user gets
             r = sim.point(paper, nodes, RESNET50_BYTES, lib)
             rows.append({"ranks": nodes * paper.gpus, "lib": lib, "sim_s": r.get("sim_s"),
                          "predicted_s": r.get("predicted_s"), "bound_s": bound_s(L, nodes, RESNET50_BYTES),
