@@ -926,6 +926,13 @@ TEST_CASE("calibrate: the same profile on every rank; bind plans with it; ranks 
   CHECK(p.ranks == 6);
   REQUIRE(p.links.size() == 2);
   CHECK(p.points.size() == 8);  // 4 sizes in each of 2 dimensions
+  REQUIRE(p.trains.size() == 8);  // each size is at most how.train_max_bytes: also a train of how.train
+  for (std::size_t i = 0; i < 8; ++i) {
+    CHECK(p.trains[i].link == p.points[i].link);
+    CHECK(p.trains[i].bytes == p.points[i].bytes);
+    CHECK(p.trains[i].messages == 4);
+    CHECK(p.trains[i].seconds > 0);
+  }
   for (auto& l : p.links) {
     INFO(l.name);
     CHECK(l.bandwidth > 0);
@@ -1003,6 +1010,28 @@ TEST_CASE("calibrate: the same profile on every rank; bind plans with it; ranks 
   });
   CHECK(text[0] == "how.bytes");
   CHECK(text[1] == "how.bytes");
+  // more sizes than a curve holds; a "train" of one message
+  std::vector<std::string> more(2), one(2);
+  md::threads::run(2, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(md::parse_topology("ethernet:2"), ep, opts_with());
+    auto argument_of = [&](const md::calibration& c) -> std::string {
+      try {
+        md::calibrate(comm, c);
+        return "accepted";
+      } catch (const md::invalid_argument& e) {
+        return e.argument();
+      }
+    };
+    md::calibration nine;
+    nine.bytes = {8, 16, 32, 64, 128, 256, 512, 1024, 2048};
+    more[ep.rank] = argument_of(nine);
+    md::calibration single;
+    single.bytes = {8, 64, 512};
+    single.train = 1;
+    one[ep.rank] = argument_of(single);
+  });
+  CHECK(more == std::vector<std::string>(2, "how.bytes"));
+  CHECK(one == std::vector<std::string>(2, "how.train"));
 }
 
 TEST_CASE("planning = measure: exact results, one choice on every rank, kept in a wisdom file") {

@@ -989,6 +989,8 @@ TEST_CASE("calibrate: one profile on every rank, and bind plans with it") {
   const std::size_t dims = P == 1 ? 0 : P % 2 == 0 && P > 2 ? 2 : 1;
   CHECK(p.links.size() == dims);
   CHECK(p.points.size() == 4 * dims);
+  CHECK(p.trains.size() == 4 * dims);  // every size is a train too (at most how.train_max_bytes)
+  for (auto& t : p.trains) CHECK((t.messages == how.train && t.seconds > 0));
   for (auto& l : p.links) CHECK((l.bandwidth > 0 && l.latency + l.overhead > 0));
   // rank 0 writes it, every rank binds with it (the file is on this one node)
   const std::string path = "test_mpi_calibrate_np" + std::to_string(P) + ".profile";

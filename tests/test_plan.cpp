@@ -779,6 +779,49 @@ TEST_CASE("profile: measured points become the link's curve, which the cost mode
   CHECK(u.dim(0).link == eth);
 }
 
+TEST_CASE("profile: trains split a message's time into latency and busy time (LogGP's gap)") {
+  // ethernet at 8 B: 10 us alone, 12 us for a train of 3 (busy 1 us, latency 9 us);
+  // 64 KiB: 30 us alone, 50 us for 3 (busy 10, latency 20); 1 MiB: 200 us, no
+  // train: the latency stays 20 us, busy 180 us.
+  m::profile p;
+  p.links = {m::link_info_of<m::ethernet>()};
+  p.points = {{"ethernet", 0, 8, 10e-6}, {"ethernet", 0, 65536, 30e-6}, {"ethernet", 0, 1048576, 200e-6}};
+  p.trains = {{"ethernet", 0, 65536, 3, 50e-6}, {"ethernet", 0, 8, 3, 12e-6}};
+  const m::link_info l = p.with_curve(*p.find("ethernet"));
+  REQUIRE(l.curve.points == 3);
+  CHECK(l.latency == doctest::Approx(9e-6));
+  CHECK(l.latency_seconds(8) == doctest::Approx(9e-6));
+  CHECK(l.busy_seconds(8) == doctest::Approx(1e-6));
+  CHECK(l.latency_seconds(65536) == doctest::Approx(20e-6));
+  CHECK(l.busy_seconds(65536) == doctest::Approx(10e-6));
+  CHECK(l.latency_seconds((8 + 65536) / 2.0) == doctest::Approx(14.5e-6));  // linear between points
+  CHECK(l.busy_seconds((8 + 65536) / 2.0) == doctest::Approx(5.5e-6));
+  CHECK(l.latency_seconds(1048576) == doctest::Approx(20e-6));
+  CHECK(l.busy_seconds(1048576) == doctest::Approx(180e-6));
+  CHECK(l.latency_seconds(1e9) == doctest::Approx(20e-6));  // flat beyond the last point
+  // a ring stage pays latency + busy per message; the pipeline's busy-only link
+  // keeps the busy time alone
+  CHECK(m::stage_seconds(m::phase::all_gather, m::algorithm::ring, 4, 4 * 16384, 4, l, 0) ==
+        doctest::Approx(3 * (20e-6 + 10e-6)));
+  CHECK(m::stage_seconds(m::phase::all_gather, m::algorithm::ring, 4, 4 * 16384, 4, l.busy_only(), 0) ==
+        doctest::Approx(3 * 10e-6));
+  // a train faster than its message alone (noise) counts as all latency; one slower
+  // than its messages one after the other, as all busy
+  p.trains = {{"ethernet", 0, 65536, 3, 25e-6}, {"ethernet", 0, 8, 3, 40e-6}};
+  const m::link_info c = p.with_curve(*p.find("ethernet"));
+  CHECK(c.curve.latency[0] == 0);
+  CHECK(c.curve.seconds[0] == doctest::Approx(10e-6));
+  CHECK(c.curve.latency[1] == doctest::Approx(30e-6));
+  CHECK(c.curve.seconds[1] == 0);
+  // two dimensions of the link with trains of different lengths: busy is their mean
+  p.points = {{"ethernet", 0, 8, 10e-6}, {"ethernet", 1, 8, 10e-6}, {"ethernet", 0, 65536, 30e-6},
+              {"ethernet", 1, 65536, 30e-6}};
+  p.trains = {{"ethernet", 0, 65536, 3, 50e-6}, {"ethernet", 1, 65536, 5, 78e-6}};  // busy 10 and 12 us
+  const m::link_info two = p.with_curve(*p.find("ethernet"));
+  CHECK(two.busy_seconds(65536) == doctest::Approx(11e-6));
+  CHECK(two.latency_seconds(65536) == doctest::Approx(19e-6));
+}
+
 TEST_CASE("profile: text round trip, exact doubles, errors naming the line, applied by link name") {
   m::profile p;
   p.topology = "shm:2 x ethernet:3";
@@ -789,7 +832,9 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   m::link_info sh{"shm", 5e9, 1e-6, true, m::memory_space::host};
   p.links = {sh, eth};
   p.points = {{"shm", 0, 8, 1.25e-6}, {"ethernet", 1, 65536, 1.0 / 3.0 * 1e-4}};
+  p.trains = {{"ethernet", 1, 65536, 4, 1.0 / 7.0 * 1e-3}};
   const std::string text = p.to_string();
+  CHECK(contains(text, "\ntrain ethernet 1 65536 4 "));
   CHECK(text.rfind("mdring-profile 1\ntopology shm:2 x ethernet:3\nranks 6\nlink shm=", 0) == 0);
   const m::profile q = m::profile::parse(text);
   CHECK(q == p);  // every double back bit for bit
@@ -806,6 +851,9 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   CHECK(contains(error_of("mdring-profile 1\n\nlink x=fast,0\n"), "line 3: mdring::parse_link: \"x=fast,0\": the bandwidth"));
   CHECK(contains(error_of("mdring-profile 1\nlink x=1,0\nlink x=2,0\n"), "line 3: link x appears twice"));
   CHECK(contains(error_of("mdring-profile 1\npoint x 1 2\n"), "line 2: point takes LINK DIM BYTES SECONDS"));
+  CHECK(contains(error_of("mdring-profile 1\ntrain x 1 2 1e-5\n"),
+                 "line 2: train takes LINK DIM BYTES MESSAGES SECONDS, with at least 2 messages"));
+  CHECK(contains(error_of("mdring-profile 1\ntrain x 1 2 1 1e-5\n"), "line 2: train takes"));
   // applied by name: ethernet and shm take the profile's figures, nvlink keeps its own
   auto t = m::parse_topology("nvlink:2 x shm:2 x ethernet:3");
   p.apply(t);

@@ -43,9 +43,11 @@ struct args {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "%s%smdring-calibrate [--transport mpi|ucx] [--topology T] [--out FILE] [--bytes B1,B2,B3,...]\n"
-               "                 [--trials K] [--no-check]\n"
+               "                 [--trials K] [--train N] [--train-max-bytes B] [--no-check]\n"
                "  measures every dimension's links (all rings of a dimension at once) and writes the profile\n"
-               "  that bind() reads from options.profile or MDRING_PROFILE (default FILE: mdring.profile)\n",
+               "  that bind() reads from options.profile or MDRING_PROFILE (default FILE: mdring.profile);\n"
+               "  sizes up to --train-max-bytes (default 1M) are also timed as trains of N messages in flight\n"
+               "  (default 4; 0: none)\n",
                why.c_str(), why.empty() ? "" : "\n");
   std::exit(why == "help" ? 0 : 2);
 }
@@ -72,6 +74,8 @@ args parse(int argc, char** argv) {
     else if (k == "--topology") a.topology = next();
     else if (k == "--out") a.out = next();
     else if (k == "--trials") a.how.trials = std::size_t(std::atol(next().c_str()));
+    else if (k == "--train") a.how.train = std::size_t(std::atol(next().c_str()));
+    else if (k == "--train-max-bytes") a.how.train_max_bytes = parse_bytes(next());
     else if (k == "--no-check") a.check = false;
     else if (k == "--bytes") {
       a.how.bytes.clear();

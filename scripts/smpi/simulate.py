@@ -708,6 +708,9 @@ def main() -> int:
                     "against the built-ins from 4 KiB to 102.4 MB; huge: 4096 ranks at 102.4 MB (none of the "
                     "three in the default set)")
     ap.add_argument("--large", action="store_true", help="add the 1024-rank points (256 nodes x 4); long")
+    ap.add_argument("--huge-inputs", default="natural,mdring",
+                    help="the inputs of the huge section, in order: natural (the topology as a user writes it), "
+                    "mdring (the fitted links: much slower to simulate)")
     ap.add_argument("--paper", action="store_true", help="only the paper's table (same as --sections paper)")
     ap.add_argument("--builtins", default=",".join(BUILTINS), help="SMPI allreduce algorithms to compare")
     ap.add_argument("--all-builtins-large", action="store_true",
@@ -730,6 +733,9 @@ def main() -> int:
     args = ap.parse_args()
     args.builtins = [b for b in args.builtins.split(",") if b]
     args.platforms = [p for p in args.platforms.split(",") if p]
+    args.huge_inputs = [i for i in args.huge_inputs.split(",") if i]
+    if unknown := [i for i in args.huge_inputs if i not in ("natural", "mdring")]:
+        ap.error(f"--huge-inputs: unknown {', '.join(unknown)} (known: natural, mdring)")
     if unknown := [p for p in args.platforms if p not in PLATFORMS]:
         ap.error(f"--platforms: unknown {', '.join(unknown)} (known: {', '.join(PLATFORMS)})")
     if not BENCH.exists() or not PINGPONG.exists():
@@ -837,7 +843,7 @@ def main() -> int:
         nodes = 1024
         L = sim.links(paper)
         rows = []
-        for lib in ("natural", "mdring"):  # the natural input first: what a user gets
+        for lib in args.huge_inputs:  # the natural input first: what a user gets
             r = sim.point(paper, nodes, RESNET50_BYTES, lib)
             rows.append({"ranks": nodes * paper.gpus, "lib": lib, "sim_s": r.get("sim_s"),
                          "predicted_s": r.get("predicted_s"), "bound_s": bound_s(L, nodes, RESNET50_BYTES),

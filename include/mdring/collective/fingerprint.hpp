@@ -55,7 +55,8 @@ inline std::string fingerprint_core(const runtime_topology& written, const optio
     real("lat", d.link.latency);
     real("o", d.link.overhead);
     num("ports", d.link.ports);
-    for (std::size_t i = 0; i < d.link.curve.points; ++i) real("curve", d.link.curve.seconds[i]);
+    for (std::size_t i = 0; i < d.link.curve.points; ++i)
+      real("curve", d.link.curve.seconds[i]), real("curve lat", d.link.curve.latency[i]);
     s += d.link.fully_connected ? " full" : " ring";
   }
   num("direct", u.direct_max_extent);

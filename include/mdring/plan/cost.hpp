@@ -23,7 +23,7 @@
 // latency it does not overlap with other segments' messages (plan/pipeline.hpp), so
 // with it a message of b bytes moves at b / (b + o B) of the bandwidth. A link
 // calibrated on the machine (link_curve) replaces o + b beta with its measured
-// curve of b.
+// curve of b, and alpha with its measured latency at b.
 //
 // The direct forms assume a fully connected link: the p-1 messages travel at once,
 // limited by the rank's injection bandwidth. Summed over the stages of an all-reduce
@@ -85,10 +85,11 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
   const double move = link.busy_seconds(block_bytes);
   const double fold = ph == phase::reduce_scatter ? block_bytes * gamma : 0.0;
   const double others = double(p - 1);  // a message (o + bytes) to each, or one per step
-  if (ph == phase::scatter || ph == phase::gather) return link.latency + others * move;
+  const double alpha = link.latency_seconds(block_bytes);
+  if (ph == phase::scatter || ph == phase::gather) return alpha + others * move;
   const double all = double(n) * double(elem_size);
   auto message = [&](double bytes, double per_byte_fold) {
-    return link.latency + link.busy_seconds(bytes) + bytes * per_byte_fold;
+    return link.latency_seconds(bytes) + link.busy_seconds(bytes) + bytes * per_byte_fold;
   };
   if (ph == phase::broadcast || ph == phase::reduce)
     return double(tree_steps(p)) * message(all, ph == phase::reduce ? gamma : 0.0);
@@ -107,8 +108,8 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
                                        : message(block_bytes, 0) + message(all, 0);
     return t;
   }
-  if (algo == algorithm::direct) return link.latency + others * (move + fold);
-  return others * (link.latency + move + fold);
+  if (algo == algorithm::direct) return alpha + others * (move + fold);
+  return others * (alpha + move + fold);
 }
 
 // The algorithm `automatic` stands for on this dimension.

@@ -82,9 +82,7 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
              stage_seconds(phase::all_gather, algos[d], p, range, elem_size, l, g);
     };
     both[d] = both_for(link);
-    link_info busy_link = link;
-    busy_link.latency = 0;  // the overhead stays: it is busy time
-    busy[d] = both_for(busy_link);
+    busy[d] = both_for(link.busy_only());  // the overhead stays: it is busy time
     t.sum += both[d];
     if (!rd) range = max_block(range, p);
   }

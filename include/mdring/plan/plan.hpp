@@ -312,6 +312,7 @@ inline std::string plan::to_string() const {
   }
   if (stages.empty()) s += "  (one rank: a local copy, no stage)\n";
   // Each link once: what one rank gets of it, and of what (ports shared by the node's ranks).
+  bool measured = false;
   for (std::size_t a = 0; a < stages.size(); ++a) {
     const auto& st = stages[a];
     bool first = true;
@@ -324,10 +325,22 @@ inline std::string plan::to_string() const {
                     st.link.ports == 1 ? "" : "s", detail::human_bytes(st.link.bandwidth).c_str(), st.port_sharers);
       shared = buf;
     }
-    std::snprintf(line, sizeof line, "link %s: %s/s per rank, latency %s, overhead %s per message%s\n",
-                  st.link.name.c_str(), detail::human_bytes(st.rank_bandwidth).c_str(),
-                  detail::human_seconds(st.link.latency).c_str(), detail::human_seconds(st.link.overhead).c_str(),
-                  shared.c_str());
+    if (const auto& cv = st.link.curve; cv.points) {
+      measured = true;
+      std::snprintf(line, sizeof line,
+                    "link %s: measured (options.profile) at %zu sizes, %s to %s: latency %s to %s, busy %s to %s per "
+                    "message%s\n",
+                    st.link.name.c_str(), cv.points, detail::human_bytes(cv.bytes[0]).c_str(),
+                    detail::human_bytes(cv.bytes[cv.points - 1]).c_str(), detail::human_seconds(cv.latency[0]).c_str(),
+                    detail::human_seconds(cv.latency[cv.points - 1]).c_str(),
+                    detail::human_seconds(cv.seconds[0]).c_str(), detail::human_seconds(cv.seconds[cv.points - 1]).c_str(),
+                    shared.c_str());
+    } else {
+      std::snprintf(line, sizeof line, "link %s: %s/s per rank, latency %s, overhead %s per message%s\n",
+                    st.link.name.c_str(), detail::human_bytes(st.rank_bandwidth).c_str(),
+                    detail::human_seconds(st.link.latency).c_str(), detail::human_seconds(st.link.overhead).c_str(),
+                    shared.c_str());
+    }
     s += line;
   }
   if (segments > 1) {
@@ -335,8 +348,8 @@ inline std::string plan::to_string() const {
                   segments, detail::human_bytes(double(segment_elements) * double(elem_size)).c_str());
     s += line;
   }
-  std::snprintf(line, sizeof line, "predicted total: %s (alpha-beta-gamma model from the links' traits)\n",
-                detail::human_seconds(seconds()).c_str());
+  std::snprintf(line, sizeof line, "predicted total: %s (alpha-beta-gamma model from the links' %s)\n",
+                detail::human_seconds(seconds()).c_str(), measured ? "measured curves" : "traits");
   s += line;
   if (!chosen_by.empty()) s += "plan: " + chosen_by + "\n";
   return s;

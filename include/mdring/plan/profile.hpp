@@ -13,6 +13,7 @@
 //   ranks 4
 //   link ethernet=1.2e+09,2.5e-05,ring,host,ports=1,overhead=1e-06
 //   point ethernet 1 8 2.6e-05           (link, dimension, bytes, seconds of one ring step)
+//   train ethernet 1 8 4 3.1e-05         (the same with 4 messages in flight each way)
 //   # anything after '#' is a comment
 //
 // A `link` line is parse_link's text (topology/link_registry.hpp), numbers written
@@ -43,11 +44,23 @@ struct profile_point {
   friend bool operator==(const profile_point&, const profile_point&) = default;
 };
 
+// A train: `messages` ring steps' messages of `bytes` in flight at once; `seconds`
+// until all have arrived.
+struct profile_train {
+  std::string link;
+  std::size_t dim = 0;
+  std::size_t bytes = 0;
+  std::size_t messages = 0;
+  double seconds = 0;
+  friend bool operator==(const profile_train&, const profile_train&) = default;
+};
+
 struct profile {
   std::string topology;  // the executed topology it was measured on
   std::size_t ranks = 0;
   std::vector<link_info> links;       // what the cost model plans with, by name
   std::vector<profile_point> points;  // what was measured
+  std::vector<profile_train> trains;
 
   const link_info* find(std::string_view name) const {
     for (auto& l : links)
@@ -56,35 +69,61 @@ struct profile {
   }
 
   // Gives every dimension whose link is named here the profile's figures: its
-  // measured points as the link's curve (link_curve: the smallest message's time
-  // is the latency, the rest what each message keeps the link busy), else the
-  // fitted bandwidth, latency and overhead.
+  // measured points as the link's curve, else the fitted bandwidth, latency and
+  // overhead.
   void apply(runtime_topology& t) const {
     for (std::size_t d = 0; d < t.ndims(); ++d)
       if (const link_info* l = find(t.dim(d).link.name)) t.dim(d).link = with_curve(*l);
   }
-  // Dimensions of one link (a ring split in two) each have their points: at the
-  // same size they are averaged.
+  // The curve (topology/link.hpp) from the points of link l. At a size with a train
+  // of c messages (time t_c) beside the single message (t_1), LogGP's gap splits
+  // t_1: busy = (t_c - t_1) / (c - 1), latency = t_1 - busy (each within [0, t_1]).
+  // At a size without a train the latency is the previous size's (the smallest
+  // size's: its whole time) and the rest busy. Dimensions of one link (a ring split
+  // in two) each have their points: at the same size they are averaged.
   link_info with_curve(link_info l) const {
-    std::vector<std::pair<double, double>> pts;  // (bytes, seconds), one per size
-    std::vector<std::size_t> n;
-    for (auto& p : points) {
-      if (p.link != l.name) continue;
-      std::size_t i = 0;
-      while (i < pts.size() && pts[i].first != double(p.bytes)) ++i;
-      if (i == pts.size()) pts.push_back({double(p.bytes), 0.0}), n.push_back(0);
-      pts[i].second += p.seconds, ++n[i];
-    }
-    for (std::size_t i = 0; i < pts.size(); ++i) pts[i].second /= double(n[i]);
-    std::sort(pts.begin(), pts.end());
-    if (pts.size() < 2 || pts.size() > link_curve::max_points) return l;
-    l.latency = pts[0].second;
+    struct size_row {
+      double bytes = 0, one = 0, train = 0, messages = 0;
+      std::size_t ones = 0, trains = 0;
+    };
+    std::vector<size_row> rows;
+    auto row = [&](std::size_t bytes) -> size_row& {
+      for (auto& r : rows)
+        if (r.bytes == double(bytes)) return r;
+      return rows.emplace_back(size_row{double(bytes)});
+    };
+    for (auto& p : points)
+      if (p.link == l.name) {
+        auto& r = row(p.bytes);
+        r.one += p.seconds, ++r.ones;
+      }
+    for (auto& p : trains)
+      if (p.link == l.name && p.messages >= 2) {
+        auto& r = row(p.bytes);
+        r.train += p.seconds / double(p.messages - 1), r.messages += 1.0 / double(p.messages - 1), ++r.trains;
+      }
+    std::erase_if(rows, [](const size_row& r) { return r.ones == 0; });
+    std::sort(rows.begin(), rows.end(), [](const size_row& a, const size_row& b) { return a.bytes < b.bytes; });
+    if (rows.size() < 2 || rows.size() > link_curve::max_points) return l;
     l.overhead = 0;
-    l.curve.points = pts.size();
-    for (std::size_t i = 0; i < pts.size(); ++i) {
-      l.curve.bytes[i] = pts[i].first;
-      l.curve.seconds[i] = pts[i].second - l.latency > 0 ? pts[i].second - l.latency : 0;
+    l.curve.points = rows.size();
+    double lat = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      const double one = r.one / double(r.ones);
+      if (r.trains) {
+        // the averages of t_c / (c - 1) and of 1 / (c - 1): busy = t_c/(c-1) - t_1/(c-1)
+        const double busy = r.train / double(r.trains) - one * r.messages / double(r.trains);
+        lat = one - std::clamp(busy, 0.0, one);
+      } else if (i == 0) {
+        lat = one;
+      }
+      lat = std::min(lat, one);
+      l.curve.bytes[i] = r.bytes;
+      l.curve.latency[i] = lat;
+      l.curve.seconds[i] = one - lat;
     }
+    l.latency = l.curve.latency[0];
     return l;
   }
 
@@ -101,6 +140,11 @@ struct profile {
     }
     for (auto& p : points) {
       std::snprintf(buf, sizeof buf, "point %s %zu %zu %.17g\n", p.link.c_str(), p.dim, p.bytes, p.seconds);
+      s += buf;
+    }
+    for (auto& p : trains) {
+      std::snprintf(buf, sizeof buf, "train %s %zu %zu %zu %.17g\n", p.link.c_str(), p.dim, p.bytes, p.messages,
+                    p.seconds);
       s += buf;
     }
     return s;
@@ -148,6 +192,11 @@ struct profile {
         profile_point p;
         if (!(ls >> p.link >> p.dim >> p.bytes >> p.seconds)) throw fail("point takes LINK DIM BYTES SECONDS");
         pr.points.push_back(p);
+      } else if (key == "train") {
+        profile_train p;
+        if (!(ls >> p.link >> p.dim >> p.bytes >> p.messages >> p.seconds) || p.messages < 2)
+          throw fail("train takes LINK DIM BYTES MESSAGES SECONDS, with at least 2 messages");
+        pr.trains.push_back(p);
       } else {
         throw fail("unknown line \"" + key + "\"");
       }

@@ -129,17 +129,19 @@ concept link = requires {
 
 static_assert(link<nvlink> && link<pcie> && link<infiniband> && link<ethernet> && link<shm>);
 
-// A link's measured message times (mdring::calibrate, plan/profile.hpp): the
-// seconds one rank's message of b bytes keeps it busy beyond the link's latency,
-// measured with every rank of the plan sending at once (so port sharing is in
-// it), piecewise linear between the points and extrapolated with the last
-// segment's slope. Where it has points the cost model uses it instead of
-// overhead + b / bandwidth: real networks are not linear in the message size
-// (protocol switches, SimGrid's size-dependent factors), and a fit of two
-// figures to them is off by several times at some sizes.
+// A link's measured message times (mdring::calibrate, plan/profile.hpp), measured
+// with every rank of the plan sending at once (so port sharing is in them): at
+// each size, the seconds one rank's message keeps the link busy (`seconds`: what
+// other messages in flight wait for) and its latency (`latency`: what they overlap
+// with). Busy time is piecewise linear between the points and extrapolated with
+// the last segment's slope; latency is piecewise linear between the points and
+// flat beyond them. Where it has points the cost model uses them instead of
+// overhead + b / bandwidth and the link's one latency: real networks are not
+// linear in the message size (protocol switches, SimGrid's size-dependent
+// factors), and a fit of two figures to them is off by several times at some sizes.
 struct link_curve {
   static constexpr std::size_t max_points = 8;
-  std::array<double, max_points> bytes{}, seconds{};  // bytes ascending
+  std::array<double, max_points> bytes{}, seconds{}, latency{};  // bytes ascending
   std::size_t points = 0;
 
   double at(double b) const noexcept {
@@ -150,6 +152,14 @@ struct link_curve {
     const double slope = (seconds[i] - seconds[i - 1]) / (bytes[i] - bytes[i - 1]);
     const double t = seconds[i - 1] + (b - bytes[i - 1]) * slope;
     return t > 0 ? t : 0;
+  }
+  double latency_at(double b) const noexcept {
+    if (points == 0) return 0;
+    if (b <= bytes[0]) return latency[0];
+    if (b >= bytes[points - 1]) return latency[points - 1];
+    std::size_t i = 1;
+    while (b > bytes[i]) ++i;
+    return latency[i - 1] + (b - bytes[i - 1]) * (latency[i] - latency[i - 1]) / (bytes[i] - bytes[i - 1]);
   }
   friend bool operator==(const link_curve&, const link_curve&) = default;
 };
@@ -171,6 +181,15 @@ struct link_info {
   double busy_seconds(double bytes) const noexcept {
     if (curve.points) return curve.at(bytes);
     return overhead + (bandwidth > 0 ? bytes / bandwidth : 0.0);
+  }
+  // The latency of a message of `bytes` (the link's one latency without a curve).
+  double latency_seconds(double bytes) const noexcept { return curve.points ? curve.latency_at(bytes) : latency; }
+  // The same link without latencies: the time it is busy (plan/pipeline.hpp).
+  link_info busy_only() const {
+    link_info l = *this;
+    l.latency = 0;
+    l.curve.latency.fill(0);
+    return l;
   }
 
   friend bool operator==(const link_info&, const link_info&) = default;
