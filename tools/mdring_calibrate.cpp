@@ -20,12 +20,31 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory_resource>
 #include <string>
 #include <vector>
 
 namespace md = mdring;
 
 namespace {
+
+#if MDRING_SMPI
+// Under SimGrid SMPI every simulated rank lives in this one process:
+// SMPI_SHARED_MALLOC maps each buffer onto the same few pages (the data is garbage,
+// the timing is not), so that 4096 ranks' buffers fit (options.memory: calibrate's
+// buffers and the all_reduce's scratch).
+class smpi_shared_resource final : public std::pmr::memory_resource {
+  void* do_allocate(std::size_t bytes, std::size_t) override { return SMPI_SHARED_MALLOC(bytes ? bytes : 1); }
+  void do_deallocate(void* p, std::size_t, std::size_t) override { SMPI_SHARED_FREE(p); }
+  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
+};
+std::pmr::memory_resource* memory() {
+  static smpi_shared_resource shared;
+  return &shared;
+}
+#else
+std::pmr::memory_resource* memory() { return std::pmr::get_default_resource(); }
+#endif
 
 struct args {
   std::string transport =
@@ -95,7 +114,7 @@ args parse(int argc, char** argv) {
 // Median seconds of an all_reduce of n floats (the slowest rank's, 5 runs).
 template <class Comm>
 double time_all_reduce(Comm& comm, std::size_t n) {
-  std::vector<float> x(n, 1.0f), y(n);
+  std::pmr::vector<float> x(n, 1.0f, memory()), y(n, memory());
   std::vector<double> t;
   for (int r = 0; r < 6; ++r) {
     int go = 0;
@@ -112,7 +131,9 @@ double time_all_reduce(Comm& comm, std::size_t n) {
 
 template <class BindFn>
 int run(const args& a, BindFn&& bind_with) {
-  auto comm = bind_with(md::options{});
+  md::options plain;
+  plain.memory = memory();
+  auto comm = bind_with(plain);
   const md::profile p = md::calibrate(comm, a.how);
   const bool root = comm.rank() == 0;
   if (root) {
@@ -125,6 +146,7 @@ int run(const args& a, BindFn&& bind_with) {
   md::all_reduce(comm, &go, 1, md::max);  // the file is written
   md::options o;
   o.profile = a.out;
+  o.memory = memory();
   auto calibrated = bind_with(o);
   if (root)
     std::printf("# all_reduce, float sum: measured, and predicted with the links' traits and with the profile\n"

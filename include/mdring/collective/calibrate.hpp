@@ -50,6 +50,7 @@
 #include <chrono>
 #include <cstddef>
 #include <limits>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <vector>
@@ -139,7 +140,10 @@ profile calibrate(Comm& comm, const calibration& how = {}) {
   std::size_t trains = 0;  // the sizes timed as trains: the first `trains`
   while (how.train && trains < n && how.bytes[trains] <= how.train_max_bytes) ++trains;
   const std::size_t recv_bytes = std::max(top, trains ? how.train * how.bytes[trains - 1] : 0);
-  std::vector<unsigned char> send(top, 0x5a), recv(recv_bytes);
+  // From options.memory, as all scratch (under SimGrid SMPI: shared pages, not
+  // buffers of every simulated rank in the one process).
+  std::pmr::memory_resource* mr = comm.get_options().memory ? comm.get_options().memory : std::pmr::get_default_resource();
+  std::pmr::vector<unsigned char> send(top, 0x5a, mr), recv(recv_bytes, mr);
   auto& dims = comm.dims();
   for (std::size_t d = 0; d < dims.size(); ++d) {
     if (dims[d].extent < 2) continue;
