@@ -374,25 +374,12 @@ double now_seconds() {
 
 #if MDRING_BENCH_SMPI
 // ---- SimGrid SMPI ------------------------------------------------------------
-// Every simulated rank lives in this one process. SMPI_SHARED_MALLOC maps each
-// allocation onto the same few physical pages (the data is garbage, the timing is
-// not) and SMPI copies no payload between such buffers, so 1024 ranks x 100 MB
-// fit in a few GB. The user buffers and all of mdring's scratch (options::memory)
-// come from it; --check needs real data and keeps ordinary memory (small runs).
-class smpi_shared_resource final : public std::pmr::memory_resource {
-  void* do_allocate(std::size_t bytes, std::size_t align) override {
-    void* p = SMPI_SHARED_MALLOC(bytes ? bytes : 1);
-    if (!p || reinterpret_cast<std::uintptr_t>(p) % align) throw std::bad_alloc();  // mmap: page aligned
-    return p;
-  }
-  void do_deallocate(void* p, std::size_t, std::size_t) override { SMPI_SHARED_FREE(p); }
-  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
-};
-
+// The user buffers and all of mdring's scratch (options::memory) come from SMPI's
+// shared pages (mdring::mpi::smpi_shared_memory, transport/mpi_node.hpp); --check
+// needs real data and keeps ordinary memory (small runs).
 bool sim_shared_data = true;  // false with --check
 std::pmr::memory_resource* sim_memory() {
-  static smpi_shared_resource shared;
-  return sim_shared_data ? static_cast<std::pmr::memory_resource*>(&shared) : std::pmr::new_delete_resource();
+  return sim_shared_data ? md::mpi::smpi_shared_memory() : std::pmr::new_delete_resource();
 }
 
 // What runner needs of std::vector, without touching the memory: 1024 ranks

@@ -131,13 +131,6 @@ args parse(int argc, char** argv) {
 // the speed of the machine running the simulation instead).
 void compute(double seconds) { smpi_execute_flops(seconds * sg_host_get_speed(sg_host_self())); }
 
-// Scratch and gradients in SMPI's shared memory (every rank's bytes are the same
-// pages): 256 GPUs x 102 MB fit in this machine.
-class shared_resource : public std::pmr::memory_resource {
-  void* do_allocate(std::size_t bytes, std::size_t) override { return SMPI_SHARED_MALLOC(bytes ? bytes : 1); }
-  void do_deallocate(void* p, std::size_t, std::size_t) override { SMPI_SHARED_FREE(p); }
-  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
-};
 
 struct bucket {
   std::size_t ready_layer = 0, elements = 0;  // ready once layer ready_layer's backward is done
@@ -210,9 +203,8 @@ int main(int argc, char** argv) {
     const double t1 = MPI_Wtime();
     v[0] = t1 - t0, v[1] = t1 - t_bwd, v[2] = t_bwd - t0;
   } else {
-    shared_resource mem;
     mdring::options o;
-    o.memory = &mem;
+    o.memory = mdring::mpi::smpi_shared_memory();  // scratch in SMPI's shared pages: 256 GPUs x 102 MB fit
     auto comm = mdring::bind(mdring::parse_topology(a.topology), roles, o);
     std::vector<float*> data;
     for (auto& b : buckets) data.push_back(static_cast<float*>(SMPI_SHARED_MALLOC(b.elements * sizeof(float))));

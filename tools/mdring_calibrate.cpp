@@ -29,19 +29,9 @@ namespace md = mdring;
 namespace {
 
 #if MDRING_SMPI
-// Under SimGrid SMPI every simulated rank lives in this one process:
-// SMPI_SHARED_MALLOC maps each buffer onto the same few pages (the data is garbage,
-// the timing is not), so that 4096 ranks' buffers fit (options.memory: calibrate's
-// buffers and the all_reduce's scratch).
-class smpi_shared_resource final : public std::pmr::memory_resource {
-  void* do_allocate(std::size_t bytes, std::size_t) override { return SMPI_SHARED_MALLOC(bytes ? bytes : 1); }
-  void do_deallocate(void* p, std::size_t, std::size_t) override { SMPI_SHARED_FREE(p); }
-  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
-};
-std::pmr::memory_resource* memory() {
-  static smpi_shared_resource shared;
-  return &shared;
-}
+// Under SimGrid SMPI: every simulated rank's buffers in the same shared pages, so
+// that 4096 ranks fit (calibrate's buffers and the all_reduce's scratch).
+std::pmr::memory_resource* memory() { return md::mpi::smpi_shared_memory(); }
 #else
 std::pmr::memory_resource* memory() { return std::pmr::get_default_resource(); }
 #endif

@@ -23,6 +23,9 @@
 #endif
 
 #include <cstddef>
+#include <cstdint>
+#include <memory_resource>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -66,6 +69,28 @@ struct allgather_exchange {
 };
 
 }  // namespace detail
+
+#if MDRING_SMPI
+// Under SimGrid SMPI every simulated rank lives in one process. SMPI_SHARED_MALLOC
+// maps each allocation onto the same few physical pages (the data is garbage, the
+// timing is not) and SMPI copies no payload between such buffers, so thousands of
+// ranks x 100 MB fit in a few GB. Give it to options.memory (all scratch) and use
+// it for the programs' own buffers; runs that check their results need ordinary
+// memory.
+class smpi_shared_resource final : public std::pmr::memory_resource {
+  void* do_allocate(std::size_t bytes, std::size_t align) override {
+    void* p = SMPI_SHARED_MALLOC(bytes ? bytes : 1);
+    if (!p || reinterpret_cast<std::uintptr_t>(p) % align) throw std::bad_alloc();  // mmap: page aligned
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t, std::size_t) override { SMPI_SHARED_FREE(p); }
+  bool do_is_equal(const std::pmr::memory_resource& o) const noexcept override { return this == &o; }
+};
+inline std::pmr::memory_resource* smpi_shared_memory() {
+  static smpi_shared_resource shared;
+  return &shared;
+}
+#endif
 
 }  // namespace mpi
 
