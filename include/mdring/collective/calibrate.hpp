@@ -46,7 +46,6 @@
 #include "all_reduce.hpp"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <limits>
