@@ -9,8 +9,12 @@
 //    what the target (>= 90 % at 256 MiB and above) is about. For 2 inputs,
 //    cub::DeviceTransform doing the same sum is timed beside them.
 // 2. all_reduce over logical ranks on this one GPU (mdring/cuda/local.cuh): time per
-//    call and the algorithm bandwidth (bytes per rank / time). All ranks share one
-//    GPU's memory, so this measures the schedule's overheads, not a network.
+//    call as called (one host thread enqueues every rank's steps: at small sizes
+//    the host's enqueue rate), the same call captured into a CUDA graph and
+//    replayed (the GPU's time; the algorithm bandwidth, bytes per rank / time, is
+//    from it), and a baseline in the same run: one fold of all P buffers and P - 1
+//    copies. All ranks share one GPU's memory, so this measures the schedule's
+//    overheads, not a network.
 //
 // Method (device/METHOD.md): cudaEvents around each timed call on one stream,
 // warm-up calls first, the median of the iterations; inputs hold nonzero values;
@@ -221,29 +225,62 @@ void all_reduce_rows(timer& tm, const args& a) {
       joins.push_back(md::cuda::unique_event::create());
     }
     auto fork = md::cuda::unique_event::create();
+    auto capture = md::cuda::unique_stream::create();
     std::vector<const float*> sp(bufs.begin(), bufs.end());
+    auto enqueue = [&](std::size_t n, cudaStream_t s) {
+      ok(cudaEventRecord(fork.get(), s), "record");
+      for (auto r : raw) ok(cudaStreamWaitEvent(r, fork.get(), 0), "wait");
+      md::cuda::all_reduce(comms, sp, bufs, n, md::sum, raw);
+      for (std::size_t r = 0; r < P; ++r) {
+        ok(cudaEventRecord(joins[r].get(), raw[r]), "record");
+        ok(cudaStreamWaitEvent(s, joins[r].get(), 0), "wait");
+      }
+    };
+    auto refill = [&](std::size_t bytes) {
+      for (std::size_t r = 0; r < P; ++r) fill(bufs[r], bytes, unsigned(r + 3));
+      ok(cudaDeviceSynchronize(), "fill");
+    };
     for (std::size_t mib = 1; mib <= max_mib; mib *= 4) {
-      const std::size_t n = (mib << 20) / sizeof(float);
+      const std::size_t bytes = mib << 20, n = bytes / sizeof(float), ws = bytes * P * 2;
       for (auto& c : comms) c.reserve<float>(n);
-      const double ms = tm.median_ms(
+      // 1. As called: one host thread enqueues every rank's steps, so at small sizes
+      //    this is the host's enqueue rate, not the GPU's.
+      refill(bytes);
+      const double ms = tm.median_ms([&](cudaStream_t s) { enqueue(n, s); }, a.iters, ws);
+      // 2. The same call captured once into a CUDA graph and replayed: the GPU's time.
+      refill(bytes);
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ok(cudaStreamBeginCapture(capture.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
+      enqueue(n, capture.get());
+      ok(cudaStreamEndCapture(capture.get(), &graph), "end capture");
+      ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+      const double graph_ms =
+          tm.median_ms([&](cudaStream_t s) { ok(cudaGraphLaunch(exec, s), "graph launch"); }, a.iters, ws);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      // 3. Baseline in the same run, the least an all_reduce of P buffers in one
+      //    memory does: one fold of all P buffers into the first, then P - 1 copies
+      //    of it, on one stream.
+      refill(bytes);
+      const double base_ms = tm.median_ms(
           [&](cudaStream_t s) {
-            ok(cudaEventRecord(fork.get(), s), "record");
-            for (auto r : raw) ok(cudaStreamWaitEvent(r, fork.get(), 0), "wait");
-            md::cuda::all_reduce(comms, sp, bufs, n, md::sum, raw);
-            for (std::size_t r = 0; r < P; ++r) {
-              ok(cudaEventRecord(joins[r].get(), raw[r]), "record");
-              ok(cudaStreamWaitEvent(s, joins[r].get(), 0), "wait");
-            }
+            md::cuda::fold(bufs[0], std::span<const float* const>(sp.data(), sp.size()), n, md::sum, false, 1, s);
+            for (std::size_t r = 1; r < P; ++r)
+              ok(cudaMemcpyAsync(bufs[r], bufs[0], bytes, cudaMemcpyDeviceToDevice, s), "copy");
           },
-          a.iters, (mib << 20) * P * 2);
+          a.iters, ws);
       const auto& sch = comms[0].program_for<float>(n, true, 0).pr;
-      std::printf("all_reduce fp32 %-26s %6zu MiB/rank   %9.3f ms   algbw %8.1f GB/s   segments %zu\n", text, mib, ms,
-                  double(mib << 20) / (ms * 1e6), sch.segments);
+      std::printf("all_reduce fp32 %-26s %6zu MiB/rank   %9.3f ms (graph %8.3f ms, %6.1f GB/s)   one fold + copies %8.3f ms"
+                  "   graph/baseline %5.2f   segments %zu\n",
+                  text, mib, ms, graph_ms, double(bytes) / (graph_ms * 1e6), base_ms, graph_ms / base_ms, sch.segments);
       if (json_out)
         std::fprintf(json_out,
                      "{\"kind\":\"all_reduce\",\"topology\":\"%s\",\"ranks\":%zu,\"bytes\":%zu,\"ms\":%.6f,"
-                     "\"algbw_gbs\":%.2f,\"segments\":%zu}\n",
-                     text, P, mib << 20, ms, double(mib << 20) / (ms * 1e6), sch.segments);
+                     "\"algbw_gbs\":%.2f,\"graph_ms\":%.6f,\"graph_algbw_gbs\":%.2f,\"baseline_ms\":%.6f,"
+                     "\"segments\":%zu}\n",
+                     text, P, bytes, ms, double(bytes) / (ms * 1e6), graph_ms, double(bytes) / (graph_ms * 1e6), base_ms,
+                     sch.segments);
     }
     for (auto b : bufs) cudaFree(b);
   }

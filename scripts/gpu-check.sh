@@ -4,6 +4,11 @@
 #
 #   scripts/gpu-check.sh            full benchmark (1 MiB .. 1 GiB)
 #   MDRING_GPU_QUICK=1 scripts/gpu-check.sh   fewer iterations, up to 256 MiB
+#   MDRING_GPU_PREBUILT=DIR scripts/gpu-check.sh
+#                                   run the programs already built in DIR (a build
+#                                   tree made elsewhere for this GPU's architecture,
+#                                   e.g. on a machine without a GPU, to spend no GPU
+#                                   time compiling); no configure, no build, no ctest
 #
 # It needs nvcc (on PATH, $CUDACXX or /usr/local/cuda), CMake and Python 3. It
 # builds what it can with what is there and says what it skipped: without
@@ -24,6 +29,11 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   exit 1
 fi
 nvidia-smi -L | tee "$out/gpus.txt"
+prebuilt=${MDRING_GPU_PREBUILT:-}
+if [ -n "$prebuilt" ]; then
+  build=$(cd "$prebuilt" && pwd) || { echo "gpu-check: MDRING_GPU_PREBUILT=$prebuilt is not a folder" >&2; exit 1; }
+  echo "gpu-check: running the programs prebuilt in $build (no configure, no build)"
+else
 if ! command -v nvcc >/dev/null; then
   for c in "${CUDACXX:-}" /usr/local/cuda/bin/nvcc; do
     [ -n "$c" ] && [ -x "$c" ] && export CUDACXX="$c" && break
@@ -83,9 +93,39 @@ if ! cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.
 fi
 echo "gpu-check: built in $(( $(date +%s) - start )) s"
 
+fi
+
 status=0
 export MDRING_TIMEOUT=120 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-ctest --test-dir "$build" -L gpu --output-on-failure --timeout 900 2>&1 | tee "$out/ctest.log" || status=1
+if [ -n "$prebuilt" ]; then
+  # ctest's registrations live in the tree that configured them; here the programs
+  # run directly, each under a timeout, one line per program in results.txt.
+  : >"$out/results.txt"
+  run_one() {  # NAME COMMAND...
+    local name=$1; shift
+    local t0 rc; t0=$(date +%s.%N)
+    timeout "${MDRING_GPU_TEST_TIMEOUT:-600}" "$@" >"$out/$name.log" 2>&1; rc=$?
+    local dt; dt=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
+    local verdict=Passed
+    [ $rc -eq 77 ] && verdict="skipped (77)"
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && { verdict="FAILED (exit $rc)"; status=1; }
+    echo "$name $verdict $dt" | tee -a "$out/results.txt"
+    [ $rc -ne 0 ] && [ $rc -ne 77 ] && tail -40 "$out/$name.log"
+    return 0
+  }
+  run_one test_gpu_fold "$build/tests/gpu/test_gpu_fold"
+  run_one test_gpu_all_reduce "$build/tests/gpu/test_gpu_all_reduce"
+  [ -x "$build/tests/gpu/test_gpu_nccl" ] && run_one test_gpu_nccl "$build/tests/gpu/test_gpu_nccl"
+  if [ -x "$build/tests/gpu/test_gpu_mpi" ]; then
+    if command -v mpirun >/dev/null; then
+      for np in 2 4; do run_one test_gpu_mpi_np$np mpirun -np $np "$build/tests/gpu/test_gpu_mpi"; done
+    else
+      skipped+=("MPI GPU test (no mpirun on PATH)")
+    fi
+  fi
+else
+  ctest --test-dir "$build" -L gpu --output-on-failure --timeout 900 2>&1 | tee "$out/ctest.log" || status=1
+fi
 
 bench_args=(--json "$out/gpu_bench.jsonl")
 [ "${MDRING_GPU_QUICK:-0}" = 1 ] && bench_args+=(--quick)
@@ -96,7 +136,12 @@ import json, re, sys
 out, skipped = sys.argv[1], sys.argv[2:]
 print("\n==== mdring gpu-check summary ====")
 print(open(f"{out}/gpus.txt").read().strip())
-for line in open(f"{out}/ctest.log"):
+import os
+if os.path.exists(f"{out}/results.txt"):
+    for line in open(f"{out}/results.txt"):
+        name, rest = line.split(" ", 1)
+        print(f"  test {name:28s} {rest.rsplit(' ', 1)[0]} ({rest.rsplit(' ', 1)[1].strip()} s)")
+for line in (open(f"{out}/ctest.log") if os.path.exists(f"{out}/ctest.log") else []):
     m = re.search(r"Test\s+#\d+: (\S+) \.+\s*(\*\*\*\w+|Passed|\w+.*?)\s+[\d.]+ sec", line)
     if m: print(f"  test {m.group(1):28s} {m.group(2)}")
 rows = [json.loads(l) for l in open(f"{out}/gpu_bench.jsonl")] if __import__("os").path.exists(f"{out}/gpu_bench.jsonl") else []
@@ -118,9 +163,13 @@ if folds:
               f"{worst['type']} {worst['inputs']} inputs {worst['bytes'] >> 20} MiB)")
 ars = [r for r in rows if r["kind"] == "all_reduce"]
 if ars:
-    print("  all_reduce fp32 over logical ranks on one GPU (ms per call, algbw GB/s):")
+    print("  all_reduce fp32 over logical ranks on one GPU: ms as called; replayed from a CUDA graph (algbw);")
+    print("  baseline: one fold of all P buffers + P-1 copies, same run")
     for r in ars:
-        print(f"    {r['topology']:26s} {r['bytes'] >> 20:>5} MiB/rank {r['ms']:9.3f} ms {r['algbw_gbs']:8.1f} GB/s  segments {r['segments']}")
+        g = r.get("graph_ms")
+        extra = (f"  graph {g:8.3f} ms {r['graph_algbw_gbs']:7.1f} GB/s  baseline {r['baseline_ms']:8.3f} ms"
+                 f"  graph/baseline {g / r['baseline_ms']:5.2f}") if g else f" {r['algbw_gbs']:8.1f} GB/s"
+        print(f"    {r['topology']:26s} {r['bytes'] >> 20:>5} MiB/rank {r['ms']:9.3f} ms{extra}  segments {r['segments']}")
 for s in skipped:
     print(f"  skipped: {s}")
 PY

@@ -8,6 +8,7 @@
 #include <mdring/cuda/config.cuh>
 #include <mdring/mdring.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -134,10 +135,10 @@ void with_op(opk k, F&& f) {
 // Checks got against the float64 reduction of xs (one vector per input) for a
 // float type; for integer types against the exact result (wrapping arithmetic,
 // any order). `roundings`: how many times a partial result may have been rounded
-// to T (1 for one fused pass, P for a ring).
+// to T (1 for one fused pass, P for a ring); `later`: see the subnormal term below.
 template <class T>
 bool check_against_reference(const std::string& where, opk k, const std::vector<const T*>& xs, const T* got,
-                             std::size_t n, double roundings) {
+                             std::size_t n, double roundings, std::size_t later = 0) {
   const std::size_t P = xs.size();
   std::size_t bad = 0;
   for (std::size_t i = 0; i < n && bad < 3; ++i) {
@@ -154,13 +155,25 @@ bool check_against_reference(const std::string& where, opk k, const std::vector<
         mag = k == opk::prod ? std::fabs(ref) : mag + std::fabs(x);
       }
       if (k == opk::avg) ref /= double(P), mag /= double(P);
+      // A partial product rounded in T's subnormal range is off by an absolute
+      // amount, which the factors combined after it scale. With `later` > 0 partials
+      // were rounded once, after the inputs before `later` (a fold's passes): the
+      // inputs from `later` on scale it. Otherwise (any order, any partial) the
+      // product of every factor's magnitude above 1 bounds it.
+      double grow = 1.0, tail = 1.0;
+      for (std::size_t j = 0; k == opk::prod && j < P; ++j) {
+        const double x = std::fabs(to_double(xs[j][i]));
+        if (later == 0) grow *= std::max(1.0, x);
+        else if (j >= later) tail *= x;
+      }
+      if (later > 0) grow = std::max(1.0, tail);
       const double g = to_double(got[i]);
       const double u = unit_roundoff<T>();
       // Accumulation in float (or double) plus the roundings to T.
       const double acc_u = std::is_same_v<T, double> ? 0x1.0p-53 : 0x1.0p-24;
       const double tol = (k == opk::min || k == opk::max)
                              ? 0
-                             : (double(P) * acc_u + roundings * u) * mag * 1.01 + roundings * subnormal_roundoff<T>() + 1e-300;
+                             : (double(P) * acc_u + roundings * u) * mag * 1.01 + roundings * subnormal_roundoff<T>() * grow + 1e-300;
       if (!(std::fabs(g - ref) <= tol))
         ++bad, check(false, where, " element ", i, ": got ", g, ", float64 reference ", ref, " (bound ", tol, ")");
     } else {

@@ -142,7 +142,8 @@ void fold_case(opk k, Op op, std::size_t inputs, std::size_t n, int align, bool 
     // avg finalized divides by `ranks`, not by the number of inputs: host_reducer
     // checked it above. Not finalized, avg is a sum.
     if (!(final && k == opk::avg))
-      check_against_reference<T>(where, k == opk::avg ? opk::sum : k, hp, got.data(), n, one_pass ? 1 : 2);
+      check_against_reference<T>(where, k == opk::avg ? opk::sum : k, hp, got.data(), n, one_pass ? 1 : 2,
+                                 one_pass ? 0 : std::size_t(md::cuda::max_fold_inputs));
   }
 }
 
