@@ -884,6 +884,26 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   }
 }
 
+TEST_CASE("measured planning keeps a plan only when it beats the estimate's by more than the runs' spread") {
+  // medians: the estimate's plan first
+  const std::vector<double> t = {10.0, 9.85, 9.7, 9.2, 10.4};
+  // spread 0 (a quiet or simulated machine): the margin is 1 %: 9.7, 9.2 qualify; the fastest, 9.2
+  CHECK(m::pick_measured(t, 0.0) == 3);
+  // spread 3 %: the margin is 3 %: only 9.2 (8 % faster)
+  CHECK(m::pick_measured(t, 0.03) == 3);
+  CHECK(m::pick_measured({10.0, 9.85, 9.75}, 0.03) == 0);  // 1.5 % and 2.5 %: neither
+  CHECK(m::pick_measured({10.0, 9.85, 9.75}, 0.0) == 2);   // both beat 1 %: the faster
+  // spread 20 % (a noisy machine): the margin stays at most 5 %: 9.4 qualifies, 9.6 does not
+  CHECK(m::pick_measured({10.0, 9.6}, 0.2) == 0);
+  CHECK(m::pick_measured({10.0, 9.4}, 0.2) == 1);
+  // 0.5 % faster is not enough, even on a quiet machine
+  CHECK(m::pick_measured({10.0, 9.95}, 0.0) == 0);
+  CHECK(m::measured_margin(0.0) == 0.01);
+  CHECK(m::measured_margin(0.025) == 0.025);
+  CHECK(m::measured_margin(1.0) == 0.05);
+  CHECK(m::pick_measured({10.0}, 0.0) == 0);
+}
+
 TEST_CASE("wisdom: text round trip, size classes, errors naming the line") {
   using m::algorithm;
   m::wisdom w;

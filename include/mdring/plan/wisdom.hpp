@@ -3,7 +3,7 @@
 // With options.planning = measure (MDRING_PLANNING=measure), the first all_reduce
 // of each size class on a communicator times a few candidate plans on the real
 // ranks and keeps the fastest for every later call of that class, as FFTW's
-// planner does (executor/host/measure.hpp). What it keeps is a measured_choice;
+// planner does (executor/host/engine.hpp, measure). What it keeps is a measured_choice;
 // the choices of a communicator are its wisdom, which options.wisdom (or
 // MDRING_WISDOM) saves to a file and reloads at the next bind, so that a program
 // measures once per machine:
@@ -41,6 +41,25 @@ struct measured_choice {
   std::size_t candidates = 0;    // how many plans were timed
   friend bool operator==(const measured_choice&, const measured_choice&) = default;
 };
+
+// Which measured candidate a measurement keeps: the fastest (smallest median) of
+// those faster than candidate 0 (the estimate's plan) by more than the margin,
+// else 0. The margin is the noise the measurement itself showed, `spread`: the
+// largest (slowest - fastest) / median of any candidate's runs on any rank,
+// bounded to [1 %, 5 %]. On a quiet machine (or a simulated one) a plan 2 %
+// faster is kept; where runs of one plan differ by 5 % or more, only a plan more
+// than 5 % faster, since a pick made by noise would cost every later call.
+inline constexpr double measured_margin_min = 0.01, measured_margin_max = 0.05;
+inline double measured_margin(double spread) noexcept {
+  return spread > measured_margin_max ? measured_margin_max : spread > measured_margin_min ? spread : measured_margin_min;
+}
+inline std::size_t pick_measured(const std::vector<double>& medians, double spread) noexcept {
+  std::size_t best = 0;
+  const double margin = measured_margin(spread);
+  for (std::size_t i = 1; i < medians.size(); ++i)
+    if (medians[i] < (1 - margin) * medians[0] && medians[i] < medians[best]) best = i;
+  return best;
+}
 
 constexpr std::size_t size_class(std::size_t bytes) noexcept {
   return bytes ? std::size_t(std::bit_width(bytes)) - 1 : 0;

@@ -206,11 +206,13 @@ public:
   // At the first all_reduce of a size class: times candidate plans on buffers of
   // the call's size (the estimate's plan; each ring dimension the user left
   // automatic flipped between ring and halving-doubling; with pipelining, the
-  // estimate's segment count halved and doubled, one segment, and fewer segments in
-  // flight), one warm-up and 3 to 15 runs each (about 2 ms), takes every candidate's
-  // median, then the slowest rank's (one all_reduce of the medians, so every rank
-  // picks the same), and keeps the fastest if it beats the estimate's plan by more
-  // than 5 %, else the estimate's. Every rank writes options.wisdom.
+  // estimate's segment count halved, doubled, quartered and quadrupled, one segment,
+  // and fewer segments in flight), one warm-up and 3 to 15 runs each (about 2 ms),
+  // takes every candidate's median and the spread of its runs, then the slowest
+  // rank's (one all_reduce, so every rank picks the same), and keeps the fastest if
+  // it beats the estimate's plan by more than the runs' spread (1 % to 5 %,
+  // plan/wisdom.hpp pick_measured), else the estimate's. Every rank writes
+  // options.wisdom.
   void measure(std::size_t n) {
     auto& ms = c_.measuring();
     ms.active = true;
@@ -243,13 +245,15 @@ public:
       add(est, 1, D);
       if (2 * K0 <= tune.max_segments && n >= 2 * K0) add(est, 2 * K0, D);
       if (K0 > 2) add(est, K0 / 2, D);
+      if (4 * K0 <= tune.max_segments && n >= 4 * K0) add(est, 4 * K0, D);
+      if (K0 > 4) add(est, K0 / 4, D);
       if (K0 > 1 && D > 2) add(est, K0, 2);
     }
     // The candidates' buffers come from options.memory, as all scratch does (under
     // SimGrid SMPI: shared pages, not n elements per simulated rank).
     std::pmr::memory_resource* mr = o.memory ? o.memory : std::pmr::get_default_resource();
     std::pmr::vector<T> a(n, mr), b(n, mr);
-    std::vector<double> secs(cand.size()), t;
+    std::vector<double> secs(cand.size() + 1, 0.0), t;  // the medians, then the largest spread
     engine<double, max_t, Comm> slowest(c_, name_, max_t{}, true);
     auto run = [&](const measured_choice& c) {
       ms.forced = &c;
@@ -269,13 +273,14 @@ public:
       for (std::size_t r = 0; r < runs; ++r) t.push_back(run(cand[i]));
       std::sort(t.begin(), t.end());
       secs[i] = t[t.size() / 2];
+      if (secs[i] > 0) secs.back() = std::max(secs.back(), (t.back() - t.front()) / secs[i]);
     }
     slowest.all_reduce(secs.data(), secs.data(), secs.size());
-    // The estimate's plan stays unless another is faster by more than this machine's
-    // noise between runs of one plan (5 %).
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < cand.size(); ++i)
-      if (secs[i] < 0.95 * secs[0] && secs[i] < secs[best]) best = i;
+    // The estimate's plan stays unless another is faster by more than the noise
+    // between runs of one plan (the largest spread; 1 % to 5 %).
+    const double spread = secs.back();
+    secs.pop_back();
+    const std::size_t best = pick_measured(secs, spread);
     measured_choice m = cand[best];
     m.seconds = secs[best];
     m.estimate_seconds = secs[0];
