@@ -245,6 +245,9 @@ struct options {
   // Where all scratch memory comes from (nullptr: std::pmr::get_default_resource()).
   // Scratch grows to the largest call and is then reused: no allocation per call.
   std::pmr::memory_resource* memory = nullptr;
+  std::pmr::memory_resource* memory_or_default() const noexcept {
+    return memory ? memory : std::pmr::get_default_resource();
+  }
 
   // MPI: messages longer than this are sent as several MPI elements (MPI counts are
   // int). Must be at least 1.

@@ -141,7 +141,7 @@ profile calibrate(Comm& comm, const calibration& how = {}) {
   const std::size_t recv_bytes = std::max(top, trains ? how.train * how.bytes[trains - 1] : 0);
   // From options.memory, as all scratch (under SimGrid SMPI: shared pages, not
   // buffers of every simulated rank in the one process).
-  std::pmr::memory_resource* mr = comm.get_options().memory ? comm.get_options().memory : std::pmr::get_default_resource();
+  std::pmr::memory_resource* mr = comm.get_options().memory_or_default();
   std::pmr::vector<unsigned char> send(top, 0x5a, mr), recv(recv_bytes, mr);
   auto& dims = comm.dims();
   for (std::size_t d = 0; d < dims.size(); ++d) {

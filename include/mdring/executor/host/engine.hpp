@@ -251,7 +251,7 @@ public:
     }
     // The candidates' buffers come from options.memory, as all scratch does (under
     // SimGrid SMPI: shared pages, not n elements per simulated rank).
-    std::pmr::memory_resource* mr = o.memory ? o.memory : std::pmr::get_default_resource();
+    std::pmr::memory_resource* mr = o.memory_or_default();
     std::pmr::vector<T> a(n, mr), b(n, mr);
     std::vector<double> secs(cand.size() + 1, 0.0), t;  // the medians, then the largest spread
     engine<double, max_t, Comm> slowest(c_, name_, max_t{}, true);
