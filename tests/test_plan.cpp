@@ -381,6 +381,25 @@ TEST_CASE("NIC sharing: the ranks of a node share the ports of a link between no
   CHECK(contains(s, "link nvlink: 139.70 GiB/s per rank"));
 }
 
+TEST_CASE("pipeline model: the pace of c segments in flight by mean value analysis (hand-computed)") {
+  // One link busy 1 s per segment, 1 s of latency. One in flight: pace 2 (nothing
+  // overlaps). Two: X(1) = 1/2, Q(1) = 1/2; R(2) = 1 x 1.5, X(2) = 2 / 2.5: pace 1.25,
+  // above both bounds max(1, 2/2) = 1. Many: the link's 1 s.
+  const double one[] = {1.0};
+  CHECK(m::closed_pace(one, 1.0, 1) == 2.0);
+  CHECK(m::closed_pace(one, 1.0, 2) == 1.25);
+  CHECK(m::closed_pace(one, 1.0, 64) == doctest::Approx(1.0).epsilon(1e-9));
+  // No latency: the link alone, however many are in flight. Only latency: they all overlap.
+  CHECK(m::closed_pace(one, 0.0, 4) == 1.0);
+  const double none[] = {0.0};
+  CHECK(m::closed_pace(none, 2.0, 4) == 0.5);
+  // Two links busy 2 s and 1 s, no latency, two in flight: X(1) = 1/3, Q = (2/3, 1/3);
+  // R(2) = (2 x 5/3, 1 x 4/3) = (10/3, 4/3), X(2) = 2 / (14/3) = 3/7: pace 7/3.
+  const double two[] = {2.0, 1.0};
+  CHECK(m::closed_pace(two, 0.0, 2) == doctest::Approx(7.0 / 3).epsilon(1e-12));
+  CHECK(m::closed_pace({}, 0.0, 4) == 0.0);
+}
+
 TEST_CASE("pipeline model: segments in flight overlap their latencies (hand-computed)") {
   // Two rings of 2 ranks, 64 bytes/s, latency 1 s and 2 s, no folding cost; 512
   // one-byte elements. One segment: dim 0 moves 256-byte blocks (4 s), so
@@ -392,23 +411,28 @@ TEST_CASE("pipeline model: segments in flight overlap their latencies (hand-comp
   m::tuning t;
   t.device_gamma = 0;
   t.min_segment_bytes = 1;
-  // K = 2 segments of 256: t_0 = 2 x (1 + 2) = 6 (busy 4), t_1 = 2 x (2 + 1) = 6 (busy 2).
-  // Depth 1: each dimension passes a segment every t_d: T = 12 + 1 x 6 = 18.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 512) == 18.0);
+  // K = 2 segments of 256: t_0 = 2 x (1 + 2) = 6 (busy D_0 = 4), t_1 = 2 x (2 + 1) = 6
+  // (busy D_1 = 2); the latencies Z = 2 + 4 = 6.
+  // Depth 1: one segment in flight, nothing overlaps: pace 12, T = 12 + 1 x 12 = 24.
   t.pipeline_depth = 1;
-  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == 18.0);
-  // Depth 4, two in flight: c_eff = (2 + 1) / 2 = 1.5, pace_d = max(busy_d, t_d / 1.5)
-  // = max(4, 4), max(2, 4): T = 12 + 4 = 16.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == 24.0);
+  // Depth 4, two in flight: X(1) = 1/12, Q = (1/3, 1/6); R(2) = (16/3, 7/3),
+  // X(2) = 2 / (6 + 23/3) = 6/41: pace 41/6, T = 12 + 41/6 = 113/6.
   t.pipeline_depth = 4;
-  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == 16.0);
-  // K = 4 segments of 128, four in flight (c_eff = 2.5): t_0 = 2 x (1 + 1) = 4 (busy 2),
-  // t_1 = 2 x (2 + 0.5) = 5 (busy 1), paces max(2, 1.6) = 2 and max(1, 2) = 2: T = 9 + 3 x 2 = 15.
-  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 128) == 15.0);
-  // K = 8: t = 3 and 4.5 (busy 1 and 0.5), paces 1.2 and 1.8: T = 7.5 + 7 x 1.8 = 20.1.
-  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 64) == doctest::Approx(20.1).epsilon(1e-12));
-  // So the model picks four segments of 128; with depth 1 (T(2) = 18, T(4) = 9 + 3 x 5 = 24)
-  // none is better than T(1) = 18: no pipelining.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == doctest::Approx(113.0 / 6).epsilon(1e-12));
+  // K = 4 segments of 128, four in flight: t_0 = 2 x (1 + 1) = 4 (busy 2), t_1 = 2 x
+  // (2 + 0.5) = 5 (busy 1), Z = 6. X(1) = 1/9, X(2) = 9/43, X(3) = 43/147,
+  // X(4) = 4 / (6 + 754/147) = 147/409: T = 9 + 3 x 409/147 = 850/49.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 128) == doctest::Approx(850.0 / 49).epsilon(1e-12));
+  // K = 8: t = 3 and 4.5 (busy 1 and 0.5), Z = 6; X(4) = 1206/2443:
+  // T = 7.5 + 7 x 2443/1206 = 13073/603.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 64) == doctest::Approx(13073.0 / 603).epsilon(1e-12));
+  // So the model picks four segments of 128 (17.35 < 18); with depth 1 (T(2) = 24,
+  // T(4) = 9 + 3 x 9 = 36) none is better than T(1) = 18: no pipelining.
   CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 128);
   t.pipeline_depth = 1;
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 128) == 36.0);
   CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 512);
 }
 
@@ -427,24 +451,27 @@ TEST_CASE("pipeline model: a per-message overhead is busy time that no depth hid
   t.min_segment_bytes = 1;
   t.pipeline_depth = 4;
   CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 512) == 18.0);
-  // K = 2: t_0 = 2 x (1 + 2) = 6, busy 2 x (0.5 + 2) = 5; t_1 = 6, busy 2; c_eff 1.5:
-  // paces max(5, 4) = 5 and max(2, 4) = 4: T = 12 + 5 = 17.
-  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == 17.0);
-  // K = 4: t_0 = 4, busy 3 (was 2); t_1 = 5, busy 1; c_eff 2.5: paces 3 and 2: T = 9 + 3 x 3 = 18.
-  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 128) == 18.0);
-  // K = 8: t_0 = 3, busy 2; t_1 = 4.5, busy 0.5; paces 2 and 1.8: T = 7.5 + 7 x 2 = 21.5.
-  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 64) == 21.5);
-  // So the model now picks two segments of 256, where without the overhead it picked four.
-  CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 256);
+  // K = 2: t_0 = 2 x (1 + 2) = 6, busy 2 x (0.5 + 2) = 5; t_1 = 6, busy 2; Z = 1 + 4 = 5.
+  // X(1) = 1/12, Q = (5/12, 1/6); R(2) = (85/12, 7/3), X(2) = 2 / (5 + 113/12) = 24/173:
+  // T = 12 + 173/24 = 461/24.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 256) == doctest::Approx(461.0 / 24).epsilon(1e-12));
+  // K = 4: t_0 = 4, busy 3 (was 2); t_1 = 5, busy 1; Z = 5: T = 9 + 3 / X(4) = 80667/4220.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 128) == doctest::Approx(80667.0 / 4220).epsilon(1e-12));
+  // K = 8: t_0 = 3, busy 2; t_1 = 4.5, busy 0.5; Z = 5: T = 7.5 + 7 / X(4) = 7524/305.
+  CHECK(m::pipelined_seconds(topo, ring2, 512, 1, t, 64) == doctest::Approx(7524.0 / 305).epsilon(1e-12));
+  // So no count beats one segment (19.12 at best against 18), where without the
+  // overhead four segments did (17.35).
+  CHECK(m::segment_elements(topo, ring2, 512, 1, t) == 512);
 }
 
 TEST_CASE("pipeline model: dimensions on the same link share it (hand-computed)") {
   // Two dimensions of one link (the nodes of one uplink cut into a 2 x 2 grid):
-  // segments in flight in both go through the same port, so the dimensions' paces
-  // add up. 64 bytes/s, latency 1 s, 512 one-byte elements, K = 2 segments of 256:
-  // dim 0 moves 128-byte blocks: t_0 = 2 x (1 + 2) = 6 (busy 4); dim 1 moves 64-byte
-  // blocks: t_1 = 2 x (1 + 1) = 4 (busy 2). Two in flight, c_eff = 1.5: the link's
-  // pace is max(4 + 2, (6 + 4) / 1.5) = 20/3, T = 10 + 20/3.
+  // segments in flight in both go through the same port, so the dimensions' busy
+  // times add up in one queue. 64 bytes/s, latency 1 s, 512 one-byte elements,
+  // K = 2 segments of 256: dim 0 moves 128-byte blocks: t_0 = 2 x (1 + 2) = 6 (busy
+  // 4); dim 1 moves 64-byte blocks: t_1 = 2 x (1 + 1) = 4 (busy 2); Z = 4. Two in
+  // flight through one queue of D = 6: X(1) = 1/10, Q = 3/5, R(2) = 48/5, X(2) =
+  // 2 / (4 + 48/5) = 5/34: T = 10 + 34/5 = 84/5.
   m::register_link({"pm-shared", 64.0, 1.0, false, m::memory_space::device});
   m::register_link({"pm-other", 64.0, 1.0, false, m::memory_space::device});
   const std::vector<m::algorithm> ring2{m::algorithm::ring, m::algorithm::ring};
@@ -453,10 +480,11 @@ TEST_CASE("pipeline model: dimensions on the same link share it (hand-computed)"
   t.min_segment_bytes = 1;
   t.pipeline_depth = 4;
   const auto shared = m::parse_topology("pm-shared:2 x pm-shared:2");
-  CHECK(m::pipelined_seconds(shared, ring2, 512, 1, t, 256) == doctest::Approx(10 + 20.0 / 3).epsilon(1e-12));
-  // The same figures on two links of their own: paces max(4, 4) and max(2, 8/3), T = 10 + 4.
+  CHECK(m::pipelined_seconds(shared, ring2, 512, 1, t, 256) == doctest::Approx(84.0 / 5).epsilon(1e-12));
+  // The same figures on two links of their own, queues of 4 and 2: X(1) = 1/10,
+  // Q = (2/5, 1/5); R(2) = (28/5, 12/5), X(2) = 2 / (4 + 8) = 1/6: T = 10 + 6 = 16.
   const auto separate = m::parse_topology("pm-shared:2 x pm-other:2");
-  CHECK(m::pipelined_seconds(separate, ring2, 512, 1, t, 256) == doctest::Approx(14.0).epsilon(1e-12));
+  CHECK(m::pipelined_seconds(separate, ring2, 512, 1, t, 256) == doctest::Approx(16.0).epsilon(1e-12));
   // One segment: the stages run one after the other, t_0 = 2 x (1 + 4), t_1 = 2 x (1 + 2).
   CHECK(m::pipelined_seconds(shared, ring2, 512, 1, t, 512) == 10.0 + 6.0);
   CHECK(m::pipelined_seconds(separate, ring2, 512, 1, t, 512) == 10.0 + 6.0);

@@ -6,18 +6,24 @@
 // follow each other through the stages, the slowest dimension sets the pace:
 //   T(K) = sum_d t_d(n/K) + (K - 1) max_d pace_d(n/K)
 // (a dimension's reduce-scatter and all-gather share its links, so they count
-// together). The first term is the pipeline's fill and drain. With c = min(K,
-// tuning::pipeline_depth) segments in flight, one segment's latencies overlap the
-// others' transfers, so a dimension passes a segment every
-//   pace_d = max(b_d, t_d / c_eff),   c_eff = (c + 1) / 2
-// where b_d is t_d without the latencies (the time the link is busy: bytes and
-// per-message overheads, plan/cost.hpp), and c_eff
-// counts that about half the segments in flight are in the other dimensions'
-// stages at any time (fitted on simulated clusters, docs/SCALING.md: depth 2, 4
-// and 8 overlap like 1.4, 2.7 and more than 3 segments). Dimensions of the same
-// link (the same link name: "ib:16 x ib:16", the nodes behind one uplink cut into
-// a grid) send through the same port, so they share its pace: for such a group
-//   pace = max(sum b_d, sum t_d / c_eff).
+// together). The first term is the pipeline's fill and drain. The executor keeps
+// c = min(K, tuning::pipeline_depth) segments in flight and starts the next when
+// one is done, so the pace is that of a closed queueing network of c customers:
+// each segment needs every link for its busy time b_d (bytes and per-message
+// overheads, plan/cost.hpp: no segment can use a link while another does) and
+// waits out the latencies, t_d - b_d, which overlap anything. Dimensions of the
+// same link (the same link name: "ib:16 x ib:16", the nodes behind one uplink cut
+// into a grid) send through the same port: one queue, D = sum b_d. Mean value
+// analysis (Reiser and Lavenberg) gives the throughput X(c) of such a network,
+// with Z = sum_d (t_d - b_d):
+//   R_q(n) = D_q (1 + Q_q(n-1)),  X(n) = n / (Z + sum_q R_q(n)),  Q_q(n) = X(n) R_q(n)
+// and pace = 1 / X(c): t(n/K) summed for one segment in flight (nothing overlaps),
+// approaching the busiest link's D as c grows, and above both bounds near the
+// knee, where segments queue for a link while others wait out latencies.
+// (Simulated on the 64 x 4 cluster with measured links, docs/SCALING.md: within
+// 0.5 % from 8 to 64 segments at 102.4 MB and 2 % from 4 to 64 at 16 MiB, where
+// the bounds alone, max(b_d, t_d / c), had picked 64 segments, 4 % slower than the
+// 16 that this picks.)
 // Give links of their own a name of their own (register_link) when they are
 // separate ports, as in a torus. The latencies, and the per-message overheads
 // (which no depth hides), are what stop K from growing without bound: on a link
@@ -48,11 +54,32 @@
 
 MDRING_NAMESPACE_BEGIN
 
+// 1 / X(c) of the mean value analysis above: `demands` are the links' busy seconds
+// per segment (one queue each), `delay` the seconds that overlap anything, c >= 1
+// the segments in flight. Example: one link busy 1 s and 1 s of latency, two in
+// flight: X(1) = 1/2, Q(1) = 1/2, R(2) = 1.5, X(2) = 2/2.5: pace 1.25 s (the bounds
+// say max(1, 2/2) = 1).
+inline double closed_pace(std::span<const double> demands, double delay, std::size_t c) noexcept {
+  std::array<double, 16> q_a{};
+  std::vector<double> q_v;
+  if (demands.size() > q_a.size()) q_v.assign(demands.size(), 0.0);
+  double* q = demands.size() > q_a.size() ? q_v.data() : q_a.data();
+  double x = 0;
+  for (std::size_t n = 1; n <= (c ? c : 1); ++n) {
+    double r = delay;
+    for (std::size_t i = 0; i < demands.size(); ++i) r += demands[i] * (1 + q[i]);
+    if (r <= 0) return 0.0;
+    x = double(n) / r;
+    for (std::size_t i = 0; i < demands.size(); ++i) q[i] = x * demands[i] * (1 + q[i]);
+  }
+  return 1.0 / x;
+}
+
 // Predicted seconds of the reduce-scatter plus all-gather of every dimension, for
 // an all_reduce of n elements (ranges shrink by each dimension's extent).
 struct dimension_times {
   double sum = 0;      // all stages, one after the other
-  double pace = 0;     // the largest pace_d for `concurrent` segments in flight
+  double pace = 0;     // seconds between segments done, `concurrent` in flight
 };
 
 inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, std::span<const algorithm> algos,
@@ -60,7 +87,6 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
                                                   std::size_t concurrent = 1) {
   dimension_times t;
   std::size_t range = n;
-  const double c = (double(concurrent ? concurrent : 1) + 1) / 2;  // c_eff
   // Per dimension: the stages' time and the time the link is busy; then the
   // dimensions of one link are added up (a topology has a handful of dimensions:
   // no allocation up to 16 of them).
@@ -86,16 +112,24 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
     t.sum += both[d];
     if (!rd) range = max_block(range, p);
   }
+  // One queue per link (its dimensions' busy times added up), the latencies a delay.
+  std::array<double, 16> queue_a{};
+  std::vector<double> queue_v;
+  if (k > queue_a.size()) queue_v.assign(k, 0.0);
+  double* queue = k > queue_a.size() ? queue_v.data() : queue_a.data();
+  std::size_t queues = 0;
+  double delay = 0;
   for (std::size_t d = 0; d < k; ++d) {
+    delay += both[d] - busy[d];
     bool first = true;  // of its link: the group is counted once
     for (std::size_t e = 0; e < d && first; ++e) first = topo.dim(e).link.name != topo.dim(d).link.name;
     if (!first) continue;
-    double group_both = 0, group_busy = 0;
+    double group_busy = 0;
     for (std::size_t e = d; e < k; ++e)
-      if (topo.dim(e).link.name == topo.dim(d).link.name) group_both += both[e], group_busy += busy[e];
-    const double pace = group_busy > group_both / c ? group_busy : group_both / c;
-    t.pace = pace > t.pace ? pace : t.pace;
+      if (topo.dim(e).link.name == topo.dim(d).link.name) group_busy += busy[e];
+    queue[queues++] = group_busy;
   }
+  t.pace = closed_pace(std::span<const double>(queue, queues), delay, concurrent);
   return t;
 }
 
