@@ -328,7 +328,10 @@ class Simulator:
             args += ["--topology", p.natural_topology(nodes).replace(" ", ""), "--profile",
                      str(self.profile(p, nodes))] + GPU_GAMMA
         elif lib == "flat":
-            args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link, "--split-ring-extent", "0"]
+            # A ring, as the column says: the link's figure is a ring step's (one message per
+            # uplink direction), which halving-doubling's partners across nodes do not get.
+            args += ["--topology", f"sim-flat:{ranks}", "--link", flat_link, "--split-ring-extent", "0",
+                     "--algorithms", "ring"]
         else:
             alg = lib.split(":", 1)[1]
             topo = f"sim-intra:{p.gpus}xsim-inter:{nodes}" if nodes > 1 else f"sim-intra:{p.gpus}"

@@ -3,8 +3,8 @@
 // Without pipelining an all_reduce over dimensions d = 0..k-1 takes
 //   T(1) = sum_d t_d(n),   t_d = RS_d + AG_d
 // and every link idles while another dimension works. Cut into K segments that
-// follow each other through the stages, the slowest dimension sets the pace:
-//   T(K) = sum_d t_d(n/K) + (K - 1) max_d pace_d(n/K)
+// follow each other through the stages, a segment is done every `pace` seconds:
+//   T(K) = sum_d t_d(n/K) + (K - 1) pace(n/K)
 // (a dimension's reduce-scatter and all-gather share its links, so they count
 // together). The first term is the pipeline's fill and drain. The executor keeps
 // c = min(K, tuning::pipeline_depth) segments in flight and starts the next when
@@ -59,7 +59,7 @@ MDRING_NAMESPACE_BEGIN
 // the segments in flight. Example: one link busy 1 s and 1 s of latency, two in
 // flight: X(1) = 1/2, Q(1) = 1/2, R(2) = 1.5, X(2) = 2/2.5: pace 1.25 s (the bounds
 // say max(1, 2/2) = 1).
-inline double closed_pace(std::span<const double> demands, double delay, std::size_t c) noexcept {
+inline double closed_pace(std::span<const double> demands, double delay, std::size_t c) {
   std::array<double, 16> q_a{};
   std::vector<double> q_v;
   if (demands.size() > q_a.size()) q_v.assign(demands.size(), 0.0);
