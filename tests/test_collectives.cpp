@@ -1121,6 +1121,41 @@ TEST_CASE("planning = measure: exact results, one choice on every rank, kept in 
   std::remove(path.c_str());
 }
 
+TEST_CASE("planning = measure: a direct dimension of 3 ranks or more is timed as a ring and halving-doubling too") {
+  // shm:4 x ethernet:2, 4099 int32 (16 KiB). Candidates: the estimate (direct in the
+  // node, recursive doubling between nodes: below its cap, and then nothing is
+  // pipelined), ethernet as halving-doubling, and shm as a ring and as
+  // halving-doubling: 4, where before there were 2 (shm:2 gets no such pair: with
+  // two ranks direct and a ring are one exchange).
+  const std::string path = "test_collectives_measure_direct.wisdom";
+  std::remove(path.c_str());
+  md::options o = opts_with();
+  o.planning = md::planning::measure;
+  o.wisdom = path;
+  const auto topo = md::parse_topology("shm:4 x ethernet:2");
+  const auto isum = bspec<std::int32_t>(md::sum, opk::sum);
+  in_world("measure shm:4 x ethernet:2", 8, topo, o,
+           [&](auto& c, rank_ctx& cx) { do_all_reduce<std::int32_t>(c, cx, isum, 4099, false); });
+  md::wisdom w = md::wisdom::load(path);
+  REQUIRE(w.all_reduce.size() == 1);
+  CHECK(w.all_reduce.begin()->second.candidates == 4);
+  // Whatever was picked, the shm dimension can run any of them from the wisdom file:
+  // exact results, and explain() names the plan it read.
+  for (algorithm a : {RING, HD, DIRECT}) {
+    w.all_reduce.begin()->second.algos = {a, RING};
+    w.save(path);
+    in_world("wisdom shm as " + std::string(md::to_string(a)), 8, topo, o, [&](auto& c, rank_ctx& cx) {
+      for (bool in_place : {false, true}) do_all_reduce<std::int32_t>(c, cx, isum, 4099, in_place);
+      do_all_reduce<std::int32_t>(c, cx, isum, 4000, false);  // the same size class
+      const md::plan pl = c.template make_plan<std::int32_t>(4099);
+      bool ran = pl.chosen_by.find("measured") == 0;
+      for (auto& st : pl.stages) ran = ran && (st.dim != 0 || st.algo == a);
+      if (!ran) cx.fail("the plan is not the wisdom's:\n" + pl.to_string());
+    });
+  }
+  std::remove(path.c_str());
+}
+
 TEST_CASE("collectives: all_reduce cut into segments that overlap across dimensions") {
   // plan/pipeline.hpp: segments of about tune.segment_bytes move through the stages
   // one behind the other, up to tune.pipeline_depth in flight. Message stages (ring

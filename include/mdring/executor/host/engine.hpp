@@ -205,7 +205,9 @@ public:
   //
   // At the first all_reduce of a size class: times candidate plans on buffers of
   // the call's size (the estimate's plan; each ring dimension the user left
-  // automatic flipped between ring and halving-doubling; with pipelining, the
+  // automatic flipped between ring and halving-doubling, each direct one of 3 ranks
+  // or more on a fully connected link run as a ring and as halving-doubling; with
+  // pipelining, the
   // estimate's segment count halved, doubled, quartered and quadrupled, one segment,
   // and fewer segments in flight), one warm-up and 3 to 15 runs each (about 2 ms),
   // takes every candidate's median and the spread of its runs, then the slowest
@@ -240,6 +242,19 @@ public:
       std::vector<algorithm> al = est;
       al[d] = est[d] == algorithm::halving_doubling ? algorithm::ring : algorithm::halving_doubling;
       add(al, K0, D);
+    }
+    // A fully connected dimension of 3 ranks or more that the user left automatic runs
+    // direct; its pairs may not be equal (NVLink meshes, PCIe switches), so a ring and
+    // halving-doubling there are candidates too.
+    for (std::size_t d = 0; d < ext_.size(); ++d) {
+      if (ext_[d] < 3 || est[d] != algorithm::direct || !dims_[d].link.fully_connected ||
+          (d < req.size() && req[d] != algorithm::automatic))
+        continue;
+      for (algorithm a : {algorithm::ring, algorithm::halving_doubling}) {
+        std::vector<algorithm> al = est;
+        al[d] = a;
+        add(al, K0, D);
+      }
     }
     if (pipelines(c_.executed_topology(), est)) {
       add(est, 1, D);
