@@ -1140,7 +1140,7 @@ TEST_CASE("planning = measure: a direct dimension of 3 ranks or more is timed as
   REQUIRE(w.all_reduce.size() == 1);
   CHECK(w.all_reduce.begin()->second.candidates == 4);
   // Whatever was picked, the shm dimension can run any of them from the wisdom file:
-  // exact results, and explain() names the plan it read.
+  // exact results, and the plan it runs is the wisdom's.
   for (algorithm a : {RING, HD, DIRECT}) {
     w.all_reduce.begin()->second.algos = {a, RING};
     w.save(path);
