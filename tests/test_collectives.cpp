@@ -1034,15 +1034,21 @@ TEST_CASE("calibrate: the same profile on every rank; bind plans with it; ranks 
   CHECK(one == std::vector<std::string>(2, "how.train"));
 }
 
+// Measured planning with a wisdom file at `path`, which is removed first.
+md::options measure_opts(const std::string& path) {
+  std::remove(path.c_str());
+  md::options o = opts_with();
+  o.planning = md::planning::measure;
+  o.wisdom = path;
+  return o;
+}
+
 TEST_CASE("planning = measure: exact results, one choice on every rank, kept in a wisdom file") {
   // The first all_reduce of each size class times the candidates; explain() then
   // names the measured plan, the same on every rank. A second bind with the same
   // wisdom file starts from those plans (explain says so before any call).
   const std::string path = "test_collectives_measure.wisdom";
-  std::remove(path.c_str());
-  md::options o = opts_with();
-  o.planning = md::planning::measure;
-  o.wisdom = path;
+  const md::options o = measure_opts(path);
   const auto topo = md::parse_topology("shm:2 x ethernet:5");
   in_world("measure shm:2 x ethernet:5", 10, topo, o, [&](auto& c, rank_ctx& cx) {
     const auto isum = bspec<std::int32_t>(md::sum, opk::sum);
@@ -1128,10 +1134,7 @@ TEST_CASE("planning = measure: a direct dimension of 3 ranks or more is timed as
   // halving-doubling: 4, where before there were 2 (shm:2 gets no such pair: with
   // two ranks direct and a ring are one exchange).
   const std::string path = "test_collectives_measure_direct.wisdom";
-  std::remove(path.c_str());
-  md::options o = opts_with();
-  o.planning = md::planning::measure;
-  o.wisdom = path;
+  const md::options o = measure_opts(path);
   const auto topo = md::parse_topology("shm:4 x ethernet:2");
   const auto isum = bspec<std::int32_t>(md::sum, opk::sum);
   in_world("measure shm:4 x ethernet:2", 8, topo, o,

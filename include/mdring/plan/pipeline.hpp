@@ -54,16 +54,33 @@
 
 MDRING_NAMESPACE_BEGIN
 
+// n values of T, on the stack up to 16 (a topology has a handful of dimensions: the
+// planner allocates nothing for it), on the heap beyond; value-initialized.
+template <class T>
+class small_buffer {
+ public:
+  explicit small_buffer(std::size_t n) : n_(n) {
+    if (n > on_stack_.size()) on_heap_.assign(n, T{});
+  }
+  small_buffer(const small_buffer&) = delete;
+  small_buffer& operator=(const small_buffer&) = delete;
+  T* data() noexcept { return n_ > on_stack_.size() ? on_heap_.data() : on_stack_.data(); }
+  std::span<T> span() noexcept { return {data(), n_}; }
+
+ private:
+  std::size_t n_;
+  std::array<T, 16> on_stack_{};
+  std::vector<T> on_heap_;
+};
+
 // 1 / X(c) of the mean value analysis above: `demands` are the links' busy seconds
 // per segment (one queue each), `delay` the seconds that overlap anything, c >= 1
 // the segments in flight. Example: one link busy 1 s and 1 s of latency, two in
 // flight: X(1) = 1/2, Q(1) = 1/2, R(2) = 1.5, X(2) = 2/2.5: pace 1.25 s (the bounds
 // say max(1, 2/2) = 1).
 inline double closed_pace(std::span<const double> demands, double delay, std::size_t c) {
-  std::array<double, 16> q_a{};
-  std::vector<double> q_v;
-  if (demands.size() > q_a.size()) q_v.assign(demands.size(), 0.0);
-  double* q = demands.size() > q_a.size() ? q_v.data() : q_a.data();
+  small_buffer<double> queued(demands.size());  // Q_q(n - 1)
+  double* q = queued.data();
   double x = 0;
   for (std::size_t n = 1; n <= (c ? c : 1); ++n) {
     double r = delay;
@@ -88,14 +105,11 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
   dimension_times t;
   std::size_t range = n;
   // Per dimension: the stages' time and the time the link is busy; then the
-  // dimensions of one link are added up (a topology has a handful of dimensions:
-  // no allocation up to 16 of them).
+  // dimensions of one link are added up.
   const std::size_t k = topo.ndims();
-  std::array<double, 16> both_a{}, busy_a{};
-  std::vector<double> both_v, busy_v;
-  if (k > both_a.size()) both_v.assign(k, 0.0), busy_v.assign(k, 0.0);
-  double* both = k > both_a.size() ? both_v.data() : both_a.data();
-  double* busy = k > busy_a.size() ? busy_v.data() : busy_a.data();
+  small_buffer<double> both_b(k), busy_b(k);
+  double* both = both_b.data();
+  double* busy = busy_b.data();
   for (std::size_t d = 0; d < k; ++d) {
     const std::size_t p = topo.extent(d);
     if (p <= 1) continue;
@@ -113,10 +127,8 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
     if (!rd) range = max_block(range, p);
   }
   // One queue per link (its dimensions' busy times added up), the latencies a delay.
-  std::array<double, 16> queue_a{};
-  std::vector<double> queue_v;
-  if (k > queue_a.size()) queue_v.assign(k, 0.0);
-  double* queue = k > queue_a.size() ? queue_v.data() : queue_a.data();
+  small_buffer<double> queue_b(k);
+  double* queue = queue_b.data();
   std::size_t queues = 0;
   double delay = 0;
   for (std::size_t d = 0; d < k; ++d) {
@@ -281,10 +293,8 @@ inline void recursive_doubling_for_call(const runtime_topology& topo, std::span<
   };
   double best = pipelined_seconds(topo, algos, n, elem_size, tune, segment_elements(topo, algos, n, elem_size, tune));
   std::size_t from = topo.ndims();  // the suffix that runs recursive doubling: none
-  std::array<algorithm, 16> trial_a{};
-  std::vector<algorithm> trial_v;
-  if (algos.size() > trial_a.size()) trial_v.assign(algos.size(), algorithm::ring);
-  std::span<algorithm> trial(algos.size() > trial_a.size() ? trial_v.data() : trial_a.data(), algos.size());
+  small_buffer<algorithm> trial_b(algos.size());
+  const std::span<algorithm> trial = trial_b.span();
   std::copy(algos.begin(), algos.end(), trial.begin());
   for (std::size_t d = topo.ndims(); d-- > 0;) {
     if (topo.extent(d) <= 1) continue;

@@ -235,22 +235,18 @@ public:
     };
     const std::size_t D = tune.pipeline_depth;
     add(est, K0, D);
+    // Per dimension the user left automatic: a ring flipped to halving-doubling or
+    // back; a fully connected one of 3 ranks or more, which runs direct, as a ring and
+    // as halving-doubling (its pairs may not be equal: NVLink meshes, PCIe switches).
     const auto& req = c_.requested_algorithms();
     for (std::size_t d = 0; d < ext_.size(); ++d) {
-      if (ext_[d] < 2 || dims_[d].algo_for(true) != algorithm::ring || (d < req.size() && req[d] != algorithm::automatic))
-        continue;
-      std::vector<algorithm> al = est;
-      al[d] = est[d] == algorithm::halving_doubling ? algorithm::ring : algorithm::halving_doubling;
-      add(al, K0, D);
-    }
-    // A fully connected dimension of 3 ranks or more that the user left automatic runs
-    // direct; its pairs may not be equal (NVLink meshes, PCIe switches), so a ring and
-    // halving-doubling there are candidates too.
-    for (std::size_t d = 0; d < ext_.size(); ++d) {
-      if (ext_[d] < 3 || est[d] != algorithm::direct || !dims_[d].link.fully_connected ||
-          (d < req.size() && req[d] != algorithm::automatic))
-        continue;
-      for (algorithm a : {algorithm::ring, algorithm::halving_doubling}) {
+      if (ext_[d] < 2 || (d < req.size() && req[d] != algorithm::automatic)) continue;
+      std::vector<algorithm> others;
+      if (dims_[d].algo_for(true) == algorithm::ring)
+        others = {est[d] == algorithm::halving_doubling ? algorithm::ring : algorithm::halving_doubling};
+      else if (ext_[d] >= 3 && est[d] == algorithm::direct && dims_[d].link.fully_connected)
+        others = {algorithm::ring, algorithm::halving_doubling};
+      for (algorithm a : others) {
         std::vector<algorithm> al = est;
         al[d] = a;
         add(al, K0, D);
