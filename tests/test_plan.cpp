@@ -902,6 +902,11 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   slow.save(o.profile);
   const std::string with = m::explain(m::parse_topology("ethernet:2"), 1000, m::collective::all_reduce, 0, m::sum, o);
   CHECK(contains(with, "latency 1.000 ms"));
+  // the built-in figures are called typical, measured ones are not
+  CHECK_FALSE(contains(with, "built-in"));
+  const std::string plain = m::explain(m::parse_topology("nvlink:4 x infiniband:64"), 1000);
+  CHECK(contains(plain, "figures of nvlink, infiniband: the built-in typical ones, not this machine's; "
+                        "mdring-calibrate measures them"));
   std::remove(o.profile.c_str());
   try {
     m::explain(m::parse_topology("ethernet:2"), 1000, m::collective::all_reduce, 0, m::sum, o);

@@ -313,11 +313,13 @@ inline std::string plan::to_string() const {
   if (stages.empty()) s += "  (one rank: a local copy, no stage)\n";
   // Each link once: what one rank gets of it, and of what (ports shared by the node's ranks).
   bool measured = false;
+  std::string typical;  // links with the built-in figures
   for (std::size_t a = 0; a < stages.size(); ++a) {
     const auto& st = stages[a];
     bool first = true;
     for (std::size_t b = 0; b < a && first; ++b) first = stages[b].link.name != st.link.name;
     if (!first) continue;
+    if (builtin_figures(st.link)) typical += (typical.empty() ? "" : ", ") + st.link.name;
     std::string shared;
     if (st.link.ports) {
       char buf[160];
@@ -351,6 +353,10 @@ inline std::string plan::to_string() const {
   std::snprintf(line, sizeof line, "predicted total: %s (alpha-beta-gamma model from the links' %s)\n",
                 detail::human_seconds(seconds()).c_str(), measured ? "measured curves" : "traits");
   s += line;
+  if (!typical.empty())
+    s += "figures of " + typical +
+         ": the built-in typical ones, not this machine's; mdring-calibrate measures them (options.profile or "
+         "MDRING_PROFILE), options.planning = measure times the plans\n";
   if (!chosen_by.empty()) s += "plan: " + chosen_by + "\n";
   return s;
 }
