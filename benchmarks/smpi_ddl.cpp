@@ -5,7 +5,7 @@
 //
 //   smpirun -np 2P ... smpi-ddl --topology "sim-intra:4xsim-inter:16" --link ... [--link ...]
 //                      [--step-ms 202.5] [--bucket-mb 25] [--first-bucket-mb 1] [--mode overlap|exposed]
-//                      [--trace]
+//                      [--profile FILE] [--host-gamma S] [--trace]
 //
 // Two simulated processes per GPU, on the GPU's node (the hostfile gives each node
 // 2 G slots; world rank w is slot w mod 2G of node w / 2G):
@@ -38,7 +38,10 @@
 //     --bucket-mb (25 MiB, DDP's bucket_cap_mb); a bucket is all-reduced (avg)
 //     once its last gradient is ready;
 //   - --mode exposed: the trainer says every bucket is ready only after the backward
-//     pass (no overlap).
+//     pass (no overlap);
+//   - --profile: mdring plans with a calibration profile (options.profile, written by
+//     mdring-calibrate on the same platform); --host-gamma: options.tune.host_gamma
+//     (1e-12 for GPUs: host-memory links' folds cost nothing in the simulation).
 // Prints one JSON line: the step time (the slowest trainer's), the compute alone,
 // the all-reduce left after the backward pass (exposed), and the all-reduce of
 // every bucket alone.
@@ -101,7 +104,8 @@ std::vector<layer> resnet50() {
 struct args {
   std::string topology;
   std::vector<std::string> links;
-  double step_ms = 202.5, bucket_mb = 25, first_bucket_mb = 1;
+  std::string profile;
+  double step_ms = 202.5, bucket_mb = 25, first_bucket_mb = 1, host_gamma = 0;
   bool exposed = false, trace = false;
 };
 
@@ -119,10 +123,12 @@ args parse(int argc, char** argv) {
     else if (k == "--bucket-mb") a.bucket_mb = std::atof(val().c_str());
     else if (k == "--first-bucket-mb") a.first_bucket_mb = std::atof(val().c_str());
     else if (k == "--mode") a.exposed = val() == "exposed";
+    else if (k == "--profile") a.profile = val();
+    else if (k == "--host-gamma") a.host_gamma = std::atof(val().c_str());
     else if (k == "--trace") a.trace = true;
     else std::fprintf(stderr, "smpi-ddl: unknown argument %s\n", k.c_str()), std::exit(2);
   }
-  if (a.topology.empty() || a.step_ms <= 0 || a.bucket_mb <= 0 || a.first_bucket_mb <= 0)
+  if (a.topology.empty() || a.step_ms <= 0 || a.bucket_mb <= 0 || a.first_bucket_mb <= 0 || a.host_gamma < 0)
     std::fprintf(stderr, "smpi-ddl: --topology is required; times and sizes must be positive\n"), std::exit(2);
   return a;
 }
@@ -205,6 +211,8 @@ int main(int argc, char** argv) {
   } else {
     mdring::options o;
     o.memory = mdring::mpi::smpi_shared_memory();  // scratch in SMPI's shared pages: 256 GPUs x 102 MB fit
+    o.profile = a.profile;
+    if (a.host_gamma > 0) o.tune.host_gamma = a.host_gamma;
     auto comm = mdring::bind(mdring::parse_topology(a.topology), roles, o);
     std::vector<float*> data;
     for (auto& b : buckets) data.push_back(static_cast<float*>(SMPI_SHARED_MALLOC(b.elements * sizeof(float))));
