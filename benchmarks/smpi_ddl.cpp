@@ -128,8 +128,11 @@ args parse(int argc, char** argv) {
     else if (k == "--trace") a.trace = true;
     else std::fprintf(stderr, "smpi-ddl: unknown argument %s\n", k.c_str()), std::exit(2);
   }
-  if (a.topology.empty() || a.step_ms <= 0 || a.bucket_mb <= 0 || a.first_bucket_mb <= 0 || a.host_gamma < 0)
+  if (a.topology.empty() || a.step_ms <= 0 || a.bucket_mb <= 0 || a.first_bucket_mb <= 0)
     std::fprintf(stderr, "smpi-ddl: --topology is required; times and sizes must be positive\n"), std::exit(2);
+  if (a.host_gamma < 0)
+    std::fprintf(stderr, "smpi-ddl: --host-gamma takes seconds per byte, at least 0, not %g\n", a.host_gamma),
+        std::exit(2);
   return a;
 }
 

@@ -205,11 +205,16 @@ link_info link_info_of() {
   return l;
 }
 
-// Whether l has the figures of one of the built-in tags above: typical values, not
+// The built-in tags' figures (the link registry starts from them).
+inline std::array<link_info, 5> builtin_links() {
+  return {link_info_of<nvlink>(), link_info_of<pcie>(), link_info_of<infiniband>(), link_info_of<ethernet>(),
+          link_info_of<shm>()};
+}
+
+// Whether l has the figures of one of the built-in tags: typical values, not
 // measurements of the machine (explain() says so).
 inline bool builtin_figures(const link_info& l) {
-  for (const link_info& b : {link_info_of<nvlink>(), link_info_of<pcie>(), link_info_of<infiniband>(),
-                             link_info_of<ethernet>(), link_info_of<shm>()})
+  for (const link_info& b : builtin_links())
     if (l == b) return true;
   return false;
 }

@@ -84,9 +84,7 @@ struct link_registry {
   std::mutex mutex;
   std::map<std::string, link_info, std::less<>> links;
   link_registry() {
-    for (auto l : {link_info_of<nvlink>(), link_info_of<pcie>(), link_info_of<infiniband>(),
-                   link_info_of<ethernet>(), link_info_of<shm>()})
-      links.emplace(l.name, l);
+    for (auto& l : builtin_links()) links.emplace(l.name, l);
     if (const char* env = std::getenv("MDRING_LINKS")) add_from(env);
   }
   // MDRING_LINKS: parse_link texts separated by ';', applied in order.

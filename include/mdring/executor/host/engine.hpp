@@ -207,14 +207,13 @@ public:
   // the call's size (the estimate's plan; each ring dimension the user left
   // automatic flipped between ring and halving-doubling, each direct one of 3 ranks
   // or more on a fully connected link run as a ring and as halving-doubling; with
-  // pipelining, the
-  // estimate's segment count halved, doubled, quartered and quadrupled, one segment,
-  // and fewer segments in flight), one warm-up and 3 to 15 runs each (about 2 ms),
-  // takes every candidate's median and the spread of its runs, then the slowest
-  // rank's (one all_reduce, so every rank picks the same), and keeps the fastest if
-  // it beats the estimate's plan by more than the runs' spread (1 % to 5 %,
-  // plan/wisdom.hpp pick_measured), else the estimate's. Every rank writes
-  // options.wisdom.
+  // pipelining, the estimate's segment count halved, doubled, quartered and
+  // quadrupled, one segment, and fewer segments in flight), one warm-up and 3 to 15
+  // runs each (about 2 ms), takes every candidate's median and the spread of its
+  // runs, then the slowest rank's (one all_reduce, so every rank picks the same), and
+  // keeps the fastest if it beats the estimate's plan by more than the runs' spread
+  // (1 % to 5 %, plan/wisdom.hpp pick_measured), else the estimate's. Every rank
+  // writes options.wisdom.
   void measure(std::size_t n) {
     auto& ms = c_.measuring();
     ms.active = true;
