@@ -46,6 +46,7 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -113,6 +114,121 @@ inline void cma(long pid, std::size_t rank, void* remote, void* local, std::size
   throw transport_error("mdring: shared access is not available on this platform", 0);
 #endif
 }
+
+// Collective over the members of an exchange (see the top): every member's
+// process id, by index, when all of them run on this node (host name and boot
+// id); nullopt on every member otherwise (they all see the same answers).
+template <class Exchange>
+std::optional<std::vector<long>> node_pids(Exchange& ex, std::size_t p) {
+  struct who {
+    char node[240];
+    std::int64_t pid;
+  };
+  who mine{};
+  const std::string id = node_identity();
+  std::snprintf(mine.node, sizeof mine.node, "%s", id.c_str());
+#if MDRING_HAVE_CMA
+  mine.pid = std::int64_t(getpid());
+#endif
+  std::vector<who> all(p);
+  ex.all_gather(&mine, sizeof mine, all.data());
+  std::vector<long> pids(p);
+  for (std::size_t j = 0; j < p; ++j) {
+    if (id.empty() || std::strncmp(all[j].node, mine.node, sizeof mine.node) != 0) return std::nullopt;
+    pids[j] = long(all[j].pid);
+  }
+  return pids;
+}
+
+// One POSIX shared-memory segment that every member of an exchange maps:
+// member 0 creates it (shm_open, a name of its own) and says its name, the others
+// map it by that name. open() is collective and returns whether this member has
+// it mapped (members may differ: agree before relying on it); unlink() (member 0,
+// once every member has it mapped) removes the name, so nothing is left behind
+// whatever happens later. Zero-filled when created.
+class shared_segment {
+public:
+  shared_segment() = default;
+  shared_segment(const shared_segment&) = delete;
+  shared_segment& operator=(const shared_segment&) = delete;
+  shared_segment(shared_segment&& o) noexcept { *this = std::move(o); }
+  shared_segment& operator=(shared_segment&& o) noexcept {
+    if (this != &o) {
+      close();
+      base_ = std::exchange(o.base_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+      name_ = std::exchange(o.name_, {});
+    }
+    return *this;
+  }
+  ~shared_segment() { close(); }
+
+  // p members, this one is `me`.
+  template <class Exchange>
+  bool open(Exchange& ex, std::size_t p, std::size_t me, std::size_t bytes) {
+    close();
+    std::array<char, 64> name{};
+#if MDRING_HAVE_CMA
+    bytes_ = bytes;
+    if (me == 0) {
+      static std::atomic<unsigned> counter{0};
+      std::snprintf(name.data(), name.size(), "/mdring.%ld.%u.%lx", long(getpid()), counter.fetch_add(1),
+                    static_cast<unsigned long>(reinterpret_cast<std::uintptr_t>(&name) ^ std::uintptr_t(time(nullptr))));
+      const int fd = shm_open(name.data(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+      const bool mapped = fd >= 0 && ftruncate(fd, off_t(bytes_)) == 0 && map(fd);
+      if (fd >= 0) ::close(fd);
+      if (fd >= 0 && !mapped) shm_unlink(name.data());
+      if (!mapped) name[0] = '\0';
+      name_ = name;
+    }
+#else
+    (void)me, (void)bytes;
+#endif
+    std::vector<std::array<char, 64>> names(p);
+    ex.all_gather(name.data(), name.size(), names.data());
+    name = names[0];
+#if MDRING_HAVE_CMA
+    if (name[0] != '\0' && me != 0) {
+      const int fd = shm_open(name.data(), O_RDWR | O_CLOEXEC, 0600);
+      if (fd >= 0) map(fd), ::close(fd);
+    }
+#endif
+    return base_ != nullptr;
+  }
+  // Member 0: removes the segment's name (the mappings stay).
+  void unlink() noexcept {
+#if MDRING_HAVE_CMA
+    if (name_[0] != '\0') shm_unlink(name_.data());
+#endif
+    name_[0] = '\0';
+  }
+  void* data() const noexcept { return base_; }
+  std::size_t size() const noexcept { return bytes_; }
+  void close() noexcept {
+    unlink();
+#if MDRING_HAVE_CMA
+    if (base_) munmap(base_, bytes_);
+#endif
+    base_ = nullptr;
+    bytes_ = 0;
+  }
+
+private:
+  bool map(int fd) noexcept {
+#if MDRING_HAVE_CMA
+    void* q = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (q == MAP_FAILED) return false;
+    base_ = q;
+    return true;
+#else
+    (void)fd;
+    return false;
+#endif
+  }
+  void* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::array<char, 64> name_{};
+};
 
 // The peers' node_alloc segments this process has mapped, at most max_mappings
 // (the least recently used is dropped).
@@ -202,8 +318,7 @@ public:
       group_ = std::exchange(o.group_, {});
       pids_ = std::move(o.pids_);
       ranks_ = std::move(o.ranks_);
-      base_ = std::exchange(o.base_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
+      segment_ = std::move(o.segment_);
     }
     return *this;
   }
@@ -219,48 +334,18 @@ public:
     const std::size_t p = members.size();
     if (p > access_group::max_ranks || p == 0) return false;
     // 1. Same node? (host name and boot id, and the pid)
-    struct who {
-      char node[240];
-      std::int64_t pid;
-    };
-    who mine{};
-    const std::string id = node_identity();
-    std::snprintf(mine.node, sizeof mine.node, "%s", id.c_str());
-    mine.pid = std::int64_t(getpid());
-    std::vector<who> all(p);
-    ex.all_gather(&mine, sizeof mine, all.data());
-    for (const auto& w : all)
-      if (id.empty() || std::strncmp(w.node, mine.node, sizeof mine.node) != 0) return false;
-    pids_.resize(p);
-    for (std::size_t j = 0; j < p; ++j) pids_[j] = long(all[j].pid);
+    auto pids = node_pids(ex, p);
+    if (!pids) return false;
+    pids_ = std::move(*pids);
     ranks_.assign(members.begin(), members.end());
     // 2. Member 0 creates the segment; the others map it; 0 unlinks it.
     const std::size_t region = (access_region_bytes(staging) + 63) / 64 * 64;
-    bytes_ = region * p;
-    std::array<char, 64> name{};
-    if (me == 0) {
-      static std::atomic<unsigned> counter{0};
-      std::snprintf(name.data(), name.size(), "/mdring.%ld.%u.%lx", long(getpid()), counter.fetch_add(1),
-                    static_cast<unsigned long>(reinterpret_cast<std::uintptr_t>(&mine) ^ std::uintptr_t(time(nullptr))));
-      const int fd = shm_open(name.data(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-      const bool mapped = fd >= 0 && ftruncate(fd, off_t(bytes_)) == 0 && map(fd);
-      if (fd >= 0) ::close(fd);
-      if (fd >= 0 && !mapped) shm_unlink(name.data());
-      if (!mapped) name[0] = '\0';
-    }
-    std::vector<std::array<char, 64>> names(p);
-    ex.all_gather(name.data(), name.size(), names.data());
-    name = names[0];
-    int ok = name[0] != '\0';
-    if (ok && me != 0) {
-      const int fd = shm_open(name.data(), O_RDWR | O_CLOEXEC, 0600);
-      ok = fd >= 0 && map(fd);
-      if (fd >= 0) ::close(fd);
-    }
+    int ok = segment_.open(ex, p, me, region * p);
+    auto* base = static_cast<char*>(segment_.data());
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // let peers attach under Yama
     std::vector<access_slot*> slots(p);
     for (std::size_t j = 0; j < p; ++j)
-      slots[j] = base_ ? reinterpret_cast<access_slot*>(static_cast<char*>(base_) + j * region) : nullptr;
+      slots[j] = base ? reinterpret_cast<access_slot*>(base + j * region) : nullptr;
     // 3. The probe: publish two words, read each peer's, write into it.
     std::uint64_t probe[2] = {probe_value(members[me]), 0};
     if (ok) {
@@ -268,11 +353,8 @@ public:
       s->src = reinterpret_cast<std::uintptr_t>(&probe[0]);
       s->dst = reinterpret_cast<std::uintptr_t>(&probe[1]);
     }
-    if (!agree(ex, ok, p)) {
-      if (me == 0 && name[0]) shm_unlink(name.data());
-      return fail();
-    }
-    if (me == 0) shm_unlink(name.data());  // every member has it mapped
+    if (!agree(ex, ok, p)) return fail();
+    segment_.unlink();  // every member has it mapped
     for (std::size_t j = 0; j < p && ok; ++j) {
       if (j == me) continue;
       std::uint64_t got = 0, mark = probe_value(members[me]);
@@ -293,7 +375,7 @@ public:
 #endif
   }
 
-  bool shared() const noexcept { return base_ != nullptr; }
+  bool shared() const noexcept { return segment_.data() != nullptr; }
   access_group& group() noexcept { return group_; }
   long pid(std::size_t j) const noexcept { return pids_[j]; }
 
@@ -342,35 +424,19 @@ private:
     return true;
   }
 
-  bool map(int fd) noexcept {
-#if MDRING_HAVE_CMA
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) return false;
-    base_ = p;
-    return true;
-#else
-    (void)fd;
-    return false;
-#endif
-  }
   bool fail() noexcept {
     close();
     return false;
   }
   void close() noexcept {
-#if MDRING_HAVE_CMA
-    if (base_) munmap(base_, bytes_);
-#endif
-    base_ = nullptr;
-    bytes_ = 0;
+    segment_.close();
     group_ = {};
   }
 
   access_group group_;
+  shared_segment segment_;
   std::vector<long> pids_;
   std::vector<std::size_t> ranks_;
-  void* base_ = nullptr;
-  std::size_t bytes_ = 0;
 };
 
 }  // namespace detail
