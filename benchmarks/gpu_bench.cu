@@ -270,7 +270,7 @@ void all_reduce_rows(timer& tm, const args& a) {
               ok(cudaMemcpyAsync(bufs[r], bufs[0], bytes, cudaMemcpyDeviceToDevice, s), "copy");
           },
           a.iters, ws);
-      const auto& sch = comms[0].program_for<float>(n, true, 0).pr;
+      const auto& sch = comms[0].program_for<float>(n, true, 0);
       std::printf("all_reduce fp32 %-26s %6zu MiB/rank   %9.3f ms (graph %8.3f ms, %6.1f GB/s)   one fold + copies %8.3f ms"
                   "   graph/baseline %5.2f   segments %zu\n",
                   text, mib, ms, graph_ms, double(bytes) / (graph_ms * 1e6), base_ms, graph_ms / base_ms, sch.segments);

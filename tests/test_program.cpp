@@ -27,6 +27,7 @@
 #include <mdring/reduce/ops.hpp>
 #include <mdring/topology/coordinates.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -61,7 +62,7 @@ struct world {
     std::uint32_t seq = 0;
     bool has_src = false, has_dst = false;
     md::slice src, dst;
-    std::size_t signature[2] = {0, 0};  // by stage parity: a peer may be one staged stage ahead
+    std::size_t signature = 0;
   };
   struct rank_state {
     std::vector<std::size_t> coords;
@@ -70,11 +71,26 @@ struct world {
     std::vector<unsigned char> scratch_written, slots_written;
     std::vector<std::vector<T>> staging;  // per dimension: 2 buffers
     std::vector<std::uint32_t> seq, left;  // per dimension: shared stages arrived at, left
-    std::vector<published> pub;           // per dimension
+    // Per dimension, by parity of the stage: a peer may have arrived at the next
+    // shared stage (staged ones; and in the GPU's order, the next segment's) while
+    // this rank still reads what it published for this one.
+    std::vector<std::array<published, 2>> pub;
+    std::vector<std::uint32_t> steps_posted;  // gpu: per dimension, message steps posted (ipc: a barrier)
+    std::vector<std::size_t> order;       // gpu: the steps in wavefront order
     std::size_t cursor = 0;
     bool posted = false;
+    bool staged_open = false;             // gpu: a staged stage arrived, not yet closed
   };
   std::vector<rank_state> ranks;
+  // The GPU executor's order and its ipc transport's waits (set_gpu()): every rank
+  // runs its steps in wavefront order (plan/program.hpp); a message step of a
+  // shared dimension waits until every rank of the ring has posted it (the ipc
+  // transport's barrier), and a staged stage ends with a barrier (cuda/ipc.cuh).
+  bool gpu = false;
+  void set_gpu() {
+    gpu = true;
+    for (auto& rs : ranks) rs.order = md::wavefront_order(rs.prog);
+  }
   // Messages posted and not yet matched: (from, to, dim, segment, phase, index) -> data.
   using key = std::tuple<std::size_t, std::size_t, std::size_t, std::size_t, int, std::size_t>;
   std::map<key, std::vector<T>> sent;
@@ -114,6 +130,7 @@ struct world {
       rs.slots_written.assign(rs.slots.size(), 0);
       rs.staging.assign(2 * dims.size(), std::vector<T>(staging / sizeof(T)));
       rs.seq.assign(dims.size(), 0), rs.left.assign(dims.size(), 0), rs.pub.assign(dims.size(), {});
+      rs.steps_posted.assign(dims.size(), 0);
     }
   }
 
@@ -159,7 +176,7 @@ struct world {
     }
     if (s.where == region::peer_src || s.where == region::peer_dst) {
       const std::size_t j = peer(r, d, s.peer);
-      const auto& pb = ranks[j].pub[d];
+      const auto& pb = ranks[j].pub[d][rs.seq[d] % 2];
       if (pb.seq != rs.seq[d]) return fail("reads a peer's buffer published for another stage"), nullptr;
       const bool src = s.where == region::peer_src;
       if (!(src ? pb.has_src : pb.has_dst)) return fail("reads a peer's buffer it did not publish"), nullptr;
@@ -217,9 +234,16 @@ struct world {
     auto& rs = ranks[r];
     bool moved = false;
     while (rs.cursor < rs.prog.steps.size() && failures.empty()) {
-      const auto& st = rs.prog.steps[rs.cursor];
+      const auto& st = rs.prog.steps[gpu ? rs.order[rs.cursor] : rs.cursor];
       const std::size_t d = st.dim;
       if (!rs.posted) {
+        if (gpu && dims[d].shared) {
+          // The barrier that closed a staged stage of this dimension: every peer
+          // has closed it too.
+          for (std::size_t j = 0; j < ext[d]; ++j)
+            if (ranks[peer(r, d, j)].left[d] < rs.left[d]) return moved;
+          if (st.sync == md::sync_kind::messages) ++rs.steps_posted[d];
+        }
         run_ops(r, st, rs.prog.pre_of(st), op);
         for (const auto& m : rs.prog.sends_of(st)) {
           const T* p = resolve(r, st, m.at, m.count, false);
@@ -231,9 +255,9 @@ struct world {
         for (const auto& m : rs.prog.recvs_of(st)) received[key_of(peer(r, d, m.peer), r, st)] = m.count;
         if (st.sync == md::sync_kind::arrive) {
           rs.seq[d] += 1;
-          auto& pb = rs.pub[d];
+          auto& pb = rs.pub[d][rs.seq[d] % 2];
           pb.seq = rs.seq[d], pb.has_src = st.publishes_src, pb.has_dst = st.publishes_dst;
-          pb.src = st.publish_src, pb.dst = st.publish_dst, pb.signature[pb.seq % 2] = st.signature;
+          pb.src = st.publish_src, pb.dst = st.publish_dst, pb.signature = st.signature;
         }
         if (st.sync == md::sync_kind::leave) rs.left[d] = rs.seq[d];
         rs.posted = true;
@@ -243,6 +267,8 @@ struct world {
       if (st.sync == md::sync_kind::messages) {
         for (const auto& m : rs.prog.recvs_of(st)) ready = ready && sent.count(key_of(peer(r, d, m.peer), r, st));
         for (const auto& m : rs.prog.sends_of(st)) ready = ready && received.count(key_of(r, peer(r, d, m.peer), st));
+        if (gpu && dims[d].shared)
+          for (std::size_t j = 0; j < ext[d]; ++j) ready = ready && ranks[peer(r, d, j)].steps_posted[d] >= rs.steps_posted[d];
       } else if (st.sync != md::sync_kind::none) {
         for (std::size_t j = 0; j < ext[d]; ++j) {
           const auto& ps = ranks[peer(r, d, j)];
@@ -252,7 +278,7 @@ struct world {
       if (!ready) return moved;
       if (st.sync == md::sync_kind::arrive)
         for (std::size_t j = 0; j < ext[d]; ++j)
-          if (ranks[peer(r, d, j)].pub[d].signature[rs.seq[d] % 2] != st.signature)
+          if (ranks[peer(r, d, j)].pub[d][rs.seq[d] % 2].signature != st.signature)
             return fail("peers disagree on a range"), false;
       for (const auto& m : rs.prog.recvs_of(st)) {  // deliver
         auto k = key_of(peer(r, d, m.peer), r, st);
@@ -266,6 +292,10 @@ struct world {
       for (const auto& m : rs.prog.recvs_of(st)) sent.erase(key_of(peer(r, d, m.peer), r, st));
       for (const auto& m : rs.prog.sends_of(st)) received.erase(key_of(r, peer(r, d, m.peer), st));
       run_ops(r, st, rs.prog.ops_of(st), op);
+      if (gpu && dims[d].shared) {
+        if (st.sync == md::sync_kind::arrive && !st.publishes_src && !st.publishes_dst) rs.staged_open = true;
+        if (st.stage_end && rs.staged_open) rs.staged_open = false, rs.left[d] = rs.seq[d];
+      }
       rs.posted = false;
       ++rs.cursor;
       moved = true;
@@ -360,11 +390,12 @@ std::string label(const shape& s, collective k, std::size_t n, std::size_t root,
 // values as the op does (for the expected values), fin(x) finalizes.
 template <class Op, class Val, class Combine, class Fin>
 void check(const shape& s, collective k, std::size_t n, std::size_t root, std::size_t len, std::size_t stg, bool ip,
-           Op op, Val val, Combine combine, Fin fin, bool trees = false) {
+           Op op, Val val, Combine combine, Fin fin, bool trees = false, bool gpu = false) {
   for (bool reverse : {false, true}) {
     world<std::int32_t> w(s, k, n, root, len, stg, ip, trees);
-    const std::string where =
-        label(s, k, n, root, len, stg, ip) + (trees ? ", trees" : "") + (reverse ? ", ranks moved in reverse" : "");
+    if (gpu) w.set_gpu();
+    const std::string where = label(s, k, n, root, len, stg, ip) + (trees ? ", trees" : "") + (gpu ? ", gpu order" : "") +
+                              (reverse ? ", ranks moved in reverse" : "");
     const std::size_t P = w.P;
     for (std::size_t r = 0; r < P; ++r) {
       auto& rs = w.ranks[r];
@@ -445,6 +476,30 @@ TEST_CASE("program: reduce_scatter, all_gather, broadcast and reduce, every shap
             check(s, collective::broadcast, n, root, 0, stg, false, md::sum, value, add, same, trees);
             check(s, collective::reduce, n, root, 0, stg, false, md::sum, value, add, same, trees);
           }
+    }
+  }
+}
+
+TEST_CASE("program: every collective as the GPU runs it (wavefront order, the ipc transport's barriers)") {
+  // Shared dimensions are the ipc transport's: direct stages read the peers'
+  // buffers in place, staged ones (one-shot) go through the staging buffers.
+  for (const auto& s : shapes) {
+    const std::size_t P = size_of(s);
+    for (std::size_t stg : {std::size_t(0), std::size_t(64), std::size_t(4096)}) {
+      for (std::size_t n : {std::size_t(0), std::size_t(1), P - 1, std::size_t(97), std::size_t(1009)})
+        for (std::size_t len : {std::size_t(0), std::size_t(64)})
+          for (bool ip : {false, true})
+            check(s, collective::all_reduce, n, 0, len, stg, ip, md::sum, value, add, same, false, true);
+      for (std::size_t n : {std::size_t(1), std::size_t(17)})
+        for (bool ip : {false, true}) {
+          check(s, collective::reduce_scatter, n, 0, 0, stg, ip, md::sum, value, add, same, false, true);
+          check(s, collective::all_gather, n, 0, 0, stg, ip, md::sum, value, add, same, false, true);
+        }
+      for (std::size_t root : {std::size_t(0), P - 1})
+        for (bool trees : {false, true}) {
+          check(s, collective::broadcast, 97, root, 0, stg, false, md::sum, value, add, same, trees, true);
+          check(s, collective::reduce, 97, root, 0, stg, false, md::sum, value, add, same, trees, true);
+        }
     }
   }
 }

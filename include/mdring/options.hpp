@@ -71,14 +71,19 @@ constexpr std::string_view to_string(planning p) noexcept { return p == planning
 
 // The transport of one dimension when the buffers are in GPU memory (mdring/cuda/,
 // docs/GPU.md). automatic picks by the dimension's link (transport/device_select.hpp):
-// NCCL on GPU links and fast fabrics, MPI on slow host links.
+// ipc on GPU links whose ranks share a node, NCCL on other GPU links and fast
+// fabrics, MPI on slow host links.
+//   ipc             the processes of one node read each other's device buffers in
+//                   place through CUDA IPC (direct stages fold the peers' blocks
+//                   where they are; small ones go through staging buffers, one-shot);
+//                   stream-ordered flags: can be captured in a CUDA graph
 //   nccl            one NCCL communicator per dimension, grouped ncclSend/ncclRecv
 //                   on the stream: stream-ordered, can be captured in a CUDA graph
 //   mpi_staged      MPI through pinned host buffers, chunked and double-buffered
 //                   (synchronizes the host with the stream; not capturable)
 //   mpi_cuda_aware  MPI on the device pointers, when the MPI library supports it
 //   local           several logical ranks on one GPU in one process (cudaMemcpyAsync)
-enum class device_transport { automatic, nccl, mpi_staged, mpi_cuda_aware, local };
+enum class device_transport { automatic, nccl, mpi_staged, mpi_cuda_aware, local, ipc };
 
 constexpr std::string_view to_string(device_transport t) noexcept {
   switch (t) {
@@ -86,6 +91,7 @@ constexpr std::string_view to_string(device_transport t) noexcept {
     case device_transport::mpi_staged: return "mpi_staged";
     case device_transport::mpi_cuda_aware: return "mpi_cuda_aware";
     case device_transport::local: return "local";
+    case device_transport::ipc: return "ipc";
     default: return "automatic";
   }
 }
@@ -177,6 +183,14 @@ struct tuning {
   // GPU path, MPI staged through pinned host memory: bytes per chunk; each message
   // has two chunks in flight (one being copied, one on the wire).
   std::size_t staging_chunk_bytes = std::size_t(1) << 20;
+  // GPU path, ipc transport: a stage whose range is at most this many bytes goes
+  // through each rank's staging buffer (every rank folds the whole range from the
+  // peers' staging: one-shot, no host exchange); larger ones read the peers'
+  // buffers in place, after the host has published them (about ipc_publish_seconds).
+  // The cost model picks the threshold (transport/device_select.hpp
+  // ipc_staging_bytes) up to this cap, which is also each staging buffer's size.
+  std::size_t ipc_staging_bytes = std::size_t(1) << 20;
+  double ipc_publish_seconds = 20e-6;
 
   double gamma(memory_space s) const noexcept { return s == memory_space::device ? device_gamma : host_gamma; }
 };

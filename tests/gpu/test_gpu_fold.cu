@@ -78,18 +78,20 @@ private:
   T* p_ = nullptr;
 };
 
-// md::cuda::fold and wait for it, or its host emulation (see the top).
+// md::cuda::fold into every dst of dsts and wait for it, or its host emulation
+// (see the top).
 template <class T, class Op>
-void run_fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks) {
+void run_fold(std::span<T* const> dsts, std::span<const T* const> in, std::size_t n, const Op& op, bool final,
+              std::size_t ranks) {
   if (!emulate) {
-    md::cuda::fold(dst, in, n, op, final, ranks, nullptr);
+    md::cuda::fold(dsts, in, n, op, final, ranks, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     return;
   }
   namespace cd = md::cuda::detail;
   cd::fold_with<T, Op>(
-      dst, in, n, final, ranks, [&](T* d, const T* src) { std::memmove(d, src, n * sizeof(T)); },
-      [&](T* d, const T* const* chunk, int k, bool fin) {
+      dsts, in, n, final, ranks, [&](T* d, const T* src) { std::memmove(d, src, n * sizeof(T)); },
+      [&](std::span<T* const> d, const T* const* chunk, int k, bool fin) {
         std::size_t work = 0;
         const cd::fold_params<T> p = cd::fold_pass(d, chunk, k, n, ranks, fin, work);
         const std::size_t threads = std::size_t(cd::fold_blocks(work, emulated_max_blocks)) * md::cuda::fold_threads;
@@ -98,6 +100,10 @@ void run_fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op,
           else cd::fold_thread<T, Op, 0>(p, op, t, threads);
         }
       });
+}
+template <class T, class Op>
+void run_fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks) {
+  run_fold(std::span<T* const>(&dst, 1), in, n, op, final, ranks);
 }
 
 template <class T, class Op>
@@ -185,6 +191,51 @@ GPU_TEST("fold: every op on every type, every alignment, 1 to 67 inputs") {
   type_suite<double>(10);
   type_suite<md::half>(11);
   type_suite<md::bfloat16>(12);
+}
+
+GPU_TEST("fold: several outputs get the same bits, in place among them, over 64 inputs too") {
+  need_gpu();
+  // outs outputs (the IPC transport writes a block into every peer's buffer): each
+  // gets exactly what the one-output fold gives; outs > max_fold_outputs copies
+  // the rest; in place when the first output is the first input.
+  int c = 0;
+  for (std::size_t outs : {1u, 2u, 3u, 16u, 19u})
+    for (std::size_t inputs : {2u, 4u, 67u})
+      for (std::size_t n : {1u, 13u, 4099u}) {
+        ++c;
+        const bool in_place = c % 3 == 0, misaligned = c % 4 == 1;
+        std::vector<std::vector<float>> h(inputs, std::vector<float>(n));
+        for (std::size_t j = 0; j < inputs; ++j)
+          for (std::size_t i = 0; i < n; ++i) h[j][i] = value<float>(77 + c, j, i, opk::sum);
+        std::vector<std::unique_ptr<buf<float>>> d, o;
+        std::vector<const float*> ins;
+        std::vector<float*> dsts;
+        for (std::size_t j = 0; j < inputs; ++j) {
+          d.push_back(std::make_unique<buf<float>>(n, misaligned));
+          d.back()->upload(h[j]);
+          ins.push_back(d.back()->get());
+        }
+        for (std::size_t q = 0; q < outs; ++q) {
+          o.push_back(std::make_unique<buf<float>>(n, misaligned));
+          o.back()->poison();
+          dsts.push_back(in_place && q == 0 ? d[0]->get() : o.back()->get());
+        }
+        run_fold(std::span<float* const>(dsts.data(), outs), std::span<const float* const>(ins.data(), inputs), n,
+                 md::sum, false, 1);
+        std::vector<const float*> hp;
+        for (auto& v : h) hp.push_back(v.data());
+        std::vector<float> want(n);
+        md::host_reducer<float, md::sum_t> red(md::sum, 1);
+        red.combine_n(want.data(), hp.data(), inputs, n, false);
+        for (std::size_t q = 0; q < outs; ++q) {
+          const auto got = in_place && q == 0 ? d[0]->download() : o[q]->download();
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < n; ++i) bad += !same_bits(got[i], want[i]);
+          // float accumulates in float: passes over 64 inputs give host_reducer's bits too
+          check(bad == 0, emulate ? "emulated " : "", "fold to ", outs, " outputs, ", inputs, " inputs, n ", n,
+                in_place ? " in place" : "", ": output ", q, " has ", bad, " elements off host_reducer");
+        }
+      }
 }
 
 GPU_TEST("fold: dst may not alias an input of a later pass") {

@@ -72,6 +72,8 @@ inline std::string fingerprint_core(const runtime_topology& written, const optio
   real("device gamma", u.device_gamma);
   num("shared staging", u.shared_staging_bytes);
   num("staging chunk", u.staging_chunk_bytes);
+  num("ipc staging", u.ipc_staging_bytes);
+  real("ipc publish", u.ipc_publish_seconds);
   num("max message", o.max_message_bytes);
   // Collective argument checks add a reduction to every call; shared memory adds
   // collectives at bind (MDRING_CHECKS and MDRING_SHARED can differ per process).

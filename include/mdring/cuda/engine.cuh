@@ -244,6 +244,17 @@ private:
   std::size_t forked_ = 0;
 };
 
+// What a shared-access link (cuda/ipc.cuh) says about the stage it has arrived at,
+// as addresses in this process: each peer's published source and destination, each
+// peer's staging buffer, and this rank's staging buffer for its next arrive (by
+// coordinate in the dimension). Null where nothing was published.
+struct remote_view {
+  const void* const* src = nullptr;
+  void* const* dst = nullptr;
+  void* const* staging = nullptr;
+  void* staging_next = nullptr;
+};
+
 // One rank's buffers for one call: the user's, scratch, and each segment's own
 // receive slots (so that no slot is reused within a call and streams need no
 // reuse barriers).
@@ -254,17 +265,28 @@ struct call_buffers {
   T* scratch = nullptr;  // program::scratch_elements, then the slots
   std::size_t scratch_elements = 0, slot_elements = 0;
 
-  T* at(slice s, std::size_t segment) const {
+  // Where slice s of a step of `segment` is; a peer's region through rv (the
+  // step's dimension's remote view).
+  T* at(slice s, std::size_t segment, const remote_view* rv = nullptr) const {
     switch (s.where) {
       case region::send: return const_cast<T*>(send) + s.offset;
       case region::recv: return recv + s.offset;
       case region::scratch: return scratch + s.offset;
       case region::slot: return scratch + scratch_elements + segment * slot_elements + s.offset;
-      default:
-        throw transport_error("mdring::cuda: a program step reads another rank's memory by shared access, which "
-                              "the GPU path does not run (an internal error)",
-                              0);
+      default: break;
     }
+    const void* p = nullptr;
+    if (rv) {
+      if (s.where == region::peer_src && rv->src) p = rv->src[s.peer];
+      else if (s.where == region::peer_dst && rv->dst) p = rv->dst[s.peer];
+      else if (s.where == region::staging && rv->staging) p = rv->staging[s.peer];
+      else if (s.where == region::staging_next) p = rv->staging_next;
+    }
+    if (!p)
+      throw transport_error("mdring::cuda: a program step reads another rank's memory, but its dimension's "
+                            "transport published none (an internal error)",
+                            0);
+    return const_cast<T*>(static_cast<const T*>(p)) + s.offset;
   }
 };
 
@@ -276,24 +298,27 @@ call_buffers<T> buffers_of(const program& pr, const T* send, T* recv, T* scratch
   return {send, recv, scratch, pr.scratch_elements, pr.slot_elements};
 }
 
-// Enqueues local ops (a step's pre or post ops) on stream s: folds as kernels,
-// copies as device-to-device copies.
+// Enqueues local ops (a step's pre or post ops) on stream s: folds as kernels (one
+// kernel for all of a fold's outputs), copies as device-to-device copies. rv: the
+// step's dimension's remote view, for ops on peers' memory.
 template <class T, class Op>
 void run_ops(const program& pr, std::span<const local_op> ops, const program_step& st, const call_buffers<T>& b,
-             const Op& op, std::size_t ranks, cudaStream_t s) {
-  thread_local std::vector<const T*> ptrs;  // grows to the largest fold, then reused
+             const Op& op, std::size_t ranks, cudaStream_t s, const remote_view* rv = nullptr) {
+  thread_local std::vector<const T*> ptrs;  // grow to the largest fold, then reused
+  thread_local std::vector<T*> outs;
   for (const auto& o : ops) {
     ptrs.clear();
-    for (const auto& in : pr.inputs_of(o)) ptrs.push_back(b.at(in, st.segment));
-    for (const auto& out : pr.outputs_of(o)) {
-      T* dst = b.at(out, st.segment);
-      if (o.kind == local_op::copy) {
+    outs.clear();
+    for (const auto& in : pr.inputs_of(o)) ptrs.push_back(b.at(in, st.segment, rv));
+    for (const auto& out : pr.outputs_of(o)) outs.push_back(b.at(out, st.segment, rv));
+    if (o.kind == local_op::copy) {
+      for (T* dst : outs)
         if (dst != ptrs[0])
           check(cudaMemcpyAsync(dst, ptrs[0], o.count * sizeof(T), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
-        continue;
-      }
-      fold(dst, std::span<const T* const>(ptrs.data(), ptrs.size()), o.count, op, o.final, ranks, s);
+      continue;
     }
+    fold(std::span<T* const>(outs.data(), outs.size()), std::span<const T* const>(ptrs.data(), ptrs.size()), o.count,
+         op, o.final, ranks, s);
   }
 }
 

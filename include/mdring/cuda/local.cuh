@@ -197,18 +197,16 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
     detail::device_guard g(comms[0].device());
     // Errors before the first enqueue leave the communicators usable.
     std::vector<const program*> sch(P);
-    const std::vector<std::size_t>* order = nullptr;  // the same on every rank
     std::vector<detail::call_buffers<T>> b(P);
     std::vector<cudaStream_t> user(P), cur(P);
     std::vector<char> capturing(P);
     for (std::size_t r = 0; r < P; ++r) {
       user[r] = streams.empty() ? nullptr : streams[streams.size() == 1 ? 0 : r];
       capturing[r] = detail::capturing(user[r]);
-      const auto& e =
-          comms[r].template program_for<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbufs[r]));
-      sch[r] = &e.pr;
-      if (r == 0) order = &e.order;
+      sch[r] = &comms[r].template program_for<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbufs[r]));
     }
+    auto& order = comms[0].order_storage();  // the same on every rank
+    order = wavefront_order(*sch[0]);
     for (std::size_t r = 0; r < P; ++r)
       b[r] = detail::buffers_of(
           *sch[r], sendbufs[r], recvbufs[r],
@@ -216,7 +214,7 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
     try {
       for (std::size_t r = 0; r < P; ++r)
         comms[r].streams().begin(user[r], comms[r].executed_extents().size(), sch[r]->segments, capturing[r] != 0);
-      for (const std::size_t i : *order) detail::local_step<Topology, T, Op>(comms, sch, b, i, op, cur);
+      for (const std::size_t i : order) detail::local_step<Topology, T, Op>(comms, sch, b, i, op, cur);
       for (std::size_t r = 0; r < P; ++r) comms[r].streams().end();
     } catch (const std::exception& e) {
       for (auto& c : comms) c.mark_broken(e.what());

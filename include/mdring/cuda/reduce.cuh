@@ -10,7 +10,10 @@
 //     by the same pass that folds;
 //   - `final` applies the op's finalize in the same pass (avg: one division by
 //     `ranks`, in the accumulator type, by the element's owner);
-//   - k = 1: a copy (cudaMemcpyAsync), or the finalize alone.
+//   - k = 1: a copy (cudaMemcpyAsync), or the finalize alone;
+//   - several outputs (fold(dsts, ...)): the same result written to each, from one
+//     read of the inputs (the IPC transport's fused reduce-scatter and all-gather
+//     writes a block into every peer's buffer, cuda/ipc.cuh).
 // dst may be exactly one of the inputs (in place); partial overlap is not allowed.
 //
 // Arithmetic is that of the host path (reduce/host.hpp): built-in ops compute in
@@ -65,6 +68,7 @@ namespace cuda {
 #endif
 
 inline constexpr int max_fold_inputs = 64;
+inline constexpr int max_fold_outputs = 16;
 inline constexpr int fold_threads = 256;
 
 // The element types the device folds accept for op Op (and why not, at compile time).
@@ -115,7 +119,8 @@ struct arith {
 
 template <class T>
 struct fold_params {
-  T* dst;
+  T* dst[max_fold_outputs];
+  int outs;           // outputs, 1 to max_fold_outputs: each gets the same values
   const T* in[max_fold_inputs];
   int k;
   std::size_t n;      // elements
@@ -192,7 +197,7 @@ MDRING_UNROLL
         if (v >= p.nvec) continue;
 MDRING_UNROLL
         for (int e = 0; e < V; ++e) x[u][e] = A::store(fin(a[u][e]));
-        store_vector(p.dst + p.head + v * V, x[u]);
+        for (int o = 0; o < p.outs; ++o) store_vector(p.dst[o] + p.head + v * V, x[u]);
       }
     }
   }
@@ -204,7 +209,8 @@ MDRING_UNROLL
     const std::size_t i = s < p.head ? s : tail + (s - p.head);
     acc a = A::load(p.in[0][i]);
     for (int j = 1; j < k; ++j) a = op(a, A::load(p.in[j][i]));
-    p.dst[i] = A::store(fin(a));
+    const T r = A::store(fin(a));
+    for (int o = 0; o < p.outs; ++o) p.dst[o][i] = r;
   }
 }
 
@@ -214,14 +220,17 @@ MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params
                         std::size_t(gridDim.x) * blockDim.x);
 }
 
-// The parameters of one pass over k inputs, and how many threads it can keep busy
-// (`work`): 16-byte vectors when every pointer has the same address modulo 16.
+// The parameters of one pass over k inputs into dsts (at most max_fold_outputs),
+// and how many threads it can keep busy (`work`): 16-byte vectors when every
+// pointer has the same address modulo 16.
 template <class T>
-fold_params<T> fold_pass(T* dst, const T* const* in, int k, std::size_t n, std::size_t ranks, bool final,
-                         std::size_t& work) {
+fold_params<T> fold_pass(std::span<T* const> dsts, const T* const* in, int k, std::size_t n, std::size_t ranks,
+                         bool final, std::size_t& work) {
   fold_params<T> p{};
   p.final = final;
-  p.dst = dst;
+  p.outs = int(dsts.size());
+  for (int o = 0; o < p.outs; ++o) p.dst[o] = dsts[std::size_t(o)];
+  T* const dst = p.dst[0];
   for (int j = 0; j < k; ++j) p.in[j] = in[j];
   p.k = k;
   p.n = n;
@@ -232,6 +241,7 @@ fold_params<T> fold_pass(T* dst, const T* const* in, int k, std::size_t n, std::
     const std::uintptr_t mis = address(dst) % 16;
     bool same = mis % sizeof(T) == 0;
     for (int j = 0; j < k && same; ++j) same = address(in[j]) % 16 == mis;
+    for (int o = 1; o < p.outs && same; ++o) same = address(p.dst[o]) % 16 == mis;
     if (same) {
       const std::size_t head = (16 - mis) % 16 / sizeof(T);
       p.head = head < n ? head : n;
@@ -243,6 +253,11 @@ fold_params<T> fold_pass(T* dst, const T* const* in, int k, std::size_t n, std::
   }
   return p;
 }
+template <class T>
+fold_params<T> fold_pass(T* dst, const T* const* in, int k, std::size_t n, std::size_t ranks, bool final,
+                         std::size_t& work) {
+  return fold_pass(std::span<T* const>(&dst, 1), in, k, n, ranks, final, work);
+}
 
 // Blocks of fold_threads for `work` threads, at least 1 and at most max_blocks.
 inline unsigned fold_blocks(std::size_t work, std::size_t max_blocks) {
@@ -251,19 +266,28 @@ inline unsigned fold_blocks(std::size_t work, std::size_t max_blocks) {
 }
 
 // fold() with the two things that touch the GPU passed in: copy(dst, src) copies n
-// elements, pass(dst, inputs, k, final) folds k inputs (k >= 2, or k == 1 with
-// final). Everything else (when to copy, the passes over more than
-// max_fold_inputs inputs, the aliasing rule) is here, shared by fold() and by the
-// host emulation in tests/gpu/test_gpu_fold.cu.
+// elements, pass(dsts, inputs, k, final) folds k inputs (k >= 2, or k == 1 with
+// final) into at most max_fold_outputs outputs. Everything else (when to copy,
+// the passes over more than max_fold_inputs inputs or outputs, the aliasing rule)
+// is here, shared by fold() and by the host emulation in tests/gpu/test_gpu_fold.cu.
 template <class T, class Op, class Copy, class Pass>
-void fold_with(T* dst, std::span<const T* const> in, std::size_t n, bool final, std::size_t ranks, Copy&& copy,
-               Pass&& pass) {
-  if (n == 0 || in.empty()) return;
+void fold_with(std::span<T* const> dsts, std::span<const T* const> in, std::size_t n, bool final, std::size_t ranks,
+               Copy&& copy, Pass&& pass) {
+  if (n == 0 || in.empty() || dsts.empty()) return;
   const bool fin = final && op_traits<Op>::has_finalize && ranks > 1;
   if (in.size() == 1 && !fin) {
-    if (dst != in[0]) copy(dst, in[0]);
+    for (T* d : dsts)
+      if (d != in[0]) copy(d, in[0]);
     return;
   }
+  T* const dst = dsts[0];
+  // More outputs than one launch writes: the result into the first, copied to the rest.
+  auto rest = [&] {
+    for (std::size_t o = max_fold_outputs; o < dsts.size(); ++o) copy(dsts[o], dst);
+  };
+  const std::span<T* const> first_outs = dsts.first(dsts.size() < std::size_t(max_fold_outputs)
+                                                        ? dsts.size()
+                                                        : std::size_t(max_fold_outputs));
   // More inputs than one launch takes: fold them in passes, the partial result
   // first. A later pass must not read an input that the first one overwrote.
   for (std::size_t j = max_fold_inputs; j < in.size(); ++j)
@@ -281,16 +305,22 @@ void fold_with(T* dst, std::span<const T* const> in, std::size_t n, bool final, 
     if (!first) chunk[k++] = dst;
     while (k < max_fold_inputs && next < in.size()) chunk[k++] = in[next++];
     const bool last = next == in.size();
-    pass(dst, static_cast<const T* const*>(chunk), k, last && fin);
+    pass(last ? first_outs : dsts.first(1), static_cast<const T* const*>(chunk), k, last && fin);
     first = false;
   }
+  rest();
+}
+template <class T, class Op, class Copy, class Pass>
+void fold_with(T* dst, std::span<const T* const> in, std::size_t n, bool final, std::size_t ranks, Copy&& copy,
+               Pass&& pass) {
+  fold_with<T, Op>(std::span<T* const>(&dst, 1), in, n, final, ranks, copy, pass);
 }
 
 template <class T, class Op>
-void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op, std::size_t ranks, bool final,
-                 cudaStream_t s) {
+void launch_fold(std::span<T* const> dsts, const T* const* in, int k, std::size_t n, const Op& op, std::size_t ranks,
+                 bool final, cudaStream_t s) {
   std::size_t work = 0;
-  const fold_params<T> p = fold_pass(dst, in, k, n, ranks, final, work);
+  const fold_params<T> p = fold_pass(dsts, in, k, n, ranks, final, work);
   const unsigned blocks = fold_blocks(work, std::size_t(sm_count(current_device())) * 8);
   if (k == 2) fold_kernel<T, Op, 2><<<blocks, fold_threads, 0, s>>>(p, op);
   else fold_kernel<T, Op, 0><<<blocks, fold_threads, 0, s>>>(p, op);
@@ -299,21 +329,27 @@ void launch_fold(T* dst, const T* const* in, int k, std::size_t n, const Op& op,
 
 }  // namespace detail
 
-// See the top of this file. Enqueued on `stream`; returns at once.
+// See the top of this file. Enqueued on `stream`; returns at once. Every dst of
+// dsts gets the result.
 template <class T, class Op>
-void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks,
-          cudaStream_t stream) {
+void fold(std::span<T* const> dsts, std::span<const T* const> in, std::size_t n, const Op& op, bool final,
+          std::size_t ranks, cudaStream_t stream) {
   static_assert(!std::is_same_v<std::remove_cv_t<T>, long double>,
                 "mdring::cuda::fold: long double has no device representation; use double");
   static_assert(reduction_for<Op, T>, "mdring::cuda::fold: the op cannot reduce this element type");
   detail::fold_with<T, Op>(
-      dst, in, n, final, ranks,
+      dsts, in, n, final, ranks,
       [&](T* d, const T* src) {
         detail::check(cudaMemcpyAsync(d, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
       },
-      [&](T* d, const T* const* chunk, int k, bool fin) {
+      [&](std::span<T* const> d, const T* const* chunk, int k, bool fin) {
         detail::launch_fold<T, Op>(d, chunk, k, n, op, ranks, fin, stream);
       });
+}
+template <class T, class Op>
+void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks,
+          cudaStream_t stream) {
+  fold(std::span<T* const>(&dst, 1), in, n, op, final, ranks, stream);
 }
 
 template <class T, class Op>

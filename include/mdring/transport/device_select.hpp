@@ -5,6 +5,8 @@
 // automatic, per dimension, from the link's traits and what the communicator
 // supports:
 //   - a local world (several logical ranks on one GPU): local, always;
+//   - a GPU link (memory_space::device: nvlink, pcie) whose ranks share a node
+//     (processes, one or more per GPU): ipc, where CUDA IPC works between them;
 //   - a GPU link (memory_space::device: nvlink, pcie) or a fast fabric
 //     (bandwidth >= 5 GB/s: infiniband, shm): NCCL when available;
 //   - a slow host link (ethernet, or a registered link under 5 GB/s): MPI, on the
@@ -15,7 +17,8 @@
 // written; a request that the communicator cannot honour throws
 // invalid_argument("options.device_transports") naming the entry.
 //
-//   nvlink:4 x infiniband:64, NCCL and MPI     -> nccl, nccl
+//   nvlink:4 x infiniband:64, NCCL and MPI     -> ipc, nccl (nodes of 4 processes)
+//   nvlink:4 x infiniband:64, no CUDA IPC      -> nccl, nccl
 //   nvlink:4 x ethernet:16, NCCL and MPI       -> nccl, mpi_staged
 //   nvlink:4 x ethernet:16, CUDA-aware MPI     -> nccl, mpi_cuda_aware
 #pragma once
@@ -40,16 +43,24 @@ struct device_transport_support {
   bool mpi = false;             // bound to an MPI communicator (staged MPI always works then)
   bool cuda_aware_mpi = false;  // the MPI library says it takes device pointers
   bool local = false;           // a local world: every dimension is local
+  // Per executed dimension: its ranks share a node and CUDA IPC works between
+  // them (so the ipc transport can run it). Missing entries: no.
+  std::vector<bool> ipc;
   std::string nccl_unavailable;  // why not nccl, when it was built but cannot be used here (in errors)
+  std::string ipc_unavailable;   // why not ipc (in errors)
+
+  bool ipc_on(std::size_t d) const noexcept { return d < ipc.size() && ipc[d]; }
 };
 
 // Links at or above this bandwidth (bytes/s) prefer NCCL even in host memory space.
 inline constexpr double device_fast_link_bandwidth = 5e9;
 
-// The transport `automatic` stands for on `link`; automatic itself when the
-// communicator supports nothing.
-inline device_transport default_device_transport(const link_info& link, const device_transport_support& s) noexcept {
+// The transport `automatic` stands for on `link` (executed dimension d); automatic
+// itself when the communicator supports nothing.
+inline device_transport default_device_transport(const link_info& link, const device_transport_support& s,
+                                                 std::size_t d = std::size_t(-1)) noexcept {
   if (s.local) return device_transport::local;
+  if (link.space == memory_space::device && s.ipc_on(d)) return device_transport::ipc;
   const bool fast = link.space == memory_space::device || link.bandwidth >= device_fast_link_bandwidth;
   const device_transport mpi = s.cuda_aware_mpi ? device_transport::mpi_cuda_aware : device_transport::mpi_staged;
   if (fast && s.nccl) return device_transport::nccl;
@@ -58,24 +69,44 @@ inline device_transport default_device_transport(const link_info& link, const de
   return device_transport::automatic;
 }
 
-inline bool supports(const device_transport_support& s, device_transport t) noexcept {
+// Whether the communicator can run transport t on executed dimension d.
+inline bool supports(const device_transport_support& s, device_transport t, std::size_t d = std::size_t(-1)) noexcept {
   switch (t) {
     case device_transport::nccl: return s.nccl;
     case device_transport::mpi_staged: return s.mpi;
     case device_transport::mpi_cuda_aware: return s.mpi && s.cuda_aware_mpi;
     case device_transport::local: return s.local;
+    case device_transport::ipc: return s.ipc_on(d);
     default: return true;
   }
 }
 
+// The ipc transport's one-shot threshold on a dimension of p ranks joined by
+// `link`: the largest stage range (bytes) for which copying it into the staging
+// buffer and folding the whole range from every peer's staging (one-shot: (p-1) r
+// over the link, 2 r copied locally, no host exchange) is predicted faster than
+// publishing the buffers and folding one block from each peer in place (two-shot:
+// 2 (p-1)/p r over the link, plus t.ipc_publish_seconds on the host):
+//   r* = ipc_publish_seconds / ((p-1) (1 - 2/p) / bandwidth + 2 device_gamma)
+// capped at t.ipc_staging_bytes, in whole cache lines. Example: nvlink (150 GB/s),
+// p = 4, the defaults (20 us, 1 / 1e12 s per byte): 1.67 MB, so the 1 MiB cap.
+inline std::size_t ipc_staging_bytes(const link_info& link, std::size_t p, const tuning& t) {
+  if (p < 2 || t.ipc_staging_bytes == 0) return 0;
+  const double per_byte = double(p - 1) * (1.0 - 2.0 / double(p)) / link.bandwidth + 2.0 * t.device_gamma;
+  const double r = t.ipc_publish_seconds / per_byte;
+  if (!(r < double(t.ipc_staging_bytes))) return t.ipc_staging_bytes;
+  return std::size_t(r) / 64 * 64;
+}
+
 namespace detail {
-inline std::string device_support_string(const device_transport_support& s) {
+inline std::string device_support_string(const device_transport_support& s, std::size_t d = std::size_t(-1)) {
   std::string out;
   auto add = [&](bool on, const char* name) {
     if (!on) return;
     if (!out.empty()) out += ", ";
     out += name;
   };
+  add(s.ipc_on(d), "ipc");
   add(s.nccl, "nccl");
   add(s.mpi, "mpi_staged");
   add(s.mpi && s.cuda_aware_mpi, "mpi_cuda_aware");
@@ -106,14 +137,15 @@ inline std::vector<device_transport> select_device_transports(const runtime_topo
     const device_transport t = requested[d];
     if (t == device_transport::automatic) continue;
     const std::string entry = "options.device_transports[" + std::to_string(d) + "] is " + std::string(to_string(t));
-    if (!supports(s, t))
-      throw invalid_argument("options.device_transports",
-                             where + entry + ", which this communicator cannot use (it supports: " +
-                                 detail::device_support_string(s) + ")" +
-                                 (t == device_transport::nccl && !s.nccl_unavailable.empty()
-                                      ? ": " + s.nccl_unavailable
-                                      : std::string()));
     const std::size_t e = m.of_user[d];
+    if (!supports(s, t, e))
+      throw invalid_argument("options.device_transports",
+                             where + entry + ", which this communicator cannot use there (it supports: " +
+                                 detail::device_support_string(s, e) + ")" +
+                                 (t == device_transport::nccl && !s.nccl_unavailable.empty() ? ": " + s.nccl_unavailable
+                                  : t == device_transport::ipc && !s.ipc_unavailable.empty()
+                                      ? ": " + s.ipc_unavailable
+                                      : std::string()));
     if (out[e] != device_transport::automatic && out[e] != t)
       throw invalid_argument("options.device_transports",
                              where + entry + " but options.device_transports[" + std::to_string(from[e]) + "] is " +
@@ -127,7 +159,7 @@ inline std::vector<device_transport> select_device_transports(const runtime_topo
     if (m.user_of[e] == m.user_of[e - 1]) out[e] = out[e - 1];
   for (std::size_t e = 0; e < k; ++e) {
     if (out[e] != device_transport::automatic) continue;
-    out[e] = default_device_transport(m.topology.dim(e).link, s);
+    out[e] = default_device_transport(m.topology.dim(e).link, s, e);
     if (out[e] == device_transport::automatic && m.topology.extent(e) > 1)
       throw invalid_argument("options.device_transports",
                              where + "no transport can move device buffers in dimension " + std::to_string(e) + " (" +

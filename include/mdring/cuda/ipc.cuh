@@ -1,0 +1,400 @@
+// mdring/cuda/ipc.cuh: the ipc transport of the GPU path: the processes of one
+// node read each other's device buffers in place, through CUDA IPC.
+//
+// A dimension on a GPU link (nvlink, pcie) whose ranks are processes of one node
+// runs its direct stages by shared access, as the host path does between the
+// processes of a node (plan/build_stages.hpp shared_rs, fused_rs): the fold of a
+// rank's block reads every peer's source where it lies, and all_reduce's last such
+// dimension writes the folded block straight into every peer's recvbuf (one fused
+// pass, cuda/reduce.cuh with several outputs). Nothing is copied into a receive
+// slot before it is folded, and nothing goes through host memory. Stages of at
+// most staging_bytes go through each rank's staging buffer instead (copy in, then
+// every rank folds the whole range from the peers' staging: all_reduce's one-shot,
+// with no host exchange at all). Other stages (rings, trees, broadcast's scatter,
+// reduce's gather) move messages: the receiver copies from the sender's buffer.
+//
+// Per link, made once at bind (open(), collective over the dimension):
+//   - a node segment with a slot per rank (transport/ipc_window.hpp), where the
+//     host publishes which allocations a step's buffers are in;
+//   - a control block in device memory per rank: [2][p] flag words and two
+//     staging buffers, exported by CUDA IPC and mapped by every peer.
+// Per step that touches peers' buffers:
+//   - the host publishes this rank's buffers (IPC handle, allocation id, offset),
+//     waits until every peer has published the same step (deadline; a peer that
+//     failed or died ends the wait), and maps each peer allocation the first time
+//     it sees it (cached by allocation id: a pointer into a caching allocator's
+//     block maps the block once, as NCCL's buffer registration does);
+//   - the stream waits for the peers (a flag barrier of stream memory operations,
+//     ipc_window.hpp), then the folds or copies read the peers' memory, then a
+//     second barrier before anyone touches those buffers again.
+// All of it is enqueued: the call returns once its work is on the stream, and it
+// can be captured into a CUDA graph (the flags' values are the same every call).
+// A buffer that CUDA IPC cannot share (cudaMallocAsync pools, managed memory,
+// VMM allocations made without an IPC handle type) is refused with
+// invalid_argument naming the collective.
+#pragma once
+
+#include "../error.hpp"
+#include "../transport/ipc_window.hpp"
+#include "config.cuh"
+#include "driver.cuh"
+#include "engine.cuh"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+namespace cuda {
+
+namespace detail {
+
+static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(mdring::detail::ipc_handle_bytes),
+              "mdring: cudaIpcMemHandle_t is not 64 bytes");
+
+// This process's allocations as published: id -> handle (cudaIpcGetMemHandle once).
+class ipc_exports {
+public:
+  // The allocation that holds p, and p's offset in it. `what` names the buffer in errors.
+  mdring::detail::ipc_allocation find(const void* p, std::uint64_t& offset, const char* what) {
+    const allocation_info a = allocation_of(p);
+    if (!a.device || !a.ipc_capable)
+      throw invalid_argument(what, std::string(what) + " (" + std::to_string(address(p)) +
+                                       ") is not memory that CUDA IPC can share with the other processes of the "
+                                       "dimension (the ipc transport reads it in place): allocate it with cudaMalloc "
+                                       "(or a caching allocator on it, as PyTorch's), not cudaMallocAsync pools, "
+                                       "managed memory or VMM allocations; or set options.device_transports to nccl "
+                                       "there");
+    offset = std::uint64_t(address(p) - a.base);
+    for (auto& e : cache_)
+      if (e.id == a.id) return e;
+    mdring::detail::ipc_allocation out;
+    out.id = a.id;
+    out.bytes = a.bytes;
+    cudaIpcMemHandle_t h;
+    check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(a.base)), "cudaIpcGetMemHandle");
+    std::memcpy(out.handle.bytes, &h, sizeof h);
+    if (cache_.size() >= max_cached) cache_.erase(cache_.begin());
+    cache_.push_back(out);
+    return out;
+  }
+
+private:
+  static constexpr std::size_t max_cached = 256;
+  std::vector<mdring::detail::ipc_allocation> cache_;
+};
+
+// The peers' allocations mapped here, by (peer, allocation id); at most
+// max_mappings (the least recently used is closed, after the device is idle).
+class ipc_mappings {
+public:
+  ipc_mappings() = default;
+  ipc_mappings(const ipc_mappings&) = delete;
+  ipc_mappings& operator=(const ipc_mappings&) = delete;
+  ipc_mappings(ipc_mappings&& o) noexcept : m_(std::move(o.m_)), clock_(o.clock_) {}
+  ipc_mappings& operator=(ipc_mappings&& o) noexcept {
+    if (this != &o) release(), m_ = std::move(o.m_), clock_ = o.clock_;
+    return *this;
+  }
+  ~ipc_mappings() { release(); }
+
+  static constexpr std::size_t max_mappings = 512;
+
+  char* map(std::size_t peer, const mdring::detail::ipc_allocation& a, bool capturing) {
+    ++clock_;
+    for (auto& e : m_)
+      if (e.peer == peer && e.id == a.id) return e.used = clock_, e.base;
+    if (m_.size() >= max_mappings && !capturing) {  // a captured graph may hold every mapping: keep them
+      std::size_t lru = 0;
+      for (std::size_t i = 1; i < m_.size(); ++i)
+        if (m_[i].used < m_[lru].used) lru = i;
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // no work still reads it
+      cudaIpcCloseMemHandle(m_[lru].base);
+      m_.erase(m_.begin() + std::ptrdiff_t(lru));
+    }
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, a.handle.bytes, sizeof h);
+    void* p = nullptr;
+    check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    m_.push_back({peer, a.id, static_cast<char*>(p), clock_});
+    return static_cast<char*>(p);
+  }
+  std::size_t count() const noexcept { return m_.size(); }
+
+private:
+  struct entry {
+    std::size_t peer;
+    std::uint64_t id;
+    char* base;
+    std::uint64_t used;
+  };
+  void release() noexcept {
+    for (auto& e : m_) cudaIpcCloseMemHandle(e.base);
+    m_.clear();
+  }
+  std::vector<entry> m_;
+  std::uint64_t clock_ = 0;
+};
+
+// The layout of a rank's control block: [2][p] flag words, then two staging buffers.
+inline std::size_t ipc_flags_bytes(std::size_t p) { return (2 * p * sizeof(std::uint32_t) + 255) / 256 * 256; }
+
+}  // namespace detail
+
+class ipc_link {
+public:
+  // Every rank of the dimension takes part in every step that moves messages,
+  // even one with nothing to send or receive (the steps are barriers).
+  static constexpr bool collective_steps = true;
+
+  ipc_link() = default;
+  ipc_link(ipc_link&&) noexcept = default;
+  ipc_link& operator=(ipc_link&&) noexcept = default;
+  ~ipc_link() = default;
+
+  // Collective over the dimension's ranks (ex.all_gather(mine, bytes, all), by
+  // coordinate). members: their global ranks (errors name them); me: this rank's
+  // coordinate; staging_bytes: each staging buffer's size. Returns a link that is
+  // not open() on every rank when they are not all on this node, or when CUDA IPC
+  // does not work between them (any rank's failure makes every rank's answer no).
+  template <class Exchange>
+  static ipc_link open(Exchange& ex, std::span<const std::size_t> members, std::size_t me, std::size_t staging_bytes,
+                       std::string* why_not = nullptr) {
+    ipc_link l;
+    auto st = std::make_unique<state>();
+    const std::size_t p = members.size();
+    if (!st->window.open(ex, p, me)) {
+      if (why_not) *why_not = "its ranks are not processes of one node";
+      return l;
+    }
+    st->p = p, st->me = me;
+    st->members.assign(members.begin(), members.end());
+    st->staging = staging_bytes;
+    // The control block: allocated, zeroed and exported here; mapped by the peers.
+    struct msg {
+      int ok;
+      cudaIpcMemHandle_t h;
+    } mine{0, {}};
+    std::string err;
+    try {
+      const std::size_t bytes = detail::ipc_flags_bytes(p) + 2 * staging_bytes;
+      detail::check(cudaMalloc(&st->own, bytes), "cudaMalloc");
+      detail::check(cudaMemset(st->own, 0, bytes), "cudaMemset");
+      detail::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      detail::check(cudaIpcGetMemHandle(&mine.h, st->own), "cudaIpcGetMemHandle");
+      (void)detail::require_driver();
+      mine.ok = 1;
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    std::vector<msg> all(p);
+    ex.all_gather(&mine, sizeof mine, all.data());
+    int ok = 1;
+    for (const auto& m : all) ok &= m.ok;
+    st->peer_block.assign(p, nullptr);
+    st->peer_block[me] = static_cast<char*>(st->own);
+    for (std::size_t j = 0; j < p && ok; ++j) {
+      if (j == me) continue;
+      void* q = nullptr;
+      const cudaError_t e = cudaIpcOpenMemHandle(&q, all[j].h, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        ok = 0;
+        err = "cudaIpcOpenMemHandle of rank " + std::to_string(members[j]) + "'s control block: " + detail::error_text(e);
+        break;
+      }
+      st->peer_block[j] = static_cast<char*>(q);
+    }
+    std::vector<int> oks(p);
+    ex.all_gather(&ok, sizeof ok, oks.data());
+    for (int v : oks) ok &= v;
+    if (!ok) {
+      if (why_not) *why_not = err.empty() ? "CUDA IPC failed on another rank of the dimension" : "CUDA IPC failed: " + err;
+      return l;  // state's destructor closes and frees what was opened
+    }
+    st->src.assign(p, nullptr);
+    st->dst.assign(p, nullptr);
+    st->stg.assign(p, nullptr);
+    l.s_ = std::move(st);
+    return l;
+  }
+
+  bool is_open() const noexcept { return s_ != nullptr; }
+  bool capturable() const noexcept { return true; }
+  std::size_t staging_bytes() const noexcept { return s_ ? s_->staging : 0; }
+  std::size_t size() const noexcept { return s_ ? s_->p : 0; }
+  // Peer allocations mapped so far (tests: a repeated call maps nothing new).
+  std::size_t mappings() const noexcept { return s_ ? s_->maps.count() : 0; }
+
+  // ---- messages (pull): see the top --------------------------------------------------
+  void exchange(std::span<const device_message> sends, std::span<const device_message> recvs, cudaStream_t stream,
+                const step_context& cx) {
+    state& s = *s_;
+    const bool cap = detail::capturing(stream);
+    auto& pub = s.window.next();
+    mdring::detail::publication_builder b(pub);
+    pub.kind = mdring::detail::ipc_publication::messages;
+    pub.signature = std::uint64_t(cx.ph) << 32 | std::uint64_t(cx.step);
+    for (const auto& m : sends) {
+      std::uint64_t off = 0;
+      const auto a = s.exports.find(m.ptr, off, "a send buffer");
+      b.message(m.peer, b.add(a, off), m.bytes);
+    }
+    publish_and_wait(cx);
+    barrier(stream);  // every peer's data is ready, and this rank's receive buffers are free
+    for (const auto& m : recvs) {
+      const auto& e = s.window.entry(m.peer);
+      const mdring::detail::ipc_message* found = nullptr;
+      for (std::uint32_t i = 0; i < e.messages_count; ++i)
+        if (e.msg[i].peer == s.me) found = &e.msg[i];
+      if (!found || found->bytes != m.bytes || e.signature != pub.signature)
+        throw transport_error(cx.where() + ": rank " + std::to_string(s.members[m.peer]) + " sends " +
+                                  (found ? std::to_string(found->bytes) + " bytes" : std::string("nothing")) +
+                                  " where this rank expects " + std::to_string(m.bytes) +
+                                  " (the ranks run different programs: different counts or types?)",
+                              0);
+      const char* from = resolve(m.peer, e, found->at, cap);
+      detail::check(cudaMemcpyAsync(m.ptr, from, m.bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    }
+    barrier(stream);  // every peer has read what this rank sent
+  }
+
+  // ---- shared access --------------------------------------------------------------------
+  void arrive(const void* src, const void* dst, std::uint64_t signature, cudaStream_t stream, const step_context& cx) {
+    state& s = *s_;
+    ++s.arrived;
+    if (src || dst) {  // in place: publish, map the peers'
+      const bool cap = detail::capturing(stream);
+      auto& pub = s.window.next();
+      mdring::detail::publication_builder b(pub);
+      pub.kind = mdring::detail::ipc_publication::arrive;
+      pub.signature = signature;
+      std::uint64_t off = 0;
+      if (src) pub.src = b.add(s.exports.find(src, off, "sendbuf"), off);  // (or a buffer of the call's)
+      if (dst) pub.dst = b.add(s.exports.find(dst, off, "recvbuf"), off);
+      publish_and_wait(cx);
+      for (std::size_t j = 0; j < s.p; ++j) {
+        const auto& e = s.window.entry(j);
+        if (e.signature != signature || e.kind != pub.kind)
+          throw invalid_argument("count", cx.where() + ": rank " + std::to_string(s.members[j]) +
+                                              " works on a different count or element type in this stage (" +
+                                              std::to_string(e.signature / 64) + " elements against " +
+                                              std::to_string(signature / 64) + " here)");
+        s.src[j] = j == s.me ? src : (e.src.allocation ? resolve(j, e, e.src, cap) : nullptr);
+        s.dst[j] = j == s.me ? const_cast<void*>(dst) : (e.dst.allocation ? resolve(j, e, e.dst, cap) : nullptr);
+      }
+      s.pending_leave = true;
+    } else {  // staged: the peers' staging buffers of this stage
+      for (std::size_t j = 0; j < s.p; ++j) s.stg[j] = staging_of(j, s.arrived);
+      s.pending_staged = true;
+    }
+    barrier(stream);
+  }
+  void leave(cudaStream_t stream, const step_context&) {
+    s_->pending_leave = false;
+    barrier(stream);
+  }
+  // A staged stage has no leave step: its second barrier goes here, so that every
+  // stage (and so every call) has an even number of barriers (ipc_window.hpp).
+  void stage_end(cudaStream_t stream, const step_context&) {
+    if (!s_->pending_staged) return;
+    s_->pending_staged = false;
+    barrier(stream);
+  }
+  const detail::remote_view* view() {
+    state& s = *s_;
+    s.rv.src = s.src.data();
+    s.rv.dst = s.dst.data();
+    s.rv.staging = s.stg.data();
+    s.rv.staging_next = staging_of(s.me, s.arrived + 1);
+    return &s.rv;
+  }
+  // Barriers so far, modulo 2 (0 between calls).
+  std::size_t barrier_parity() const noexcept { return s_ ? s_->barriers % 2 : 0; }
+  // At the end of every call: an odd count of barriers gets one more, on every
+  // rank alike (they run the same steps), so the next call starts at parity 0.
+  void finish(cudaStream_t stream) {
+    if (s_ && s_->barriers % 2) barrier(stream);
+  }
+
+  // This rank failed: peers waiting on the host for it stop (remote_error).
+  void abort(const std::string& why) noexcept {
+    if (s_) s_->window.fail(why);
+  }
+
+private:
+  struct state {
+    mdring::detail::ipc_window window;
+    std::size_t p = 0, me = 0, staging = 0;
+    std::vector<std::size_t> members;
+    void* own = nullptr;                 // this rank's control block
+    std::vector<char*> peer_block;       // every rank's control block, mapped here
+    detail::ipc_exports exports;
+    detail::ipc_mappings maps;
+    std::vector<const void*> src;
+    std::vector<void*> dst, stg;
+    detail::remote_view rv;
+    std::size_t arrived = 0, barriers = 0;
+    bool pending_staged = false, pending_leave = false;
+    std::vector<mdring::detail::flag_op> ops;
+
+    state() = default;
+    state(const state&) = delete;
+    state& operator=(const state&) = delete;
+    ~state() {
+      for (std::size_t j = 0; j < peer_block.size(); ++j)
+        if (j != me && peer_block[j]) cudaIpcCloseMemHandle(peer_block[j]);
+      if (own) {
+        cudaDeviceSynchronize();  // no work of ours still uses it
+        cudaFree(own);
+      }
+    }
+  };
+
+  void* staging_of(std::size_t j, std::size_t arrive) const {
+    return s_->peer_block[j] + detail::ipc_flags_bytes(s_->p) + (arrive % 2) * s_->staging;
+  }
+  std::uint32_t* flag(std::size_t j, std::uint32_t index) const {
+    return reinterpret_cast<std::uint32_t*>(s_->peer_block[j]) + index;
+  }
+  void barrier(cudaStream_t stream) {
+    state& s = *s_;
+    s.ops.clear();
+    mdring::detail::barrier_ops(s.p, s.me, s.barriers++, s.ops);
+    for (const auto& op : s.ops) {
+      if (op.kind == mdring::detail::flag_op::write_peer) detail::stream_write(stream, flag(op.peer, op.index), op.value);
+      else if (op.kind == mdring::detail::flag_op::wait_own) detail::stream_wait(stream, flag(s.me, op.index), op.value);
+      else detail::stream_write(stream, flag(s.me, op.index), op.value);
+    }
+  }
+  void publish_and_wait(const step_context& cx) {
+    state& s = *s_;
+    s.window.publish();
+    const wait_status st = s.window.wait(cx.deadline);
+    if (st.kind == wait_status::done) return;
+    if (st.kind == wait_status::peer_failed)
+      throw remote_error(cx.where() + ": rank " + std::to_string(s.members[st.failed_rank]) +
+                             " failed, so this rank stopped waiting: " + st.reason,
+                         s.members[st.failed_rank]);
+    throw timeout_error(cx.where() + ": timed out waiting for rank " + std::to_string(s.members[st.index]) +
+                            " to reach the same step (ipc transport)",
+                        cx.collective, cx.dim, std::string(to_string(cx.ph)), cx.step, s.members[st.index]);
+  }
+  char* resolve(std::size_t j, const mdring::detail::ipc_publication& e, const mdring::detail::ipc_pointer& at,
+                bool capturing) {
+    if (at.allocation == 0 || at.allocation > e.allocations)
+      throw transport_error("mdring::cuda: a peer's publication names no allocation (an internal error)", 0);
+    return s_->maps.map(j, e.alloc[at.allocation - 1], capturing) + at.offset;
+  }
+
+  std::unique_ptr<state> s_;
+};
+
+}  // namespace cuda
+
+MDRING_NAMESPACE_END
