@@ -80,9 +80,10 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
     }
   // The form the README advertises: a compile-time topology, ring<nvlink, 2> *
   // ring<infiniband> (dynamic extent), on device buffers, with default options.
-  // With a GPU per process that is NCCL in both dimensions; where processes share
-  // a GPU, NCCL cannot run (one GPU per rank), and bind picks MPI itself (staged,
-  // or on the device pointers where this MPI is CUDA-aware).
+  // The nvlink dimension's processes share this node: ipc (tests/gpu/test_gpu_ipc.cu).
+  // The infiniband one: with a GPU per process NCCL; where processes share a GPU,
+  // NCCL cannot run (one GPU per rank), and bind picks MPI itself (staged, or on
+  // the device pointers where this MPI is CUDA-aware).
   if (P % 2 == 0) {
     constexpr auto topo = md::ring<md::nvlink, 2> * md::ring<md::infiniband>;
     auto comm = md::cuda::bind(topo, MPI_COMM_WORLD);
@@ -95,9 +96,10 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
 #else
     const auto want = mpi;
 #endif
-    for (std::size_t d = 0; d < 2; ++d)
-      check(comm.transport_of(d) == want, "ring<nvlink, 2> * ring<infiniband>: dimension ", d, " uses ",
-            md::to_string(comm.transport_of(d)), ", expected ", md::to_string(want));
+    check(comm.transport_of(0) == md::device_transport::ipc, "ring<nvlink, 2> * ring<infiniband>: dimension 0 uses ",
+          md::to_string(comm.transport_of(0)), ", expected ipc");
+    check(comm.transport_of(1) == want, "ring<nvlink, 2> * ring<infiniband>: dimension 1 uses ",
+          md::to_string(comm.transport_of(1)), ", expected ", md::to_string(want));
     auto s = md::cuda::unique_stream::create();
     std::vector<u64> hashes;
     spmd_suite(comm, s.get(), "ring<nvlink, 2> * ring<infiniband>", hashes);
@@ -105,7 +107,9 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
   }
 #ifndef MDRING_CUDA_NO_NCCL
   if (G >= P) {
-    auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), MPI_COMM_WORLD);
+    md::options o;  // automatic would pick ipc on one node
+    o.device_transports = {md::device_transport::nccl};
+    auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), MPI_COMM_WORLD, o);
     check(comm.transport_of(0) == md::device_transport::nccl, "nvlink over MPI + NCCL uses nccl");
     auto s = md::cuda::unique_stream::create();
     std::vector<u64> hashes;
