@@ -1,27 +1,59 @@
-// python/csrc/backend.cpp: mdring as a torch.distributed backend (PyTorch 1.13's
-// c10d::ProcessGroup). The collectives run on mdring's nonblocking calls, in
-// issue order; one completion thread per group waits for them in that order and
-// completes each Work and its Future outside every lock (a Future's callbacks may
-// take the GIL). The mdring side is behind group.hpp.
+// python/csrc/backend.cpp: mdring as a torch.distributed backend: PyTorch 1.13's
+// c10d::ProcessGroup, or from PyTorch 2.0 a c10d::Backend registered for "cpu"
+// and "cuda" (mdring_torch/__init__.py). The mdring side is behind group.hpp.
+//
+// CPU tensors run on mdring's nonblocking host calls, in issue order; one
+// completion thread per group waits for them in that order and completes each
+// Work and its Future outside every lock (a Future's callbacks may take the GIL).
+// CUDA tensors (MDRING_TORCH_CUDA builds) run on the GPU path: each call is
+// enqueued on the caller's current CUDA stream and returns at once; its Work
+// carries a CUDA event (wait() makes the caller's current stream wait for it, as
+// NCCL's does) and a Future over the CUDA device that DDP's comm hooks chain.
 #include "group.hpp"
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
+#include <torch/version.h>
 
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#define MDRING_TORCH2 1
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#define MDRING_TORCH2 0
+#endif
+
+#ifndef MDRING_TORCH_CUDA
+#define MDRING_TORCH_CUDA 0
+#endif
+#if MDRING_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
 namespace mdring_torch {
 
 namespace {
+
+#if MDRING_TORCH2
+using base_t = ::c10d::Backend;
+#else
+using base_t = ::c10d::ProcessGroup;
+#endif
 
 // torch's c10d store as mdring's rendezvous store.
 class c10d_store final : public mdring::rendezvous::store {
@@ -77,12 +109,26 @@ redop redop_of(const ::c10d::ReduceOp& o, const char* what) {
 
 void check_tensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.layout() == at::kStrided, "mdring: ", what,
-              ": sparse tensors are not supported (dense, contiguous CPU tensors only)");
+              ": sparse tensors are not supported (dense, contiguous tensors only)");
+#if MDRING_TORCH_CUDA
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "mdring: ", what, ": tensors on ", t.device(),
+              " are not supported (CPU and CUDA tensors)");
+#else
   TORCH_CHECK(t.device().is_cpu(), "mdring: ", what, ": tensors on ", t.device(),
-              " are not supported (CPU tensors only; use the nccl backend for CUDA tensors)");
+              " are not supported (this build of mdring_torch takes CPU tensors only)");
+#endif
   TORCH_CHECK(t.is_contiguous(), "mdring: ", what,
               ": non-contiguous tensors are not supported (call .contiguous() first)");
   (void)dtype_of(t, what);
+}
+
+// Every tensor of a call on one device: the call's device.
+c10::Device device_of(const std::vector<at::Tensor>& ts, const char* what) {
+  TORCH_CHECK(!ts.empty(), "mdring: ", what, ": no tensors");
+  for (const auto& t : ts)
+    TORCH_CHECK(t.device() == ts[0].device(), "mdring: ", what, ": tensors on different devices (", ts[0].device(),
+                " and ", t.device(), "); every tensor of one call must be on the same device");
+  return ts[0].device();
 }
 
 const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
@@ -129,14 +175,70 @@ private:
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+#if MDRING_TORCH_CUDA
+// A Work of CUDA tensors: the call is enqueued on `stream`; an event marks its end.
+// wait() and synchronize() make the caller's current stream wait for it (the host
+// goes on), or, for a barrier, wait on the host. The Future is completed at once
+// over the device: its callbacks' streams wait for the event (c10's CUDA Future).
+class cuda_work final : public ::c10d::Work {
+public:
+  cuda_work(int rank, ::c10d::OpType t, std::vector<at::Tensor> outputs, c10::Device device,
+            c10::cuda::CUDAStream stream, bool host_wait)
+      : Work(rank, t), outputs_(std::move(outputs)), device_(device), stream_(stream), host_wait_(host_wait) {
+    c10::cuda::CUDAGuard g(device_);
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
+    C10_CUDA_CHECK(cudaEventRecord(ev_, stream_.stream()));
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                      std::vector<c10::Device>{device_});
+    c10::cuda::CUDAStreamGuard sg(stream_);
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  ~cuda_work() override {
+    if (ev_) cudaEventDestroy(ev_);
+  }
+  bool isCompleted() override { return cudaEventQuery(ev_) != cudaErrorNotReady; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds) override {
+    synchronize();
+    if (host_wait_) C10_CUDA_CHECK(cudaEventSynchronize(ev_));
+    return true;
+  }
+  void synchronize() override {
+    c10::cuda::CUDAGuard g(device_);
+    const auto cur = c10::cuda::getCurrentCUDAStream(device_.index());
+    if (cur != stream_) C10_CUDA_CHECK(cudaStreamWaitEvent(cur.stream(), ev_, 0));
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+private:
+  std::vector<at::Tensor> outputs_;
+  c10::Device device_;
+  c10::cuda::CUDAStream stream_;
+  bool host_wait_;
+  cudaEvent_t ev_ = nullptr;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+#endif
+
 class process_group;
 std::mutex live_m;
 std::set<process_group*> live;  // for shutdown() at interpreter exit
 
-class process_group final : public ::c10d::ProcessGroup {
+// What creates a group's communicators: the store it binds through and its
+// settings (the CUDA one is bound at the first call on CUDA tensors: collective,
+// every rank makes it at the same call).
+struct group_origin {
+  c10::intrusive_ptr<::c10d::Store> store;  // null under MPI
+  group_config cfg;
+};
+
+class process_group final : public base_t {
 public:
-  process_group(std::unique_ptr<group> g, int rank, int size)
-      : ProcessGroup(rank, size), g_(std::move(g)), thread_([this] { loop(); }) {
+  // g: the host communicator (null when built without a host transport: then CPU
+  // tensors are refused).
+  process_group(std::unique_ptr<group> g, group_origin origin, int rank, int size)
+      : base_t(rank, size), g_(std::move(g)), origin_(std::move(origin)), thread_([this] { loop(); }) {
     std::lock_guard l(live_m);
     live.insert(this);
   }
@@ -148,8 +250,12 @@ public:
     shutdown();
   }
 
-  // Finishes what is in flight, then releases the communicator. Idempotent.
-  void shutdown() {
+  // Finishes what is in flight, then releases the communicators. Idempotent.
+  void shutdown()
+#if MDRING_TORCH2
+      override
+#endif
+  {
     {
       std::lock_guard l(q_m_);
       if (stop_) {
@@ -170,20 +276,35 @@ public:
     }
     std::lock_guard l(issue_m_);
     g_.reset();
+    dev_.reset();
+    dev_store_.reset();
+    destroyed_ = true;
   }
 
   const std::string getBackendName() const override { return "mdring"; }
   std::string describe() const {
     std::lock_guard l(issue_m_);
-    return g_ ? g_->describe() : std::string("destroyed");
+    if (destroyed_) return "destroyed";
+    std::string d = g_ ? g_->describe() : std::string("no host transport (CPU tensors refused)");
+    if (dev_) d += "; " + dev_->describe();
+    return d;
   }
+
+#if MDRING_TORCH2
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+#endif
 
   c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& ts,
                                              const ::c10d::AllreduceOptions& o) override {
     const auto& t = single(ts, "allreduce");
     const auto op = redop_of(o.reduceOp, "allreduce");
+    if (t.is_cuda())
+      return on_device(::c10d::OpType::ALLREDUCE, ts, t.device(), [&](device_group& d, void* s) {
+        d.all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t, ""), op, s);
+      });
     return enqueue(::c10d::OpType::ALLREDUCE, ts, {}, [&] {
-      return ops1(g_->all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t, ""), op));
+      return ops1(host().all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t, ""), op));
     });
   }
 
@@ -194,14 +315,25 @@ public:
       check_tensor(t, "allreduce_coalesced");
       same_kind(ts[0], t, "allreduce_coalesced", "a tensor");
     }
+    const auto device = device_of(ts, "allreduce_coalesced");
     const auto op = redop_of(o.reduceOp, "allreduce_coalesced");
     // One call over the tensors side by side; copied back when it completes.
     std::vector<at::Tensor> flat_in;
     for (const auto& t : ts) flat_in.push_back(t.view(-1));
+    if (device.is_cuda())
+      return on_device(::c10d::OpType::ALLREDUCE_COALESCED, ts, device, [&](device_group& d, void* s) {
+        at::Tensor flat = at::cat(flat_in);  // on the current stream, as the copies back
+        d.all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), dtype_of(flat, ""), op, s);
+        std::int64_t at = 0;
+        for (auto& t : ts) {
+          t.view(-1).copy_(flat.narrow(0, at, t.numel()));
+          at += t.numel();
+        }
+      });
     at::Tensor flat = at::cat(flat_in);
     auto outs = ts;
     return enqueue(::c10d::OpType::ALLREDUCE_COALESCED, ts, {flat}, [&] {
-      auto x = g_->all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), dtype_of(flat, ""), op);
+      auto x = host().all_reduce(flat.data_ptr(), flat.data_ptr(), flat.numel(), dtype_of(flat, ""), op);
       x.after = [flat, outs] {
         const auto* src = static_cast<const char*>(flat.data_ptr());
         for (const auto& t : outs) {
@@ -217,16 +349,24 @@ public:
                                              const ::c10d::BroadcastOptions& o) override {
     const auto& t = single(ts, "broadcast");
     const auto root = checked_root(o.rootRank, o.rootTensor, "broadcast");
+    if (t.is_cuda())
+      return on_device(::c10d::OpType::BROADCAST, ts, t.device(), [&](device_group& d, void* s) {
+        d.broadcast(t.data_ptr(), t.numel(), root, dtype_of(t, ""), s);
+      });
     return enqueue(::c10d::OpType::BROADCAST, ts, {},
-                   [&] { return ops1(g_->broadcast(t.data_ptr(), t.numel(), root, dtype_of(t, ""))); });
+                   [&] { return ops1(host().broadcast(t.data_ptr(), t.numel(), root, dtype_of(t, ""))); });
   }
 
   c10::intrusive_ptr<::c10d::Work> reduce(std::vector<at::Tensor>& ts, const ::c10d::ReduceOptions& o) override {
     const auto& t = single(ts, "reduce");
     const auto root = checked_root(o.rootRank, o.rootTensor, "reduce");
     const auto op = redop_of(o.reduceOp, "reduce");
+    if (t.is_cuda())
+      return on_device(::c10d::OpType::REDUCE, ts, t.device(), [&](device_group& d, void* s) {
+        d.reduce(t.data_ptr(), t.data_ptr(), t.numel(), root, dtype_of(t, ""), op, s);
+      });
     return enqueue(::c10d::OpType::REDUCE, ts, {}, [&] {
-      return ops1(g_->reduce(t.data_ptr(), t.data_ptr(), t.numel(), root, dtype_of(t, ""), op));
+      return ops1(host().reduce(t.data_ptr(), t.data_ptr(), t.numel(), root, dtype_of(t, ""), op));
     });
   }
 
@@ -241,12 +381,21 @@ public:
     for (const auto& t : list) {
       check_tensor(t, "allgather");
       same_kind(in, t, "allgather", "an output tensor");
+      TORCH_CHECK(t.device() == in.device(), "mdring: allgather: an output tensor is on ", t.device(),
+                  ", the input on ", in.device());
       TORCH_CHECK(t.numel() == in.numel(), "mdring: allgather: an output tensor has ", t.numel(),
                   " elements, the input ", in.numel());
     }
+    if (in.is_cuda())
+      return on_device(::c10d::OpType::ALLGATHER, list, in.device(), [&](device_group& d, void* s) {
+        at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
+        d.all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), dtype_of(in, ""), s);
+        for (std::size_t r = 0; r < list.size(); ++r)
+          list[r].view(-1).copy_(flat.narrow(0, std::int64_t(r) * in.numel(), in.numel()));
+      });
     at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
     return enqueue(::c10d::OpType::ALLGATHER, list, {in, flat}, [&] {
-      auto x = g_->all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), dtype_of(in, ""));
+      auto x = host().all_gather(in.data_ptr(), flat.data_ptr(), in.numel(), dtype_of(in, ""));
       x.after = [first = std::move(x.after), flat, list] {
         if (first) first();
         const auto* src = static_cast<const char*>(flat.data_ptr());
@@ -264,10 +413,15 @@ public:
     check_tensor(in, "_allgather_base");
     check_tensor(out, "_allgather_base");
     same_kind(in, out, "_allgather_base", "the output");
+    const auto device = device_of({in, out}, "_allgather_base");
     TORCH_CHECK(out.numel() == getSize() * in.numel(), "mdring: _allgather_base: the output has ", out.numel(),
                 " elements, expected ", getSize(), " x ", in.numel());
+    if (device.is_cuda())
+      return on_device(::c10d::OpType::_ALLGATHER_BASE, {out}, device, [&](device_group& d, void* s) {
+        d.all_gather(in.data_ptr(), out.data_ptr(), in.numel(), dtype_of(in, ""), s);
+      });
     return enqueue(::c10d::OpType::_ALLGATHER_BASE, {out}, {in}, [&] {
-      return ops1(g_->all_gather(in.data_ptr(), out.data_ptr(), in.numel(), dtype_of(in, "")));
+      return ops1(host().all_gather(in.data_ptr(), out.data_ptr(), in.numel(), dtype_of(in, "")));
     });
   }
 
@@ -282,15 +436,22 @@ public:
     for (const auto& t : list) {
       check_tensor(t, "reduce_scatter");
       same_kind(out, t, "reduce_scatter", "an input tensor");
+      TORCH_CHECK(t.device() == out.device(), "mdring: reduce_scatter: an input tensor is on ", t.device(),
+                  ", the output on ", out.device());
       TORCH_CHECK(t.numel() == out.numel(), "mdring: reduce_scatter: an input tensor has ", t.numel(),
                   " elements, the output ", out.numel());
     }
     const auto op = redop_of(o.reduceOp, "reduce_scatter");
     std::vector<at::Tensor> flat_in;
     for (const auto& t : list) flat_in.push_back(t.view(-1));
+    if (out.is_cuda())
+      return on_device(::c10d::OpType::REDUCE_SCATTER, outs, out.device(), [&](device_group& d, void* s) {
+        at::Tensor flat = at::cat(flat_in);
+        d.reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dtype_of(out, ""), op, s);
+      });
     at::Tensor flat = at::cat(flat_in);
     return enqueue(::c10d::OpType::REDUCE_SCATTER, outs, {flat}, [&] {
-      return ops1(g_->reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dtype_of(out, ""), op));
+      return ops1(host().reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dtype_of(out, ""), op));
     });
   }
 
@@ -299,18 +460,41 @@ public:
     check_tensor(in, "_reduce_scatter_base");
     check_tensor(out, "_reduce_scatter_base");
     same_kind(out, in, "_reduce_scatter_base", "the input");
+    const auto device = device_of({in, out}, "_reduce_scatter_base");
     TORCH_CHECK(in.numel() == getSize() * out.numel(), "mdring: _reduce_scatter_base: the input has ", in.numel(),
                 " elements, expected ", getSize(), " x ", out.numel());
     const auto op = redop_of(o.reduceOp, "_reduce_scatter_base");
+    if (device.is_cuda())
+      return on_device(::c10d::OpType::_REDUCE_SCATTER_BASE, {out}, device, [&](device_group& d, void* s) {
+        d.reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), dtype_of(out, ""), op, s);
+      });
     return enqueue(::c10d::OpType::_REDUCE_SCATTER_BASE, {out}, {in}, [&] {
-      return ops1(g_->reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), dtype_of(out, ""), op));
+      return ops1(host().reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), dtype_of(out, ""), op));
     });
   }
 
-  c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions&) override {
+  // Over the host group when there is one; else (CUDA tensors only) an all_reduce
+  // of one int on the CUDA device, waited for on the host.
+  c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& o) override {
+    bool on_host;
+    {
+      std::lock_guard l(issue_m_);
+      on_host = g_ != nullptr || destroyed_;
+    }
+#if MDRING_TORCH_CUDA
+    if (!on_host) {
+      const int dev = o.device_ids.empty() ? int(c10::cuda::current_device()) : int(o.device_ids[0]);
+      at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::Device(at::kCUDA, dev)));
+      return on_device(::c10d::OpType::BARRIER, {one}, one.device(), [&](device_group& d, void* s) {
+        d.all_reduce(one.data_ptr(), one.data_ptr(), 1, dtype::i32, redop::sum, s);
+      }, true);
+    }
+#endif
+    (void)o;
+    (void)on_host;
     at::Tensor one = at::zeros({1}, at::kInt);
     return enqueue(::c10d::OpType::BARRIER, {}, {one}, [&] {
-      return ops1(g_->all_reduce(one.data_ptr(), one.data_ptr(), 1, dtype::i32, redop::sum));
+      return ops1(host().all_reduce(one.data_ptr(), one.data_ptr(), 1, dtype::i32, redop::sum));
     });
   }
 
@@ -327,11 +511,55 @@ private:
     return v;
   }
 
+  // The host group (under issue_m_).
+  group& host() {
+    TORCH_CHECK(g_, "mdring: CPU tensors need a host transport, and this build of mdring_torch has none (",
+                have_ucx() ? "UCX" : "no UCX", ", ", have_mpi() ? "MPI" : "no MPI",
+                "): use CUDA tensors, or rebuild with libucx-dev or MPI");
+    return *g_;
+  }
+
   std::size_t checked_root(int64_t root, int64_t root_tensor, const char* what) const {
     TORCH_CHECK(root >= 0 && root < getSize(), "mdring: ", what, ": root rank ", root, " is not in [0, ", getSize(),
                 ")");
     TORCH_CHECK(root_tensor == 0, "mdring: ", what, ": rootTensor must be 0 (one tensor per process)");
     return std::size_t(root);
+  }
+
+  // CUDA tensors: the call enqueued on the current stream of `device`, under the
+  // issue lock (every rank's calls keep their torch order); the device group is
+  // bound at the first such call (collective).
+  template <class Issue>
+  c10::intrusive_ptr<::c10d::Work> on_device(::c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device,
+                                             Issue&& issue, bool host_wait = false) {
+#if MDRING_TORCH_CUDA
+    c10::cuda::CUDAGuard guard(device);
+    const auto stream = c10::cuda::getCurrentCUDAStream(device.index());
+    {
+      std::lock_guard l(issue_m_);
+      TORCH_CHECK(!destroyed_, "mdring: the process group was destroyed");
+      try {
+        if (!dev_) {
+          TORCH_CHECK(origin_.store, "mdring: CUDA tensors need the group's store (torchrun's env:// rendezvous); "
+                                     "this group was made without one");
+          dev_store_ = std::make_unique<c10d_store>(origin_.store);
+          std::optional<pybind11::gil_scoped_release> nogil;  // binding waits for the other ranks
+          if (PyGILState_Check()) nogil.emplace();
+          dev_ = make_device_group(*dev_store_, origin_.cfg, device.index());
+        }
+        TORCH_CHECK(dev_->device() == device.index(), "mdring: this group runs on cuda:", dev_->device(),
+                    " (its first CUDA call's device); a tensor on ", device, " cannot join it");
+        issue(*dev_, static_cast<void*>(stream.stream()));
+      } catch (const mdring::error& e) {
+        TORCH_CHECK(false, e.what());
+      }
+      ++seq_;
+    }
+    return c10::make_intrusive<cuda_work>(getRank(), type, std::move(outputs), device, stream, host_wait);
+#else
+    (void)type, (void)outputs, (void)issue, (void)host_wait;
+    TORCH_CHECK(false, "mdring: tensors on ", device, " are not supported (this build takes CPU tensors only)");
+#endif
   }
 
   // Issues the calls (issue() runs under the issue lock, so every rank's calls
@@ -343,7 +571,7 @@ private:
     std::vector<op> ops;
     {
       std::lock_guard l(issue_m_);
-      TORCH_CHECK(g_, "mdring: the process group was destroyed");
+      TORCH_CHECK(!destroyed_, "mdring: the process group was destroyed");
       try {
         ops = issue();
       } catch (const mdring::error& e) {
@@ -353,6 +581,7 @@ private:
       TORCH_CHECK(!stop_, "mdring: the process group is shutting down");
       keep.insert(keep.end(), outputs.begin(), outputs.end());
       q_.push_back(pending{std::move(ops), w, std::move(keep)});
+      ++seq_;
     }
     q_cv_.notify_one();
     return w;
@@ -385,6 +614,11 @@ private:
 
   mutable std::mutex issue_m_;
   std::unique_ptr<group> g_;
+  group_origin origin_;
+  std::unique_ptr<mdring::rendezvous::store> dev_store_;
+  std::unique_ptr<device_group> dev_;
+  bool destroyed_ = false;
+  std::atomic<std::uint64_t> seq_{0};
   std::mutex q_m_;
   std::condition_variable q_cv_;
   std::deque<pending> q_;
@@ -491,45 +725,39 @@ PYBIND11_MODULE(_C, m) {
   using namespace mdring_torch;
   py::module_::import("torch.distributed");
   m.doc() = "mdring's torch.distributed backend (see mdring_torch/__init__.py)";
-  py::class_<process_group, ::c10d::ProcessGroup, c10::intrusive_ptr<process_group>>(m, "ProcessGroupMdring")
+  py::class_<process_group, base_t, c10::intrusive_ptr<process_group>>(m, "ProcessGroupMdring")
       .def("describe", &process_group::describe,
            "How this group runs: transport, topology, and where the topology came from.")
       .def("shutdown", &process_group::shutdown, py::call_guard<py::gil_scoped_release>());
+  // transport: "ucx", "mpi" (world_ranks: the group's MPI_COMM_WORLD ranks, empty
+  // for all), or "none" (CUDA tensors only). The store binds the CUDA communicator.
   m.def(
-      "create_ucx",
-      [](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size, double timeout_s, int local_size,
-         bool is_world) {
+      "create",
+      [](const c10::intrusive_ptr<::c10d::Store>& store, const std::string& transport, std::vector<int> world_ranks,
+         int rank, int size, double timeout_s, int local_size, bool is_world) {
         group_config c;
         c.rank = std::size_t(rank);
         c.size = std::size_t(size);
         c.timeout = std::chrono::milliseconds(std::int64_t(timeout_s * 1000));
         c.local_size = std::size_t(local_size);
         c.is_world = is_world;
+        TORCH_CHECK(transport == "ucx" || transport == "mpi" || transport == "none",
+                    "mdring: transport must be \"ucx\", \"mpi\" or \"none\", not \"", transport, "\"");
         std::unique_ptr<group> g;
-        {
+        try {
           py::gil_scoped_release nogil;
-          g = make_ucx_group(std::make_unique<c10d_store>(store), c);
+          if (transport == "ucx") g = make_ucx_group(std::make_unique<c10d_store>(store), c);
+          else if (transport == "mpi") g = make_mpi_group(world_ranks, c);
+        } catch (const mdring::error& e) {
+          TORCH_CHECK(false, e.what());
         }
-        return c10::make_intrusive<process_group>(std::move(g), rank, size);
+        return c10::make_intrusive<process_group>(std::move(g), group_origin{store, c}, rank, size);
       },
-      py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"), py::arg("local_size") = 0,
-      py::arg("is_world") = false);
-  m.def(
-      "create_mpi",
-      [](std::vector<int> world_ranks, int rank, int size, double timeout_s, bool is_world) {
-        group_config c;
-        c.rank = std::size_t(rank);
-        c.size = std::size_t(size);
-        c.timeout = std::chrono::milliseconds(std::int64_t(timeout_s * 1000));
-        c.is_world = is_world;
-        std::unique_ptr<group> g;
-        {
-          py::gil_scoped_release nogil;
-          g = make_mpi_group(world_ranks, c);
-        }
-        return c10::make_intrusive<process_group>(std::move(g), rank, size);
-      },
-      py::arg("world_ranks"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"), py::arg("is_world") = false);
+      py::arg("store"), py::arg("transport"), py::arg("world_ranks"), py::arg("rank"), py::arg("size"),
+      py::arg("timeout_s"), py::arg("local_size") = 0, py::arg("is_world") = false);
+  m.def("have_ucx", &have_ucx);
+  m.def("have_cuda", [] { return MDRING_TORCH_CUDA != 0 && have_cuda(); });
+  m.attr("torch_api") = MDRING_TORCH2 ? "Backend" : "ProcessGroup";
   m.def("use_node_memory", &use_node_memory, py::arg("threshold"), py::arg("cache"));
   m.def("have_mpi", &have_mpi);
   m.def("bootstrap_mpi", [] {

@@ -76,4 +76,34 @@ void finalize_mpi();
 void* node_alloc(std::size_t bytes);
 void node_free(void* p) noexcept;
 
+// Over UCX (group_ucx.cpp), when built with it.
+bool have_ucx() noexcept;
+
+// A group's communicator for CUDA tensors (group_cuda.cu, compiled by nvcc): each
+// call is enqueued on `stream` (a cudaStream_t of the group's device) and returns
+// at once; the result is there when the stream reaches it. Ranks are torch's group
+// ranks. The topology: MDRING_CUDA_TOPOLOGY when set (it must fit the group), else
+// detected from the hosts: "nvlink:L" on one node of L processes, "nvlink:L x
+// infiniband:N" for N nodes of L processes each in node-major order (torchrun's),
+// else "infiniband:P". nvlink dimensions of one node run the ipc transport, the
+// others NCCL (cuda/store.cuh).
+class device_group {
+public:
+  virtual ~device_group() = default;
+  virtual void all_reduce(const void* in, void* out, std::size_t n, dtype, redop, void* stream) = 0;
+  virtual void reduce(const void* in, void* out, std::size_t n, std::size_t root, dtype, redop, void* stream) = 0;
+  // in: size() blocks of n (block r for group rank r); out: n elements.
+  virtual void reduce_scatter(const void* in, void* out, std::size_t n, dtype, redop, void* stream) = 0;
+  // out: size() blocks of n, block r from group rank r.
+  virtual void all_gather(const void* in, void* out, std::size_t n, dtype, void* stream) = 0;
+  virtual void broadcast(void* buf, std::size_t n, std::size_t root, dtype, void* stream) = 0;
+  virtual std::string describe() const = 0;
+  virtual int device() const = 0;
+};
+
+// Collective over the group: binds on CUDA device `device` through `store`, which
+// must outlive the group.
+std::unique_ptr<device_group> make_device_group(mdring::rendezvous::store& store, const group_config&, int device);
+bool have_cuda() noexcept;
+
 }  // namespace mdring_torch

@@ -4,19 +4,29 @@
     dist.init_process_group("mdring")        # topology from MDRING_TOPOLOGY, or detected
     model = DDP(model)                       # unchanged training loop
 
-Transports:
+PyTorch 2.x: a c10d Backend for CPU and CUDA tensors (registered for both
+devices); PyTorch 1.13: a ProcessGroup for CPU tensors.
+
+CPU tensors, transports:
   - under torchrun (or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT): UCX; the processes find each other through torch's own store;
   - under mpirun: MPI (MPI_THREAD_MULTIPLE). Importing this module under mpirun
     sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
     MASTER_PORT from MPI when they are not set, so that init_process_group's
     env:// rendezvous needs nothing more.
-  MDRING_TORCH_TRANSPORT=ucx|mpi overrides the choice.
+  MDRING_TORCH_TRANSPORT=ucx|mpi overrides the choice; a build with neither
+  (have_ucx() and have_mpi() false) takes CUDA tensors only.
+CUDA tensors (builds with CUDA, have_cuda()): mdring's GPU path, bound at the
+first call on CUDA tensors through the group's store: processes of one node read
+each other's device buffers in place (CUDA IPC), nodes talk NCCL; every call is
+enqueued on the current CUDA stream and returns at once (Work.wait() orders the
+caller's stream after it, as the nccl backend does). MDRING_CUDA_TOPOLOGY
+overrides the detected "nvlink:<per node> x infiniband:<nodes>".
 
-CPU tensors only (dense, contiguous; float32, float64, float16, bfloat16, int8,
-uint8, int16, int32, int64), one tensor per process per call; reduce ops SUM,
-AVG, PRODUCT, MIN, MAX. Every collective is asynchronous (mdring's nonblocking
-calls, in issue order); init_process_group's timeout is mdring's deadline.
+Dense, contiguous tensors (float32, float64, float16, bfloat16, int8, uint8,
+int16, int32, int64), one tensor per process per call; reduce ops SUM, AVG,
+PRODUCT, MIN, MAX. Every collective is asynchronous; init_process_group's timeout
+is mdring's deadline.
 """
 import atexit
 import os
@@ -26,7 +36,7 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["transport", "describe", "use_node_memory"]
+__all__ = ["transport", "describe", "use_node_memory", "have_cuda"]
 
 
 def _launched_by_mpirun():
@@ -34,13 +44,23 @@ def _launched_by_mpirun():
 
 
 def transport():
-    """The transport new groups use: "ucx" or "mpi"."""
+    """The host transport new groups use for CPU tensors: "ucx", "mpi", or "none"
+    (a build with neither: CUDA tensors only)."""
     t = os.environ.get("MDRING_TORCH_TRANSPORT", "")
     if t:
         if t not in ("ucx", "mpi"):
             raise ValueError(f'MDRING_TORCH_TRANSPORT must be "ucx" or "mpi", not "{t}"')
         return t
-    return "mpi" if _launched_by_mpirun() and _C.have_mpi() else "ucx"
+    if _launched_by_mpirun() and _C.have_mpi():
+        return "mpi"
+    if _C.have_ucx():
+        return "ucx"
+    return "mpi" if _C.have_mpi() else "none"
+
+
+def have_cuda():
+    """Whether this build takes CUDA tensors."""
+    return _C.have_cuda()
 
 
 def describe(group=None):
@@ -78,14 +98,23 @@ def _create(opts, pg_options=None):
     timeout_s = opts.timeout.total_seconds()
     ranks = list(opts.global_ranks_in_group)
     is_world = len(ranks) == 0
-    if transport() == "mpi":
-        return _C.create_mpi(ranks, opts.group_rank, opts.group_size, timeout_s, is_world)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) if is_world else 0
-    return _C.create_ucx(opts.store, opts.group_rank, opts.group_size, timeout_s, local, is_world)
+    return _C.create(opts.store, transport(), ranks, opts.group_rank, opts.group_size, timeout_s, local, is_world)
+
+
+def _register():
+    import inspect
+
+    params = inspect.signature(dist.Backend.register_backend).parameters
+    if "devices" in params and _C.torch_api == "Backend":
+        devices = ["cpu", "cuda"] if _C.have_cuda() else ["cpu"]
+        dist.Backend.register_backend("mdring", _create, extended_api=True, devices=devices)
+    else:
+        dist.Backend.register_backend("mdring", _create, extended_api=True)
 
 
 _bootstrap_under_mpirun()
-dist.Backend.register_backend("mdring", _create, extended_api=True)
+_register()
 # Groups finish their work and release their communicators before the
 # interpreter's teardown (and before MPI_Finalize, when mdring_torch called MPI_Init).
 atexit.register(_C.shutdown)

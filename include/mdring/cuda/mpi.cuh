@@ -253,53 +253,7 @@ template <class Topology>
 using mpi_communicator = communicator<Topology, nccl_link, mpi_link, ipc_link>;
 #endif
 
-namespace detail {
 
-// The executed dimensions that may run the ipc transport (a GPU link, more than
-// one rank, and automatic or ipc asked for), each tried: its ipc link, open when
-// its ranks are processes of one node and CUDA IPC works between them. `channel(d)`
-// makes dimension d's exchange (collective, in dimension order on every rank).
-template <class Topology, class Channel>
-std::vector<ipc_link> open_ipc_links(const Topology& topo, std::size_t size, std::size_t rank, const options& opts,
-                                     device_transport_support& support, Channel&& channel) {
-  const runtime_topology resolved = mdring::detail::to_runtime(topo).resolve(size, "cuda::bind");
-  mdring::detail::check_algorithm_count(resolved, opts, "mdring::cuda::bind");
-  const merged_dimensions m = merge_dimensions(resolved, opts.algorithms, opts.tune);
-  const runtime_topology& ex = m.topology;
-  std::vector<ipc_link> links(ex.ndims());
-  support.ipc.assign(ex.ndims(), false);
-  const auto coords = ex.coordinates(rank);
-  for (std::size_t d = 0; d < ex.ndims(); ++d) {
-    if (ex.extent(d) < 2 || ex.dim(d).link.space != memory_space::device) continue;
-    bool wanted = true;
-    for (std::size_t u = 0; u < opts.device_transports.size() && u < m.of_user.size(); ++u)
-      if (m.of_user[u] == d && opts.device_transports[u] != device_transport::automatic &&
-          opts.device_transports[u] != device_transport::ipc)
-        wanted = false;
-    if (!wanted) continue;
-    const auto members = ex.peers(rank, d);
-    auto xch = channel(d, members, coords[d]);
-    std::string why;
-    links[d] = ipc_link::open(xch, members, coords[d], opts.tune.ipc_staging_bytes, &why);
-    support.ipc[d] = links[d].is_open();
-    if (!links[d].is_open() && support.ipc_unavailable.empty())
-      support.ipc_unavailable = "dimension " + std::to_string(d) + ": " + why;
-  }
-  return links;
-}
-
-// Installs the ipc links of the dimensions that chose ipc (the others' are dropped).
-template <class Comm>
-void install_ipc_links(Comm& c, std::vector<ipc_link>& links) {
-  for (std::size_t d = 0; d < c.executed_extents().size() && d < links.size(); ++d) {
-    if (c.executed_transports()[d] != device_transport::ipc || c.executed_extents()[d] < 2) continue;
-    const std::size_t p = c.executed_extents()[d];
-    c.set_shared(d, ipc_staging_bytes(c.executed_topology().dim(d).link, p, c.get_options().tune));
-    c.set_link(d, std::move(links[d]));
-  }
-}
-
-}  // namespace detail
 
 // Binds a topology to an MPI communicator for device buffers (collective over comm; see the top).
 template <class Topology>
