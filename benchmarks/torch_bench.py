@@ -14,7 +14,10 @@
 
     PYTHONPATH=build/python torchrun --standalone --redirects 1 --tee 1 --nproc_per_node 4 benchmarks/torch_bench.py [--json FILE]
 Rank 0 prints a table (ratio = mdring / gloo: below 1, mdring is faster).
+--device cuda: CUDA tensors (process r on cuda:r % GPUs); each timed call ends
+with torch.cuda.synchronize(), so the times are the calls' whole latency.
 """
+import os
 import argparse
 import json
 import statistics
@@ -37,6 +40,7 @@ ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--ddp-iters", type=int, default=8)
 ap.add_argument("--skip-ddp", action="store_true")
 ap.add_argument("--batches", default="32,2", help="DDP: samples per rank and step, one run each (comma-separated)")
+ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
 ap.add_argument("--node-memory", action="store_true",
                 help="mdring_torch.use_node_memory() first: tensors of 1 MiB and more in node memory")
 args = ap.parse_args()
@@ -49,6 +53,16 @@ rank, size = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")
 groups = {"mdring": None, "gloo": gloo}
 results = []
+DEV = torch.device("cpu")
+if args.device == "cuda":
+    DEV = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    torch.cuda.set_device(DEV)
+    memory = "cuda"
+
+
+def sync():
+    if DEV.type == "cuda":
+        torch.cuda.synchronize(DEV)
 
 
 def slowest(seconds):
@@ -60,9 +74,11 @@ def slowest(seconds):
 def time_calls(t, group, iters):
     out = []
     for _ in range(iters):
+        sync()
         dist.barrier(group=gloo)
         s = time.perf_counter()
         dist.all_reduce(t, group=group)
+        sync()
         out.append(slowest(time.perf_counter() - s))
     return out
 
@@ -78,7 +94,7 @@ if rank == 0:
 b = args.min_bytes
 while b <= args.max_bytes:
     n = b // 4
-    t = torch.ones(n)
+    t = torch.ones(n, device=DEV)
     iters = max(3, min(50, (64 << 20) // b))
     times = {k: [] for k in groups}
     for _ in range(args.rounds):
@@ -105,20 +121,23 @@ def ddp(batch):
     # Three copies of one model, stepped in turn (so that drift in the machine's
     # speed touches all three alike): DDP on mdring, DDP on gloo, and the plain
     # model without DDP, whose time is the computation alone (no communication).
-    models = {name: DDP(make_model(), process_group=g) for name, g in groups.items()}
-    models["none"] = make_model()
+    ids = [DEV.index] if DEV.type == "cuda" else None
+    models = {name: DDP(make_model().to(DEV), process_group=g, device_ids=ids) for name, g in groups.items()}
+    models["none"] = make_model().to(DEV)
     count = sum(p.numel() for p in models["none"].parameters())
     opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3) for name, m in models.items()}
     its = {name: [] for name in models}
     for i in range(args.ddp_iters + 2):
         gen = torch.Generator().manual_seed(100 * i + rank)
-        x, y = torch.randn(batch, 1024, generator=gen), torch.randn(batch, 416, generator=gen)
+        x, y = torch.randn(batch, 1024, generator=gen).to(DEV), torch.randn(batch, 416, generator=gen).to(DEV)
         for name, m in models.items():
+            sync()
             dist.barrier(group=gloo)
             s = time.perf_counter()
             opts[name].zero_grad()
             nn.functional.mse_loss(m(x), y).backward()
             opts[name].step()
+            sync()
             el = slowest(time.perf_counter() - s)
             if i >= 2:
                 its[name].append(el)

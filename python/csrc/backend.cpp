@@ -637,7 +637,19 @@ public:
   node_memory(c10::Allocator* prev, std::size_t threshold, std::size_t cache)
       : prev_(prev), threshold_(threshold), cache_(cache) {}
 
-  c10::DataPtr allocate(std::size_t n) const override {
+#if MDRING_TORCH2  // allocate() is not const there, and copy_data() is pure
+  c10::DataPtr allocate(std::size_t n) override { return allocate_block(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(std::size_t n) const override { return allocate_block(n); }
+#endif
+
+  static node_memory* instance;
+
+private:
+  c10::DataPtr allocate_block(std::size_t n) const {
     if (n < threshold_) return prev_->allocate(n);
     const std::size_t c = size_class(n);
     void* p = nullptr;
@@ -657,10 +669,6 @@ public:
     }
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
-
-  static node_memory* instance;
-
-private:
   // Four classes per power of two (at most 25 % over the request).
   static std::size_t size_class(std::size_t n) {
     std::size_t p = 1;

@@ -5,6 +5,8 @@ Run by torchrun or mpirun (tests/CMakeLists.txt), 1 to 4 processes:
     PYTHONPATH=build/python torchrun --standalone --nproc_per_node 4 tests/torch/test_ops.py
 Exits non-zero on the first mismatch, naming op, dtype, reduce op and size.
 MDRING_TORCH_TEST_DTYPES=float32,bfloat16,int64 runs those dtypes only.
+MDRING_TORCH_TEST_DEVICE=cuda runs every check on CUDA tensors (process r on
+cuda:r % GPUs; several processes may share one GPU), gloo's on CPU copies.
 """
 import functools
 import os
@@ -24,6 +26,10 @@ dist.init_process_group("mdring")
 rank, size = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")
 checks = 0
+DEV = torch.device("cpu")
+if os.environ.get("MDRING_TORCH_TEST_DEVICE", "cpu") == "cuda":
+    DEV = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
+    torch.cuda.set_device(DEV)
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
@@ -48,9 +54,9 @@ def fail(msg):
 
 def values(r, n, dtype, op):
     """Rank r's input: small integers, so that every sum, product and mean below is
-    exact in every dtype (bfloat16 has 8 significant bits). A fresh copy: callers
-    reduce into it."""
-    return _values(r, n, dtype, op == "prod").clone()
+    exact in every dtype (bfloat16 has 8 significant bits). A fresh copy on the
+    test's device: callers reduce into it."""
+    return _values(r, n, dtype, op == "prod").clone().to(DEV)
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,6 +98,7 @@ def _reference(n, dtype, op, ranks):
 def expect_equal(got, want, what):
     global checks
     checks += 1
+    got, want = got.cpu(), want.cpu()
     if got.dtype != want.dtype or got.shape != want.shape:
         fail(f"{what}: got {got.dtype} {tuple(got.shape)}, expected {want.dtype} {tuple(want.shape)}")
     if not torch.equal(got, want):
@@ -108,6 +115,7 @@ def gloo_has(dtype, op):
 
 def expect_reduced(got, n, dtype, op, what):
     want = reference(n, dtype, op)
+    got = got.cpu()
     if op == "avg" and dtype.is_floating_point and size == 3:
         # sum / 3 is rounded once (from an exact sum): within half an ulp of the mean
         global checks
@@ -133,7 +141,7 @@ def check_allreduce(n, dtype, op, asynchronous):
         dist.all_reduce(t, op=OPS[op])
     expect_reduced(t, n, dtype, op, what)
     if gloo_has(dtype, op) and n >= 1000:  # (the exact reference covers the small sizes)
-        g = values(rank, n, dtype, op)
+        g = values(rank, n, dtype, op).cpu()
         dist.all_reduce(g, op=OPS[op], group=gloo)
         expect_equal(t, g, what + " against gloo")
 
@@ -181,11 +189,11 @@ for dtype in FLOATS + INTS:
                 expect_equal(t, reference(n, dtype, op), f"reduce {op} root {root} {tag}")
         # all_gather (a list of tensors) and _all_gather_base (one tensor)
         mine = values(rank, n, dtype, "sum")
-        outs = [torch.full((n,), 99).to(dtype) for _ in range(size)]
+        outs = [torch.full((n,), 99).to(dtype).to(DEV) for _ in range(size)]
         dist.all_gather(outs, mine)
         for r in range(size):
             expect_equal(outs[r], values(r, n, dtype, "sum"), f"all_gather block {r} {tag}")
-        flat = torch.empty(size * n, dtype=dtype)
+        flat = torch.empty(size * n, dtype=dtype, device=DEV)
         dist._all_gather_base(flat, mine)
         for r in range(size):
             expect_equal(flat[r * n:(r + 1) * n], values(r, n, dtype, "sum"), f"_all_gather_base block {r} {tag}")
@@ -193,13 +201,13 @@ for dtype in FLOATS + INTS:
         # every rank's input is values(., n, .) shifted by r
         for op in ("sum", "min", "avg"):
             blocks = [values(rank + 10 * r, n, dtype, op) for r in range(size)]
-            out = torch.empty(n, dtype=dtype)
+            out = torch.empty(n, dtype=dtype, device=DEV)
             dist.reduce_scatter(out, blocks, op=OPS[op])
             want = reference(n, dtype, op, ranks=[q + 10 * rank for q in range(size)])
             if op == "avg" and dtype.is_floating_point and size == 3:
                 want = out  # rounding of sum / 3 is covered by all_reduce above
             expect_equal(out, want, f"reduce_scatter {op} {tag}")
-            out2 = torch.empty(n, dtype=dtype)
+            out2 = torch.empty(n, dtype=dtype, device=DEV)
             dist._reduce_scatter_base(out2, torch.cat(blocks), op=OPS[op])
             expect_equal(out2, out, f"_reduce_scatter_base {op} {tag}")
 
@@ -228,7 +236,7 @@ if size >= 2:
     b = values(rank, 5, torch.float32, "sum")
     dist.broadcast(b, src=members[-1], group=mine_group)
     expect_equal(b, values(members[-1], 5, torch.float32, "sum"), "broadcast in a new group")
-    outs = [torch.empty(4) for _ in members]
+    outs = [torch.empty(4, device=DEV) for _ in members]
     dist.all_gather(outs, values(rank, 4, torch.float32, "sum"), group=mine_group)
     for k, r in enumerate(members):
         expect_equal(outs[k], values(r, 4, torch.float32, "sum"), "all_gather in a new group")
@@ -248,30 +256,68 @@ def expect_error(fn, words, what):
 
 
 pg = dist.distributed_c10d._get_default_group()
-expect_error(lambda: dist.all_reduce(torch.ones(4, 4).t()), ["non-contiguous", "contiguous()"], "non-contiguous")
-expect_error(lambda: dist.all_reduce(torch.ones(4).to_sparse()), ["sparse", "dense"], "sparse")
-# (CUDA tensors get "CPU tensors only"; not testable with Debian's CPU-only torch,
-# whose dispatcher stops every other device before the backend.)
+
+
+def ones(*shape, **kw):
+    return torch.ones(*shape, device=DEV, **kw)
+
+
+expect_error(lambda: dist.all_reduce(ones(4, 4).t()), ["non-contiguous", "contiguous()"], "non-contiguous")
+expect_error(lambda: dist.all_reduce(ones(4).to_sparse()), ["sparse", "dense"], "sparse")
+# (With Debian's CPU-only torch 1.13, CUDA tensors never reach the backend.)
 # (dist.all_reduce sums complex tensors as real pairs; the group itself refuses them)
-expect_error(lambda: pg.allreduce([torch.ones(4, dtype=torch.complex64)]).wait(), ["ComplexFloat", "float32"],
+expect_error(lambda: pg.allreduce([ones(4, dtype=torch.complex64)]).wait(), ["ComplexFloat", "float32"],
              "complex")
-expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)), ["Bool", "float32"], "bool")
-expect_error(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND), ["reduce op",
+expect_error(lambda: dist.all_reduce(ones(4, dtype=torch.bool)), ["Bool", "float32"], "bool")
+expect_error(lambda: dist.all_reduce(ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND), ["reduce op",
              "SUM, AVG"], "BAND")
-expect_error(lambda: pg.allreduce([torch.ones(4), torch.ones(4)]), ["exactly one tensor", "multi-tensor"],
+expect_error(lambda: pg.allreduce([ones(4), ones(4)]), ["exactly one tensor", "multi-tensor"],
              "two tensors")
-expect_error(lambda: dist.all_gather([torch.ones(4)] * (size + 1), torch.ones(4)), ["output list", "one per process"],
+expect_error(lambda: dist.all_gather([ones(4)] * (size + 1), ones(4)), ["output list", "one per process"],
              "all_gather list length")
-expect_error(lambda: dist._all_gather_base(torch.ones(size * 4 + 1), torch.ones(4)), ["_allgather_base",
+expect_error(lambda: dist._all_gather_base(ones(size * 4 + 1), ones(4)), ["_allgather_base",
              "elements"], "_all_gather_base size")
-expect_error(lambda: pg.allgather([[torch.ones(4, dtype=torch.float64)] * size], [torch.ones(4)]).wait(),
+expect_error(lambda: pg.allgather([[ones(4, dtype=torch.float64)] * size], [ones(4)]).wait(),
              ["Double", "Float"], "all_gather dtype")
+if DEV.type == "cuda":
+    expect_error(lambda: pg.allgather([[torch.ones(4)] * size], [ones(4)]).wait(), ["is on cpu", "input on cuda"],
+                 "all_gather outputs on another device")
+    expect_error(lambda: dist._all_gather_base(torch.ones(size * 4), ones(4)), ["different devices"],
+                 "_all_gather_base across devices")
 expect_error(lambda: mdring_torch.use_node_memory(threshold=0), ["threshold must be >= 1"], "use_node_memory(0)")
 if os.environ.get("MDRING_TORCH_TEST_NODE_MEMORY"):
     expect_error(lambda: mdring_torch.use_node_memory(), ["called already"], "use_node_memory twice")
 t = values(rank, 9, torch.float32, "sum")
 dist.all_reduce(t)
 expect_equal(t, reference(9, torch.float32, "sum"), "all_reduce after refused calls")
+
+if DEV.type == "cuda":
+    # Stream order: a call on a side stream, the result used there without a host sync.
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        t = values(rank, 100003, torch.float32, "sum")
+        w = dist.all_reduce(t, async_op=True)
+        w.wait()  # the current stream (side) waits for the call; the host goes on
+        u = t * 2
+    side.synchronize()
+    expect_equal(u, reference(100003, torch.float32, "sum") * 2, "all_reduce on a side stream, used there")
+    # A CUDA graph: the call captured once and replayed with fresh inputs.
+    n = 4096
+    g_in = values(rank, n, torch.float32, "sum")
+    dist.all_reduce(g_in)  # warm-up (binds, reserves)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(graph, stream=s):
+            dist.all_reduce(g_in)
+    torch.cuda.synchronize()
+    for k in range(3):
+        g_in.copy_(values(rank, n, torch.float32, "sum") * (k + 1))
+        graph.replay()
+        torch.cuda.synchronize()
+        expect_equal(g_in, reference(n, torch.float32, "sum") * (k + 1), f"CUDA graph replay {k}")
 
 dist.barrier()
 if rank == 0:
