@@ -2,13 +2,15 @@
 // processes of one node over the ipc transport (mdring/cuda/ipc.cuh), against a
 // baseline in the same run.
 //
-//   mpirun -n 4 mdring-gpu-ipc-bench [--sizes 8k,1m,64m,256m] [--iters N] [--rounds N] [--json FILE]
+//   mdring-run -n 4 mdring-gpu-ipc-bench [--sizes 8k,1m,64m,256m] [--iters N] [--rounds N] [--json FILE]
 //
-// Every process binds "nvlink:*" (automatic: ipc) on its device (rank % GPUs), and
+// No MPI: the processes find each other through mdring's TCP store (mdring-run's
+// variables), as PyTorch's backend does. Every process binds "nvlink:*"
+// (automatic: ipc) on its device (rank % GPUs), and
 // for each size (bytes per rank, fp32 sum, in place):
 //   - eager: `iters` calls back to back on one stream, timed with cudaEvents on
 //     every rank; the row's time per call is the slowest rank's, median of `rounds`
-//     (the processes start each round together, MPI_Barrier);
+//     (the processes start each round together: a barrier through the store);
 //   - graph: the same call captured once into a CUDA graph, replayed `iters` times;
 //   - baseline, the least an all_reduce of P buffers in one memory does, on rank 0
 //     alone while the others wait (what mdring-gpu-bench prints for one process):
@@ -16,12 +18,14 @@
 // ratio = mdring's time / baseline. With several processes on one GPU, their
 // kernels share it by time slices unless the CUDA MPS daemon runs (docs/GPU.md):
 // the row says which (--mps-label).
-#include <mdring/cuda/mpi.cuh>
 #include <mdring/cuda/reduce.cuh>
+#include <mdring/cuda/store.cuh>
+#include <mdring/rendezvous/tcp_store.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,8 +36,33 @@ namespace {
 void ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     std::fprintf(stderr, "mdring-gpu-ipc-bench: %s: %s\n", what, cudaGetErrorString(e));
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::exit(1);
   }
+}
+
+// The job (mdring-run's variables) and the store rank 0 hosts.
+struct job {
+  std::size_t rank = 0, size = 1, tags = 0;
+  std::unique_ptr<md::rendezvous::tcp_store> store;
+  std::vector<std::string> gather(const std::string& mine) {
+    return md::rendezvous::all_gather(*store, "bench/" + std::to_string(tags++), rank, size, mine,
+                                      md::rendezvous::clock::now() + std::chrono::minutes(5));
+  }
+  void barrier() { (void)gather(""); }
+  double max(double x) {
+    double m = x;
+    for (const auto& v : gather(std::to_string(x))) m = std::max(m, std::stod(v));
+    return m;
+  }
+  bool all(bool x) {
+    bool a = true;
+    for (const auto& v : gather(x ? "1" : "0")) a = a && v == "1";
+    return a;
+  }
+};
+std::string env(const char* k) {
+  const char* v = std::getenv(k);
+  return v ? std::string(v) : std::string();
 }
 
 std::size_t parse_size(const std::string& s) {
@@ -62,10 +91,19 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (env("WORLD_SIZE").empty()) {
+    std::fprintf(stderr, "mdring-gpu-ipc-bench: start it with mdring-run -n <processes> (no WORLD_SIZE set)\n");
+    return 2;
+  }
+  job j;
+  j.rank = std::size_t(std::stoul(env("RANK")));
+  j.size = std::size_t(std::stoul(env("WORLD_SIZE")));
+  md::rendezvous::tcp_store_options so;
+  so.host = env("MASTER_ADDR").empty() ? "127.0.0.1" : env("MASTER_ADDR");
+  so.port = std::uint16_t(std::stoul(env("MASTER_PORT")));
+  so.secret = env("MDRING_SECRET");
+  j.store = std::make_unique<md::rendezvous::tcp_store>(j.rank == 0, so);
+  const int rank = int(j.rank), size = int(j.size);
   args a;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
@@ -87,13 +125,12 @@ int main(int argc, char** argv) {
   int G = 0;
   if (cudaGetDeviceCount(&G) != cudaSuccess || G == 0) {
     if (rank == 0) std::printf("mdring-gpu-ipc-bench: no CUDA device; nothing to measure\n");
-    MPI_Finalize();
     return 77;
   }
   ok(cudaSetDevice(rank % G), "cudaSetDevice");
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, rank % G), "cudaGetDeviceProperties");
-  auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), MPI_COMM_WORLD);
+  auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), md::cuda::store_world{*j.store, j.rank, j.size});
   FILE* json = rank == 0 && !a.json.empty() ? std::fopen(a.json.c_str(), "a") : nullptr;
   if (rank == 0)
     std::printf("mdring-gpu-ipc-bench: %d processes on %d GPU(s) (%s), transport %s, %s; median of %d rounds of %d calls\n",
@@ -114,16 +151,14 @@ int main(int argc, char** argv) {
       std::vector<double> per;
       for (int r = 0; r < a.rounds; ++r) {
         ok(cudaStreamSynchronize(s), "sync");
-        MPI_Barrier(MPI_COMM_WORLD);
+        j.barrier();
         ok(cudaEventRecord(t0.get(), s), "record");
         for (int i = 0; i < a.iters; ++i) body();
         ok(cudaEventRecord(t1.get(), s), "record");
         ok(cudaEventSynchronize(t1.get()), "sync");
         float ms = 0;
         ok(cudaEventElapsedTime(&ms, t0.get(), t1.get()), "elapsed");
-        double mine = double(ms) / a.iters, worst = 0;
-        MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        per.push_back(worst);
+        per.push_back(j.max(double(ms) / a.iters));
       }
       return median(per);
     };
@@ -146,11 +181,10 @@ int main(int argc, char** argv) {
     ok(cudaMemcpyAsync(&got, buf + 5 % n, sizeof got, cudaMemcpyDeviceToHost, s), "copy");
     ok(cudaStreamSynchronize(s), "sync");
     const float want = float(P * (P - 1) / 2) + float(P) * float(5 % n % 7);
-    int good = got == want, all_good = 0;
-    MPI_Allreduce(&good, &all_good, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    const bool all_good = j.all(got == want);
     // Baseline on rank 0 alone.
     double base = 0;
-    MPI_Barrier(MPI_COMM_WORLD);
+    j.barrier();
     if (rank == 0) {
       std::vector<float*> bufs(P);
       for (std::size_t r = 0; r < P; ++r) ok(cudaMalloc(&bufs[r], bytes), "cudaMalloc"), fill_kernel<<<264, 512, 0, s>>>(bufs[r], n, float(r));
@@ -174,7 +208,7 @@ int main(int argc, char** argv) {
       base = median(per);
       for (auto b : bufs) cudaFree(b);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    j.barrier();
     if (rank == 0) {
       const char* unit = bytes >= (1 << 20) ? "MiB" : "KiB";
       const double shown = bytes >= (1 << 20) ? double(bytes >> 20) : double(bytes >> 10);
@@ -191,6 +225,6 @@ int main(int argc, char** argv) {
     cudaFree(buf);
   }
   if (json) std::fclose(json);
-  MPI_Finalize();
+  j.barrier();
   return 0;
 }

@@ -15,18 +15,69 @@
 //   - peers' buffers mapped once per allocation (pointers inside one block);
 //   - a buffer CUDA IPC cannot share: invalid_argument on that rank, remote_error
 //     on the others, nobody hangs.
-// Run with mpiexec -n 2, 3 or 4.
+// Run with mpiexec -n 2, 3 or 4 (test_gpu_ipc: bound to MPI_COMM_WORLD), or, with
+// no MPI at all, with mdring-run -n 2, 3 or 4 (test_gpu_ipc_store: bound through
+// mdring's TCP store, mdring/cuda/store.cuh, as PyTorch's backend binds).
 #include "spmd.cuh"
 
+#ifdef MDRING_TEST_STORE
+#include <mdring/cuda/store.cuh>
+#include <mdring/rendezvous/tcp_store.hpp>
+#else
 #include <mdring/cuda/mpi.cuh>
+#endif
 
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <set>
 
 using namespace gpu_test;
 
 namespace {
 
+#ifdef MDRING_TEST_STORE
+// The job as mdring-run starts it: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// MDRING_SECRET; rank 0 hosts the store.
+struct job {
+  std::size_t rank = 0, size = 1;
+  std::unique_ptr<md::rendezvous::tcp_store> store;
+  std::size_t tags = 0;
+  static job& get() {
+    static job j = [] {
+      job x;
+      auto env = [](const char* k) { const char* v = std::getenv(k); return v ? std::string(v) : std::string(); };
+      if (env("WORLD_SIZE").empty()) throw skip_all("not started by mdring-run (no WORLD_SIZE)");
+      x.rank = std::size_t(std::stoul(env("RANK")));
+      x.size = std::size_t(std::stoul(env("WORLD_SIZE")));
+      md::rendezvous::tcp_store_options o;
+      o.host = env("MASTER_ADDR").empty() ? "127.0.0.1" : env("MASTER_ADDR");
+      o.port = std::uint16_t(std::stoul(env("MASTER_PORT")));
+      o.secret = env("MDRING_SECRET");
+      x.store = std::make_unique<md::rendezvous::tcp_store>(x.rank == 0, o);
+      return x;
+    }();
+    return j;
+  }
+  std::vector<std::string> gather(const std::string& mine) {
+    return md::rendezvous::all_gather(*store, "test/" + std::to_string(tags++), rank, size, mine,
+                                      md::rendezvous::clock::now() + std::chrono::minutes(5));
+  }
+};
+int world_rank() { return int(job::get().rank); }
+int world_size() { return int(job::get().size); }
+void check_same(const std::vector<u64>& h, const std::string& label) {
+  const auto all = job::get().gather(std::string(reinterpret_cast<const char*>(h.data()), h.size() * sizeof(u64)));
+  std::size_t bad = 0;
+  for (const auto& a : all) bad += a != all[0];
+  check(bad == 0, label, ": ", bad, " ranks got other bits than rank 0");
+}
+using ipc_comm = md::cuda::store_communicator<md::runtime_topology>;
+ipc_comm bind_ipc(const std::string& text, md::options o = {}) {
+  job& j = job::get();
+  return md::cuda::bind(md::parse_topology(text), md::cuda::store_world{*j.store, j.rank, j.size, "test"}, o);
+}
+#else
 int world_rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -45,18 +96,17 @@ void check_same(const std::vector<u64>& h, const std::string& label) {
   for (std::size_t i = 0; i < h.size(); ++i) bad += mx[i] != mn[i];
   check(bad == 0, label, ": ", bad, " calls gave different bits on different ranks");
 }
+using ipc_comm = md::cuda::mpi_communicator<md::runtime_topology>;
+ipc_comm bind_ipc(const std::string& text, md::options o = {}) {
+  return md::cuda::bind(md::parse_topology(text), MPI_COMM_WORLD, o);
+}
+#endif
+
 void on_device() {
   require_gpu();
   int G = 0;
   cuda_ok(cudaGetDeviceCount(&G), "cudaGetDeviceCount");
   cuda_ok(cudaSetDevice(world_rank() % G), "cudaSetDevice");
-}
-
-using ipc_comm = md::cuda::mpi_communicator<md::runtime_topology>;
-
-ipc_comm bind_ipc(const std::string& text, md::options o = {}) {
-  auto comm = md::cuda::bind(md::parse_topology(text), MPI_COMM_WORLD, o);
-  return comm;
 }
 
 md::cuda::ipc_link& ipc_of(ipc_comm& c, std::size_t d) { return std::get<md::cuda::ipc_link>(c.link(d)); }
@@ -179,7 +229,10 @@ GPU_TEST("ipc: automatic picks ipc for a node's GPU link; all_reduce over the co
   if (P % 2 == 0) {
     md::options o;
     o.tune.ipc_staging_bytes = 4096;  // small stages staged, the rest in place
-    cases.push_back({"nvlink:2 x ethernet:*", o});
+    cases.push_back({"nvlink:2 x pcie:*", o});  // two ipc dimensions, pipelined
+#ifndef MDRING_TEST_STORE
+    cases.push_back({"nvlink:2 x ethernet:*", o});  // ipc, then MPI
+#endif
   }
   int idx = 0;
   for (auto& [text, o] : cases) {
@@ -191,6 +244,9 @@ GPU_TEST("ipc: automatic picks ipc for a node's GPU link; all_reduce over the co
     const bool ring = !o.algorithms.empty();
     check(comm.algorithm_of(0) == (ring ? md::algorithm::ring : md::algorithm::direct), label, ": algorithm ",
           md::to_string(comm.algorithm_of(0)));
+    if (text.find("pcie:*") != std::string::npos && text.find("nvlink") != std::string::npos)
+      check(comm.transport_of(1) == md::device_transport::ipc, label, ": dimension 1 uses ",
+            md::to_string(comm.transport_of(1)));
     if (text.find("ethernet") != std::string::npos)
       check(comm.transport_of(1) == md::device_transport::mpi_staged ||
                 comm.transport_of(1) == md::device_transport::mpi_cuda_aware,
@@ -217,13 +273,18 @@ GPU_TEST("ipc: reduce_scatter, all_gather, broadcast and reduce, every op and ty
   collectives_type<std::int32_t>(comm, s.get(), "nvlink:*", hashes, 700);
   collectives_type<std::int64_t>(comm, s.get(), "nvlink:*", hashes, 800);
   check_same(hashes, "nvlink:* collectives");
-  // The same over two dimensions (ipc, then MPI), when the process count allows.
+  // The same over two dimensions, when the process count allows.
   if (world_size() % 2 == 0) {
-    auto two = bind_ipc("nvlink:2 x ethernet:*");
+#ifdef MDRING_TEST_STORE
+    const std::string text = "nvlink:2 x pcie:*";
+#else
+    const std::string text = "nvlink:2 x ethernet:*";
+#endif
+    auto two = bind_ipc(text);
     std::vector<u64> h2;
-    collectives_type<float>(two, s.get(), "nvlink:2 x ethernet:*", h2, 900);
-    collectives_type<std::int32_t>(two, s.get(), "nvlink:2 x ethernet:*", h2, 1000);
-    check_same(h2, "nvlink:2 x ethernet:* collectives");
+    collectives_type<float>(two, s.get(), text, h2, 900);
+    collectives_type<std::int32_t>(two, s.get(), text, h2, 1000);
+    check_same(h2, text + " collectives");
   }
 }
 
@@ -368,10 +429,18 @@ GPU_TEST("ipc: a buffer CUDA IPC cannot share fails on its rank and stops the ot
 }
 
 int main(int argc, char** argv) {
+#ifdef MDRING_TEST_STORE
+  const int rc = gpu_test::run_all(argc, argv);
+  if (rc == 77) return rc;
+  int worst = rc;
+  for (const auto& v : job::get().gather(std::to_string(rc))) worst = std::max(worst, std::stoi(v));
+  return worst;
+#else
   MPI_Init(&argc, &argv);
   const int rc = gpu_test::run_all(argc, argv);
   int worst = rc;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();
   return worst;
+#endif
 }
