@@ -136,3 +136,39 @@ TEST_CASE("device transports: names and option checks") {
           "mdring::bind: options.tune.staging_chunk_bytes must be in [4096, 2^30], got 100");
   }
 }
+
+TEST_CASE("device transports: ipc for a GPU link whose ranks share a node") {
+  // Dimension 0 node-local (ipc works there), dimension 1 not.
+  md::device_transport_support s = nccl_mpi();
+  s.ipc = {true, false};
+  CHECK(select("nvlink:4 x infiniband:8", {}, s) == std::vector<dt>{dt::ipc, dt::nccl});
+  CHECK(select("pcie:4 x ethernet:8", {}, s) == std::vector<dt>{dt::ipc, dt::mpi_staged});
+  // Only GPU links (memory space device) pick it: shm stays on NCCL.
+  CHECK(select("shm:4 x infiniband:8", {}, s) == std::vector<dt>{dt::nccl, dt::nccl});
+  // nccl is still there when asked for.
+  CHECK(select("nvlink:4 x infiniband:8", {dt::nccl}, s) == std::vector<dt>{dt::nccl, dt::nccl});
+  CHECK(select("nvlink:4 x infiniband:8", {dt::ipc}, s) == std::vector<dt>{dt::ipc, dt::nccl});
+  // Where it cannot run, a request names the dimension and why.
+  s.ipc_unavailable = "dimension 1: its ranks are not processes of one node";
+  const std::string m = message_of([&] { select("nvlink:4 x nvlink:8", {dt::automatic, dt::ipc}, s); });
+  CHECK(m.find("options.device_transports[1] is ipc") != std::string::npos);
+  CHECK(m.find("not processes of one node") != std::string::npos);
+  // No ipc anywhere (processes on several nodes, or IPC refused): NCCL as before.
+  s.ipc = {};
+  CHECK(select("nvlink:4 x infiniband:8", {}, s) == std::vector<dt>{dt::nccl, dt::nccl});
+  CHECK(md::to_string(dt::ipc) == "ipc");
+}
+
+TEST_CASE("device transports: the ipc transport's one-shot threshold (ipc_staging_bytes)") {
+  md::tuning t;  // 20 us to publish, 1e-12 s per byte folded on the GPU, cap 1 MiB
+  const auto nv = md::link_info_of<md::nvlink>();  // 150 GB/s
+  // p = 2: (p-1)(1-2/p) = 0, so 20e-6 / 2e-12 = 10 MB: the cap.
+  CHECK(md::ipc_staging_bytes(nv, 2, t) == std::size_t(1) << 20);
+  // p = 4: 3 * 0.5 / 150e9 + 2e-12 = 1.2e-11 s/byte: 1666666 bytes > 1 MiB: the cap.
+  CHECK(md::ipc_staging_bytes(nv, 4, t) == std::size_t(1) << 20);
+  // p = 8 on PCIe (24 GB/s): 7 * 0.75 / 24e9 + 2e-12 = 2.2075e-10: 90600 bytes, in cache lines.
+  CHECK(md::ipc_staging_bytes(md::link_info_of<md::pcie>(), 8, t) == 90560);
+  t.ipc_staging_bytes = 0;
+  CHECK(md::ipc_staging_bytes(nv, 4, t) == 0);
+  CHECK(md::ipc_staging_bytes(nv, 1, md::tuning{}) == 0);
+}

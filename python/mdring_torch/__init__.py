@@ -53,9 +53,7 @@ def transport():
         return t
     if _launched_by_mpirun() and _C.have_mpi():
         return "mpi"
-    if _C.have_ucx():
-        return "ucx"
-    return "mpi" if _C.have_mpi() else "none"
+    return "ucx" if _C.have_ucx() else "none"
 
 
 def have_cuda():

@@ -140,7 +140,7 @@ inline std::vector<device_transport> select_device_transports(const runtime_topo
     const std::size_t e = m.of_user[d];
     if (!supports(s, t, e))
       throw invalid_argument("options.device_transports",
-                             where + entry + ", which this communicator cannot use there (it supports: " +
+                             where + entry + ", which this communicator cannot use (it supports: " +
                                  detail::device_support_string(s, e) + ")" +
                                  (t == device_transport::nccl && !s.nccl_unavailable.empty() ? ": " + s.nccl_unavailable
                                   : t == device_transport::ipc && !s.ipc_unavailable.empty()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle.sh: builds, on a machine without a GPU, everything
+# scripts/gpu-device.sh runs on a GPU machine, into one folder to carry there:
+#
+#   scripts/gpu-bundle.sh [DIR]        (default .devbuild; MDRING_GPU_BUILD: the build tree, default build-bundle)
+#
+# The GPU programs for sm_90 (MDRING_CUDA_ARCHITECTURES to change it): the tests
+# test_gpu_fold, test_gpu_all_reduce and test_gpu_ipc_store, mdring-gpu-bench,
+# mdring-gpu-ipc-bench and mdring-run; and python/csrc/group_cuda.cu compiled to
+# group_cuda.o for python/build_ext.py there (its PyTorch differs from this one's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+dest=${1:-.devbuild}
+build=${MDRING_GPU_BUILD:-build-bundle}
+arch=${MDRING_CUDA_ARCHITECTURES:-90}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
+  -DCMAKE_CUDA_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMDRING_BUILD_GPU_TESTS=ON \
+  -DMDRING_BUILD_BENCHMARKS=ON >/dev/null
+targets=(test_gpu_fold test_gpu_all_reduce test_gpu_ipc_store mdring-gpu-bench mdring-gpu-ipc-bench mdring-run)
+cmake --build "$build" -j "$(mdring_jobs)" --target "${targets[@]}"
+mkdir -p "$dest"
+for t in "${targets[@]}"; do
+  f=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  cp "$f" "$dest/"
+done
+nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+"$nvcc" -std=c++20 -O2 -arch=sm_"$arch" -Xcompiler -fPIC -Iinclude -Ipython/csrc -c python/csrc/group_cuda.cu \
+  -o "$dest/group_cuda.o"
+ls -la "$dest"

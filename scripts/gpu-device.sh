@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# scripts/gpu-device.sh: the GPU path's device checks in one call, on a machine
+# with an NVIDIA GPU, from programs built elsewhere (scripts/gpu-bundle.sh makes
+# them on a machine without a GPU, so that no GPU time goes to compiling):
+#
+#   MDRING_DEVICE_BIN=.devbuild scripts/gpu-device.sh [PHASE...]
+#
+# Phases (default: env ipc torch cxx bench):
+#   env       the GPU, driver, CUDA, PyTorch and MPI found
+#   ipc       test_gpu_ipc_store under mdring-run with 2, 3 and 4 processes (the
+#             ipc transport between processes sharing the GPU; no MPI)
+#   cxx       test_gpu_fold, test_gpu_all_reduce (logical ranks in one process)
+#   torch     builds mdring_torch for this machine's PyTorch (python/build_ext.py,
+#             with the prebuilt CUDA group; in the background from the start),
+#             then tests/torch/test_ops.py and test_ddp.py on CUDA tensors under
+#             torchrun, 2 and 4 processes
+#   bench     mdring-gpu-ipc-bench (4 processes, time-sliced; then under the CUDA
+#             MPS daemon, 2 and 4 processes, if it starts), benchmarks/torch_bench.py
+#             --device cuda (mdring against gloo, 4 processes)
+#   sanitize  compute-sanitizer memcheck and racecheck on test_gpu_ipc_store (2 processes)
+# Every step runs under a timeout; logs, JSON rows and summary.txt go to $OUT (or
+# /tmp/mdring-device). Exit status: 0 when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+bin=$(cd "${MDRING_DEVICE_BIN:-.devbuild}" && pwd) || { echo "gpu-device: no MDRING_DEVICE_BIN folder" >&2; exit 2; }
+out=${OUT:-/tmp/mdring-device}
+logs=/tmp/mdring-device-logs
+mkdir -p "$out" "$logs"
+phases=("$@")
+[ ${#phases[@]} -eq 0 ] && phases=(env ipc torch cxx bench)
+want() { local p; for p in "${phases[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
+status=0
+: >"$out/summary.txt"
+say() { echo "$*" | tee -a "$out/summary.txt"; }
+# step NAME SECONDS COMMAND...: runs it, logs it, one summary line.
+step() {
+  local name=$1 lim=$2
+  shift 2
+  local t0 rc log="$logs/${name// /_}.log"
+  t0=$(date +%s.%N)
+  timeout -k 5 "$lim" "$@" >"$log" 2>&1
+  rc=$?
+  local dt
+  dt=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)")
+  local verdict=passed
+  [ $rc -eq 77 ] && verdict="skipped"
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && verdict="TIMED OUT"
+  [ $rc -ne 0 ] && [ $rc -ne 77 ] && [ "$verdict" = passed ] && verdict="FAILED (exit $rc)"
+  say "$(printf '%-34s %-18s %7ss' "$name" "$verdict" "$dt")"
+  if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+    status=1
+    grep -E "FAILED|FAIL:|Error|error|Traceback" "$log" | head -20 | sed 's/^/    /' | tee -a "$out/summary.txt"
+  fi
+  return 0
+}
+
+# The libraries the prebuilt programs link: CUDA's runtime, and NCCL (the one
+# PyTorch's wheels ship when the toolkit has none).
+nccl_dir=$(python3 -c "import glob, sys; print(next(iter(sorted(glob.glob(p + '/nvidia/nccl/lib') for p in sys.path if p and glob.glob(p + '/nvidia/nccl/lib'))), [''])[0])" 2>/dev/null)
+export LD_LIBRARY_PATH="${nccl_dir:+$nccl_dir:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export MDRING_TIMEOUT=${MDRING_TIMEOUT:-60}
+run=("$bin/mdring-run" --grace 10)
+
+torch_out=/tmp/mdring-torch
+if want torch; then  # the build runs while the GPU tests run
+  (python3 python/build_ext.py --out "$torch_out" --cuda-object "$bin/group_cuda.o" --no-ucx --no-mpi -j "$(nproc)" \
+     >"$logs/torch_build.log" 2>&1; echo $? >/tmp/mdring-torch.rc) &
+  torch_build=$!
+fi
+
+if want env; then
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv,noheader
+    uname -r
+    nvcc --version | tail -1
+    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+    command -v mpirun && mpirun --version 2>&1 | head -1
+    echo "nccl: ${nccl_dir:-toolkit}"
+  } >"$logs/env.log" 2>&1
+  sed 's/^/  /' "$logs/env.log" | tee -a "$out/summary.txt"
+fi
+
+if want ipc; then
+  for np in 2 4 3; do step "test_gpu_ipc_store np$np" 240 "${run[@]}" -n $np "$bin/test_gpu_ipc_store"; done
+fi
+
+if want torch; then
+  wait "$torch_build"
+  if [ "$(cat /tmp/mdring-torch.rc 2>/dev/null)" = 0 ]; then
+    say "torch build                        passed"
+    export PYTHONPATH="$torch_out${PYTHONPATH:+:$PYTHONPATH}"
+    tr=(python3 -m torch.distributed.run --standalone --redirects 1 --tee 1)
+    for np in 2 4; do
+      step "torch test_ops cuda np$np" 300 env MDRING_TORCH_TEST_DEVICE=cuda "${tr[@]}" --nproc_per_node $np tests/torch/test_ops.py
+      step "torch test_ddp cuda np$np" 240 env MDRING_TORCH_TEST_DEVICE=cuda "${tr[@]}" --nproc_per_node $np tests/torch/test_ddp.py
+    done
+    grep -h "test_ops:\|test_ddp" "$logs"/torch_test_*.log 2>/dev/null | sed 's/^/    /' | tee -a "$out/summary.txt"
+  else
+    status=1
+    say "torch build                        FAILED"
+    grep -E "error|Error" "$logs/torch_build.log" | head -30 | sed 's/^/    /' | tee -a "$out/summary.txt"
+  fi
+fi
+
+if want cxx; then
+  step "test_gpu_all_reduce" 240 "$bin/test_gpu_all_reduce"
+  step "test_gpu_fold" 300 "$bin/test_gpu_fold"
+fi
+
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    step "sanitize $tool np2" 300 "${run[@]}" -n 2 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$bin/test_gpu_ipc_store" "count matrix"
+  done
+fi
+
+if want bench; then
+  json="$out/bench.jsonl"
+  step "ipc bench np4 time-sliced" 180 "${run[@]}" -n 4 "$bin/mdring-gpu-ipc-bench" --json "$json"
+  grep "all_reduce" "$logs/ipc_bench_np4_time-sliced.log" 2>/dev/null | sed 's/^/    /' | tee -a "$out/summary.txt"
+  # Several processes' kernels run concurrently on one GPU only under the MPS daemon.
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mdring-mps CUDA_MPS_LOG_DIRECTORY=/tmp/mdring-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if command -v nvidia-cuda-mps-control >/dev/null && nvidia-cuda-mps-control -d >/dev/null 2>&1; then
+    for np in 2 4; do
+      step "ipc bench np$np MPS" 180 "${run[@]}" -n $np "$bin/mdring-gpu-ipc-bench" --mps-label MPS --json "$json"
+      grep "all_reduce" "$logs/ipc_bench_np${np}_MPS.log" 2>/dev/null | sed 's/^/    /' | tee -a "$out/summary.txt"
+    done
+    echo quit | nvidia-cuda-mps-control
+    sleep 1
+  else
+    say "MPS daemon: not started"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  if [ -d "$torch_out/mdring_torch" ]; then
+    step "torch_bench cuda np4" 300 python3 -m torch.distributed.run --standalone --redirects 1 --tee 1 \
+      --nproc_per_node 4 benchmarks/torch_bench.py --device cuda --min-bytes 8192 --max-bytes $((64 << 20)) \
+      --rounds 3 --ddp-iters 6 --batches 32 --json "$json"
+    grep -E "^\[default0\]:( |#)" "$logs/torch_bench_cuda_np4.log" | sed 's/^/    /' | tee -a "$out/summary.txt"
+  fi
+fi
+
+# Logs: one archive (the files that come back are few).
+tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null
+echo "gpu-device: exit $status" | tee -a "$out/summary.txt"
+exit $status
