@@ -180,7 +180,7 @@ TEST_CASE("ipc window: a failed rank and a deadline end the peers' waits") {
 TEST_CASE("ipc window: publication_builder") {
   mdd::ipc_publication pub;
   mdd::publication_builder b(pub);
-  mdd::ipc_allocation a{11, 4096, {}}, c{12, 8192, {}};
+  mdd::ipc_allocation a{11, 4096, 0x1000, {}}, c{12, 8192, 0x8000, {}};
   const auto p1 = b.add(a, 16), p2 = b.add(c, 0), p3 = b.add(a, 1024);
   CHECK(pub.allocations == 2);
   CHECK((p1.allocation == 1 && p1.offset == 16));
@@ -189,6 +189,6 @@ TEST_CASE("ipc window: publication_builder") {
   b.message(3, p3, 100);
   CHECK(pub.messages_count == 1);
   CHECK((pub.msg[0].peer == 3 && pub.msg[0].bytes == 100 && pub.msg[0].at.offset == 1024));
-  for (std::uint64_t id = 20; id < 20 + mdd::ipc_max_allocations - 2; ++id) b.add({id, 64, {}}, 0);
-  CHECK_THROWS_AS(b.add({99, 64, {}}, 0), md::transport_error);
+  for (std::uint64_t id = 20; id < 20 + mdd::ipc_max_allocations - 2; ++id) b.add({id, 64, id * 64, {}}, 0);
+  CHECK_THROWS_AS(b.add({99, 64, 0, {}}, 0), md::transport_error);
 }

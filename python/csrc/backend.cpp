@@ -742,13 +742,14 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "create",
       [](const c10::intrusive_ptr<::c10d::Store>& store, const std::string& transport, std::vector<int> world_ranks,
-         int rank, int size, double timeout_s, int local_size, bool is_world) {
+         int rank, int size, double timeout_s, int local_size, bool is_world, const std::string& name) {
         group_config c;
         c.rank = std::size_t(rank);
         c.size = std::size_t(size);
         c.timeout = std::chrono::milliseconds(std::int64_t(timeout_s * 1000));
         c.local_size = std::size_t(local_size);
         c.is_world = is_world;
+        c.name = name;
         TORCH_CHECK(transport == "ucx" || transport == "mpi" || transport == "none",
                     "mdring: transport must be \"ucx\", \"mpi\" or \"none\", not \"", transport, "\"");
         std::unique_ptr<group> g;
@@ -762,7 +763,7 @@ PYBIND11_MODULE(_C, m) {
         return c10::make_intrusive<process_group>(std::move(g), group_origin{store, c}, rank, size);
       },
       py::arg("store"), py::arg("transport"), py::arg("world_ranks"), py::arg("rank"), py::arg("size"),
-      py::arg("timeout_s"), py::arg("local_size") = 0, py::arg("is_world") = false);
+      py::arg("timeout_s"), py::arg("local_size") = 0, py::arg("is_world") = false, py::arg("name") = "");
   m.def("have_ucx", &have_ucx);
   m.def("have_cuda", [] { return MDRING_TORCH_CUDA != 0 && have_cuda(); });
   m.attr("torch_api") = MDRING_TORCH2 ? "Backend" : "ProcessGroup";

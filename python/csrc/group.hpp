@@ -37,6 +37,7 @@ struct group_config {
   std::chrono::milliseconds timeout{300000};
   std::size_t local_size = 0;  // the launcher's LOCAL_WORLD_SIZE (0: from host names)
   bool is_world = false;       // the default group: MDRING_TOPOLOGY must fit it
+  std::string name;            // torch's group name: the same on every rank, unique per group
 };
 
 class group {

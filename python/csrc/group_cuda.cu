@@ -92,7 +92,8 @@ std::unique_ptr<device_group> make_device_group(mdring::rendezvous::store& store
   const auto topo = device_topology(store, cfg, source);
   mdring::options o;
   o.timeout = cfg.timeout;
-  auto comm = mdring::cuda::bind(topo, mdring::cuda::store_world{store, cfg.rank, cfg.size, "mdring_torch/cuda/bind"}, o);
+  // Keys under the group's name: each group binds once, whatever other groups do.
+  auto comm = mdring::cuda::bind(topo, mdring::cuda::store_world{store, cfg.rank, cfg.size, "mdring_torch/cuda/" + cfg.name}, o);
   std::string desc = "cuda:" + std::to_string(device) + ", topology " + topo.to_string() + " (" + source + "), transports";
   for (std::size_t d = 0; d < topo.ndims(); ++d) desc += std::string(d ? ", " : " ") + std::string(mdring::to_string(comm.transport_of(d)));
   return std::make_unique<device_group_impl>(std::move(comm), device, std::move(desc));

@@ -64,6 +64,8 @@ def have_cuda():
 def describe(group=None):
     """How a group runs: transport, topology, and where the topology came from."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not hasattr(pg, "describe"):  # torch 2.x: a ProcessGroup over our Backend
+        pg = pg._get_backend(torch.device("cpu"))
     return pg.describe()
 
 
@@ -97,7 +99,9 @@ def _create(opts, pg_options=None):
     ranks = list(opts.global_ranks_in_group)
     is_world = len(ranks) == 0
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) if is_world else 0
-    return _C.create(opts.store, transport(), ranks, opts.group_rank, opts.group_size, timeout_s, local, is_world)
+    name = str(getattr(opts, "group_id", "") or "")
+    return _C.create(opts.store, transport(), ranks, opts.group_rank, opts.group_size, timeout_s, local, is_world,
+                     name)
 
 
 def _register():

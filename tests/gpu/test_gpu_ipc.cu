@@ -327,6 +327,11 @@ GPU_TEST("ipc: graph capture and replay between eager calls; streams back to bac
   for (std::size_t n : {std::size_t(1000), std::size_t(3) << 20}) {  // one-shot, then in place
     comm.reserve<float>(n);
     dbuf<float> a(n), b(n);
+    // One eager call on the buffers first (as before any capture: it maps the
+    // peers' buffers, which is host work a capture should not contain).
+    a.poison();
+    md::cuda::all_reduce(comm, a.get(), b.get(), n, md::sum, s.get());
+    cuda_ok(cudaStreamSynchronize(s.get()), "sync");
     cudaGraph_t g = nullptr;
     cudaGraphExec_t ge = nullptr;
     cuda_ok(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal), "begin capture");

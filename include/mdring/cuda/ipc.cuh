@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -81,6 +82,7 @@ public:
     mdring::detail::ipc_allocation out;
     out.id = a.id;
     out.bytes = a.bytes;
+    out.base = a.base;
     cudaIpcMemHandle_t h;
     check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(a.base)), "cudaIpcGetMemHandle");
     std::memcpy(out.handle.bytes, &h, sizeof h);
@@ -94,56 +96,98 @@ private:
   std::vector<mdring::detail::ipc_allocation> cache_;
 };
 
-// The peers' allocations mapped here, by (peer, allocation id); at most
-// max_mappings (the least recently used is closed, after the device is idle).
-class ipc_mappings {
+// The peers' allocations mapped into this process, for every ipc link of every
+// communicator: CUDA maps an allocation of another process once per process
+// (opening it again fails with cudaErrorAlreadyMapped), and two communicators (a
+// torch group and a subgroup) may read the same tensor. By (owner's process id,
+// CUDA buffer id), counted by the links that use it; closed when no link does, or
+// when the owner publishes a new allocation over its range (it freed the old one:
+// see ipc_allocation).
+class ipc_registry {
 public:
-  ipc_mappings() = default;
-  ipc_mappings(const ipc_mappings&) = delete;
-  ipc_mappings& operator=(const ipc_mappings&) = delete;
-  ipc_mappings(ipc_mappings&& o) noexcept : m_(std::move(o.m_)), clock_(o.clock_) {}
-  ipc_mappings& operator=(ipc_mappings&& o) noexcept {
-    if (this != &o) release(), m_ = std::move(o.m_), clock_ = o.clock_;
-    return *this;
+  static ipc_registry& instance() {
+    static ipc_registry* r = new ipc_registry;  // never destroyed: links may outlive static destruction
+    return *r;
   }
-  ~ipc_mappings() { release(); }
-
-  static constexpr std::size_t max_mappings = 512;
-
-  char* map(std::size_t peer, const mdring::detail::ipc_allocation& a, bool capturing) {
-    ++clock_;
-    for (auto& e : m_)
-      if (e.peer == peer && e.id == a.id) return e.used = clock_, e.base;
-    if (m_.size() >= max_mappings && !capturing) {  // a captured graph may hold every mapping: keep them
-      std::size_t lru = 0;
-      for (std::size_t i = 1; i < m_.size(); ++i)
-        if (m_[i].used < m_[lru].used) lru = i;
-      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // no work still reads it
-      cudaIpcCloseMemHandle(m_[lru].base);
-      m_.erase(m_.begin() + std::ptrdiff_t(lru));
+  // The mapping of allocation a of process pid; `mine` is the caller's list of
+  // what it holds (it gets a reference the first time).
+  char* map(long pid, const mdring::detail::ipc_allocation& a, std::vector<std::uint64_t>& mine) {
+    std::lock_guard l(m_);
+    for (auto& e : e_)
+      if (e.pid == pid && e.id == a.id) return hold(e, mine), e.local;
+    for (std::size_t i = 0; i < e_.size();) {  // stale: freed by its owner
+      entry& e = e_[i];
+      if (e.pid == pid && e.remote < a.base + a.bytes && a.base < e.remote + e.bytes) {
+        cudaIpcCloseMemHandle(e.local);
+        e_.erase(e_.begin() + std::ptrdiff_t(i));
+      } else {
+        ++i;
+      }
     }
     cudaIpcMemHandle_t h;
     std::memcpy(&h, a.handle.bytes, sizeof h);
     void* p = nullptr;
     check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
-    m_.push_back({peer, a.id, static_cast<char*>(p), clock_});
-    return static_cast<char*>(p);
+    e_.push_back({pid, a.id, a.base, a.bytes, static_cast<char*>(p), 0, next_key_++});
+    hold(e_.back(), mine);
+    return e_.back().local;
   }
-  std::size_t count() const noexcept { return m_.size(); }
+  // The caller lets go of everything it holds.
+  void release(std::vector<std::uint64_t>& mine) noexcept {
+    std::lock_guard l(m_);
+    for (const std::uint64_t k : mine)
+      for (std::size_t i = 0; i < e_.size(); ++i)
+        if (e_[i].key == k) {
+          if (--e_[i].refs == 0) {
+            cudaIpcCloseMemHandle(e_[i].local);
+            e_.erase(e_.begin() + std::ptrdiff_t(i));
+          }
+          break;
+        }
+    mine.clear();
+  }
+  std::size_t count() const {
+    std::lock_guard l(m_);
+    return e_.size();
+  }
 
 private:
   struct entry {
-    std::size_t peer;
-    std::uint64_t id;
-    char* base;
-    std::uint64_t used;
+    long pid;
+    std::uint64_t id, remote, bytes;  // the allocation in its owner's process
+    char* local;                      // its mapping here
+    std::size_t refs;
+    std::uint64_t key;
   };
-  void release() noexcept {
-    for (auto& e : m_) cudaIpcCloseMemHandle(e.base);
-    m_.clear();
+  void hold(entry& e, std::vector<std::uint64_t>& mine) {
+    for (const std::uint64_t k : mine)
+      if (k == e.key) return;
+    mine.push_back(e.key);
+    ++e.refs;
   }
-  std::vector<entry> m_;
-  std::uint64_t clock_ = 0;
+  mutable std::mutex m_;
+  std::vector<entry> e_;
+  std::uint64_t next_key_ = 1;
+};
+
+// One link's view of the registry: what it holds, released with it.
+class ipc_mappings {
+public:
+  ipc_mappings() = default;
+  ipc_mappings(const ipc_mappings&) = delete;
+  ipc_mappings& operator=(const ipc_mappings&) = delete;
+  ipc_mappings(ipc_mappings&& o) noexcept : held_(std::move(o.held_)) {}
+  ipc_mappings& operator=(ipc_mappings&& o) noexcept {
+    if (this != &o) ipc_registry::instance().release(held_), held_ = std::move(o.held_);
+    return *this;
+  }
+  ~ipc_mappings() { ipc_registry::instance().release(held_); }
+  char* map(long pid, const mdring::detail::ipc_allocation& a) { return ipc_registry::instance().map(pid, a, held_); }
+  // Allocations this link holds (tests: a repeated call maps nothing new).
+  std::size_t count() const noexcept { return held_.size(); }
+
+private:
+  std::vector<std::uint64_t> held_;
 };
 
 // The layout of a rank's control block: [2][p] flag words, then two staging buffers.
@@ -394,7 +438,8 @@ private:
                 bool capturing) {
     if (at.allocation == 0 || at.allocation > e.allocations)
       throw transport_error("mdring::cuda: a peer's publication names no allocation (an internal error)", 0);
-    return s_->maps.map(j, e.alloc[at.allocation - 1], capturing) + at.offset;
+    (void)capturing;
+    return s_->maps.map(s_->window.pid(j), e.alloc[at.allocation - 1]) + at.offset;
   }
 
   std::unique_ptr<state> s_;

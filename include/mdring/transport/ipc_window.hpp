@@ -97,10 +97,14 @@ struct ipc_handle_bytes {
 };
 
 // An allocation a rank publishes: peers map it once, by (rank, id), and reach any
-// address in it as their mapping + offset.
+// address in it as their mapping + offset. `base` is its address in the owner's
+// process: a new allocation over the range of a mapped one means that one was
+// freed, and its mapping must be closed before the new one opens (CUDA refuses,
+// or returns the stale mapping, otherwise).
 struct ipc_allocation {
   std::uint64_t id = 0;     // unique in the owner's process for its lifetime (CUDA's buffer id)
   std::uint64_t bytes = 0;  // its size
+  std::uint64_t base = 0;   // its address in the owner's process
   ipc_handle_bytes handle{};
 };
 
