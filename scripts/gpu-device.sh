@@ -5,7 +5,7 @@
 #
 #   MDRING_DEVICE_BIN=.devbuild scripts/gpu-device.sh [PHASE...]
 #
-# Phases (default: env ipc torch cxx bench):
+# Phases (default: env ipc torch bench extra cxx):
 #   env       the GPU, driver, CUDA, PyTorch and MPI found
 #   ipc       test_gpu_ipc_store under mdring-run with 2, 3 and 4 processes (the
 #             ipc transport between processes sharing the GPU; no MPI)
@@ -13,11 +13,13 @@
 #   torch     builds mdring_torch for this machine's PyTorch (python/build_ext.py,
 #             with the prebuilt CUDA group; in the background from the start),
 #             then tests/torch/test_ops.py and test_ddp.py on CUDA tensors under
-#             torchrun, 2 and 4 processes
+#             torchrun, 2 and 4 processes (MDRING_DEVICE_TORCH_TESTS: "ops2 ddp4 ops4 ddp2")
 #   bench     mdring-gpu-ipc-bench (4 processes, time-sliced; then under the CUDA
 #             MPS daemon, 2 and 4 processes, if it starts), benchmarks/torch_bench.py
 #             --device cuda (mdring against gloo, 4 processes)
+#   extra     test_gpu_ipc_store with 3 processes
 #   sanitize  compute-sanitizer memcheck and racecheck on test_gpu_ipc_store (2 processes)
+#   torchbench  benchmarks/torch_bench.py --device cuda alone (with the torch phase's build)
 # Every step runs under a timeout, and no step starts once MDRING_DEVICE_BUDGET
 # seconds (default 480) have passed since the start: the most important steps come
 # first (ipc 2 and 4 processes, torch, the benchmarks), then 3 processes and the
@@ -31,7 +33,7 @@ out=${OUT:-/tmp/mdring-device}
 logs=/tmp/mdring-device-logs
 mkdir -p "$out" "$logs"
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(env ipc torch cxx bench)
+[ ${#phases[@]} -eq 0 ] && phases=(env ipc torch bench extra cxx)
 want() { local p; for p in "${phases[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 status=0
 start=$(date +%s)
@@ -72,7 +74,7 @@ export MDRING_TIMEOUT=${MDRING_TIMEOUT:-20}  # a rank left behind by a failure e
 run=("$bin/mdring-run" --grace 10)
 
 torch_out=/tmp/mdring-torch
-if want torch; then  # the build runs while the GPU tests run
+if want torch || want torchbench || want extra; then  # the build runs while the GPU tests run
   (python3 python/build_ext.py --out "$torch_out" --cuda-object "$bin/group_cuda.o" --no-ucx --no-mpi -j "$(nproc)" \
      >"$logs/torch_build.log" 2>&1; echo $? >/tmp/mdring-torch.rc) &
   torch_build=$!
@@ -95,14 +97,19 @@ if want ipc; then
   step "test_gpu_ipc_store np4" 120 "${run[@]}" -n 4 "$bin/test_gpu_ipc_store"
 fi
 
-if want torch; then
+if want torch || want torchbench || want extra; then
   wait "$torch_build"
   if [ "$(cat /tmp/mdring-torch.rc 2>/dev/null)" = 0 ]; then
     say "torch build                        passed"
     export PYTHONPATH="$torch_out${PYTHONPATH:+:$PYTHONPATH}"
     tr=(python3 -m torch.distributed.run --standalone --redirects 1 --tee 1)
-    step "torch test_ops cuda np2" 150 env MDRING_TORCH_TEST_DEVICE=cuda "${tr[@]}" --nproc_per_node 2 tests/torch/test_ops.py
-    step "torch test_ddp cuda np4" 150 env MDRING_TORCH_TEST_DEVICE=cuda "${tr[@]}" --nproc_per_node 4 tests/torch/test_ddp.py
+    if want torch; then  # MDRING_DEVICE_TORCH_TESTS: which (default ops2 ddp4 ops4 ddp2)
+      for t in ${MDRING_DEVICE_TORCH_TESTS:-ops2 ddp4 ops4 ddp2}; do
+        file=tests/torch/test_${t%[0-9]}.py
+        step "torch test_${t%[0-9]} cuda np${t: -1}" 150 env MDRING_TORCH_TEST_DEVICE=cuda "${tr[@]}" \
+          --nproc_per_node "${t: -1}" "$file"
+      done
+    fi
     grep -h "test_ops:\|test_ddp" "$logs"/torch_test_*.log 2>/dev/null | sed 's/^/    /' | tee -a "$out/summary.txt"
   else
     status=1
@@ -111,15 +118,9 @@ if want torch; then
   fi
 fi
 
-if want sanitize; then
-  for tool in memcheck racecheck; do
-    step "sanitize $tool np2" 300 "${run[@]}" -n 2 compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$bin/test_gpu_ipc_store" "count matrix"
-  done
-fi
 
+json="$out/bench.jsonl"
 if want bench; then
-  json="$out/bench.jsonl"
   step "ipc bench np4 time-sliced" 120 "${run[@]}" -n 4 "$bin/mdring-gpu-ipc-bench" --json "$json"
   grep "all_reduce" "$logs/ipc_bench_np4_time-sliced.log" 2>/dev/null | sed 's/^/    /' | tee -a "$out/summary.txt"
   # Several processes' kernels run concurrently on one GPU only under the MPS daemon.
@@ -136,9 +137,11 @@ if want bench; then
     say "MPS daemon: not started"
   fi
   unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+if want bench || want torchbench; then
   if [ -d "$torch_out/mdring_torch" ]; then
     step "torch_bench cuda np4" 300 python3 -m torch.distributed.run --standalone --redirects 1 --tee 1 \
-      --nproc_per_node 4 benchmarks/torch_bench.py --device cuda --min-bytes 8192 --max-bytes $((64 << 20)) \
+      --nproc_per_node 4 benchmarks/torch_bench.py --device cuda --min-bytes 4096 --max-bytes $((64 << 20)) \
       --rounds 3 --ddp-iters 6 --batches 32 --json "$json"
     grep -E "^\[default0\]:( |#)" "$logs/torch_bench_cuda_np4.log" | sed 's/^/    /' | tee -a "$out/summary.txt"
   fi
@@ -149,11 +152,16 @@ if want cxx; then
   step "test_gpu_fold" 200 "$bin/test_gpu_fold"
 fi
 
-# Then what matters less: 3 processes, test_ops on 4.
-if want ipc; then step "test_gpu_ipc_store np3" 150 "${run[@]}" -n 3 "$bin/test_gpu_ipc_store"; fi
-if want torch && [ -d "$torch_out/mdring_torch" ]; then
-  step "torch test_ops cuda np4" 150 env MDRING_TORCH_TEST_DEVICE=cuda python3 -m torch.distributed.run --standalone \
-    --redirects 1 --tee 1 --nproc_per_node 4 tests/torch/test_ops.py
+# Then what matters less: 3 processes, test_ops on 4, test_ddp on 2.
+if want extra; then
+  step "test_gpu_ipc_store np3" 150 "${run[@]}" -n 3 "$bin/test_gpu_ipc_store"
+fi
+
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    step "sanitize $tool np2" 300 "${run[@]}" -n 2 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$bin/test_gpu_ipc_store" "count matrix"
+  done
 fi
 
 # Logs: one archive (the files that come back are few).

@@ -323,9 +323,16 @@ public:
       mdring::detail::publication_builder b(pub);
       pub.kind = mdring::detail::ipc_publication::arrive;
       pub.signature = signature;
+      // (find() sets the offset: it must run before the offset is read, in its own statement)
       std::uint64_t off = 0;
-      if (src) pub.src = b.add(s.exports.find(src, off, "sendbuf"), off);  // (or a buffer of the call's)
-      if (dst) pub.dst = b.add(s.exports.find(dst, off, "recvbuf"), off);
+      if (src) {
+        const auto a = s.exports.find(src, off, "sendbuf");
+        pub.src = b.add(a, off);
+      }
+      if (dst) {
+        const auto a = s.exports.find(dst, off, "recvbuf");
+        pub.dst = b.add(a, off);
+      }
       publish_and_wait(cx);
       for (std::size_t j = 0; j < s.p; ++j) {
         const auto& e = s.window.entry(j);
