@@ -59,6 +59,12 @@ struct job {
     for (const auto& v : gather(x ? "1" : "0")) a = a && v == "1";
     return a;
   }
+  // Rank 0 hosts the store: it leaves last, once every other rank is done with it.
+  void finish() {
+    const auto deadline = md::rendezvous::clock::now() + std::chrono::minutes(1);
+    if (rank != 0) return store->set("bench/done/" + std::to_string(rank), "1");
+    for (std::size_t r = 1; r < size; ++r) (void)store->get("bench/done/" + std::to_string(r), deadline);
+  }
 };
 std::string env(const char* k) {
   const char* v = std::getenv(k);
@@ -226,5 +232,6 @@ int main(int argc, char** argv) {
   }
   if (json) std::fclose(json);
   j.barrier();
+  j.finish();
   return 0;
 }

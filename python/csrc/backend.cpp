@@ -291,6 +291,12 @@ public:
   }
 
 #if MDRING_TORCH2
+  // torch 2.x sends sparse tensors here rather than to allreduce().
+  c10::intrusive_ptr<::c10d::Work> allreduce_sparse(std::vector<at::Tensor>& ts,
+                                                    const ::c10d::AllreduceOptions&) override {
+    for (const auto& t : ts) check_tensor(t, "allreduce");
+    TORCH_CHECK(false, "mdring: allreduce: sparse tensors are not supported (dense, contiguous tensors only)");
+  }
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 #endif
