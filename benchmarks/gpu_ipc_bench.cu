@@ -20,7 +20,7 @@
 // the row says which (--mps-label).
 #include <mdring/cuda/reduce.cuh>
 #include <mdring/cuda/store.cuh>
-#include <mdring/rendezvous/tcp_store.hpp>
+#include <mdring/rendezvous/launch.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -40,12 +40,13 @@ void ok(cudaError_t e, const char* what) {
   }
 }
 
-// The job (mdring-run's variables) and the store rank 0 hosts.
+// The job (mdring-run's variables), with the few collectives the bench needs
+// outside its timed regions, through the store rank 0 hosts.
 struct job {
-  std::size_t rank = 0, size = 1, tags = 0;
-  std::unique_ptr<md::rendezvous::tcp_store> store;
+  md::rendezvous::launched_job l;
+  std::size_t tags = 0;
   std::vector<std::string> gather(const std::string& mine) {
-    return md::rendezvous::all_gather(*store, "bench/" + std::to_string(tags++), rank, size, mine,
+    return md::rendezvous::all_gather(*l.job_store, "bench/" + std::to_string(tags++), l.rank, l.size, mine,
                                       md::rendezvous::clock::now() + std::chrono::minutes(5));
   }
   void barrier() { (void)gather(""); }
@@ -59,17 +60,7 @@ struct job {
     for (const auto& v : gather(x ? "1" : "0")) a = a && v == "1";
     return a;
   }
-  // Rank 0 hosts the store: it leaves last, once every other rank is done with it.
-  void finish() {
-    const auto deadline = md::rendezvous::clock::now() + std::chrono::minutes(1);
-    if (rank != 0) return store->set("bench/done/" + std::to_string(rank), "1");
-    for (std::size_t r = 1; r < size; ++r) (void)store->get("bench/done/" + std::to_string(r), deadline);
-  }
 };
-std::string env(const char* k) {
-  const char* v = std::getenv(k);
-  return v ? std::string(v) : std::string();
-}
 
 std::size_t parse_size(const std::string& s) {
   char* end = nullptr;
@@ -97,19 +88,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (env("WORLD_SIZE").empty()) {
-    std::fprintf(stderr, "mdring-gpu-ipc-bench: start it with mdring-run -n <processes> (no WORLD_SIZE set)\n");
-    return 2;
-  }
-  job j;
-  j.rank = std::size_t(std::stoul(env("RANK")));
-  j.size = std::size_t(std::stoul(env("WORLD_SIZE")));
-  md::rendezvous::tcp_store_options so;
-  so.host = env("MASTER_ADDR").empty() ? "127.0.0.1" : env("MASTER_ADDR");
-  so.port = std::uint16_t(std::stoul(env("MASTER_PORT")));
-  so.secret = env("MDRING_SECRET");
-  j.store = std::make_unique<md::rendezvous::tcp_store>(j.rank == 0, so);
-  const int rank = int(j.rank), size = int(j.size);
+  job j{md::rendezvous::launched_job::from_env("mdring-gpu-ipc-bench")};
+  const int rank = int(j.l.rank), size = int(j.l.size);
   args a;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
@@ -136,7 +116,7 @@ int main(int argc, char** argv) {
   ok(cudaSetDevice(rank % G), "cudaSetDevice");
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, rank % G), "cudaGetDeviceProperties");
-  auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), md::cuda::store_world{*j.store, j.rank, j.size});
+  auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), md::cuda::store_world{*j.l.job_store, j.l.rank, j.l.size});
   FILE* json = rank == 0 && !a.json.empty() ? std::fopen(a.json.c_str(), "a") : nullptr;
   if (rank == 0)
     std::printf("mdring-gpu-ipc-bench: %d processes on %d GPU(s) (%s), transport %s, %s; median of %d rounds of %d calls\n",
@@ -232,6 +212,6 @@ int main(int argc, char** argv) {
   }
   if (json) std::fclose(json);
   j.barrier();
-  j.finish();
+  j.l.leave("bench/leave");
   return 0;
 }

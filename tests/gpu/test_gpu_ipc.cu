@@ -22,8 +22,10 @@
 
 #ifdef MDRING_TEST_STORE
 #include <mdring/cuda/store.cuh>
-#include <mdring/rendezvous/tcp_store.hpp>
+#include <mdring/rendezvous/launch.hpp>
 #else
+#include "mpi_support.cuh"
+
 #include <mdring/cuda/mpi.cuh>
 #endif
 
@@ -37,41 +39,24 @@ using namespace gpu_test;
 namespace {
 
 #ifdef MDRING_TEST_STORE
-// The job as mdring-run starts it: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-// MDRING_SECRET; rank 0 hosts the store.
+// The job as mdring-run starts it; rank 0 hosts the store.
 struct job {
-  std::size_t rank = 0, size = 1;
-  std::unique_ptr<md::rendezvous::tcp_store> store;
+  md::rendezvous::launched_job launched;
   std::size_t tags = 0;
   static job& get() {
     static job j = [] {
-      job x;
-      auto env = [](const char* k) { const char* v = std::getenv(k); return v ? std::string(v) : std::string(); };
-      if (env("WORLD_SIZE").empty()) throw skip_all("not started by mdring-run (no WORLD_SIZE)");
-      x.rank = std::size_t(std::stoul(env("RANK")));
-      x.size = std::size_t(std::stoul(env("WORLD_SIZE")));
-      md::rendezvous::tcp_store_options o;
-      o.host = env("MASTER_ADDR").empty() ? "127.0.0.1" : env("MASTER_ADDR");
-      o.port = std::uint16_t(std::stoul(env("MASTER_PORT")));
-      o.secret = env("MDRING_SECRET");
-      x.store = std::make_unique<md::rendezvous::tcp_store>(x.rank == 0, o);
-      return x;
+      if (!std::getenv("WORLD_SIZE")) throw skip_all("not started by mdring-run (no WORLD_SIZE)");
+      return job{md::rendezvous::launched_job::from_env("test_gpu_ipc_store")};
     }();
     return j;
   }
   std::vector<std::string> gather(const std::string& mine) {
-    return md::rendezvous::all_gather(*store, "test/" + std::to_string(tags++), rank, size, mine,
-                                      md::rendezvous::clock::now() + std::chrono::minutes(5));
-  }
-  // Rank 0 hosts the store: it leaves last, once every other rank is done with it.
-  void finish() {
-    const auto deadline = md::rendezvous::clock::now() + std::chrono::minutes(1);
-    if (rank != 0) return store->set("test/done/" + std::to_string(rank), "1");
-    for (std::size_t r = 1; r < size; ++r) (void)store->get("test/done/" + std::to_string(r), deadline);
+    return md::rendezvous::all_gather(*launched.job_store, "test/" + std::to_string(tags++), launched.rank,
+                                      launched.size, mine, md::rendezvous::clock::now() + std::chrono::minutes(5));
   }
 };
-int world_rank() { return int(job::get().rank); }
-int world_size() { return int(job::get().size); }
+int world_rank() { return int(job::get().launched.rank); }
+int world_size() { return int(job::get().launched.size); }
 void check_same(const std::vector<u64>& h, const std::string& label) {
   const auto all = job::get().gather(std::string(reinterpret_cast<const char*>(h.data()), h.size() * sizeof(u64)));
   std::size_t bad = 0;
@@ -80,28 +65,10 @@ void check_same(const std::vector<u64>& h, const std::string& label) {
 }
 using ipc_comm = md::cuda::store_communicator<md::runtime_topology>;
 ipc_comm bind_ipc(const std::string& text, md::options o = {}) {
-  job& j = job::get();
-  return md::cuda::bind(md::parse_topology(text), md::cuda::store_world{*j.store, j.rank, j.size, "test"}, o);
+  auto& l = job::get().launched;
+  return md::cuda::bind(md::parse_topology(text), md::cuda::store_world{*l.job_store, l.rank, l.size, "test"}, o);
 }
 #else
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-void check_same(const std::vector<u64>& h, const std::string& label) {
-  std::vector<u64> mx(h.size()), mn(h.size());
-  MPI_Allreduce(h.data(), mx.data(), int(h.size()), MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(h.data(), mn.data(), int(h.size()), MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < h.size(); ++i) bad += mx[i] != mn[i];
-  check(bad == 0, label, ": ", bad, " calls gave different bits on different ranks");
-}
 using ipc_comm = md::cuda::mpi_communicator<md::runtime_topology>;
 ipc_comm bind_ipc(const std::string& text, md::options o = {}) {
   return md::cuda::bind(md::parse_topology(text), MPI_COMM_WORLD, o);
@@ -445,13 +412,11 @@ int main(int argc, char** argv) {
   if (rc == 77) return rc;
   int worst = rc;
   for (const auto& v : job::get().gather(std::to_string(rc))) worst = std::max(worst, std::stoi(v));
-  job::get().finish();
+  job::get().launched.leave("test/leave");
   return worst;
 #else
   MPI_Init(&argc, &argv);
-  const int rc = gpu_test::run_all(argc, argv);
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int worst = worst_of_all(gpu_test::run_all(argc, argv));
   MPI_Finalize();
   return worst;
 #endif

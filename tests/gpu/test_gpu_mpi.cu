@@ -11,33 +11,12 @@
 //   - a stream being captured is refused with invalid_argument("stream").
 // Run with mpiexec -n 2 (or 4); checks the spmd suite and bitwise identity across
 // ranks (one MPI_Allreduce of the result hashes).
+#include "mpi_support.cuh"
 #include "spmd.cuh"
 
 #include <mdring/cuda/mpi.cuh>
 
 using namespace gpu_test;
-
-namespace {
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-// Every rank has the same hashes.
-void check_same(const std::vector<u64>& h, const std::string& label) {
-  std::vector<u64> mx(h.size()), mn(h.size());
-  MPI_Allreduce(h.data(), mx.data(), int(h.size()), MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(h.data(), mn.data(), int(h.size()), MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < h.size(); ++i) bad += mx[i] != mn[i];
-  check(bad == 0, label, ": ", bad, " calls gave different bits on different ranks");
-}
-}  // namespace
 
 GPU_TEST("mpi: staged and CUDA-aware transports") {
   require_gpu();
@@ -136,9 +115,7 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  const int rc = gpu_test::run_all(argc, argv);
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int worst = worst_of_all(gpu_test::run_all(argc, argv));
   MPI_Finalize();
   return worst;
 }

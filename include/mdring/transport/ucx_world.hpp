@@ -23,6 +23,7 @@
 #include "../config.hpp"
 #include "../error.hpp"
 #include "../options.hpp"
+#include "../rendezvous/launch.hpp"
 #include "../rendezvous/store.hpp"
 #include "../rendezvous/tcp_store.hpp"
 #include "../topology/detect.hpp"
@@ -44,30 +45,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
-namespace rendezvous {
-// A store inside one process (a world of one, or tests).
-class memory_store final : public store {
-public:
-  void set(const std::string& key, const std::string& value) override {
-    std::lock_guard l(m_);
-    kv_[key] = value;
-  }
-  std::string get(const std::string& key, clock::time_point deadline) override {
-    std::unique_lock l(m_);
-    for (;;) {
-      if (auto it = kv_.find(key); it != kv_.end()) return it->second;
-      if (clock::now() >= deadline) throw missing_key(key, "mdring::rendezvous::memory_store");
-      l.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      l.lock();
-    }
-  }
 
-private:
-  std::mutex m_;
-  std::map<std::string, std::string> kv_;
-};
-}  // namespace rendezvous
 
 namespace ucx {
 
@@ -104,25 +82,6 @@ inline std::shared_ptr<ucp_context> process_context() {
   return c;
 }
 
-inline const char* env(const char* mdring_name, const char* torch_name) {
-  if (const char* v = std::getenv(mdring_name); v && *v) return v;
-  if (torch_name)
-    if (const char* v = std::getenv(torch_name); v && *v) return v;
-  return nullptr;
-}
-
-// A non-negative integer from the environment, or `fallback` when unset.
-inline std::size_t env_count(const char* mdring_name, const char* torch_name, std::size_t fallback) {
-  const char* v = env(mdring_name, torch_name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  if (*end || x < 0)
-    throw invalid_argument(torch_name ? torch_name : mdring_name,
-                           std::string("mdring::ucx::world::from_env: ") + (torch_name ? torch_name : mdring_name) +
-                               " must be a non-negative integer, not \"" + v + "\"");
-  return std::size_t(x);
-}
 }  // namespace detail
 
 class world {
@@ -135,38 +94,9 @@ public:
 
   // From the launcher's environment (see the top); rank 0 hosts the store.
   static world from_env() {
-    const std::size_t size = detail::env_count("MDRING_WORLD_SIZE", "WORLD_SIZE", 1);
-    const std::size_t rank = detail::env_count("MDRING_RANK", "RANK", 0);
-    if (size == 0) throw invalid_argument("WORLD_SIZE", "mdring::ucx::world::from_env: WORLD_SIZE must be at least 1");
-    if (rank >= size)
-      throw invalid_argument("RANK", "mdring::ucx::world::from_env: RANK " + std::to_string(rank) +
-                                         " is not below WORLD_SIZE " + std::to_string(size));
-    const std::size_t local = detail::env_count("MDRING_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", 0);
     const auto timeout = mdring::detail::default_timeout();
-    if (size == 1) return world(std::make_unique<rendezvous::memory_store>(), nullptr, 0, 1, 1, timeout);
-    const char* addr = detail::env("MDRING_MASTER_ADDR", "MASTER_ADDR");
-    const char* port = detail::env("MDRING_STORE_PORT", "MASTER_PORT");
-    const char* secret = std::getenv("MDRING_SECRET");
-    if (!port)
-      throw invalid_argument("MASTER_PORT", "mdring::ucx::world::from_env: WORLD_SIZE is " + std::to_string(size) +
-                                                " but MASTER_PORT is not set: start the processes with mdring-run "
-                                                "or torchrun, or set MASTER_ADDR and MASTER_PORT");
-    if (!secret || !*secret)
-      throw invalid_argument("MDRING_SECRET",
-                             "mdring::ucx::world::from_env: MDRING_SECRET is not set: mdring-run sets it; with another "
-                             "launcher, export the same secret to every process (e.g. MDRING_SECRET=$(openssl rand "
-                             "-hex 16)); the store refuses connections without it");
-    rendezvous::tcp_store_options o;
-    o.host = addr ? addr : "127.0.0.1";
-    const std::size_t p = detail::env_count("MDRING_STORE_PORT", "MASTER_PORT", 0);
-    if (p == 0 || p > 65535)
-      throw invalid_argument("MASTER_PORT", "mdring::ucx::world::from_env: MASTER_PORT must be a TCP port, not \"" +
-                                                std::string(port) + "\"");
-    o.port = std::uint16_t(p);
-    o.secret = secret;
-    o.connect_timeout = timeout;
-    auto s = std::make_unique<rendezvous::tcp_store>(rank == 0, o);
-    return world(std::move(s), nullptr, rank, size, local, timeout);
+    auto j = rendezvous::launched_job::from_env("mdring::ucx::world::from_env", timeout);
+    return world(std::move(j.job_store), nullptr, j.rank, j.size, j.local_size, timeout);
   }
 
   std::size_t rank() const noexcept { return s_->rank; }
