@@ -113,3 +113,25 @@ TEST_CASE("threads transport: wait_any returns at once when nothing is pending, 
   CHECK(ra == 1);
   CHECK(rb == 2);
 }
+
+TEST_CASE("transport: a failure passed on names the rank that failed first") {
+  // A rank that stops because rank 1 failed tells the others (relayed_failure);
+  // they name rank 1, and say who told them.
+  const md::wait_status relayed = md::received_failure(3, md::relayed_failure(1, "rank 1 is gone"));
+  CHECK(relayed.kind == md::wait_status::peer_failed);
+  CHECK(relayed.failed_rank == 1);
+  CHECK(relayed.reason == "(told by rank 3) rank 1 is gone");
+  // A rank's own failure names itself.
+  const md::wait_status own = md::received_failure(2, "rank 2: bad root");
+  CHECK(own.failed_rank == 2);
+  CHECK(own.reason == "rank 2: bad root");
+  // Something that only looks like a relay is taken as it is.
+  CHECK(md::received_failure(4, "\x1b" "ab:cd").failed_rank == 4);
+  CHECK(md::received_failure(4, "\x1b" ":cd").failed_rank == 4);
+  // Through a threads world: the first failure is remembered, a relayed one by its origin.
+  md::threads::world w(3);
+  w.fail(2, md::relayed_failure(0, "rank 0 threw"));
+  CHECK(w.failed_rank() == 0);
+  w.fail(1, "later");
+  CHECK(w.failed_rank() == 0);
+}

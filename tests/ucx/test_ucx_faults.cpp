@@ -99,6 +99,63 @@ private:
   std::string dir_;
 };
 
+// Issue 36's job: "shm:2 x ethernet:*", one blocking all_reduce, then k iall_reduce
+// calls of 1 Mi floats; rank 1 dies (SIGKILL) right after issuing its k calls.
+// Every survivor must get the failure from how it waits (mode
+// "inflight_<k>_<wait|wait_all|wait_any|test>"), never terminate; and the
+// communicator then refuses new calls with communicator_error.
+int inflight_worker(const std::string& mode, const std::string& dir) {
+  const int k = std::atoi(mode.c_str() + std::strlen("inflight_"));
+  const std::string how = mode.substr(mode.find('_', std::strlen("inflight_")) + 1);
+  auto w = md::ucx::world::from_env();
+  const std::size_t rank = w.rank();
+  md::options opts;
+  opts.timeout = std::chrono::milliseconds(20000);
+  outcome o = catching([&] {
+    auto comm = md::bind(md::parse_topology("shm:2 x ethernet:*"), w, opts);
+    std::vector<float> warm(1000, 1.0f);
+    md::all_reduce(comm, warm.data(), warm.size());
+    std::vector<std::vector<float>> bufs(std::size_t(k), std::vector<float>(std::size_t(1) << 20, 1.0f));
+    std::vector<md::request> q;
+    for (auto& b : bufs) q.push_back(md::iall_reduce(comm, b.data(), b.size()));
+    if (rank == 1) {
+      write_outcome(dir, rank, {"killed", -1, now_s(), ""});
+      std::raise(SIGKILL);
+    }
+    try {
+      if (how == "wait_all") {
+        md::wait_all(q);
+      } else if (how == "wait_any") {
+        for (std::size_t left = q.size(); left; --left) (void)md::wait_any(q);
+      } else if (how == "test") {
+        for (auto& r : q)
+          while (!r.test()) std::this_thread::yield();
+      } else {
+        for (auto& r : q) r.wait();
+      }
+    } catch (...) {
+      // The failure, from the waiting call; then the calls not waited for are
+      // dropped with their requests, and a new call is refused.
+      q.clear();
+      std::string refused = "accepted";
+      try {
+        md::all_reduce(comm, warm.data(), warm.size());
+      } catch (const md::communicator_error&) {
+        refused = "communicator_error";
+      } catch (const std::exception& e) {
+        refused = e.what();
+      }
+      try {
+        throw;
+      } catch (const md::remote_error& e) {
+        throw md::remote_error(std::string(e.what()) + " | then: " + refused, e.failed_rank());
+      }
+    }
+  });
+  if (o.kind != "killed") write_outcome(dir, rank, o);
+  return 0;
+}
+
 int worker(const std::string& mode, const std::string& dir) {
   if (mode == "user_store") {
     directory_store s(dir + "/store");
@@ -118,6 +175,7 @@ int worker(const std::string& mode, const std::string& dir) {
     write_outcome(dir, 0, o);
     return 0;
   }
+  if (mode.rfind("inflight", 0) == 0) return inflight_worker(mode, dir);
   auto w = md::ucx::world::from_env();
   const std::size_t rank = w.rank(), size = w.size();
   md::options opts;
@@ -231,6 +289,29 @@ TEST_CASE("a process killed in a collective: the others get remote_error naming 
 
 TEST_CASE("a process killed in a collective: the others get remote_error naming it within 1 s (messages)") {
   check_killed("kill_messages");
+}
+
+TEST_CASE("a process killed with nonblocking calls in flight: every survivor's wait throws, nobody terminates") {
+  // 4 processes, "shm:2 x ethernet:*": rank 0 shares rank 1's node, ranks 2 and 3
+  // reach it through the ethernet dimension only (issue 36: they terminated).
+  for (const char* progress : {"agent", "in_wait"})
+    for (int k : {1, 2, 8})
+      for (const char* how : {"wait_all", "wait", "wait_any", "test"}) {
+        if (k != 8 && std::string(how) != "wait_all" && std::string(how) != "wait") continue;
+        const std::string mode = "inflight_" + std::to_string(k) + "_" + how;
+        const auto res = run_job(mode, 4, {std::string("MDRING_PROGRESS=") + progress});
+        REQUIRE(res.out.size() == 4);
+        CHECK(res.out[1].kind == "killed");
+        for (std::size_t r : {std::size_t(0), std::size_t(2), std::size_t(3)}) {
+          INFO(mode << ", progress " << progress << ", rank " << r << ": " << res.out[r].kind << ": "
+                    << res.out[r].what);
+          CHECK(WIFEXITED(res.status[r]));
+          CHECK(res.out[r].kind == "remote_error");
+          CHECK(res.out[r].failed_rank == 1);
+          CHECK(res.out[r].what.find("then: communicator_error") != std::string::npos);
+          CHECK(res.out[r].at - res.out[1].at < 2.0);
+        }
+      }
 }
 
 TEST_CASE("a process that stalls: the others hit the deadline, naming the collective") {

@@ -91,8 +91,13 @@ private:
     ex_.reset();
     if (st->error) std::rethrow_exception(st->error);
   }
+  // (noexcept: a destroyed request's failure is dropped, whatever happens while
+  // the call is finished.)
   void settle() noexcept {
-    if (st_ && !st_->done.load(std::memory_order_acquire)) ex_->wait(*st_);
+    try {
+      if (st_ && !st_->done.load(std::memory_order_acquire)) ex_->wait(*st_);
+    } catch (...) {
+    }
     st_.reset();
     ex_.reset();
   }

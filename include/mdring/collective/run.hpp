@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 MDRING_NAMESPACE_BEGIN
 
@@ -215,14 +216,37 @@ private:
     return finished;
   }
   // Step 5: any failure marks the communicator unusable on this rank and is
-  // announced to the peers (unless a peer's failure it is), which stop waiting
-  // with remote_error.
+  // announced to the peers, which stop waiting with remote_error; a peer's failure
+  // is passed on naming that peer (relayed_failure), so that ranks which never
+  // talk to it directly stop too.
   template <class F>
   auto guarded(F&& f) {
     try {
       return f();
     } catch (const remote_error& e) {
       comm_.mark_broken(e.what());
+      // The rank that failed first: a peer that left the call (its buffers gone
+      // under cross-memory attach) left it because of an earlier failure, whose
+      // notice may be on its way (20 ms at most); name that one.
+      wait_status first{wait_status::peer_failed, 0, e.failed_rank(), e.what()};
+      auto& tr = comm_.get_transport();
+      if constexpr (requires { tr.shared_failure(); }) {
+        const auto until = deadline_clock::now() + std::chrono::milliseconds(20);
+        for (;;) {
+          const wait_status st = tr.shared_failure();
+          if (st.kind == wait_status::peer_failed) {
+            if (st.failed_rank != e.failed_rank()) first = st;
+            break;
+          }
+          if (deadline_clock::now() >= until) break;
+          std::this_thread::yield();
+        }
+      }
+      tr.abort(relayed_failure(first.failed_rank, first.reason));
+      if (first.failed_rank != e.failed_rank())
+        throw remote_error(std::string(e.what()) + "; rank " + std::to_string(first.failed_rank) +
+                               " had failed before: " + first.reason,
+                           first.failed_rank);
       throw;
     } catch (const std::exception& e) {
       comm_.mark_broken(e.what());

@@ -399,6 +399,8 @@ void guarded(C& comm, Body&& body) {
     for (std::size_t d = 0; d < comm.executed_extents().size(); ++d)
       std::visit([&](auto& l) {
         if constexpr (requires { l.abort_local(); }) l.abort_local();
+        // Passed on, naming the rank that failed first (transport.hpp relayed_failure).
+        if constexpr (requires { l.abort(std::string()); }) l.abort(relayed_failure(e.failed_rank(), e.what()));
       }, comm.link(d));
     throw;
   } catch (const std::exception& e) {

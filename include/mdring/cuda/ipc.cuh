@@ -433,10 +433,13 @@ private:
     s.window.publish();
     const wait_status st = s.window.wait(cx.deadline);
     if (st.kind == wait_status::done) return;
-    if (st.kind == wait_status::peer_failed)
-      throw remote_error(cx.where() + ": rank " + std::to_string(s.members[st.failed_rank]) +
-                             " failed, so this rank stopped waiting: " + st.reason,
-                         s.members[st.failed_rank]);
+    if (st.kind == wait_status::peer_failed) {
+      // The window names a member; a relayed failure names the global rank that failed first.
+      const wait_status g = received_failure(s.members[st.failed_rank], st.reason);
+      throw remote_error(cx.where() + ": rank " + std::to_string(g.failed_rank) +
+                             " failed, so this rank stopped waiting: " + g.reason,
+                         g.failed_rank);
+    }
     throw timeout_error(cx.where() + ": timed out waiting for rank " + std::to_string(s.members[st.index]) +
                             " to reach the same step (ipc transport)",
                         cx.collective, cx.dim, std::string(to_string(cx.ph)), cx.step, s.members[st.index]);

@@ -317,7 +317,10 @@ inline void progress_agent::run() {
         continue;
       }
       ++driven;
-      moved |= e->try_step();
+      try {  // nothing may leave the agent's thread: a call's failure is its own (advance keeps it)
+        moved |= e->try_step();
+      } catch (...) {
+      }
     }
     round.clear();
     if (driven) {

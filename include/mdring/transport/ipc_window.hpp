@@ -248,7 +248,7 @@ public:
     for (std::size_t j = 0; j < p_; ++j) {
       if (j == me_) continue;
       const ipc_slot& s = *slot_at(j);
-      if (s.failed.load(std::memory_order_acquire))
+      if (s.failed.load(std::memory_order_acquire))  // (a relayed reason: received_failure decodes it)
         return wait_status{wait_status::peer_failed, 0, j, std::string(s.reason, strnlen(s.reason, sizeof s.reason))};
       if (pids_[j] > 0 && process_gone(pids_[j]))
         return wait_status{wait_status::peer_failed, 0, j, "its process ended"};

@@ -314,9 +314,10 @@ private:
     MPI_Test(&control_req_, &flag, &st);
     if (!flag) return std::nullopt;
     failed_ = true;
-    failed_rank_ = std::size_t(st.MPI_SOURCE);
     control_buf_[sizeof control_buf_ - 1] = '\0';
-    failed_reason_ = control_buf_;
+    const wait_status got = received_failure(std::size_t(st.MPI_SOURCE), control_buf_);
+    failed_rank_ = got.failed_rank;
+    failed_reason_ = got.reason;
     return failed_status();
   }
   wait_status failed_status() const {

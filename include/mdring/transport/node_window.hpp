@@ -101,10 +101,19 @@ inline void cma(long pid, std::size_t rank, void* remote, void* local, std::size
     iovec lv{l, bytes}, rv{r, bytes};
     const ssize_t n = to_remote ? process_vm_writev(pid_t(pid), &lv, 1, &rv, 1, 0)
                                 : process_vm_readv(pid_t(pid), &lv, 1, &rv, 1, 0);
-    if (n <= 0)
+    if (n <= 0) {
+      // The peer's process ended, or its buffer is gone (it left the call after a
+      // failure and freed it): that rank's failure, as the peers' others are.
+      if (errno == ESRCH || errno == EFAULT)
+        throw remote_error(std::string("mdring: cross-memory attach ") + (to_remote ? "write to" : "read from") +
+                               " rank " + std::to_string(rank) + " failed (" + std::strerror(errno) + "): rank " +
+                               std::to_string(rank) + " left the call (its process ended, or it gave up on the call "
+                               "after a failure and freed its buffers)",
+                           rank);
       throw transport_error(std::string("mdring: cross-memory attach ") + (to_remote ? "write to" : "read from") +
                                 " rank " + std::to_string(rank) + " failed: " + std::strerror(errno),
                             errno);
+    }
     l += n;
     r += n;
     bytes -= std::size_t(n);

@@ -111,7 +111,9 @@ public:
       if (!failed_.load(std::memory_order_relaxed)) {
         failed_rank_ = rank;
         try {
-          reason_ = reason;
+          const wait_status st = received_failure(rank, reason);  // a relayed one names the first to fail
+          failed_rank_ = st.failed_rank;
+          reason_ = st.reason;
         } catch (...) {
         }
         failed_.store(true, std::memory_order_release);

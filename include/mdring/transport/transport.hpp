@@ -45,6 +45,35 @@ struct wait_status {
   static wait_status ok() { return {}; }
 };
 
+// A failure passed on. A rank that stops because a peer failed tells the others
+// too (its abort message), naming the rank that failed first, so that ranks that
+// never talk to the failed one directly (another node, another dimension) stop as
+// well and name the right rank. The message is the failed rank and the reason.
+inline std::string relayed_failure(std::size_t failed_rank, const std::string& reason) {
+  return "\x1b" + std::to_string(failed_rank) + ":" + reason;
+}
+// A peer_failed status as a transport received it (failed_rank: the sender):
+// a relayed failure names the rank that failed first instead.
+inline wait_status received_failure(std::size_t sender, std::string reason) {
+  wait_status st{wait_status::peer_failed, 0, sender, std::move(reason)};
+  if (st.reason.size() > 2 && st.reason[0] == '\x1b') {
+    const std::size_t colon = st.reason.find(':');
+    if (colon != std::string::npos && colon > 1) {
+      std::size_t r = 0;
+      bool digits = true;
+      for (std::size_t i = 1; i < colon; ++i) {
+        digits = digits && st.reason[i] >= '0' && st.reason[i] <= '9';
+        r = r * 10 + std::size_t(st.reason[i] - '0');
+      }
+      if (digits) {
+        st.failed_rank = r;
+        st.reason = "(told by rank " + std::to_string(sender) + ") " + st.reason.substr(colon + 1);
+      }
+    }
+  }
+  return st;
+}
+
 template <class T>
 concept transport = requires(T& t, const T& ct, typename T::channel& ch, typename T::request& r,
                              std::span<typename T::request> rs, std::span<const std::size_t> members,

@@ -342,7 +342,7 @@ private:
       if (st == UCS_OK || st == UCS_ERR_MESSAGE_TRUNCATED) {
         control_buf_[std::min(info.length, sizeof control_buf_ - 1)] = '\0';
         failed_ = true;
-        failure_ = wait_status{wait_status::peer_failed, 0, detail::sender_of(info.sender_tag), control_buf_};
+        failure_ = received_failure(detail::sender_of(info.sender_tag), control_buf_);
         return failure_;
       }
     }
