@@ -579,10 +579,18 @@ int reduce_scatter_equal(coll c, const char* name, const void* sendbuf, void* re
       T* out = static_cast<T*>(recvbuf);
       const std::size_t n = std::size_t(rc);
       if (sendbuf == MPI_IN_PLACE) {
-        // mdring's in-place form leaves rank r's block where it was: at r * rc.
-        T* mine = out + std::size_t(d.s->rank) * n;
+        // mdring's in-place form puts rank r's block where it was, at r * rc; MPI's
+        // at the start, leaving every element past it as it was (native MPI does):
+        // rank r's own input block is kept aside and put back.
+        const std::size_t r = std::size_t(d.s->rank);
+        T* mine = out + r * n;
+        std::vector<T> kept;
+        if (r != 0) kept.assign(mine, mine + n);
         md::reduce_scatter(*d.s->comm, static_cast<const T*>(out), mine, n, o);
-        if (mine != out) std::memmove(out, mine, n * sizeof(T));
+        if (r != 0) {
+          std::memmove(out, mine, n * sizeof(T));
+          std::memcpy(mine, kept.data(), n * sizeof(T));
+        }
       } else {
         md::reduce_scatter(*d.s->comm, static_cast<const T*>(sendbuf), out, n, o);
       }

@@ -329,6 +329,9 @@ static void test_reduce_scatter(void) {
       const double* got = inplace ? x : y;
       for (int i = 0; i < rc; ++i)
         if (got[i] != (double)P * (P - 1) / 2 + (double)P * (R * rc + i)) { fail("reduce_scatter_block", i); break; }
+      /* In place, what native MPI leaves: every element past the result untouched. */
+      for (int i = rc; inplace && i < n; ++i)
+        if (x[i] != R + i) { fail("reduce_scatter_block in place: an element past recvcount was written", i); break; }
       fold(got, sizeof(double) * rc);
       /* The same through MPI_Reduce_scatter, with equal counts. */
       int* rcs = malloc(sizeof(int) * P);
