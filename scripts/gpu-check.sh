@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: builds the GPU path for that GPU, runs the GPU
-# tests (ctest -L gpu) and mdring-gpu-bench, and prints a short table.
+# tests (ctest -L gpu) and mdring-gpu-bench (and mdring-gpu-ipc-bench under
+# mdring-run, 4 processes), and prints a short table. (For a lent machine's one
+# call: scripts/gpu-bundle.sh here, scripts/gpu-device.sh there.)
 #
 #   scripts/gpu-check.sh            full benchmark (1 MiB .. 1 GiB)
 #   MDRING_GPU_QUICK=1 scripts/gpu-check.sh   fewer iterations, up to 256 MiB
@@ -81,9 +83,9 @@ grep -q "NCCL ON" "$out/configure.log" || skipped+=("NCCL test (no NCCL found)")
 grep -q "MPI ON" "$out/configure.log" || skipped+=("MPI GPU test (no MPI found)")
 grep -q "GPU present ON" "$out/configure.log" || echo "gpu-check: configure did not see the GPU; tests will not be registered" >&2
 
-targets=(test_gpu_fold test_gpu_all_reduce mdring-gpu-bench)
-grep -q "NCCL ON" "$out/configure.log" && targets+=(test_gpu_nccl)
-grep -q "MPI ON" "$out/configure.log" && targets+=(test_gpu_mpi)
+targets=(test_gpu_fold test_gpu_all_reduce mdring-gpu-bench mdring-run)
+grep -q "NCCL ON" "$out/configure.log" && targets+=(test_gpu_nccl test_gpu_ipc_store mdring-gpu-ipc-bench)
+grep -q "MPI ON" "$out/configure.log" && targets+=(test_gpu_mpi test_gpu_ipc)
 echo "gpu-check: building ${targets[*]}"
 start=$(date +%s)
 if ! cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1; then
@@ -116,6 +118,12 @@ if [ -n "$prebuilt" ]; then
   run_one test_gpu_fold "$build/tests/gpu/test_gpu_fold"
   run_one test_gpu_all_reduce "$build/tests/gpu/test_gpu_all_reduce"
   [ -x "$build/tests/gpu/test_gpu_nccl" ] && run_one test_gpu_nccl "$build/tests/gpu/test_gpu_nccl"
+  # The ipc transport between processes sharing the GPUs, bound through mdring's store.
+  if [ -x "$build/tests/gpu/test_gpu_ipc_store" ] && [ -x "$build/tools/mdring-run" ]; then
+    for np in 2 3 4; do
+      run_one test_gpu_ipc_store_np$np "$build/tools/mdring-run" -n $np "$build/tests/gpu/test_gpu_ipc_store"
+    done
+  fi
   if [ -x "$build/tests/gpu/test_gpu_mpi" ]; then
     if command -v mpirun >/dev/null; then
       for np in 2 4; do run_one test_gpu_mpi_np$np mpirun -np $np "$build/tests/gpu/test_gpu_mpi"; done
@@ -130,6 +138,10 @@ fi
 bench_args=(--json "$out/gpu_bench.jsonl")
 [ "${MDRING_GPU_QUICK:-0}" = 1 ] && bench_args+=(--quick)
 "$build/benchmarks/mdring-gpu-bench" "${bench_args[@]}" 2>&1 | tee "$out/gpu_bench.txt" || status=1
+if [ -x "$build/benchmarks/mdring-gpu-ipc-bench" ] && [ -x "$build/tools/mdring-run" ]; then
+  "$build/tools/mdring-run" -n 4 "$build/benchmarks/mdring-gpu-ipc-bench" --json "$out/gpu_ipc_bench.jsonl" 2>&1 |
+    tee "$out/gpu_ipc_bench.txt" || status=1
+fi
 
 python3 - "$out" "${skipped[@]}" <<'PY'
 import json, re, sys
