@@ -318,6 +318,61 @@ void callbacks(Bind&& bind, md::options o, report& rep) {
   rep.expect(got.load() == (P > 1 ? 1 : 0), "callbacks: a failing call's callback got error flag " + std::to_string(got.load()));
 }
 
+// A rank that fails with k calls in flight (rank 1's last call has a null
+// buffer): every other rank's wait throws remote_error naming rank 1, however it
+// waits (how: 0 wait in order, 1 wait_all, 2 wait_any, 3 test), nothing escapes a
+// request's destructor, and the communicator then refuses new calls with
+// communicator_error. On one communicator only: a threads
+// world stays failed afterwards (run it in a world of its own).
+template <class Bind>
+void peer_fails_in_flight(Bind&& bind, md::options o, std::size_t k, int how, report& rep) {
+  auto comm = bind(o);
+  const std::size_t P = comm.size(), r = comm.rank(), n = 5000;
+  if (P < 2) return;
+  const std::string label = "peer_fails_in_flight (" + std::to_string(k) + " calls, wait " + std::to_string(how) + "): ";
+  std::vector<std::vector<i64>> bufs(k, std::vector<i64>(n, 1));
+  std::string got = "nothing";
+  std::size_t who = std::size_t(-1);
+  {
+    std::vector<md::request> q;
+    try {
+      for (std::size_t i = 0; i < k; ++i)
+        q.push_back(md::iall_reduce(comm, r == 1 && i + 1 == k ? nullptr : bufs[i].data(), n, md::sum));
+      if (how == 1) {
+        md::wait_all(q);
+      } else if (how == 2) {
+        for (std::size_t left = q.size(); left; --left) (void)md::wait_any(q);
+      } else if (how == 3) {
+        for (auto& x : q)
+          while (!x.test()) std::this_thread::yield();
+      } else {
+        for (auto& x : q) x.wait();
+      }
+    } catch (const md::remote_error& e) {
+      got = "remote_error", who = e.failed_rank();
+    } catch (const md::invalid_argument& e) {
+      got = "invalid_argument " + e.argument();
+    } catch (const std::exception& e) {
+      got = e.what();
+    }
+  }  // requests not waited for are destroyed here: their errors dropped
+  if (r == 1) rep.expect(got == "invalid_argument recvbuf" || got == "invalid_argument sendbuf", label + "rank 1 got " + got);
+  else rep.expect(got == "remote_error" && who == 1, label + "got " + got + " naming " + std::to_string(who));
+  // (The calls before the failing one may fail too on the survivors: the failure
+  // stops every wait of theirs from the moment its notice arrives, and one of
+  // them may still be finishing an earlier call then.)
+  std::string refused = "accepted";
+  std::vector<i64> after(10, 1);
+  try {
+    md::all_reduce(comm, after.data(), after.size(), md::sum);
+  } catch (const md::communicator_error&) {
+    refused = "communicator_error";
+  } catch (const std::exception& e) {
+    refused = e.what();
+  }
+  rep.expect(refused == "communicator_error", label + "a call after the failure: " + refused);
+}
+
 // Every case, in one progress mode.
 template <class Bind>
 void all_cases(Bind&& bind, md::progress_mode mode, report& rep) {

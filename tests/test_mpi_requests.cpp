@@ -35,6 +35,27 @@ void run_cases(const char* topo, md::progress_mode mode) {
 
 }  // namespace
 
+TEST_CASE("mpi requests: a peer that fails with 1, 2 or 8 calls in flight: every wait throws, nothing terminates") {
+  // (MPI lets the survivors of a failed call run on; each scenario binds anew.)
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (auto mode : {md::progress_mode::in_wait, md::progress_mode::agent}) {
+    if (mode == md::progress_mode::agent && !thread_multiple()) continue;
+    for (std::size_t k : {std::size_t(1), std::size_t(2), std::size_t(8)})
+      for (int how = 0; how < 4; ++how) {
+        if (k != 8 && how > 1) continue;
+        request_cases::report rep;
+        md::options o;
+        o.progress = mode;
+
+        request_cases::peer_fails_in_flight(
+            [&](md::options x) { return md::bind(md::parse_topology("shm:1 x ethernet:*"), MPI_COMM_WORLD, x); }, o, k,
+            how, rep);
+        for (const auto& f : rep.failures) FAIL_CHECK("rank " << rank << " (" << md::to_string(mode) << "): " << f);
+      }
+  }
+}
+
 TEST_CASE("mpi requests: every case, one and two dimensions, in_wait") {
   run_cases("shm:*", md::progress_mode::in_wait);
   run_cases("shm:1 x ethernet:*", md::progress_mode::in_wait);

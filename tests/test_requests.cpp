@@ -44,6 +44,29 @@ TEST_CASE("requests: every case, both progress modes, several shapes") {
   }
 }
 
+TEST_CASE("requests: a peer that fails with 1, 2 or 8 calls in flight: every wait throws, nothing terminates") {
+  for (auto mode : {md::progress_mode::agent, md::progress_mode::in_wait})
+    for (std::size_t k : {std::size_t(1), std::size_t(2), std::size_t(8)})
+      for (int how = 0; how < 4; ++how) {
+        if (k != 8 && how > 1) continue;
+        for (const char* topo : {"shm:2 x shm:*", "ethernet:2 x ethernet:*"}) {
+          std::vector<report> reps(4);
+          try {  // a world of its own: it stays failed afterwards
+            md::threads::run(4, [&](md::threads::endpoint ep) {
+              md::options o;
+              o.progress = mode;
+              request_cases::peer_fails_in_flight(
+                  [&](md::options x) { return md::bind(md::parse_topology(topo), ep, x); }, o, k, how, reps[ep.rank]);
+            });
+          } catch (const std::exception&) {  // run() rethrows nothing here: the ranks caught theirs
+          }
+          for (std::size_t r = 0; r < reps.size(); ++r)
+            for (const auto& f : reps[r].failures)
+              FAIL_CHECK("rank " << r << " (" << topo << ", " << md::to_string(mode) << "): " << f);
+        }
+      }
+}
+
 TEST_CASE("requests: options.progress resolves automatic to the agent on threads") {
   md::threads::run(2, [&](md::threads::endpoint ep) {
     md::options o;

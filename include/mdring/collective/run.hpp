@@ -217,8 +217,8 @@ private:
   }
   // Step 5: any failure marks the communicator unusable on this rank and is
   // announced to the peers, which stop waiting with remote_error; a peer's failure
-  // is passed on naming that peer (relayed_failure), so that ranks which never
-  // talk to it directly stop too.
+  // is passed on naming that peer (relayed_failure, over UCX), so that ranks which
+  // never talk to it directly stop too.
   template <class F>
   auto guarded(F&& f) {
     try {
@@ -242,7 +242,11 @@ private:
           std::this_thread::yield();
         }
       }
-      tr.abort(relayed_failure(first.failed_rank, first.reason));
+      // Passed on where the transport learns of deaths from neighbours only (UCX);
+      // over MPI and threads every failing rank tells everyone itself, and extra
+      // control messages would outlive the communicator.
+      if constexpr (requires { requires bool(std::remove_cvref_t<decltype(tr)>::relays_failures); })
+        tr.abort(relayed_failure(first.failed_rank, first.reason));
       if (first.failed_rank != e.failed_rank())
         throw remote_error(std::string(e.what()) + "; rank " + std::to_string(first.failed_rank) +
                                " had failed before: " + first.reason,

@@ -164,6 +164,11 @@ public:
     }
   }
 
+  // A process that dies is noticed by its neighbours only (its node, its
+  // endpoints): a rank that stops because of it passes the failure on (collective
+  // step 5, transport.hpp relayed_failure).
+  static constexpr bool relays_failures = true;
+
   // Tells every other rank that this one failed; they stop waiting with remote_error.
   void abort(const std::string& reason) noexcept {
     if (aborted_) return;
