@@ -176,6 +176,10 @@ struct comm_state {
   std::unique_ptr<md_comm> comm;
   std::pair<int, int> key{0, 0};  // (world rank, sequence) of its first rank: teardown order
   bool torn_down = false;
+  // Set by a failed MPI_Iallreduce's completion (the progress agent), read by the
+  // next call on this communicator, which then goes to MPI as after a blocking
+  // failure (every rank's calls fail alike, and MPI_Wait returns after it is set).
+  std::shared_ptr<std::atomic<bool>> failed_async = std::make_shared<std::atomic<bool>>(false);
 
   // mdring's rank == this communicator's rank (not renumbered).
   bool identity() const noexcept { return ordered == MPI_COMM_NULL; }
@@ -244,8 +248,10 @@ comm_state* state_of(MPI_Comm comm, why& off) {
   int found = 0;
   PMPI_Comm_get_attr(comm, state_keyval, &v, &found);
   if (found) {
-    off = static_cast<comm_state*>(v)->off;
-    return static_cast<comm_state*>(v);
+    auto* s = static_cast<comm_state*>(v);
+    if (s->off == w_taken && s->failed_async->load(std::memory_order_acquire)) s->off = w_failed;
+    off = s->off;
+    return s;
   }
   auto* s = new comm_state;
   seen.fetch_add(1, std::memory_order_relaxed);
@@ -520,8 +526,9 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
   PMPI_Grequest_start(ireq_query, ireq_free, ireq_cancel, new ireq_ptr(q), &q->greq);
   *request = q->greq;
   // Completed by whichever thread finishes the call (the progress agent, usually).
-  q->r.on_complete([q](std::exception_ptr e) {
+  q->r.on_complete([q, failed_async = d.s->failed_async](std::exception_ptr e) {
     if (e) {
+      failed_async->store(true, std::memory_order_release);
       try {
         std::rethrow_exception(e);
       } catch (const std::exception& x) {

@@ -6,6 +6,14 @@ launcher that does not kill the survivors: torchrun would SIGTERM them first).
   inflight   every rank issues 8 all_reduces and calls destroy_process_group
              without waiting: no hang, no abort, exit 0
   exit       every rank issues 8 all_reduces and leaves the interpreter: exit 0
+  killed1, killed2, killed8
+             every rank issues 1, 2 or 8 all_reduces (async_op=True) and rank 1
+             is SIGKILLed right after issuing them; on every survivor each
+             work's wait() (newest first, so the head of the queue is not the
+             one waited on) either gives the right sum, for the calls that
+             completed everywhere before the death, or raises an error naming
+             rank 1, in queue order and at least for the newest; then a new
+             all_reduce is refused; exit 0, no abort
 
     PYTHONPATH=build/python python3 tests/torch/test_faults.py [CASE...] [--np N]
 """
@@ -38,6 +46,43 @@ if case == "raise":
         sys.exit(0 if "rank 1" in str(e) and took < 10 else 3)
     print(f"rank {rank}: no error", flush=True)
     sys.exit(4)
+if case.startswith("killed"):
+    n = int(case[len("killed"):])
+    # 128 MiB in all, so that the newest call is still in flight when rank 1
+    # dies (a few ms after the last rank issued)
+    tensors = [torch.full(((1 << 25) // n,), float(k)) for k in range(n)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    # Rank 1 dies once every rank has issued its calls (a rank still issuing
+    # would have the next call refused, the communicator being broken).
+    store = dist.distributed_c10d._get_default_store()
+    store.add("issued", 1)
+    if rank == 1:
+        while store.add("issued", 0) < size:
+            time.sleep(0.001)
+        os.kill(os.getpid(), 9)
+    # A work either completed everywhere before the death (its sum is right)
+    # or fails naming rank 1; the queue runs in order, so the failed ones are
+    # the newest, and the newest one at least was still in flight.
+    outcome = []
+    for k in reversed(range(n)):
+        try:
+            works[k].wait()
+            outcome.append("ok" if torch.all(tensors[k] == k * size) else "wrong")
+        except RuntimeError as e:
+            outcome.append("rank 1" if "rank 1" in str(e) else "other: " + str(e))
+    outcome.reverse()
+    failed = outcome.count("rank 1")
+    suffix = outcome == ["ok"] * (n - failed) + ["rank 1"] * failed
+    try:
+        dist.all_reduce(torch.ones(4))
+        refused = False
+    except RuntimeError:
+        refused = True
+    print(f"rank {rank}: {failed} of {n} waits raised naming rank 1, the first {n - failed} completed"
+          f" (in order: {suffix}), new call refused: {refused}", flush=True)
+    if not suffix:
+        print(outcome, flush=True)
+    sys.exit(0 if failed >= 1 and suffix and refused else 5)
 works = [dist.all_reduce(torch.full((1 << 18,), float(k)), async_op=True) for k in range(8)]
 if case == "inflight":
     dist.destroy_process_group()
@@ -75,6 +120,8 @@ def run(case, np_):
             print(f"{case}: rank {r} hung (killed after 90 s)\n{text}")
             return False
         want = 1 if case == "raise" and r == 1 else 0
+        if case.startswith("killed") and r == 1:
+            want = -9
         if p.returncode != want:
             ok = False
             print(f"{case}: rank {r} exited {p.returncode}, expected {want}\n{text}")
@@ -92,6 +139,6 @@ if __name__ == "__main__":
         i = args.index("--np")
         np_ = int(args[i + 1])
         del args[i:i + 2]
-    cases = args or ["raise", "inflight", "exit"]
+    cases = args or ["raise", "inflight", "exit", "killed1", "killed2", "killed8"]
     results = [run(c, np_) for c in cases]
     sys.exit(0 if all(results) else 1)
