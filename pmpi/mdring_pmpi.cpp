@@ -176,10 +176,6 @@ struct comm_state {
   std::unique_ptr<md_comm> comm;
   std::pair<int, int> key{0, 0};  // (world rank, sequence) of its first rank: teardown order
   bool torn_down = false;
-  // Set by a failed MPI_Iallreduce's completion (the progress agent), read by the
-  // next call on this communicator, which then goes to MPI as after a blocking
-  // failure (every rank's calls fail alike, and MPI_Wait returns after it is set).
-  std::shared_ptr<std::atomic<bool>> failed_async = std::make_shared<std::atomic<bool>>(false);
 
   // mdring's rank == this communicator's rank (not renumbered).
   bool identity() const noexcept { return ordered == MPI_COMM_NULL; }
@@ -248,10 +244,8 @@ comm_state* state_of(MPI_Comm comm, why& off) {
   int found = 0;
   PMPI_Comm_get_attr(comm, state_keyval, &v, &found);
   if (found) {
-    auto* s = static_cast<comm_state*>(v);
-    if (s->off == w_taken && s->failed_async->load(std::memory_order_acquire)) s->off = w_failed;
-    off = s->off;
-    return s;
+    off = static_cast<comm_state*>(v)->off;
+    return static_cast<comm_state*>(v);
   }
   auto* s = new comm_state;
   seen.fetch_add(1, std::memory_order_relaxed);
@@ -512,23 +506,16 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
   inside g;
   auto q = std::make_shared<ireq>();
   q->rank = d.s->rank;
-  try {
-    with_reduction(t, datatype, op, [&](auto tag, auto o) {
-      using T = decltype(tag);
-      T* out = static_cast<T*>(recvbuf);
-      q->r = sendbuf == MPI_IN_PLACE ? md::iall_reduce(*d.s->comm, out, std::size_t(count), o)
-                                     : md::iall_reduce(*d.s->comm, static_cast<const T*>(sendbuf), out,
-                                                       std::size_t(count), o);
-    });
-  } catch (const std::exception& e) {
-    return failed(*d.s, comm, "MPI_Iallreduce", e);
-  }
+  // A failure, at the call or later, is the request's: MPI_Wait and friends return
+  // it (MPI_ERR_OTHER, through MPI's error handler), and the communicator stays
+  // with mdring, whose next calls fail at once until a blocking call fails and
+  // moves it to MPI (see failed()). Whether a call fails here or in flight depends
+  // on when this rank heard of the failure; moving to MPI on it would send the
+  // ranks' next calls to different libraries, and hang.
   PMPI_Grequest_start(ireq_query, ireq_free, ireq_cancel, new ireq_ptr(q), &q->greq);
   *request = q->greq;
-  // Completed by whichever thread finishes the call (the progress agent, usually).
-  q->r.on_complete([q, failed_async = d.s->failed_async](std::exception_ptr e) {
+  auto done = [q](std::exception_ptr e) {
     if (e) {
-      failed_async->store(true, std::memory_order_release);
       try {
         std::rethrow_exception(e);
       } catch (const std::exception& x) {
@@ -539,7 +526,21 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
       std::fprintf(stderr, "mdring-pmpi: MPI_Iallreduce (rank %d): %s\n", q->rank, q->error.c_str());
     }
     PMPI_Grequest_complete(q->greq);
-  });
+  };
+  try {
+    with_reduction(t, datatype, op, [&](auto tag, auto o) {
+      using T = decltype(tag);
+      T* out = static_cast<T*>(recvbuf);
+      q->r = sendbuf == MPI_IN_PLACE ? md::iall_reduce(*d.s->comm, out, std::size_t(count), o)
+                                     : md::iall_reduce(*d.s->comm, static_cast<const T*>(sendbuf), out,
+                                                       std::size_t(count), o);
+    });
+  } catch (...) {
+    done(std::current_exception());
+    return MPI_SUCCESS;
+  }
+  // Completed by whichever thread finishes the call (the progress agent, usually).
+  q->r.on_complete(std::move(done));
   return MPI_SUCCESS;
 }
 
