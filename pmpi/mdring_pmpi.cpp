@@ -23,6 +23,11 @@
 //   MDRING_REPORT=1            per collective, at MPI_Finalize on rank 0: calls taken,
 //                              calls passed to MPI and why, bytes
 //   MDRING_TIMEOUT=s           mdring's deadline per wait (default: none, as MPI)
+//   MDRING_REPRODUCIBLE=1      the same bits at every size (options::reproducible): every
+//                              call of a supported type and op is taken (threshold 0
+//                              unless MDRING_PMPI_MIN_BYTES says otherwise) and
+//                              MPI_THREAD_MULTIPLE is asked for (unless MDRING_PMPI_THREAD=keep)
+//                              so that MPI_Iallreduce runs on mdring too
 #include <mdring/mpi.hpp>
 
 #include "classify.hpp"
@@ -111,6 +116,7 @@ struct config {
   // Not by default: MPI_THREAD_MULTIPLE makes each small Open MPI 4.1 collective
   // about 0.4 us slower (1.27 x at 4 KiB on 2 processes, docs/PERFORMANCE.md).
   bool raise_thread = false;
+  bool reproducible = false;  // MDRING_REPRODUCIBLE, as options reads it
   // mdring's deadline: MDRING_TIMEOUT as options reads it, else none (as MPI).
   std::chrono::milliseconds timeout =
       std::getenv("MDRING_TIMEOUT") ? md::detail::default_timeout() : std::chrono::hours(24 * 365);
@@ -123,6 +129,8 @@ const config& cfg() {
       return v && *v ? v : nullptr;
     };
     if (const char* v = env("MDRING_PMPI")) c.enabled = std::string(v) != "0";
+    c.reproducible = md::detail::default_reproducible();
+    if (c.reproducible) c.min_bytes = 0, c.raise_thread = true;
     if (const char* v = env("MDRING_PMPI_MIN_BYTES")) c.min_bytes = std::strtoull(v, nullptr, 10);
     if (const char* v = env("MDRING_TOPOLOGY")) c.topology = v;
     if (const char* v = env("MDRING_REPORT")) c.report = std::string(v) != "0";
@@ -268,15 +276,15 @@ comm_state* state_of(MPI_Comm comm, why& off) {
 bool settings_agree(MPI_Comm comm, const char* who, const char* what) {
   const auto& c = cfg();
   const std::int64_t topo_hash = std::int64_t(md::detail::fnv1a(c.topology) >> 2);
-  std::int64_t mine[6] = {c.enabled, -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
-                          topo_hash, -topo_hash};
-  std::int64_t all[6];
-  PMPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_MAX, comm);
-  const bool same = all[0] == -all[1] && all[2] == -all[3] && all[4] == -all[5];
+  std::int64_t mine[8] = {c.enabled,  -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
+                          topo_hash,  -topo_hash,                c.reproducible,            -std::int64_t(c.reproducible)};
+  std::int64_t all[8];
+  PMPI_Allreduce(mine, all, 8, MPI_INT64_T, MPI_MAX, comm);
+  const bool same = all[0] == -all[1] && all[2] == -all[3] && all[4] == -all[5] && all[6] == -all[7];
   int rank = 0;
   PMPI_Comm_rank(comm, &rank);
   if (!same && rank == 0)
-    std::fprintf(stderr, "mdring-pmpi: %s disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES or MDRING_TOPOLOGY; %s stay on MPI\n",
+    std::fprintf(stderr, "mdring-pmpi: %s disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES, MDRING_REPRODUCIBLE or MDRING_TOPOLOGY; %s stay on MPI\n",
                  who, what);
   return same;
 }
@@ -705,8 +713,9 @@ void print_report(std::size_t live) {
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) return;
   PMPI_Query_thread(&level);
-  std::fprintf(stderr, "mdring-pmpi report (rank 0): threshold %zu bytes, thread level %s\n", cfg().min_bytes,
-               level == MPI_THREAD_MULTIPLE ? "multiple" : "below multiple");
+  std::fprintf(stderr, "mdring-pmpi report (rank 0): threshold %zu bytes, thread level %s%s\n", cfg().min_bytes,
+               level == MPI_THREAD_MULTIPLE ? "multiple" : "below multiple",
+               cfg().reproducible ? ", reproducible" : "");
   std::fprintf(stderr, "mdring-pmpi: communicators: %d seen; live communicators at finalize: %zu\n",
                seen.load(), live);
   for (int c = 0; c < n_coll; ++c) {

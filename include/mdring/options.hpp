@@ -8,8 +8,8 @@
 //
 // The defaults can also be set from the environment (read when an options object
 // is constructed): MDRING_TIMEOUT=<seconds>, MDRING_CHECKS=local|collective,
-// MDRING_PROGRESS=agent|in_wait, MDRING_PROFILE=<file>, MDRING_PLANNING=measure and
-// MDRING_WISDOM=<file>.
+// MDRING_PROGRESS=agent|in_wait, MDRING_PROFILE=<file>, MDRING_PLANNING=measure,
+// MDRING_WISDOM=<file> and MDRING_REPRODUCIBLE=1.
 #pragma once
 
 #include "config.hpp"
@@ -227,6 +227,10 @@ inline std::string default_profile() {
   const char* s = std::getenv("MDRING_PROFILE");
   return s ? std::string(s) : std::string();
 }
+inline bool default_reproducible() {
+  const char* s = std::getenv("MDRING_REPRODUCIBLE");
+  return s && *s && std::string_view(s) != "0";
+}
 inline check_level default_checks() {
   if (const char* s = std::getenv("MDRING_CHECKS"))
     if (std::string_view(s) == "collective") return check_level::collective;
@@ -269,6 +273,21 @@ struct options {
 
   check_level checks = detail::default_checks();
 
+  // Reproducible results (README, "Reproducible reductions"): every element of a
+  // reduction is combined in one order that depends on the topology alone, whatever
+  // the count, the element's place in the buffer, the segments, the pipeline depth,
+  // the planning mode, the transport and the progress mode:
+  //   dimension by dimension, innermost first; within a dimension, the partial
+  //   results of the ranks along it folded left to right in coordinate order
+  //   (((x_0 op x_1) op x_2) ... op x_{p-1}), in the op's accumulator type (float for
+  //   half and bfloat16), rounded to the element type once per dimension.
+  // Only the direct algorithm folds so: every dimension runs it, none is merged or
+  // split (plan/merge.hpp), and asking for ring, halving_doubling or
+  // recursive_doubling as well is an invalid_argument("options.algorithms").
+  // Costs (p - 1) messages in flight per rank on long rings (docs/PERFORMANCE.md).
+  // Every rank must agree (bind checks). MDRING_REPRODUCIBLE=1 sets the default.
+  bool reproducible = detail::default_reproducible();
+
   // Let the ranks of a node read and write each other's buffers directly in the
   // direct stages (threads: plain pointers; MPI processes on one node: cross-memory
   // attach, when the kernel allows it). Off: messages only. MDRING_SHARED=0 turns
@@ -290,6 +309,14 @@ struct options {
 
 namespace detail {
 inline void validate(const options& o) {
+  if (o.reproducible)
+    for (std::size_t d = 0; d < o.algorithms.size(); ++d)
+      if (o.algorithms[d] != algorithm::automatic && o.algorithms[d] != algorithm::direct)
+        throw invalid_argument("options.algorithms",
+                               "mdring::bind: options.algorithms[" + std::to_string(d) + "] is " +
+                                   std::string(to_string(o.algorithms[d])) +
+                                   ", but options.reproducible is set; only the direct algorithm folds in the "
+                                   "reproducible order (leave it automatic or ask for direct)");
   if (o.timeout.count() <= 0)
     throw invalid_argument("options.timeout", "mdring::bind: options.timeout must be positive");
   if (o.max_message_bytes == 0 || o.max_message_bytes > (std::size_t(1) << 31) - 1)

@@ -153,7 +153,7 @@ public:
     detail::apply_profile(opts_, topo_, "mdring::bind");
     wisdom_ = detail::load_wisdom(detail::to_runtime(topo), opts_);
     detail::check_algorithm_count(topo_, opts_, "mdring::bind");
-    merged_ = merge_dimensions(topo_, opts_.algorithms, opts_.tune);
+    merged_ = merge_dimensions(topo_, opts_);
     const runtime_topology& ex = merged_.topology;
     extents_ = ex.extents();
     coords_ = ex.coordinates(rank_);
@@ -269,6 +269,7 @@ public:
       pl.chosen_by = "estimated: options.planning = measure measures this size class at its first call";
     }
     pl.written = topo_;
+    pl.reproducible = opts_.reproducible;
     return pl;
   }
   template <class T = float, class Op = sum_t>
@@ -366,7 +367,7 @@ std::string explain(const Topology& topo, std::size_t count, collective kind = c
   if (rank >= rt.size())
     throw invalid_argument("rank", "mdring::explain: rank " + std::to_string(rank) + " is not below the size " +
                                        std::to_string(rt.size()) + " of \"" + rt.to_string() + "\"");
-  const merged_dimensions m = merge_dimensions(rt, opts.algorithms, opts.tune);
+  const merged_dimensions m = merge_dimensions(rt, opts);
   std::vector<algorithm> al(m.topology.ndims());
   for (std::size_t d = 0; d < al.size(); ++d)
     al[d] = choose_algorithm(m.requested[d], m.topology.dim(d).link, m.topology.extent(d), opts.tune,
@@ -378,6 +379,7 @@ std::string explain(const Topology& topo, std::size_t count, collective kind = c
   plan pl = make_plan(kind, m.topology, rank, count, sizeof(T), al, opts.tune, root, type_name<T>(), op_traits<Op>::name(),
                       0, trees);
   pl.written = rt;
+  pl.reproducible = opts.reproducible;
   return pl.to_string();
 }
 

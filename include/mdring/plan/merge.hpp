@@ -22,6 +22,10 @@
 // dimensions (plan/blocks.hpp). The two dimensions keep the link, and the cost
 // model counts them on one port (plan/pipeline.hpp). Ask for algorithm::ring to
 // keep one ring.
+//
+// Reproducible (options::reproducible). Every dimension runs direct, as written:
+// merging shm:2 x shm:2 into shm:4 would fold the four ranks left to right instead
+// of pairs first, and a split would fold in two stages, so neither happens.
 #pragma once
 
 #include "../config.hpp"
@@ -80,6 +84,14 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::spa
   }
   m.topology = runtime_topology(std::move(out));
   return m;
+}
+
+// The dimensions as a communicator bound with `o` runs them: o.algorithms, or
+// direct on every dimension when o.reproducible (see above).
+inline merged_dimensions merge_dimensions(const runtime_topology& topo, const options& o) {
+  if (!o.reproducible) return merge_dimensions(topo, o.algorithms, o.tune);
+  const std::vector<algorithm> direct(topo.ndims(), algorithm::direct);
+  return merge_dimensions(topo, direct, o.tune);
 }
 
 MDRING_NAMESPACE_END

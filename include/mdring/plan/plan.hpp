@@ -73,6 +73,8 @@ struct plan {
   // How the algorithms and segments were picked (options.planning): empty for the
   // cost model's estimate, or what the measurement found (plan/wisdom.hpp).
   std::string chosen_by;
+  // options.reproducible: every reduction folds in the topology's fixed order.
+  bool reproducible = false;
 
   double seconds() const noexcept {
     if (segments > 1) return pipelined_seconds;
@@ -358,6 +360,9 @@ inline std::string plan::to_string() const {
          ": the built-in typical ones, not this machine's; mdring-calibrate measures them (options.profile or "
          "MDRING_PROFILE), options.planning = measure times the plans\n";
   if (!chosen_by.empty()) s += "plan: " + chosen_by + "\n";
+  if (reproducible)
+    s += "reproducible (options.reproducible): direct on every dimension, innermost first, each folding its ranks "
+         "left to right in coordinate order; the same bits at every count, segment length and transport\n";
   return s;
 }
 

@@ -1,0 +1,241 @@
+// tests/test_reproducible.cpp: options::reproducible over the threads transport.
+//
+// A property test: inputs with wide exponents (so that a sum's bits depend on the
+// order of its terms), random counts, segment lengths, pipeline depths, planning
+// modes, shared memory or messages, blocking and nonblocking calls, progress modes;
+// every element of every all_reduce, reduce_scatter and reduce must be bitwise the
+// contract's result (reproducible_reference.hpp, a plain loop), so results agree
+// across counts on their shared prefix. The default mode is shown to differ on the
+// same inputs (so the test can fail), and bad option combinations to be refused.
+#include <doctest/doctest.h>
+#include <mdring/mdring.hpp>
+
+#include "reproducible_reference.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace md = mdring;
+using mdring_test::contract_result;
+using mdring_test::wide_value;
+
+namespace {
+
+struct variant {
+  md::options o;
+  bool nonblocking = false;
+  std::string label;
+};
+
+// A random but seeded choice of everything the contract says must not matter.
+variant random_variant(std::mt19937& g, std::size_t ndims) {
+  variant v;
+  v.o.reproducible = true;
+  const std::size_t seg[] = {0, 0, 4096, 64 << 10, std::size_t(1) << 30};
+  v.o.tune.segment_bytes = seg[g() % 5];
+  v.o.tune.min_segment_bytes = 1024;
+  v.o.tune.pipeline_depth = 1 + g() % 4;
+  v.o.planning = g() % 3 == 0 ? md::planning::measure : md::planning::estimate;
+  v.o.shared_memory = g() % 2 == 0;
+  v.o.tune.shared_staging_bytes = g() % 2 ? std::size_t(16) << 10 : 0;
+  v.o.tune.nontemporal_bytes = g() % 2 ? std::size_t(1) << 20 : 0;
+  v.o.progress = g() % 2 ? md::progress_mode::agent : md::progress_mode::in_wait;
+  v.nonblocking = g() % 2 == 0;
+  if (g() % 3 == 0) v.o.algorithms.assign(ndims, md::algorithm::direct);
+  v.label = "segment_bytes " + std::to_string(v.o.tune.segment_bytes) + ", depth " +
+            std::to_string(v.o.tune.pipeline_depth) + ", " + std::string(md::to_string(v.o.planning)) +
+            (v.o.shared_memory ? ", shared" : ", messages") + ", staging " +
+            std::to_string(v.o.tune.shared_staging_bytes) + ", nontemporal " +
+            std::to_string(v.o.tune.nontemporal_bytes) + ", " + std::string(md::to_string(v.o.progress)) +
+            (v.nonblocking ? ", nonblocking" : ", blocking") + (v.o.algorithms.empty() ? "" : ", direct asked");
+  return v;
+}
+
+template <class T>
+T input(std::uint64_t seed, std::size_t r, std::size_t i, int spread) {
+  return static_cast<T>(wide_value(seed, r, i, spread));
+}
+
+struct outcome {
+  std::size_t checked = 0, wrong = 0;
+  std::string first;
+};
+
+// Runs all_reduce (out of and in place), reduce_scatter and reduce of T with op on
+// every count in `counts`, on P threads bound to `topo`, and compares every element
+// with the contract.
+template <class T, class Op>
+outcome run_world(const std::string& topo, std::size_t P, const variant& v, const std::vector<std::size_t>& counts,
+                   std::uint64_t seed, int spread, Op op = {}) {
+  const md::runtime_topology rt = md::parse_topology(topo).resolve(P);
+  const std::vector<std::size_t> ext = rt.extents();
+  const std::size_t nmax = *std::max_element(counts.begin(), counts.end());
+  // Expected values for every element up to the largest count (the contract does
+  // not depend on the count: a shorter call is a prefix of a longer one).
+  std::vector<T> expect(nmax);
+  std::vector<T> column(P);
+  for (std::size_t i = 0; i < nmax; ++i) {
+    for (std::size_t r = 0; r < P; ++r) column[r] = input<T>(seed, r, i, spread);
+    expect[i] = contract_result(column, ext, op);
+  }
+  std::vector<outcome> out(P);
+  std::string error;
+  try {
+    md::threads::run(P, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(rt, ep, v.o);
+      const std::size_t r = comm.rank();
+      outcome& o = out[r];
+      auto check = [&](const T* got, std::size_t n, std::size_t first, const char* what, std::size_t count) {
+        for (std::size_t i = 0; i < n; ++i, ++o.checked) {
+          if (std::memcmp(&got[i], &expect[first + i], sizeof(T)) == 0) continue;
+          if (o.wrong++ == 0)
+            o.first = std::string(what) + " count " + std::to_string(count) + " element " +
+                      std::to_string(first + i) + " on rank " + std::to_string(r) + ": got " +
+                      std::to_string(double(got[i])) + ", contract " + std::to_string(double(expect[first + i]));
+        }
+      };
+      for (std::size_t n : counts) {
+        std::vector<T> send(n), recv(n), inplace(n);
+        for (std::size_t i = 0; i < n; ++i) send[i] = inplace[i] = input<T>(seed, r, i, spread);
+        if (v.nonblocking) {
+          md::request reqs[2] = {md::iall_reduce(comm, send.data(), recv.data(), n, op),
+                                 md::iall_reduce(comm, inplace.data(), inplace.data(), n, op)};
+          md::wait_all(reqs);
+        } else {
+          md::all_reduce(comm, send.data(), recv.data(), n, op);
+          md::all_reduce(comm, inplace.data(), n, op);
+        }
+        check(recv.data(), n, 0, "all_reduce", n);
+        check(inplace.data(), n, 0, "all_reduce in place", n);
+        // reduce_scatter: rank r's block of n / P elements starts at r * (n / P).
+        const std::size_t b = n / P;
+        std::vector<T> block(b);
+        md::reduce_scatter(comm, send.data(), block.data(), b, op);
+        check(block.data(), b, r * b, "reduce_scatter", b);
+        const std::size_t root = n % P;
+        std::vector<T> red(r == root ? n : 0);
+        md::reduce(comm, send.data(), r == root ? red.data() : nullptr, n, root, op);
+        if (r == root) check(red.data(), n, 0, "reduce", n);
+      }
+    });
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  outcome total;
+  if (!error.empty()) total.wrong = 1, total.first = "exception: " + error;
+  for (auto& o : out) {
+    total.checked += o.checked;
+    if (o.wrong && total.first.empty()) total.first = o.first;
+    total.wrong += o.wrong;
+  }
+  return total;
+}
+
+struct world {
+  std::string topo;
+  std::size_t P;
+};
+
+const std::vector<world> worlds = {
+    {"shm:2 x shm:2", 4},           // merged into shm:4 by default
+    {"shm:9", 9},                   // a ring by default (more than direct_max_extent)
+    {"ethernet:5", 5},              // a ring, halving-doubling for small calls
+    {"ethernet:16", 16},            // split into 4 x 4 by default
+    {"shm:3 x ethernet:4", 12},     // direct, then ring
+    {"shm:2 x shm:1 x infiniband:3 x shm:2", 12},
+};
+
+}  // namespace
+
+TEST_CASE("reproducible: every count, segment, depth, planning, access and progress mode gives the contract's bits") {
+  std::mt19937 g(20261126);
+  const std::vector<std::size_t> counts = {0, 1, 7, 97, 1000, 4099, 65537};
+  for (const auto& w : worlds) {
+    for (int k = 0; k < 5; ++k) {
+      const variant v = random_variant(g, md::parse_topology(w.topo).resolve(w.P).ndims());
+      INFO("topology \"" << w.topo << "\", " << v.label);
+      const std::uint64_t seed = g();
+      const outcome f = run_world<float>(w.topo, w.P, v, counts, seed, 24, md::sum);
+      CHECK_MESSAGE(f.wrong == 0, "float sum: " << f.wrong << " of " << f.checked << " wrong, first: " << f.first);
+      CHECK(f.checked > 0);
+      const outcome d = run_world<double>(w.topo, w.P, v, {13, 4099}, seed, 60, md::sum);
+      CHECK_MESSAGE(d.wrong == 0, "double sum: " << d.first);
+      const outcome b = run_world<md::bfloat16>(w.topo, w.P, v, {13, 4099}, seed, 12, md::sum);
+      CHECK_MESSAGE(b.wrong == 0, "bfloat16 sum: " << b.first);
+      const outcome h = run_world<md::half>(w.topo, w.P, v, {13, 4099}, seed, 6, md::sum);
+      CHECK_MESSAGE(h.wrong == 0, "half sum: " << h.first);
+      const outcome a = run_world<float>(w.topo, w.P, v, {13, 4099}, seed, 24, md::avg);
+      CHECK_MESSAGE(a.wrong == 0, "float avg: " << a.first);
+      const outcome p = run_world<float>(w.topo, w.P, v, {13, 4099}, seed, 1, md::prod);
+      CHECK_MESSAGE(p.wrong == 0, "float prod: " << p.first);
+    }
+  }
+}
+
+TEST_CASE("reproducible: the default mode gives other bits on the same inputs (the property test can fail)") {
+  // Rings fold each block in a rotated order, halving-doubling in a tree, and a
+  // merged shm:2 x shm:2 folds four ranks left to right: not the contract.
+  for (const auto& w : {world{"shm:2 x shm:2", 4}, world{"shm:9", 9}, world{"ethernet:16", 16},
+                        world{"shm:3 x ethernet:4", 12}}) {
+    INFO("topology \"" << w.topo << "\"");
+    variant v;
+    v.o.reproducible = false;
+    const outcome f = run_world<float>(w.topo, w.P, v, {4099}, 7, 24, md::sum);
+    CHECK(f.checked > 0);
+    CHECK(f.wrong > 0);
+  }
+}
+
+TEST_CASE("reproducible: explain() says so; the plans are direct on every dimension, unmerged and unsplit") {
+  md::options o;
+  o.reproducible = true;
+  const auto topo = md::parse_topology("shm:2 x shm:2 x ethernet:16");
+  const std::string e = md::explain<float>(topo.resolve(64), std::size_t(1) << 20, md::collective::all_reduce, 0,
+                                           md::sum, o);
+  INFO(e);
+  CHECK(e.find("reproducible (options.reproducible)") != std::string::npos);
+  CHECK(e.find(" ring ") == std::string::npos);
+  CHECK(e.find(" halving_doubling ") == std::string::npos);
+  CHECK(e.find(" direct ") != std::string::npos);
+  const auto m = md::merge_dimensions(topo.resolve(64), o);
+  REQUIRE(m.topology.ndims() == 3);
+  for (auto a : m.requested) CHECK(a == md::algorithm::direct);
+  o.reproducible = false;
+  CHECK(md::merge_dimensions(topo.resolve(64), o).topology.ndims() == 3);  // merged shm:4, split 4 x 4
+  CHECK(md::explain<float>(topo.resolve(64), 1 << 20, md::collective::all_reduce, 0, md::sum, o)
+            .find("reproducible") == std::string::npos);
+}
+
+TEST_CASE("reproducible: asking for another algorithm as well is refused at bind, naming options.algorithms") {
+  for (auto a : {md::algorithm::ring, md::algorithm::halving_doubling, md::algorithm::recursive_doubling}) {
+    md::options o;
+    o.reproducible = true;
+    o.algorithms = {md::algorithm::direct, a};
+    std::vector<std::string> what(4);
+    md::threads::run(4, [&](md::threads::endpoint ep) {
+      try {
+        auto comm = md::bind(md::parse_topology("shm:2 x ethernet:2"), ep, o);
+      } catch (const md::invalid_argument& e) {
+        what[ep.rank] = std::string(e.argument()) + ": " + e.what();
+      }
+    });
+    for (const auto& w : what) {
+      INFO(w);
+      CHECK(w.find("options.algorithms: ") == 0);
+      CHECK(w.find("options.algorithms[1] is " + std::string(md::to_string(a))) != std::string::npos);
+      CHECK(w.find("options.reproducible") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("reproducible: MDRING_REPRODUCIBLE sets the default") {
+  ::setenv("MDRING_REPRODUCIBLE", "1", 1);
+  CHECK(md::options{}.reproducible);
+  ::setenv("MDRING_REPRODUCIBLE", "0", 1);
+  CHECK(!md::options{}.reproducible);
+  ::unsetenv("MDRING_REPRODUCIBLE");
+  CHECK(!md::options{}.reproducible);
+}
