@@ -22,6 +22,8 @@
 #include <mdring/mpi.hpp>
 #endif
 
+#include "reproducible_reference.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <atomic>
@@ -1068,3 +1070,39 @@ TEST_CASE("a bulk op (reduce_local on whole arrays) gives the exact sums, every 
   CHECK(all_ranks(true));
 }
 #endif
+
+TEST_CASE("options.reproducible: every element is the contract's fold, whatever the count and segments") {
+  // Inputs with wide exponents: a sum's bits depend on the order of its terms.
+  // Every rank computes the contract (reproducible_reference.hpp) for every
+  // element from every rank's inputs, and compares bitwise.
+  const std::size_t P = world_size(), R = world_rank();
+  const std::string topo = P % 4 == 0 ? "shm:2 x shm:2 x ethernet:*" : P % 2 == 0 && P > 2 ? "shm:2 x ethernet:*" : "ethernet:*";
+  const md::runtime_topology rt = md::parse_topology(topo).resolve(P);
+  const std::vector<std::size_t> ext = rt.extents();
+  const std::size_t nmax = 70001;
+  std::vector<float> expect(nmax), column(P);
+  for (std::size_t i = 0; i < nmax; ++i) {
+    for (std::size_t r = 0; r < P; ++r) column[r] = mdring_test::wide_value(99, r, i, 24);
+    expect[i] = mdring_test::contract_result(column, ext, md::sum);
+  }
+  for (std::size_t seg : {std::size_t(0), std::size_t(8) << 10, std::size_t(1) << 30}) {
+    md::options o;
+    o.reproducible = true;
+    o.tune.segment_bytes = seg;
+    o.tune.min_segment_bytes = 1024;
+    auto comm = md::bind(rt, test_world(), o);
+    for (std::size_t n : {std::size_t(1), std::size_t(1009), nmax}) {
+      std::vector<float> x(n), y(n, -1.0f);
+      for (std::size_t i = 0; i < n; ++i) x[i] = mdring_test::wide_value(99, R, i, 24);
+      md::all_reduce(comm, x.data(), y.data(), n);
+      CHECK(first_bad(n, [&](std::size_t i) { return std::memcmp(&y[i], &expect[i], sizeof(float)) == 0; }) == n);
+      const std::size_t b = n / P;
+      std::vector<float> block(b);
+      md::reduce_scatter(comm, x.data(), block.data(), b);
+      CHECK(first_bad(b, [&](std::size_t i) { return std::memcmp(&block[i], &expect[R * b + i], sizeof(float)) == 0; }) == b);
+      md::request rq = md::iall_reduce(comm, x.data(), n);
+      rq.wait();
+      CHECK(std::memcmp(x.data(), y.data(), n * sizeof(float)) == 0);
+    }
+  }
+}
