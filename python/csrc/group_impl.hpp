@@ -197,7 +197,8 @@ public:
 
 private:
   // A reduction: the fast path of its pair (float32 with any op; SUM of float64,
-  // float16 and bfloat16: gradients), else the runtime fold on its element size.
+  // float16 and bfloat16, AVG of the 16-bit ones: gradients), else the runtime fold
+  // on its element size.
   // result_here: this rank receives the result (AVG divides it).
   template <class Call>
   op reduction(dtype t, redop o, void* out, std::size_t n, Call&& call, const void* in, bool result_here = true) {
@@ -205,10 +206,15 @@ private:
       return detail::on_op(o, [&](auto f) {
         return op{call(static_cast<const float*>(in), static_cast<float*>(out), f), {}};
       });
-    auto sum = [&]<class T>() { return op{call(static_cast<const T*>(in), static_cast<T*>(out), mdring::sum), {}}; };
-    if (o == redop::sum && t == dtype::f64) return sum.template operator()<double>();
-    if (o == redop::sum && t == dtype::f16) return sum.template operator()<mdring::half>();
-    if (o == redop::sum && t == dtype::bf16) return sum.template operator()<mdring::bfloat16>();
+    auto with = [&]<class T>(auto f) { return op{call(static_cast<const T*>(in), static_cast<T*>(out), f), {}}; };
+    if (o == redop::sum && t == dtype::f64) return with.template operator()<double>(mdring::sum);
+    if (o == redop::sum && t == dtype::f16) return with.template operator()<mdring::half>(mdring::sum);
+    if (o == redop::sum && t == dtype::bf16) return with.template operator()<mdring::bfloat16>(mdring::sum);
+    // 16-bit AVG (FSDP averages bfloat16 gradients) folds in float and rounds once per
+    // dimension, dividing before the last rounding: the reproducible contract, and
+    // no extra rounding of the sum before the division.
+    if (o == redop::avg && t == dtype::f16) return with.template operator()<mdring::half>(mdring::avg);
+    if (o == redop::avg && t == dtype::bf16) return with.template operator()<mdring::bfloat16>(mdring::avg);
     const detail::fold_fn fn = detail::fold_of(t, o);
     op x = [&] {
       switch (size_of(t)) {
