@@ -22,6 +22,8 @@
 
 #include <mdring/cuda/local.cuh>
 
+#include "../reproducible_reference.hpp"
+
 #include <memory>
 
 using namespace gpu_test;
@@ -235,6 +237,54 @@ GPU_TEST("all_reduce: a non-commutative op combines in rank order (direct stages
       check(bad == 0, "keep_left n ", n, " rank ", r, ": ", bad, " elements are not rank 0's");
     }
   }
+}
+
+GPU_TEST("all_reduce: options.reproducible gives the contract's bits at every count and segment length") {
+  // The host path's property test (tests/test_reproducible.cpp) on the GPU path:
+  // inputs with wide exponents, every element compared bitwise with the contract
+  // (reproducible_reference.hpp), float and bfloat16, pipelined and not.
+  require_gpu();
+  const auto topo = md::parse_topology("nvlink:2 x nvlink:2 x infiniband:3");
+  const std::size_t P = topo.size();
+  const std::vector<std::size_t> ext = topo.resolve(P).extents();
+  auto run = [&]<class T>(T, int spread, const char* name) {
+    for (std::size_t seg : {std::size_t(0), std::size_t(16) << 10}) {
+      md::options o;
+      o.reproducible = true;
+      o.tune.segment_bytes = seg;
+      md::cuda::local_world world(P);
+      auto comms = md::cuda::bind(topo, world, o);
+      for (std::size_t n : {std::size_t(13), std::size_t(4099), std::size_t(100003)}) {
+        std::vector<std::unique_ptr<dbuf<T>>> bufs;
+        std::vector<const T*> sp;
+        std::vector<T*> rp;
+        std::vector<T> column(P), expect(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          for (std::size_t r = 0; r < P; ++r) column[r] = T(mdring_test::wide_value(5, r, i, spread));
+          expect[i] = mdring_test::contract_result(column, ext, md::sum);
+        }
+        for (std::size_t r = 0; r < P; ++r) {
+          std::vector<T> h(n);
+          for (std::size_t i = 0; i < n; ++i) h[i] = T(mdring_test::wide_value(5, r, i, spread));
+          bufs.push_back(std::make_unique<dbuf<T>>(n, r % 2 == 1));
+          bufs.back()->upload(h);
+          sp.push_back(bufs.back()->get());
+          rp.push_back(bufs.back()->get());
+        }
+        md::cuda::all_reduce(comms, sp, rp, n, md::sum);
+        cuda_ok(cudaDeviceSynchronize(), "sync");
+        for (std::size_t r = 0; r < P; ++r) {
+          const auto got = bufs[r]->download();
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < n; ++i) bad += std::memcmp(&got[i], &expect[i], sizeof(T)) != 0;
+          check(bad == 0, name, " n ", n, " segment_bytes ", seg, " rank ", r, ": ", bad,
+                " elements differ from the contract");
+        }
+      }
+    }
+  };
+  run(float{}, 24, "float");
+  run(md::bfloat16{}, 12, "bfloat16");
 }
 
 GPU_TEST("all_reduce: captured into a CUDA graph and replayed") {

@@ -85,7 +85,10 @@ public:
                                "mdring::cuda::bind: dimension " + std::to_string(d) + " (" + ex.dim(d).link.name + ":" +
                                    std::to_string(extents_[d]) + ") runs the direct algorithm over more than " +
                                    std::to_string(max_fold_inputs) +
-                                   " ranks, more inputs than the GPU path folds in one pass; use ring there");
+                                   " ranks, more inputs than the GPU path folds in one pass; " +
+                                   (opts_.reproducible ? std::string("options.reproducible needs direct on every "
+                                                                     "dimension: write it as two dimensions")
+                                                       : std::string("use ring there")));
     }
     links_.resize(extents_.size());
   }
