@@ -13,7 +13,9 @@
 // all_reduce of float or double, sum) does the same with Gloo over TCP
 // (gloo_baseline.hpp), timing both of its all-reduce algorithms, ring_chunked and
 // halving_doubling, every iteration: a size reports the faster one's median, and
-// which it was. Gloo reduces in place only: out of place, its time includes
+// which it was. --baseline mdring (with --reproducible: the reproducible mode
+// against the default) times mdring's default mode on a second communicator of the
+// same topology and options. Gloo reduces in place only: out of place, its time includes
 // copying the send buffer into the receive buffer. A time is the slowest rank's
 // for that iteration (the max over ranks of the local times: MPI_Allreduce over
 // MPI; with --transport ucx a Gloo all-reduce, or without Gloo an mdring one on a
@@ -106,6 +108,7 @@ struct config {
   std::string progress;   // --progress agent|in_wait: options.progress
   std::string compute = "cpu";  // --compute cpu|sleep: what --overlap overlaps with
   std::string planning;  // --planning estimate|measure: options.planning
+  bool reproducible = false;  // --reproducible: options.reproducible
   std::string profile;   // --profile FILE: options.profile
   std::size_t hd_max_bytes = std::size_t(-1);  // --hd-max-bytes N: tune.halving_doubling_max_bytes
   std::size_t rd_max_bytes = std::size_t(-1);  // --rd-max-bytes N: tune.recursive_doubling_max_bytes
@@ -118,7 +121,8 @@ struct config {
                "usage: mdring-bench [--op all_reduce|reduce_scatter|all_gather|broadcast|reduce]\n"
                "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
                "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
-               "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|gloo|none] [--baseline-only] [--json]\n"
+               "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|gloo|mdring|none] [--baseline-only] [--json]\n"
+               "  [--reproducible]  (options.reproducible; with --baseline mdring, timed against the default mode)\n"
                "  [--transport mpi|ucx]  (ucx: processes started by mdring-run or torchrun, no MPI; --baseline gloo\n"
                "     needs it and times all_reduce of float or double, sum, with Gloo's ring_chunked and\n"
                "     halving_doubling, reporting the faster and which)\n"
@@ -213,6 +217,7 @@ config parse(int argc, char** argv) {
       c.compute = next();
       if (c.compute != "cpu" && c.compute != "sleep") usage("--compute takes cpu or sleep, not " + c.compute);
     }
+    else if (a == "--reproducible") c.reproducible = true;
     else if (a == "--planning") {
       c.planning = next();
       if (c.planning != "estimate" && c.planning != "measure") usage("--planning takes estimate or measure, not " + c.planning);
@@ -247,7 +252,11 @@ config parse(int argc, char** argv) {
   if (c.op != "all_reduce" && c.op != "reduce_scatter" && c.op != "all_gather" && c.op != "broadcast" &&
       c.op != "reduce")
     usage("unknown --op " + c.op);
-  if (c.baseline != "none" && c.baseline != "mpi" && c.baseline != "gloo") usage("unknown --baseline " + c.baseline);
+  if (c.baseline != "none" && c.baseline != "mpi" && c.baseline != "gloo" && c.baseline != "mdring")
+    usage("unknown --baseline " + c.baseline);
+  if (c.baseline == "mdring" && (c.transport != "mpi" || c.threads > 0 || c.baseline_only))
+    usage("--baseline mdring (mdring's default mode on a second communicator) needs --transport mpi, no --threads "
+          "and no --baseline-only");
   if (c.baseline_only && c.baseline == "none") usage("--baseline-only needs --baseline mpi or gloo");
   if (c.transport != "mpi" && c.transport != "ucx") usage("--transport takes mpi or ucx, not " + c.transport);
   if (c.transport == "ucx") {
@@ -478,13 +487,19 @@ struct runner {
 
   template <class Op>
   void run_mdring(Op op) {
+    run_on(comm, op);
+  }
+  // The collective on these buffers through communicator c (--baseline mdring: a
+  // second one, bound in the default mode).
+  template <class C, class Op>
+  void run_on(C& c, Op op) {
     T* r = recv.data();
     const T* s = cfg.inplace ? recv.data() : send.data();
-    if (cfg.op == "all_reduce") md::all_reduce(comm, s, r, count, op);
-    else if (cfg.op == "reduce_scatter") md::reduce_scatter(comm, s, cfg.inplace ? r + rank * count : r, count, op);
-    else if (cfg.op == "all_gather") md::all_gather(comm, cfg.inplace ? r + rank * count : s, r, count);
-    else if (cfg.op == "broadcast") md::broadcast(comm, r, count, cfg.root);
-    else md::reduce(comm, s, r, count, cfg.root, op);
+    if (cfg.op == "all_reduce") md::all_reduce(c, s, r, count, op);
+    else if (cfg.op == "reduce_scatter") md::reduce_scatter(c, s, cfg.inplace ? r + rank * count : r, count, op);
+    else if (cfg.op == "all_gather") md::all_gather(c, cfg.inplace ? r + rank * count : s, r, count);
+    else if (cfg.op == "broadcast") md::broadcast(c, r, count, cfg.root);
+    else md::reduce(c, s, r, count, cfg.root, op);
   }
 
   long verify() const {
@@ -715,6 +730,7 @@ md::options make_options(const config& cfg) {
   if (cfg.progress == "in_wait") o.progress = md::progress_mode::in_wait;
   if (cfg.planning == "measure") o.planning = md::planning::measure;
   if (cfg.planning == "estimate") o.planning = md::planning::estimate;
+  if (cfg.reproducible) o.reproducible = true;
   if (!cfg.profile.empty()) o.profile = cfg.profile;
   if (cfg.hd_max_bytes != std::size_t(-1)) o.tune.halving_doubling_max_bytes = cfg.hd_max_bytes;
   if (cfg.rd_max_bytes != std::size_t(-1)) o.tune.recursive_doubling_max_bytes = cfg.rd_max_bytes;
@@ -834,6 +850,13 @@ int run_mpi(const config& cfg) {
   opts.shared_memory = false;  // one process: every byte must be a simulated message
 #endif
   auto comm = md::bind(md::parse_topology(cfg.topology), MPI_COMM_WORLD, opts);
+  // --baseline mdring: the same options in the default mode (not reproducible).
+  std::optional<decltype(comm)> default_mode;
+  if (cfg.baseline == "mdring") {
+    md::options d = opts;
+    d.reproducible = false;
+    default_mode.emplace(md::bind(md::parse_topology(cfg.topology), MPI_COMM_WORLD, d));
+  }
   world_ops w;
   w.rank = std::size_t(rank);
   w.size = std::size_t(size);
@@ -850,7 +873,7 @@ int run_mpi(const config& cfg) {
   };
   std::vector<result_row> rows;
   std::vector<MPI_Op> created;
-  const bool baseline = cfg.baseline == "mpi";
+  const bool baseline = cfg.baseline == "mpi" || cfg.baseline == "mdring";
   if (baseline && cfg.reduce_op == "avg" && (cfg.op == "all_reduce" || cfg.op == "reduce_scatter" || cfg.op == "reduce"))
     usage("MPI has no avg op: use --reduce-op sum for a baseline comparison");
   dispatch_dtype(cfg.dtype, [&]<class T>(T) {
@@ -858,6 +881,7 @@ int run_mpi(const config& cfg) {
       const MPI_Datatype type = mpi_type<T>();
       const MPI_Op mop = mpi_op<T>(op, created);
       auto base = [&](auto& rn, std::size_t) {
+        if (default_mode) return rn.run_on(*default_mode, op);
         T* r = rn.recv.data();
         const int n = int(rn.count);
         const void* s = cfg.inplace ? MPI_IN_PLACE : static_cast<const void*>(rn.send.data());
@@ -873,7 +897,7 @@ int run_mpi(const config& cfg) {
       };
       if (cfg.inflight) return nonblocking_bench::run_inflight<T>(cfg, comm, w, op, type, mop);
       if (cfg.overlap) return nonblocking_bench::run_overlap<T>(cfg, comm, w, op, type, mop);
-      const auto variants = baseline ? std::vector<std::string>{"mpi"} : std::vector<std::string>{};
+      const auto variants = baseline ? std::vector<std::string>{cfg.baseline} : std::vector<std::string>{};
       rows = run_sizes<T>(cfg, comm, w, op, {variants, base, {}});
     });
   });

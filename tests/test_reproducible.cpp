@@ -140,7 +140,10 @@ struct world {
 };
 
 const std::vector<world> worlds = {
-    {"shm:2 x shm:2", 4},           // merged into shm:4 by default
+    {"shm:2 x shm:2", 4},           // merged into shm:4 (nested in this mode, flat by default)
+    {"shm:2 x shm:2 x shm:2", 8},   // merged, three levels
+    {"shm:2 x shm:1 x shm:3", 6},   // merged over an extent of 1
+    {"shm:3 x shm:2 x ethernet:2", 12},
     {"shm:9", 9},                   // a ring by default (more than direct_max_extent)
     {"ethernet:5", 5},              // a ring, halving-doubling for small calls
     {"ethernet:16", 16},            // split into 4 x 4 by default
@@ -189,7 +192,7 @@ TEST_CASE("reproducible: the default mode gives other bits on the same inputs (t
   }
 }
 
-TEST_CASE("reproducible: explain() says so; the plans are direct on every dimension, unmerged and unsplit") {
+TEST_CASE("reproducible: explain() says so; the plans are direct on every dimension, unsplit, merged ones nested") {
   md::options o;
   o.reproducible = true;
   const auto topo = md::parse_topology("shm:2 x shm:2 x ethernet:16");
@@ -200,11 +203,18 @@ TEST_CASE("reproducible: explain() says so; the plans are direct on every dimens
   CHECK(e.find(" ring ") == std::string::npos);
   CHECK(e.find(" halving_doubling ") == std::string::npos);
   CHECK(e.find(" direct ") != std::string::npos);
-  const auto m = md::merge_dimensions(topo.resolve(64), o);
-  REQUIRE(m.topology.ndims() == 3);
+  // Host: shm:2 x shm:2 merged (folded nested), ethernet:16 not split.
+  const auto m = md::merge_dimensions(topo.resolve(64), o, true);
+  REQUIRE(m.topology.ndims() == 2);
+  CHECK(m.topology.extents() == std::vector<std::size_t>{4, 16});
+  CHECK(m.nest == std::vector<std::vector<std::size_t>>{{2, 2}, {16}});
   for (auto a : m.requested) CHECK(a == md::algorithm::direct);
+  // GPU (flat folds): nothing merged.
+  const auto g = md::merge_dimensions(topo.resolve(64), o, false);
+  CHECK(g.topology.extents() == std::vector<std::size_t>{2, 2, 16});
   o.reproducible = false;
-  CHECK(md::merge_dimensions(topo.resolve(64), o).topology.ndims() == 3);  // merged shm:4, split 4 x 4
+  const auto def = md::merge_dimensions(topo.resolve(64), o, true);  // merged shm:4, split 4 x 4
+  CHECK(def.topology.extents() == std::vector<std::size_t>{4, 4, 4});
   CHECK(md::explain<float>(topo.resolve(64), 1 << 20, md::collective::all_reduce, 0, md::sum, o)
             .find("reproducible") == std::string::npos);
 }

@@ -153,7 +153,7 @@ public:
     detail::apply_profile(opts_, topo_, "mdring::bind");
     wisdom_ = detail::load_wisdom(detail::to_runtime(topo), opts_);
     detail::check_algorithm_count(topo_, opts_, "mdring::bind");
-    merged_ = merge_dimensions(topo_, opts_);
+    merged_ = merge_dimensions(topo_, opts_, true);
     const runtime_topology& ex = merged_.topology;
     extents_ = ex.extents();
     coords_ = ex.coordinates(rank_);
@@ -170,6 +170,11 @@ public:
       dim.requested = merged_.requested[d];
       dim.algo = choose_algorithm(dim.requested, dim.link, dim.extent, opts_.tune, true);
       dim.rank_link = ex.rank_link(d);
+      if (opts_.reproducible) {  // merged dimensions fold nested (plan/merge.hpp)
+        for (std::size_t e : merged_.nest[d])
+          if (e > 1) dim.nest.push_back(e);
+        if (dim.nest.size() < 2) dim.nest.clear();
+      }
       dim.members = ex.peers(rank_, d);
       if (dim.extent > 1) dim.ch = tr_->make_channel(d, dim.members, dim.coord);
       pmax = dim.extent > pmax ? dim.extent : pmax;
@@ -287,6 +292,9 @@ public:
     link_info rank_link;  // this rank's share of the link (ports shared by the node's ranks)
     std::vector<std::size_t> members;
     typename Transport::channel ch{};
+    // options.reproducible on merged dimensions: the extents to fold nested,
+    // innermost first (reduce/host.hpp combine_nested); empty: a flat fold.
+    std::vector<std::size_t> nest;
     // Non-commutative ops run direct everywhere: only it combines in rank order.
     algorithm algo_for(bool commutative) const noexcept { return commutative ? algo : algorithm::direct; }
   };
@@ -367,7 +375,7 @@ std::string explain(const Topology& topo, std::size_t count, collective kind = c
   if (rank >= rt.size())
     throw invalid_argument("rank", "mdring::explain: rank " + std::to_string(rank) + " is not below the size " +
                                        std::to_string(rt.size()) + " of \"" + rt.to_string() + "\"");
-  const merged_dimensions m = merge_dimensions(rt, opts);
+  const merged_dimensions m = merge_dimensions(rt, opts, true);
   std::vector<algorithm> al(m.topology.ndims());
   for (std::size_t d = 0; d < al.size(); ++d)
     al[d] = choose_algorithm(m.requested[d], m.topology.dim(d).link, m.topology.extent(d), opts.tune,

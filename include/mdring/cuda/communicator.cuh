@@ -66,7 +66,7 @@ public:
     mdring::detail::validate(opts_);
     topo_ = mdring::detail::to_runtime(topo).resolve(size_, "cuda::bind");
     mdring::detail::check_algorithm_count(topo_, opts_, "mdring::cuda::bind");
-    merged_ = merge_dimensions(topo_, opts_);
+    merged_ = merge_dimensions(topo_, opts_, false);
     const runtime_topology& ex = merged_.topology;
     extents_ = ex.extents();
     coords_ = ex.coordinates(rank_);

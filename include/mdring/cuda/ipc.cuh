@@ -466,7 +466,7 @@ std::vector<ipc_link> open_ipc_links(const Topology& topo, std::size_t size, std
                                      device_transport_support& support, Channel&& channel) {
   const runtime_topology resolved = mdring::detail::to_runtime(topo).resolve(size, "cuda::bind");
   mdring::detail::check_algorithm_count(resolved, opts, "mdring::cuda::bind");
-  const merged_dimensions m = merge_dimensions(resolved, opts);
+  const merged_dimensions m = merge_dimensions(resolved, opts, false);
   const runtime_topology& ex = m.topology;
   std::vector<ipc_link> links(ex.ndims());
   support.ipc.assign(ex.ndims(), false);

@@ -23,9 +23,12 @@
 // model counts them on one port (plan/pipeline.hpp). Ask for algorithm::ring to
 // keep one ring.
 //
-// Reproducible (options::reproducible). Every dimension runs direct, as written:
-// merging shm:2 x shm:2 into shm:4 would fold the four ranks left to right instead
-// of pairs first, and a split would fold in two stages, so neither happens.
+// Reproducible (options::reproducible). Every dimension runs direct, none is
+// split (a 4 x 4 grid folds in two stages, not left to right over 16), and merged
+// dimensions fold nested: shm:2 x shm:2 merged into shm:4 folds each pair first,
+// rounds, and then the pairs ((x_0 op x_1) op (x_2 op x_3)), as the two stages it
+// replaces would (`nest`; the host path's reducer, reduce/host.hpp combine_nested).
+// The GPU path's folds are flat: it merges nothing in this mode (nested_folds false).
 #pragma once
 
 #include "../config.hpp"
@@ -43,6 +46,9 @@ struct merged_dimensions {
   std::vector<algorithm> requested;  // per executed dimension
   std::vector<std::size_t> of_user;  // user dimension d runs in executed dimension of_user[d] (the first, if split)
   std::vector<std::size_t> user_of;  // executed dimension e runs (the first of) user dimension user_of[e]
+  // The user dimensions' extents that executed dimension e is made of, innermost
+  // first ({4} unmerged, {2, 2} for shm:2 x shm:2 merged; a split's parts: {a}, {b}).
+  std::vector<std::vector<std::size_t>> nest;
 };
 
 // The a of a split a x b of p ranks (see above), or 0 when p stays one ring.
@@ -68,6 +74,7 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::spa
                              req(d) == algorithm::automatic && prev.extent * dim.extent <= tune.direct_max_extent;
       if (mergeable) {
         prev.extent *= dim.extent;
+        m.nest.back().push_back(dim.extent);
         m.of_user.push_back(out.size() - 1);
         continue;
       }
@@ -78,6 +85,7 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::spa
                               : split_factor(dim.extent, tune.split_ring_extent);
     for (std::size_t part : a ? std::vector<std::size_t>{a, dim.extent / a} : std::vector<std::size_t>{dim.extent}) {
       out.push_back({dim.link, part});
+      m.nest.push_back({part});
       m.requested.push_back(req(d));
       m.user_of.push_back(d);
     }
@@ -87,11 +95,16 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::spa
 }
 
 // The dimensions as a communicator bound with `o` runs them: o.algorithms, or
-// direct on every dimension when o.reproducible (see above).
-inline merged_dimensions merge_dimensions(const runtime_topology& topo, const options& o) {
+// when o.reproducible direct on every dimension, unsplit, merged only where the
+// executor folds nested (nested_folds: the host path; see above).
+inline merged_dimensions merge_dimensions(const runtime_topology& topo, const options& o, bool nested_folds) {
   if (!o.reproducible) return merge_dimensions(topo, o.algorithms, o.tune);
-  const std::vector<algorithm> direct(topo.ndims(), algorithm::direct);
-  return merge_dimensions(topo, direct, o.tune);
+  tuning t = o.tune;
+  t.split_ring_extent = 0;
+  t.merge_same_link = t.merge_same_link && nested_folds;
+  merged_dimensions m = merge_dimensions(topo, o.algorithms, t);
+  for (auto& a : m.requested) a = algorithm::direct;
+  return m;
 }
 
 MDRING_NAMESPACE_END

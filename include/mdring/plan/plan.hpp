@@ -361,8 +361,9 @@ inline std::string plan::to_string() const {
          "MDRING_PROFILE), options.planning = measure times the plans\n";
   if (!chosen_by.empty()) s += "plan: " + chosen_by + "\n";
   if (reproducible)
-    s += "reproducible (options.reproducible): direct on every dimension, innermost first, each folding its ranks "
-         "left to right in coordinate order; the same bits at every count, segment length and transport\n";
+    s += "reproducible (options.reproducible): direct on every dimension, unsplit, innermost first, each folding its "
+         "ranks left to right in coordinate order (merged dimensions nested, as the stages they replace); the same "
+         "bits at every count, segment length and transport\n";
   return s;
 }
 

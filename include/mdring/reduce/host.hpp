@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -122,6 +123,29 @@ public:
     if (stream) detail::stream_fence();
   }
 
+  // combine_n_to folded nested (options.reproducible on merged dimensions): the k
+  // inputs are a grid of extents nest[0] x nest[1] x ... (innermost first, each
+  // above 1, product k, at most max_nest levels); each run of nest[0] inputs is
+  // folded and rounded to T, then each run of nest[1] of those, and so on: the
+  // result of the separate stages the merged dimension replaces.
+  static constexpr std::size_t max_nest = 8;
+  void combine_nested(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool final,
+                      bool stream, std::span<const std::size_t> nest) const {
+    if (n == 0) return;
+    const bool fin_now = final && needs_finalize();
+    acc lvl[max_nest][tile];
+    acc buf[tile];
+    alignas(64) T res[tile];
+    for (std::size_t base = 0; base < n; base += tile) {
+      const std::size_t m = n - base < tile ? n - base : tile;
+      nested_tile(buf, lvl, nest, nest.size() - 1, in, k, base, m);
+      fin_now ? store_tile<true>(res, buf, m) : store_tile<false>(res, buf, m);
+      for (std::size_t o = 0; o < nout; ++o)
+        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T)) : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
+    }
+    if (stream) detail::stream_fence();
+  }
+
   // dst = fin(src) when final (and the op has a finalize), else a copy.
   void finalize(T* dst, const T* src, std::size_t n, bool final) const {
     if (n == 0) return;
@@ -204,6 +228,44 @@ private:
   void store_tile(T* MDRING_RESTRICT d, const acc* MDRING_RESTRICT buf, std::size_t m) const {
     MDRING_VECTOR_LOOP(m, i, d[i] = store(fin<Final>(buf[i])));
   }
+  // dst = the fold of level l over the `span` inputs from in[0] (see combine_nested),
+  // in the accumulator, each level-(l-1) result rounded to T before it is folded;
+  // lvl[j] holds level j's partial results below it. Pairs of inputs at the lowest
+  // level fold and join dst in one pass (shm:2 x shm:2: three passes over a tile,
+  // one fewer than the flat fold's four).
+  void nested_tile(acc* dst, acc (*lvl)[tile], std::span<const std::size_t> nest, std::size_t l, const T* const* in,
+                   std::size_t span, std::size_t base, std::size_t m) const {
+    if (l == 0) {
+      load_tile(dst, in[0] + base, m);
+      for (std::size_t j = 1; j < nest[0]; ++j) fold_tile(dst, in[j] + base, m);
+      return;
+    }
+    const std::size_t sub = span / nest[l];
+    nested_tile(dst, lvl, nest, l - 1, in, sub, base, m);
+    if constexpr (!std::is_same_v<acc, T>) round_tile(dst, m);
+    for (std::size_t c = 1; c < nest[l]; ++c) {
+      if (l == 1 && nest[0] == 2) {
+        fold_pair_rounded(dst, in[c * sub] + base, in[c * sub + 1] + base, m);
+      } else {
+        nested_tile(lvl[l - 1], lvl, nest, l - 1, in + c * sub, sub, base, m);
+        fold_rounded(dst, lvl[l - 1], m);
+      }
+    }
+  }
+  // to = to op round(from); round: to T and back.
+  void fold_rounded(acc* MDRING_RESTRICT to, const acc* MDRING_RESTRICT from, std::size_t m) const {
+    const Op op = op_;
+    MDRING_VECTOR_LOOP(m, i, to[i] = op(to[i], load(store(from[i]))));
+  }
+  // to = to op round(a op b).
+  void fold_pair_rounded(acc* MDRING_RESTRICT to, const T* MDRING_RESTRICT a, const T* MDRING_RESTRICT b,
+                         std::size_t m) const {
+    const Op op = op_;
+    MDRING_VECTOR_LOOP(m, i, to[i] = op(to[i], load(store(op(load(a[i]), load(b[i]))))));
+  }
+  static void round_tile(acc* MDRING_RESTRICT x, std::size_t m) {
+    MDRING_VECTOR_LOOP(m, i, x[i] = load(store(x[i])));
+  }
 
   Op op_;
   std::size_t ranks_;
@@ -245,11 +307,44 @@ public:
     }
     if (stream) detail::stream_fence();
   }
+  // The nested fold of the generic reducer's combine_nested, in T (a bulk op has no
+  // accumulator of its own), one level's tile after the other.
+  static constexpr std::size_t max_nest = 8;
+  void combine_nested(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n,
+                      bool /*final*/, bool stream, std::span<const std::size_t> nest) const {
+    if (n == 0) return;
+    constexpr std::size_t m_tile = tile / max_nest < 1 ? 1 : tile / max_nest;
+    alignas(64) T lvl[m_tile * max_nest];
+    for (std::size_t base = 0; base < n; base += m_tile) {
+      const std::size_t m = n - base < m_tile ? n - base : m_tile;
+      nested_tile(lvl, m_tile, nest, nest.size() - 1, in, k, base, m);
+      const T* res = lvl + (nest.size() - 1) * m_tile;
+      for (std::size_t o = 0; o < nout; ++o)
+        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T)) : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
+    }
+    if (stream) detail::stream_fence();
+  }
   void finalize(T* dst, const T* src, std::size_t n, bool /*final*/) const {
     if (n != 0 && dst != src) std::memmove(dst, src, n * sizeof(T));
   }
 
 private:
+  void nested_tile(T* lvl, std::size_t stride, std::span<const std::size_t> nest, std::size_t l, const T* const* in,
+                   std::size_t span, std::size_t base, std::size_t m) const {
+    T* to = lvl + l * stride;
+    if (l == 0) {
+      std::memcpy(to, in[0] + base, m * sizeof(T));
+      for (std::size_t j = 1; j < nest[0]; ++j) op_.reduce_local(in[j] + base, to, m);
+      return;
+    }
+    const std::size_t sub = span / nest[l];
+    for (std::size_t c = 0; c < nest[l]; ++c) {
+      nested_tile(lvl, stride, nest, l - 1, in + c * sub, sub, base, m);
+      if (c == 0) std::memcpy(to, lvl + (l - 1) * stride, m * sizeof(T));
+      else op_.reduce_local(lvl + (l - 1) * stride, to, m);
+    }
+  }
+
   static constexpr std::size_t tile = (std::size_t(16) << 10) / sizeof(T) < 1 ? 1 : (std::size_t(16) << 10) / sizeof(T);
   Op op_;
   std::size_t ranks_;

@@ -67,6 +67,9 @@ public:
     for (std::size_t j = 0; j < ins.size() && direct; ++j) direct = (ptrs[j] = reach(ins[j], d, slot, o.count));
     for (std::size_t k = 0; k < outs.size() && direct; ++k) direct = (to[k] = reach(outs[k], d, slot, o.count));
     const T* const* in = reinterpret_cast<const T* const*>(ptrs.data());
+    const auto& nest = dims_[d].nest;  // options.reproducible, merged dimensions
+    if (direct && !nest.empty())
+      return red_.combine_nested(to, outs.size(), in, ins.size(), o.count, o.final, o.nontemporal, nest);
     if (direct) {
       if (outs.size() == 1 && !o.nontemporal) {
         if (ins.size() == 2) return red_.combine(to[0], in[0], in[1], o.count, o.final);
@@ -98,7 +101,12 @@ public:
         tr_.read(ch, ins[j].peer, remote(ins[j], d) + done, at, m * sizeof(T));
         ptrs[j] = at;
       }
-      red_.combine_n(mine + done, reinterpret_cast<const T* const*>(ptrs.data()), ins.size(), m, o.final);
+      const T* const* in = reinterpret_cast<const T* const*>(ptrs.data());
+      if (dims_[d].nest.empty()) red_.combine_n(mine + done, in, ins.size(), m, o.final);
+      else {
+        T* at = mine + done;
+        red_.combine_nested(&at, 1, in, ins.size(), m, o.final, false, dims_[d].nest);
+      }
       for (const auto& s : outs)
         if (s.remote()) tr_.write(ch, s.peer, mine + done, const_cast<T*>(remote(s, d)) + done, m * sizeof(T));
     }
