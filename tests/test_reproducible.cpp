@@ -212,6 +212,15 @@ TEST_CASE("reproducible: explain() says so; the plans are direct on every dimens
   // GPU (flat folds): nothing merged.
   const auto g = md::merge_dimensions(topo.resolve(64), o, false);
   CHECK(g.topology.extents() == std::vector<std::size_t>{2, 2, 16});
+  // At most 8 nested levels (one accumulator tile each): 9 same-link pairs stay apart.
+  md::options wide;
+  wide.reproducible = true;
+  wide.tune.direct_max_extent = 1 << 10;
+  std::string eight = "shm:2", nine;
+  for (int i = 1; i < 8; ++i) eight += " x shm:2";
+  nine = eight + " x shm:2";
+  CHECK(md::merge_dimensions(md::parse_topology(eight).resolve(256), wide, true).topology.ndims() == 1);
+  CHECK(md::merge_dimensions(md::parse_topology(nine).resolve(512), wide, true).topology.ndims() == 9);
   o.reproducible = false;
   const auto def = md::merge_dimensions(topo.resolve(64), o, true);  // merged shm:4, split 4 x 4
   CHECK(def.topology.extents() == std::vector<std::size_t>{4, 4, 4});

@@ -281,9 +281,10 @@ struct options {
   //   results of the ranks along it folded left to right in coordinate order
   //   (((x_0 op x_1) op x_2) ... op x_{p-1}), in the op's accumulator type (float for
   //   half and bfloat16), rounded to the element type once per dimension.
-  // Only the direct algorithm folds so: every dimension runs it, none is merged or
-  // split (plan/merge.hpp), and asking for ring, halving_doubling or
-  // recursive_doubling as well is an invalid_argument("options.algorithms").
+  // Only the direct algorithm folds so: every dimension runs it, none is split,
+  // merged same-link dimensions fold nested (plan/merge.hpp), and asking for ring,
+  // halving_doubling or recursive_doubling as well is an
+  // invalid_argument("options.algorithms").
   // Costs (p - 1) messages in flight per rank on long rings (docs/PERFORMANCE.md).
   // Every rank must agree (bind checks). MDRING_REPRODUCIBLE=1 sets the default.
   bool reproducible = detail::default_reproducible();

@@ -35,6 +35,7 @@
 #include "../options.hpp"
 #include "../topology/runtime.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -103,6 +104,14 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, const op
   t.split_ring_extent = 0;
   t.merge_same_link = t.merge_same_link && nested_folds;
   merged_dimensions m = merge_dimensions(topo, o.algorithms, t);
+  // The nested fold keeps one accumulator tile per level: at most 8 levels of
+  // extents above 1 (a direct_max_extent of 256 or more could merge more).
+  for (const auto& nest : m.nest)
+    if (std::count_if(nest.begin(), nest.end(), [](std::size_t e) { return e > 1; }) > 8) {
+      t.merge_same_link = false;
+      m = merge_dimensions(topo, o.algorithms, t);
+      break;
+    }
   for (auto& a : m.requested) a = algorithm::direct;
   return m;
 }
