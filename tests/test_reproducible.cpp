@@ -250,6 +250,33 @@ TEST_CASE("reproducible: asking for another algorithm as well is refused at bind
   }
 }
 
+TEST_CASE("reproducible: in the topology's type, mdring::reproducible(topology)") {
+  constexpr auto machine = md::reproducible(md::ring<md::shm, 2> * md::ring<md::ethernet, 3>);
+  const std::size_t n = 4099;
+  std::vector<float> expect(n), column(6);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t r = 0; r < 6; ++r) column[r] = wide_value(3, r, i, 24);
+    expect[i] = contract_result(column, {2, 3}, md::sum);
+  }
+  std::vector<int> ok(6, 0), runtime_ok(6, 0);
+  md::threads::run(6, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(machine, ep);
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = wide_value(3, comm.rank(), i, 24);
+    md::all_reduce(comm, x.data(), n);
+    ok[comm.rank()] = comm.get_options().reproducible && std::memcmp(x.data(), expect.data(), n * sizeof(float)) == 0;
+    // A runtime topology, and options given beside it: the policy still holds.
+    md::options o;
+    o.tune.segment_bytes = 4096;
+    auto rt = md::bind(md::reproducible(md::parse_topology("shm:2 x ethernet:3")), ep, o);
+    for (std::size_t i = 0; i < n; ++i) x[i] = wide_value(3, rt.rank(), i, 24);
+    md::all_reduce(rt, x.data(), n);
+    runtime_ok[rt.rank()] = rt.get_options().reproducible && std::memcmp(x.data(), expect.data(), n * sizeof(float)) == 0;
+  });
+  CHECK(ok == std::vector<int>(6, 1));
+  CHECK(runtime_ok == std::vector<int>(6, 1));
+}
+
 TEST_CASE("reproducible: MDRING_REPRODUCIBLE sets the default") {
   ::setenv("MDRING_REPRODUCIBLE", "1", 1);
   CHECK(md::options{}.reproducible);

@@ -45,6 +45,7 @@
 
 #include "collective/all_gather.hpp"
 #include "collective/all_reduce.hpp"
+#include "collective/bind_policy.hpp"
 #include "collective/bind_threads.hpp"
 #include "collective/broadcast.hpp"
 #include "collective/calibrate.hpp"
