@@ -18,7 +18,7 @@ source scripts/lib.sh
 mdring_ensure_packages "${MDRING_PACKAGES[@]}"
 # An existing build is used as it is (configuring again would rebuild the tests).
 [ -x build/benchmarks/mdring-bench ] && [ -x build/tools/mdring-calibrate ] ||
-  mdring_build mdring-bench mdring-calibrate >/dev/null
+  mdring_build --target mdring-bench mdring-calibrate >/dev/null
 mdring_mpi_env
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1
 out=$(mktemp -d)
