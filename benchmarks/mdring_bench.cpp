@@ -13,9 +13,9 @@
 // all_reduce of float or double, sum) does the same with Gloo over TCP
 // (gloo_baseline.hpp), timing both of its all-reduce algorithms, ring_chunked and
 // halving_doubling, every iteration: a size reports the faster one's median, and
-// which it was. --baseline mdring (with --reproducible: the reproducible mode
-// against the default) times mdring's default mode on a second communicator of the
-// same topology and options. Gloo reduces in place only: out of place, its time includes
+// which it was. --baseline mdring (with --reproducible or --accumulation float32:
+// that mode against the default) times mdring's default mode on a second
+// communicator of the same topology and options. Gloo reduces in place only: out of place, its time includes
 // copying the send buffer into the receive buffer. A time is the slowest rank's
 // for that iteration (the max over ranks of the local times: MPI_Allreduce over
 // MPI; with --transport ucx a Gloo all-reduce, or without Gloo an mdring one on a
@@ -109,6 +109,7 @@ struct config {
   std::string compute = "cpu";  // --compute cpu|sleep: what --overlap overlaps with
   std::string planning;  // --planning estimate|measure: options.planning
   bool reproducible = false;  // --reproducible: options.reproducible
+  std::string accumulation;   // --accumulation element|float32: options.accumulation
   std::string profile;   // --profile FILE: options.profile
   std::size_t hd_max_bytes = std::size_t(-1);  // --hd-max-bytes N: tune.halving_doubling_max_bytes
   std::size_t rd_max_bytes = std::size_t(-1);  // --rd-max-bytes N: tune.recursive_doubling_max_bytes
@@ -122,7 +123,8 @@ struct config {
                "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
                "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
                "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|gloo|mdring|none] [--baseline-only] [--json]\n"
-               "  [--reproducible]  (options.reproducible; with --baseline mdring, timed against the default mode)\n"
+               "  [--reproducible] [--accumulation element|float32]  (options.reproducible, options.accumulation; with\n"
+               "     --baseline mdring, timed against the default mode)\n"
                "  [--transport mpi|ucx]  (ucx: processes started by mdring-run or torchrun, no MPI; --baseline gloo\n"
                "     needs it and times all_reduce of float or double, sum, with Gloo's ring_chunked and\n"
                "     halving_doubling, reporting the faster and which)\n"
@@ -218,6 +220,11 @@ config parse(int argc, char** argv) {
       if (c.compute != "cpu" && c.compute != "sleep") usage("--compute takes cpu or sleep, not " + c.compute);
     }
     else if (a == "--reproducible") c.reproducible = true;
+    else if (a == "--accumulation") {
+      c.accumulation = next();
+      if (c.accumulation != "element" && c.accumulation != "float32")
+        usage("--accumulation takes element or float32, not " + c.accumulation);
+    }
     else if (a == "--planning") {
       c.planning = next();
       if (c.planning != "estimate" && c.planning != "measure") usage("--planning takes estimate or measure, not " + c.planning);
@@ -731,6 +738,8 @@ md::options make_options(const config& cfg) {
   if (cfg.planning == "measure") o.planning = md::planning::measure;
   if (cfg.planning == "estimate") o.planning = md::planning::estimate;
   if (cfg.reproducible) o.reproducible = true;
+  if (cfg.accumulation == "float32") o.accumulation = md::accumulation::float32;
+  if (cfg.accumulation == "element") o.accumulation = md::accumulation::element;
   if (!cfg.profile.empty()) o.profile = cfg.profile;
   if (cfg.hd_max_bytes != std::size_t(-1)) o.tune.halving_doubling_max_bytes = cfg.hd_max_bytes;
   if (cfg.rd_max_bytes != std::size_t(-1)) o.tune.recursive_doubling_max_bytes = cfg.rd_max_bytes;
@@ -850,11 +859,13 @@ int run_mpi(const config& cfg) {
   opts.shared_memory = false;  // one process: every byte must be a simulated message
 #endif
   auto comm = md::bind(md::parse_topology(cfg.topology), MPI_COMM_WORLD, opts);
-  // --baseline mdring: the same options in the default mode (not reproducible).
+  // --baseline mdring: the same options in the default mode (not reproducible,
+  // 16-bit partial sums).
   std::optional<decltype(comm)> default_mode;
   if (cfg.baseline == "mdring") {
     md::options d = opts;
     d.reproducible = false;
+    d.accumulation = md::accumulation::element;
     default_mode.emplace(md::bind(md::parse_topology(cfg.topology), MPI_COMM_WORLD, d));
   }
   world_ops w;

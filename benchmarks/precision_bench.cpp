@@ -7,9 +7,10 @@
 // inputs) as a mean relative error over the elements, next to the floor that any
 // 16-bit result has: the exact sum rounded once to the type. Modes: the default
 // (rings round at each of their p - 1 hops; direct stages fold in float and round
-// once per dimension) and options.reproducible (direct on every dimension: one
-// rounding per dimension). Prints one row per topology and mode, and the ratio to
-// the floor. Default topologies: shm:8, shm:8 x ethernet:8, shm:8 x ethernet:32
+// once per dimension), options.reproducible (direct on every dimension: one
+// rounding per dimension) and options.accumulation = float32 (the call widened to
+// float32, rounded once at the end). Prints one row per topology and mode, and the
+// ratio to the floor. Default topologies: shm:8, shm:8 x ethernet:8, shm:8 x ethernet:32
 // (8, 64 and 256 ranks).
 #include <mdring/mdring.hpp>
 
@@ -69,13 +70,13 @@ void run(const std::vector<std::string>& topos, std::size_t n, const char* type)
   std::printf("%-28s %6s %-13s %12s %12s %8s\n", "topology", "ranks", "mode", "error", "floor", "ratio");
   for (const auto& t : topos) {
     const auto topo = md::parse_topology(t).resolve(md::parse_topology(t).size());
-    for (bool repro : {false, true}) {
+    for (const char* mode : {"default", "reproducible", "float32"}) {
       md::options o;
-      o.reproducible = repro;
+      o.reproducible = std::string(mode) == "reproducible";
+      o.accumulation = std::string(mode) == "float32" ? md::accumulation::float32 : md::accumulation::element;
       double fl = 0;
       const row r = measure<T>(topo, n, o, fl);
-      std::printf("%-28s %6zu %-13s %12.4e %12.4e %8.3f\n", t.c_str(), topo.size(), repro ? "reproducible" : "default",
-                  r.err, fl, r.err / fl);
+      std::printf("%-28s %6zu %-13s %12.4e %12.4e %8.3f\n", t.c_str(), topo.size(), mode, r.err, fl, r.err / fl);
     }
   }
 }

@@ -9,7 +9,7 @@
 // The defaults can also be set from the environment (read when an options object
 // is constructed): MDRING_TIMEOUT=<seconds>, MDRING_CHECKS=local|collective,
 // MDRING_PROGRESS=agent|in_wait, MDRING_PROFILE=<file>, MDRING_PLANNING=measure,
-// MDRING_WISDOM=<file> and MDRING_REPRODUCIBLE=1.
+// MDRING_WISDOM=<file>, MDRING_REPRODUCIBLE=1 and MDRING_ACCUMULATION=float32.
 #pragma once
 
 #include "config.hpp"
@@ -94,6 +94,21 @@ constexpr std::string_view to_string(device_transport t) noexcept {
     case device_transport::ipc: return "ipc";
     default: return "automatic";
   }
+}
+
+// Where the partial results of half and bfloat16 reductions are carried.
+//   element  each fold accumulates in float and rounds to the element type: the
+//            partial sums cross the stages (and the wire) in 16 bits, rounded once
+//            per ring hop, or once per dimension where the dimension runs direct.
+//   float32  the call is widened: its inputs converted to float32, the reduction run
+//            in float32 through every stage, and the result rounded to 16 bits once,
+//            at the end. Twice the bytes of every stage, and count floats of scratch
+//            per call (from options.memory). Host path; the GPU path ignores it.
+// Other element types and user ops are not affected.
+enum class accumulation { element, float32 };
+
+constexpr std::string_view to_string(accumulation a) noexcept {
+  return a == accumulation::float32 ? "float32" : "element";
 }
 
 // How much argument checking a collective does.
@@ -231,6 +246,10 @@ inline bool default_reproducible() {
   const char* s = std::getenv("MDRING_REPRODUCIBLE");
   return s && *s && std::string_view(s) != "0";
 }
+inline accumulation default_accumulation() {
+  const char* s = std::getenv("MDRING_ACCUMULATION");
+  return s && std::string_view(s) == "float32" ? accumulation::float32 : accumulation::element;
+}
 inline check_level default_checks() {
   if (const char* s = std::getenv("MDRING_CHECKS"))
     if (std::string_view(s) == "collective") return check_level::collective;
@@ -288,6 +307,11 @@ struct options {
   // Costs (p - 1) messages in flight per rank on long rings (docs/PERFORMANCE.md).
   // Every rank must agree (bind checks). MDRING_REPRODUCIBLE=1 sets the default.
   bool reproducible = detail::default_reproducible();
+
+  // half and bfloat16 reductions: partial results in 16 bits (element, the default)
+  // or the whole call widened to float32 and rounded once (see accumulation).
+  // Every rank must agree (bind checks). MDRING_ACCUMULATION=float32 sets the default.
+  mdring::accumulation accumulation = detail::default_accumulation();
 
   // Let the ranks of a node read and write each other's buffers directly in the
   // direct stages (threads: plain pointers; MPI processes on one node: cross-memory

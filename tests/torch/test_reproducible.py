@@ -2,6 +2,8 @@
 reduce_scatter and reduce is bitwise the reproducible mode's contract (README,
 "Reproducible reductions"), computed here from every rank's inputs; a group made
 without the mode gives other bits on the same inputs (so the check can fail).
+With MDRING_ACCUMULATION=float32 as well, float16 and bfloat16 results are the
+contract over the float32 inputs, rounded once.
 
 Run under torchrun with MDRING_TOPOLOGY set and MDRING_TORCH_TEST_EXTENTS its
 extents, for example:
@@ -42,12 +44,24 @@ def inputs(r, n, dtype):
     return (sign * mant * torch.pow(2.0, exp)).to(dtype)
 
 
+WIDENED = os.environ.get("MDRING_ACCUMULATION") == "float32"
+
+
 def contract(n, dtype, avg=False):
     """Dimension 0 first, each folded left to right in coordinate order in the
     accumulator type (float32 for 16-bit types), rounded to dtype once per
-    dimension; avg divides the last dimension's accumulator by the ranks."""
+    dimension; avg divides the last dimension's accumulator by the ranks. With
+    MDRING_ACCUMULATION=float32, 16-bit types: the same over the float32 inputs,
+    rounded once at the end."""
+    if WIDENED and dtype in (torch.float16, torch.bfloat16):
+        v = torch.stack([inputs(r, n, dtype).float() for r in range(size)])
+        return _fold(v, n, torch.float32, torch.float32, avg).to(dtype)
     acc_t = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    v = torch.stack([inputs(r, n, dtype) for r in range(size)])  # [rank, n], rank = c0 + e0 (c1 + ...)
+    return _fold(torch.stack([inputs(r, n, dtype) for r in range(size)]), n, dtype, acc_t, avg)
+
+
+def _fold(v, n, dtype, acc_t, avg):
+    """v: [rank, n], rank = c0 + e0 (c1 + ...)."""
     last = max([d for d, e in enumerate(extents) if e > 1], default=0)
     for d, e in enumerate(extents):
         v = v.reshape(-1, e, n)  # (rest, c_d, n): c_d varies fastest among the ranks left

@@ -42,6 +42,7 @@ inline std::string fingerprint_core(const runtime_topology& written, const optio
   std::string s = t.to_string() + prof;
   for (auto a : o.algorithms) s += "|" + std::string(to_string(a));
   if (o.reproducible) s += "|reproducible";
+  if (o.accumulation != accumulation::element) s += "|accumulate " + std::string(to_string(o.accumulation));
   auto num = [&](const char* name, std::size_t v) { s += std::string("|") + name + " " + std::to_string(v); };
   auto real = [&](const char* name, double v) {
     char buf[40];

@@ -37,6 +37,11 @@ auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recv
       detail::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
       detail::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T), in_place,
                             "recvbuf must be sendbuf + rank() * recvcount"));
+  if constexpr (widens<T, Op>)
+    if (comm.get_options().accumulation == accumulation::float32)  // float32 copy, then its block
+      return detail::launch_widened<Async>(
+          comm, name, op, std::move(err), recvcount, 0, total + recvcount, sendbuf, total, recvbuf, total, recvcount,
+          [=](auto& e, float* w) { e.start_reduce_scatter(w, w + total, recvcount); });
   return detail::launch<Async, T>(comm, name, op, std::move(err), recvcount, 0,
                                   [=](auto& e) { e.start_reduce_scatter(sendbuf, recvbuf, recvcount); });
 }

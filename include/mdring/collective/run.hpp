@@ -18,6 +18,7 @@
 #include "../error.hpp"
 #include "../fnv.hpp"
 #include "../reduce/ops.hpp"
+#include "../reduce/types.hpp"
 #include "communicator.hpp"
 #include "../executor/host/engine.hpp"
 #include "../executor/progress.hpp"
@@ -27,6 +28,7 @@
 #include <cstdio>
 #include <iterator>
 #include <memory>
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <thread>
@@ -152,13 +154,19 @@ inline void agreement(const char* name, const std::optional<arg_error>& err, con
 // moved on by advance() (executor/progress.hpp): the agreement's all-reduce
 // (check_level::collective), then the collective, each a program run by the
 // engine's cursor. start(engine) sets the collective going (Start holds its
-// arguments by value). Failures end the call with `error` set.
-template <class T, class Op, class Comm, class Start>
+// arguments by value); finish() runs once it has completed without failing (the
+// widened 16-bit calls round their float results there). Failures end the call
+// with `error` set.
+struct no_finish {
+  void operator()() const noexcept {}
+};
+template <class T, class Op, class Comm, class Start, class Finish = no_finish>
 class collective_call final : public call_state {
 public:
   collective_call(Comm& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
-                  std::size_t root, Start start)
-      : comm_(comm), name_(name), op_(op), err_(std::move(err)), count_(count), root_(root), start_(std::move(start)) {}
+                  std::size_t root, Start start, Finish finish = {})
+      : comm_(comm), name_(name), op_(op), err_(std::move(err)), count_(count), root_(root), start_(std::move(start)),
+        finish_(std::move(finish)) {}
 
   bool advance(bool block) override {
     try {
@@ -205,6 +213,7 @@ private:
       }
       if (!guarded([&] { return run(*main_, block); })) return false;
       main_.reset();
+      finish_();
     }
     return true;
   }
@@ -265,6 +274,7 @@ private:
   std::optional<arg_error> err_;
   std::size_t count_, root_;
   Start start_;
+  Finish finish_;
   int stage_ = 0;
   agreement_values values_;
   std::optional<agree_engine> agree_;
@@ -274,27 +284,55 @@ private:
 // Runs a collective: blocking (Async false: returns when it has completed), or
 // nonblocking (Async true: returns its request at once). start(engine) sets the
 // collective going; it must hold its arguments by value.
-template <bool Async, class T, class Op, class Comm, class Start>
+template <bool Async, class T, class Op, class Comm, class Start, class Finish = no_finish>
 auto launch(Comm& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
-            std::size_t root, Start start) {
+            std::size_t root, Start start, Finish finish = {}) {
   err = issue_checks(comm, name, op_traits<Op>::commutative, std::move(err));
-  using call = collective_call<T, Op, Comm, Start>;
+  using call = collective_call<T, Op, Comm, Start, Finish>;
   if constexpr (Async) {
-    return request(comm.executor_handle(), comm.executor().submit(std::make_shared<call>(comm, name, op, err, count, root, start)));
+    return request(comm.executor_handle(),
+                   comm.executor().submit(std::make_shared<call>(comm, name, op, err, count, root, start, finish)));
   } else {
     std::exception_ptr error;
     if (!comm.executor().run_now([&] {
-          call c(comm, name, op, err, count, root, start);
+          call c(comm, name, op, err, count, root, start, finish);
           c.advance(true);
           error = c.error;
         })) {
-      auto c = std::make_shared<call>(comm, name, op, err, count, root, start);
+      auto c = std::make_shared<call>(comm, name, op, err, count, root, start, finish);
       comm.executor().submit(c);
       comm.executor().wait(*c);
       error = c->error;
     }
     if (error) std::rethrow_exception(error);
   }
+}
+
+// A half or bfloat16 reduction under options.accumulation = float32: scratch of
+// `scratch` floats; in[0, in_n) is converted into its front now (the buffers belong
+// to the call from here), start(engine, w) runs the float32 collective on it, and
+// once that has completed the out_n floats at w + out_at are rounded into out.
+// Every rank takes this path or none (bind checks that the ranks' options agree).
+template <class T, class Op>
+inline constexpr bool widens = is_16bit_float_v<T> && op_traits<Op>::builtin;
+
+template <bool Async, class C, class T, class Op, class Start>
+auto launch_widened(C& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
+                    std::size_t root, std::size_t scratch, const T* in, std::size_t in_n, T* out, std::size_t out_at,
+                    std::size_t out_n, Start start) {
+  auto w = std::make_shared<std::pmr::vector<float>>(
+      std::pmr::polymorphic_allocator<float>(comm.get_options().memory_or_default()));
+  if (!err) {
+    w->resize(scratch);
+    for (std::size_t i = 0; i < in_n; ++i) (*w)[i] = static_cast<float>(in[i]);
+  } else {
+    out_n = 0;
+  }
+  float* wp = w->data();
+  return launch<Async, float>(comm, name, op, std::move(err), count, root, [=](auto& e) { start(e, wp); },
+                              [w, out, res = wp + out_at, out_n] {
+                                for (std::size_t i = 0; i < out_n; ++i) out[i] = static_cast<T>(res[i]);
+                              });
 }
 
 inline void agreement(const char* name, const std::optional<arg_error>& err, const agreement_values& a) {
