@@ -1105,4 +1105,23 @@ TEST_CASE("options.reproducible: every element is the contract's fold, whatever 
       CHECK(std::memcmp(x.data(), y.data(), n * sizeof(float)) == 0);
     }
   }
+  // accumulation = float32: bfloat16 results are the contract over the float32
+  // inputs, rounded once (the widened call's scratch is node memory here).
+  md::options o;
+  o.reproducible = true;
+  o.accumulation = md::accumulation::float32;
+  auto comm = md::bind(rt, test_world(), o);
+  std::vector<float> wide(P);
+  for (std::size_t n : {std::size_t(1), std::size_t(4099), nmax}) {
+    std::vector<md::bfloat16> x(n), y(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = md::bfloat16(mdring_test::wide_value(99, R, i, 12));
+    for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the scratch
+      md::all_reduce(comm, x.data(), y.data(), n);
+      CHECK(first_bad(n, [&](std::size_t i) {
+              for (std::size_t r = 0; r < P; ++r) wide[r] = float(md::bfloat16(mdring_test::wide_value(99, r, i, 12)));
+              const md::bfloat16 e(mdring_test::contract_result(wide, ext, md::sum));
+              return y[i].bits == e.bits;
+            }) == n);
+    }
+  }
 }

@@ -102,8 +102,10 @@ constexpr std::string_view to_string(device_transport t) noexcept {
 //            per ring hop, or once per dimension where the dimension runs direct.
 //   float32  the call is widened: its inputs converted to float32, the reduction run
 //            in float32 through every stage, and the result rounded to 16 bits once,
-//            at the end. Twice the bytes of every stage, and count floats of scratch
-//            per call (from options.memory). Host path; the GPU path ignores it.
+//            at the end. Twice the bytes of every stage, a conversion pass each way,
+//            and count floats of scratch per call in flight, kept for reuse (node
+//            memory between the processes of a node, else options.memory). Host
+//            path; the GPU path ignores it.
 // Other element types and user ops are not affected.
 enum class accumulation { element, float32 };
 

@@ -17,6 +17,7 @@
 
 #include "../config.hpp"
 #include "../error.hpp"
+#include "../memory.hpp"
 #include "../options.hpp"
 #include "../plan/blocks.hpp"
 #include "../plan/cost.hpp"
@@ -34,10 +35,12 @@
 #include "../executor/progress.hpp"
 #include "../transport/transport.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <memory>
 #include <memory_resource>
+#include <mutex>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -47,6 +50,74 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
+
+// Scratch of the widened 16-bit calls (options.accumulation = float32): blocks
+// kept for reuse, one per call in flight, so that a call after the first allocates
+// nothing and touches no fresh page. Between processes of a node with shared
+// memory on, node memory (memory.hpp: peers map it and fold in place, as they do
+// node_alloc buffers), else the user's memory_resource. take() hands a block out
+// until the last copy of its pointer is gone.
+class block_pool : public std::enable_shared_from_this<block_pool> {
+public:
+  block_pool(std::pmr::memory_resource* mr, bool node) : mr_(mr ? mr : std::pmr::get_default_resource()), node_(node) {}
+  block_pool(const block_pool&) = delete;
+  block_pool& operator=(const block_pool&) = delete;
+  ~block_pool() {
+    for (auto& b : free_) drop(b);
+  }
+
+  std::shared_ptr<void> take(std::size_t bytes) {
+    bytes = (bytes + 4095) / 4096 * 4096;
+    block b;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if (it->bytes >= bytes && (best == free_.end() || it->bytes < best->bytes)) best = it;
+      if (best != free_.end()) b = *best, free_.erase(best);
+    }
+    if (!b.p) b = make(bytes);
+    return std::shared_ptr<void>(b.p, [pool = shared_from_this(), b](void*) { pool->give(b); });
+  }
+
+private:
+  struct block {
+    void* p = nullptr;
+    std::size_t bytes = 0;
+    bool node = false;
+  };
+  static constexpr std::size_t keep = 4;  // free blocks kept (the largest)
+  block make(std::size_t bytes) {
+    if (node_) {
+      try {
+        return {node_alloc(bytes), bytes, true};
+      } catch (const std::exception&) {  // no memory files here: plain memory, read by cross-memory attach
+      }
+    }
+    return {mr_->allocate(bytes, 64), bytes, false};
+  }
+  void drop(const block& b) noexcept {
+    if (b.node) node_free(b.p);
+    else mr_->deallocate(b.p, b.bytes, 64);
+  }
+  void give(const block& b) {
+    block out;
+    {
+      std::lock_guard<std::mutex> g(m_);
+      free_.push_back(b);
+      if (free_.size() <= keep) return;
+      auto smallest = std::min_element(free_.begin(), free_.end(),
+                                       [](const block& x, const block& y) { return x.bytes < y.bytes; });
+      out = *smallest;
+      free_.erase(smallest);
+    }
+    drop(out);
+  }
+  std::mutex m_;
+  std::pmr::memory_resource* mr_;
+  bool node_;
+  std::vector<block> free_;
+};
 
 // Scratch memory: one block from the user's memory_resource that grows to the
 // largest request and is then reused.
@@ -145,7 +216,8 @@ public:
   using transport_type = Transport;
 
   communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
-      : tr_(std::move(tr)), opts_(std::move(opts)), ws_(opts_.memory) {
+      : tr_(std::move(tr)), opts_(std::move(opts)), ws_(opts_.memory),
+        wide_(std::make_shared<detail::block_pool>(opts_.memory, !Transport::same_address_space && opts_.shared_memory)) {
     detail::validate(opts_);
     size_ = tr_->size();
     rank_ = tr_->rank();
@@ -324,6 +396,7 @@ public:
   // The user's algorithm per executed dimension (automatic where none was asked for).
   const std::vector<algorithm>& requested_algorithms() const noexcept { return merged_.requested; }
   detail::workspace& scratch() noexcept { return ws_; }
+  detail::block_pool& widened_scratch() { return *wide_; }
   detail::host_executor& executor() noexcept { return *exec_.exec; }
   const std::shared_ptr<detail::host_executor>& executor_handle() const noexcept { return exec_.exec; }
   void mark_broken(const std::string& why) {
@@ -336,6 +409,7 @@ private:
   std::unique_ptr<Transport> tr_;
   options opts_;
   detail::workspace ws_;
+  std::shared_ptr<detail::block_pool> wide_;
   runtime_topology topo_;
   merged_dimensions merged_;
   std::size_t size_ = 0, rank_ = 0;

@@ -309,7 +309,7 @@ auto launch(Comm& comm, const char* name, const Op& op, std::optional<arg_error>
 }
 
 // A half or bfloat16 reduction under options.accumulation = float32: scratch of
-// `scratch` floats; in[0, in_n) is converted into its front now (the buffers belong
+// `scratch` floats (the communicator's widened_scratch()); in[0, in_n) is converted into its front now (the buffers belong
 // to the call from here), start(engine, w) runs the float32 collective on it, and
 // once that has completed the out_n floats at w + out_at are rounded into out.
 // Every rank takes this path or none (bind checks that the ranks' options agree).
@@ -320,17 +320,17 @@ template <bool Async, class C, class T, class Op, class Start>
 auto launch_widened(C& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
                     std::size_t root, std::size_t scratch, const T* in, std::size_t in_n, T* out, std::size_t out_at,
                     std::size_t out_n, Start start) {
-  auto w = std::make_shared<std::pmr::vector<float>>(
-      std::pmr::polymorphic_allocator<float>(comm.get_options().memory_or_default()));
-  if (!err) {
-    w->resize(scratch);
-    for (std::size_t i = 0; i < in_n; ++i) (*w)[i] = static_cast<float>(in[i]);
+  std::shared_ptr<void> w;
+  float* wp = nullptr;
+  if (!err && scratch > 0) {
+    w = comm.widened_scratch().take(scratch * sizeof(float));  // reused, not zeroed
+    wp = static_cast<float*>(w.get());
+    for (std::size_t i = 0; i < in_n; ++i) wp[i] = static_cast<float>(in[i]);
   } else {
     out_n = 0;
   }
-  float* wp = w->data();
   return launch<Async, float>(comm, name, op, std::move(err), count, root, [=](auto& e) { start(e, wp); },
-                              [w, out, res = wp + out_at, out_n] {
+                              [w, out, res = wp ? wp + out_at : nullptr, out_n] {
                                 for (std::size_t i = 0; i < out_n; ++i) out[i] = static_cast<T>(res[i]);
                               });
 }
