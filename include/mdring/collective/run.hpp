@@ -309,27 +309,21 @@ auto launch(Comm& comm, const char* name, const Op& op, std::optional<arg_error>
 }
 
 // A half or bfloat16 reduction under options.accumulation = float32: scratch of
-// `scratch` floats (the communicator's widened_scratch()); in[0, in_n) is converted into its front now (the buffers belong
-// to the call from here), start(engine, w) runs the float32 collective on it, and
-// once that has completed the out_n floats at w + out_at are rounded into out.
-// Every rank takes this path or none (bind checks that the ranks' options agree).
+// `scratch` floats (the communicator's widened_scratch()); in[0, in_n) is converted
+// into its front now (the buffers belong to the call from here), start(engine, w)
+// runs the float32 collective on it, and once that has completed the out_n floats
+// at w + out_at are rounded into out. Every rank takes this path or none (bind
+// checks that the ranks' options agree).
 template <class T, class Op>
 inline constexpr bool widens = is_16bit_float_v<T> && op_traits<Op>::builtin;
 
-// The conversions, in blocks of 16 that the compiler vectorizes.
-template <class T>
-void widened_copy(const T* MDRING_RESTRICT in, float* MDRING_RESTRICT out, std::size_t n) noexcept {
+// The conversions both ways, in blocks of 16 that the compiler vectorizes.
+template <class From, class To>
+void widened_convert(const From* MDRING_RESTRICT in, To* MDRING_RESTRICT out, std::size_t n) noexcept {
   std::size_t b = 0;
   for (; b + 16 <= n; b += 16)
-    for (std::size_t i = b; i < b + 16; ++i) out[i] = static_cast<float>(in[i]);
-  for (; b < n; ++b) out[b] = static_cast<float>(in[b]);
-}
-template <class T>
-void widened_round(const float* MDRING_RESTRICT in, T* MDRING_RESTRICT out, std::size_t n) noexcept {
-  std::size_t b = 0;
-  for (; b + 16 <= n; b += 16)
-    for (std::size_t i = b; i < b + 16; ++i) out[i] = static_cast<T>(in[i]);
-  for (; b < n; ++b) out[b] = static_cast<T>(in[b]);
+    for (std::size_t i = b; i < b + 16; ++i) out[i] = static_cast<To>(in[i]);
+  for (; b < n; ++b) out[b] = static_cast<To>(in[b]);
 }
 
 template <bool Async, class C, class T, class Op, class Start>
@@ -341,13 +335,13 @@ auto launch_widened(C& comm, const char* name, const Op& op, std::optional<arg_e
   if (!err && scratch > 0) {
     w = comm.widened_scratch().take(scratch * sizeof(float));  // reused, not zeroed
     wp = static_cast<float*>(w.get());
-    widened_copy(in, wp, in_n);
+    widened_convert(in, wp, in_n);
   } else {
     out_n = 0;
   }
   return launch<Async, float>(comm, name, op, std::move(err), count, root, [=](auto& e) { start(e, wp); },
                               [w, out, res = wp ? wp + out_at : nullptr, out_n]() mutable {
-                                widened_round(res, out, out_n);
+                                widened_convert(static_cast<const float*>(res), out, out_n);
                                 w.reset();  // back to the pool now, not when the call is destroyed
                               });
 }
