@@ -70,7 +70,6 @@ tmp=$(mktemp)
 } >"$tmp"
 mv "$tmp" "$out"
 # Replace its section of docs/PERFORMANCE.md.
-py=python3
-[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+py=$(mdring_python)
 $py scripts/perf_section.py "$out" docs/PERFORMANCE.md
 echo "wrote $out and docs/PERFORMANCE.md"

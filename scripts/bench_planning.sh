@@ -43,8 +43,7 @@ for ((round = 0; round < rounds; ++round)); do
     done
   done
 done
-py=python3
-[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+py=$(mdring_python)
 $py - "$out" "$rounds" "$topo" <<'PY'
 import json, sys, statistics, collections
 d, rounds, topo = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -33,8 +33,7 @@ for np in 2 4; do
   done
 done
 out=docs/perf/pmpi.md
-py=python3
-[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+py=$(mdring_python)
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 l3=$(lscpu 2>/dev/null | sed -n 's/^L3 cache: *//p' | head -1)
 $py - "$work" "$rounds" "$(mpirun --version | head -1)" "$(nproc)" "$cpu, L3 $l3" >"$out" <<'PY'

@@ -30,8 +30,7 @@ mdring_ensure_packages "${MDRING_PACKAGES[@]}"
   mdring_build --target mdring-bench mdring-precision >/dev/null
 mdring_mpi_env
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1
-py=python3
-[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+py=$(mdring_python)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # One table of medians over rounds: lines "np|topology|mdring-bench JSON".

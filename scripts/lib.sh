@@ -30,6 +30,10 @@ mdring_mpi_env() {
 
 mdring_jobs() { nproc 2>/dev/null || echo 2; }
 
+# Debian's python3 (the one apt installed torch and matplotlib for), else the first
+# python3 on PATH.
+mdring_python() { if [ -x /usr/bin/python3 ]; then echo /usr/bin/python3; else echo python3; fi; }
+
 # Configure (once) and build the given targets in build/.
 mdring_build() {
   local root

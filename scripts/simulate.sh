@@ -21,6 +21,5 @@ mdring_ensure_packages "${MDRING_SMPI_PACKAGES[@]}"
 cmake --preset smpi >/dev/null
 cmake --build --preset smpi -j "$(mdring_jobs)" >/dev/null
 # Debian's python3, the one apt installed matplotlib for (not a pyenv or venv one).
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
+py=$(mdring_python)
 exec nice -n 10 "$py" scripts/smpi/simulate.py "$@"

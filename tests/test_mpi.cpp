@@ -342,15 +342,9 @@ TEST_CASE("all_reduce: prod, min, max, avg, a user op, exact floats") {
 }
 
 namespace {
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 // A random float of rank r, element i: sign, mantissa and a binary exponent in [-6, 6].
 float rnd(std::size_t r, std::size_t i) {
-  const std::uint64_t u = splitmix((std::uint64_t(r) << 40) ^ std::uint64_t(i) ^ 0x5eedull);
+  const std::uint64_t u = mdring_test::mix((std::uint64_t(r) << 40) ^ std::uint64_t(i) ^ 0x5eedull);
   const float m = float(u >> 40) / float(1ull << 24);  // [0, 1)
   const int e = int((u >> 8) % 13) - 6;
   return std::ldexp((u & 1) ? -m : m, e);
