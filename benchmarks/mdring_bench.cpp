@@ -15,8 +15,8 @@
 // halving_doubling, every iteration: a size reports the faster one's median, and
 // which it was. --baseline mdring (with --reproducible or --accumulation float32:
 // that mode against the default) times mdring's default mode on a second
-// communicator of the same topology and options. Gloo reduces in place only: out of place, its time includes
-// copying the send buffer into the receive buffer. A time is the slowest rank's
+// communicator of the same topology and options. Gloo reduces in place only: out
+// of place, its time includes copying the send buffer into the receive buffer. A time is the slowest rank's
 // for that iteration (the max over ranks of the local times: MPI_Allreduce over
 // MPI; with --transport ucx a Gloo all-reduce, or without Gloo an mdring one on a
 // flat communicator, outside the timed region), and the reported time is the
