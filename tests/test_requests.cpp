@@ -9,7 +9,11 @@
 #include <mdring/mdring.hpp>
 #include "request_cases.hpp"
 
+#include <atomic>
+#include <chrono>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -181,4 +185,62 @@ TEST_CASE("requests: reserve() with calls in flight waits for them before growin
   CHECK(ready[1] == 1);
   CHECK(got[0] == 3.f);
   CHECK(got[1] == 3.f);
+}
+
+namespace {
+// A call that completes once `open` is set (at once when it is null).
+struct gated_call : md::detail::call_state {
+  const std::atomic<bool>* open = nullptr;
+  bool advance(bool) override { return open == nullptr || open->load(); }
+};
+}  // namespace
+
+TEST_CASE("requests: callbacks run in completion order when the agent and a waiting thread both complete calls") {
+  // The agent completes call 0 and runs its (slow) callback; meanwhile this thread,
+  // waiting for the last call, completes calls 1..7. Their callbacks must still come
+  // after call 0's: the waiting thread hands them to the thread already notifying.
+  for (int round = 0; round < 5; ++round) {
+    auto ex = std::make_shared<md::detail::host_executor>(md::progress_mode::agent);
+    std::atomic<bool> open{false}, started{false};
+    std::mutex m;
+    std::vector<int> order;
+    std::vector<std::shared_ptr<md::detail::call_state>> calls;
+    for (int i = 0; i < 8; ++i) {
+      auto c = std::make_shared<gated_call>();
+      if (i > 0) c->open = &open;
+      c->on_complete([&, i](std::exception_ptr) {
+        if (i == 0) {
+          started = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        std::lock_guard l(m);
+        order.push_back(i);
+      });
+      calls.push_back(c);
+    }
+    for (auto& c : calls) ex->submit(c);
+    for (int spin = 0; spin < 5000 && !started; ++spin) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    REQUIRE(started.load());  // the agent is in call 0's callback
+    open = true;
+    ex->wait(*calls.back());
+    ex->drain();
+    std::lock_guard l(m);
+    CHECK(order == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+  }
+}
+
+TEST_CASE("requests: a callback that makes a blocking call on the same executor does not deadlock") {
+  auto ex = std::make_shared<md::detail::host_executor>(md::progress_mode::agent);
+  std::atomic<bool> inner_done{false};
+  auto first = std::make_shared<gated_call>();
+  first->on_complete([&](std::exception_ptr) {
+    auto inner = std::make_shared<gated_call>();
+    ex->submit(inner);
+    ex->wait(*inner);  // completed and notified from within this callback
+    inner_done = true;
+  });
+  ex->submit(first);
+  ex->wait(*first);
+  CHECK(inner_done.load());
+  ex->drain();
 }

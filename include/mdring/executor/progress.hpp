@@ -187,10 +187,9 @@ public:
   // Moves the calls in flight on, if no other thread is doing so right now: the
   // call at the head of the queue as far as it goes, the next one when it
   // completes. True when something moved (a step passed or a call completed).
-  // The calls that completed meanwhile are notified after the lock is released,
-  // on this thread: their on_complete callbacks run, then they are done.
+  // The calls that completed meanwhile are notified after the lock is released:
+  // their on_complete callbacks run, then they are done (see notify_completed).
   bool try_step() {
-    std::vector<std::shared_ptr<call_state>> finished;
     bool moved = false;
     {
       std::unique_lock l(run_m_, std::try_to_lock);
@@ -212,11 +211,14 @@ public:
           queue_.pop_front();
         }
         moved = true;
-        finished.push_back(std::move(c));
+        {
+          std::lock_guard n(n_m_);
+          completed_.push_back(std::move(c));
+        }
         pending_.fetch_sub(1, std::memory_order_acq_rel);
       }
     }
-    for (auto& c : finished) c->notify();
+    notify_completed();
     return moved;
   }
 
@@ -253,9 +255,42 @@ public:
     waiting w(*this);
     backoff b;
     while (busy()) b.pause(try_step());
+    while (notified_elsewhere()) b.pause(false);  // another thread runs the last callbacks
   }
 
 private:
+  // Completed calls whose callbacks another thread has still to run.
+  bool notified_elsewhere() {
+    notify_completed();
+    std::lock_guard n(n_m_);
+    return notifier_ != std::thread::id() && notifier_ != std::this_thread::get_id();
+  }
+
+  // Notifies the completed calls in completion order, one thread at a time: two
+  // threads that each completed calls (the agent and one in wait) would otherwise
+  // run their callbacks side by side, a later call's before an earlier one's. The
+  // thread that finds another notifying leaves its calls to that one, which goes on
+  // until none is left (its own wait then sees `done` set by the other thread). A
+  // callback that makes a blocking call on this communicator notifies from within.
+  void notify_completed() {
+    const auto me = std::this_thread::get_id();
+    for (;;) {
+      std::shared_ptr<call_state> c;
+      {
+        std::lock_guard n(n_m_);
+        if (notifier_ != std::thread::id() && notifier_ != me) return;
+        if (completed_.empty()) {
+          notifier_ = std::thread::id();
+          return;
+        }
+        notifier_ = me;
+        c = std::move(completed_.front());
+        completed_.pop_front();
+      }
+      c->notify();
+    }
+  }
+
   // Counts a waiting thread; when the last one leaves, the agent gives the caller
   // a grace period again (wait_all waits for one request after another).
   struct waiting {
@@ -271,6 +306,9 @@ private:
   std::mutex q_m_;
   std::deque<std::shared_ptr<call_state>> queue_;
   std::atomic<std::size_t> pending_{0};  // queued or running
+  std::mutex n_m_;                                    // guards the two below
+  std::deque<std::shared_ptr<call_state>> completed_;  // not yet notified, in order
+  std::thread::id notifier_;                          // the thread notifying them
   std::atomic<unsigned> waiters_{0};     // threads in wait() or drain()
   std::atomic<deadline_clock::rep> touched_{0};
 };
