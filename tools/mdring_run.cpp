@@ -1,8 +1,10 @@
 // mdring-run: start N processes of a program on this machine, as
-// `torchrun --standalone --nproc-per-node N` would, for programs on mdring's UCX
-// transport (no MPI needed).
+// `torchrun --standalone --nproc-per-node N` would, or across hosts through an
+// agent (ssh, or any command), for programs on mdring's UCX transport (no MPI
+// needed).
 //
 //   mdring-run -n 4 ./app args...
+//   mdring-run --hosts a:2,b:2 ./app args...     (see the cluster section below)
 //
 // Each process gets the launcher's environment plus torchrun's variables (RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -69,8 +72,8 @@ void print_help() {
       "%s\n"
       "\n"
       "Starts N processes of `program args...` on this machine (the program is found on PATH like\n"
-      "a shell does), as `torchrun --standalone --nproc-per-node N` would. Each process gets this\n"
-      "environment plus:\n"
+      "a shell does), as `torchrun --standalone --nproc-per-node N` would, or across machines with\n"
+      "--hosts (below). Each process gets this environment plus:\n"
       "  RANK, LOCAL_RANK, ROLE_RANK                      0 .. N-1\n"
       "  WORLD_SIZE, LOCAL_WORLD_SIZE, ROLE_WORLD_SIZE    N\n"
       "  GROUP_RANK 0, GROUP_WORLD_SIZE 1, ROLE_NAME default\n"
@@ -103,14 +106,31 @@ void print_help() {
       "process and start the grace period; a second SIGINT or SIGTERM sends SIGKILL. The\n"
       "processes die with mdring-run even if it is killed with SIGKILL.\n"
       "\n"
-      "Across machines: mdring reads torchrun's variables. On several machines, run\n"
+      "Across machines:\n"
+      "  --hosts A:2,B:2        the hosts and their slots (processes); NAME alone is one slot.\n"
+      "                         -n is then optional (default: every slot; fewer fills hosts in order)\n"
+      "  --hostfile FILE        the same, a host per line: NAME, NAME:SLOTS or NAME slots=SLOTS (# comments)\n"
+      "  --agent CMD            runs a command on a host (default ssh): CMD's words, with {host} and\n"
+      "                         {index} replaced, else followed by the host's name, then the command.\n"
+      "                         E.g. --agent \"ip netns exec ns{index}\" for network namespaces\n"
+      "  --launcher-path PATH   mdring-run's path on the hosts (default: this one's)\n"
+      "  -x NAME[=VALUE]        pass a variable to every process (repeatable). MDRING_*, UCX_*, GLOO_*,\n"
+      "                         NCCL_* and TORCH_* variables set here are always passed on\n"
+      "On each host the agent starts `mdring-run --node`, which reads its share of the job (the\n"
+      "secret among it, never on a command line) on its standard input and starts that host's\n"
+      "processes in the launcher's working directory. Ranks are placed in host order; LOCAL_RANK,\n"
+      "LOCAL_WORLD_SIZE, GROUP_RANK and GROUP_WORLD_SIZE say which host and where on it. MASTER_ADDR\n"
+      "defaults to the first host's name (give --master-addr where the others know it by another);\n"
+      "the free port is found there. When a host's process fails, the others get the grace period,\n"
+      "then SIGTERM, then SIGKILL; a host whose agent or connection is lost kills its processes.\n"
+      "\n"
+      "Other launchers: mdring reads torchrun's variables, so\n"
       "`torchrun --nnodes M --nproc-per-node K --rdzv-backend c10d --rdzv-endpoint HOST:PORT\n"
-      "program args...`, or any launcher that sets RANK, WORLD_SIZE, LOCAL_RANK,\n"
-      "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT in every process, and give every process the\n"
-      "same MDRING_SECRET (e.g. `export MDRING_SECRET=$(openssl rand -hex 16)` before launching).\n"
-      "Rank 0 hosts mdring's store on MASTER_ADDR:MASTER_PORT; where the launcher's own store\n"
-      "already holds that port, give every process MDRING_STORE_PORT, a free port, instead.\n"
-      "mdring-run itself starts processes on this machine only.\n",
+      "program args...` works too, or any launcher that sets RANK, WORLD_SIZE, LOCAL_RANK,\n"
+      "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT in every process; give every process the same\n"
+      "MDRING_SECRET (e.g. `export MDRING_SECRET=$(openssl rand -hex 16)` before launching). Rank 0\n"
+      "hosts mdring's store on MASTER_ADDR:MASTER_PORT; where the launcher's own store already holds\n"
+      "that port, give every process MDRING_STORE_PORT, a free port, instead.\n",
       usage_line, max_processes);
 }
 
@@ -140,15 +160,85 @@ double parse_seconds(std::string_view opt, std::string_view s) {
   return v;
 }
 
+// A machine of --hosts or --hostfile, and how many processes it runs.
+struct host {
+  std::string name;
+  long slots = 1;
+};
+
 struct options {
   long n = 0;
   std::string addr = "127.0.0.1";
+  bool addr_given = false;
   long port = 0;  // 0: pick a free one
   double grace_s = 5;
   bool tag_output = false;
   bool bind_core = false;  // --bind-to core
   int program = 0;  // argv index of the program
+  // Across machines (--hosts / --hostfile): empty for a job on this machine.
+  std::vector<host> hosts;
+  std::string agent = "ssh";
+  std::string remote_self;                 // --launcher-path: mdring-run on the hosts
+  std::vector<std::string> exported;       // -x NAME or NAME=VALUE
 };
+
+// ---- --hosts and --hostfile --------------------------------------------------
+
+// "NAME" or "NAME:SLOTS" (one entry of --hosts, or a line of a host file).
+host parse_host(std::string_view opt, std::string_view entry) {
+  host h;
+  const auto colon = entry.rfind(':');
+  h.name = std::string(entry.substr(0, colon));
+  if (colon != std::string_view::npos)
+    h.slots = parse_count(opt, entry.substr(colon + 1), 1, max_processes, "NAME:SLOTS with a positive SLOTS");
+  if (h.name.empty() || h.name.find_first_of(" \t'\"\\$`;&|<>(){}") != std::string::npos)
+    bad_usage(std::string(opt) + " expects host names (NAME or NAME:SLOTS), got " + quoted(entry));
+  return h;
+}
+
+std::vector<host> parse_hosts(std::string_view opt, std::string_view list) {
+  std::vector<host> out;
+  while (true) {
+    const auto comma = list.find(',');
+    out.push_back(parse_host(opt, list.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+// A host file: a host per line, "NAME", "NAME:SLOTS" or "NAME slots=SLOTS" (Open MPI's
+// form); '#' starts a comment.
+std::vector<host> read_hostfile(std::string_view opt, const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) bad_usage(std::string(opt) + " expects a readable host file, got " + quoted(path) + ": " + std::strerror(errno));
+  std::vector<host> out;
+  char line[4096];
+  int number = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    ++number;
+    std::string_view l = line;
+    l = l.substr(0, l.find('#'));
+    while (!l.empty() && std::isspace(static_cast<unsigned char>(l.back()))) l.remove_suffix(1);
+    while (!l.empty() && std::isspace(static_cast<unsigned char>(l.front()))) l.remove_prefix(1);
+    if (l.empty()) continue;
+    const std::string where = std::string(opt) + " " + path + ":" + std::to_string(number);
+    const auto space = l.find_first_of(" \t");
+    if (space == std::string_view::npos) {
+      out.push_back(parse_host(where, l));
+      continue;
+    }
+    std::string_view rest = l.substr(space);
+    while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.front()))) rest.remove_prefix(1);
+    if (!rest.starts_with("slots=")) bad_usage(where + " expects NAME slots=SLOTS, got " + quoted(l));
+    host h = parse_host(where, l.substr(0, space));
+    h.slots = parse_count(where, rest.substr(6), 1, max_processes, "slots=SLOTS with a positive SLOTS");
+    out.push_back(h);
+  }
+  std::fclose(f);
+  if (out.empty()) bad_usage(std::string(opt) + " " + path + " names no host");
+  return out;
+}
 
 options parse(int argc, char** argv) {
   options o;
@@ -192,6 +282,7 @@ options parse(int argc, char** argv) {
       const std::string_view v = value();
       if (v.empty()) bad_usage(std::string(name) + " expects an address of this machine, got \"\"");
       o.addr = v;
+      o.addr_given = true;
     } else if (name == "--master-port" || name == "--master_port") {
       o.port = parse_count(name, value(), 1, 65535, "a TCP port number");
     } else if (name == "--grace") {
@@ -199,6 +290,30 @@ options parse(int argc, char** argv) {
     } else if (name == "--tag-output") {
       no_value();
       o.tag_output = true;
+    } else if (name == "--hosts" || name == "-H" || name == "--host") {
+      const std::string_view v = value();
+      if (v.empty()) bad_usage(std::string(name) + " expects host names (NAME or NAME:SLOTS, comma-separated), got \"\"");
+      auto more = parse_hosts(name, v);
+      o.hosts.insert(o.hosts.end(), more.begin(), more.end());
+    } else if (name == "--hostfile" || name == "--host-file") {
+      auto more = read_hostfile(name, std::string(value()));
+      o.hosts.insert(o.hosts.end(), more.begin(), more.end());
+    } else if (name == "--agent") {
+      const std::string_view v = value();
+      if (v.find_first_not_of(" \t") == std::string_view::npos)
+        bad_usage(std::string(name) + " expects a command that runs a command on a host, got " + quoted(v));
+      o.agent = v;
+    } else if (name == "--launcher-path") {
+      const std::string_view v = value();
+      if (v.empty() || v[0] != '/') bad_usage(std::string(name) + " expects an absolute path, got " + quoted(v));
+      o.remote_self = v;
+    } else if (name == "-x" || name == "--export") {
+      const std::string_view v = value();
+      const std::string_view var = v.substr(0, v.find('='));
+      if (var.empty() || var.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+                             std::string_view::npos || (var[0] >= '0' && var[0] <= '9'))
+        bad_usage(std::string(name) + " expects NAME or NAME=VALUE (a variable's name), got " + quoted(v));
+      o.exported.emplace_back(v);
     } else if (name == "--bind-to" || name == "--bind_to") {
       const std::string_view v = value();
       if (v != "core" && v != "none") bad_usage(std::string(name) + " expects core or none, got " + quoted(v));
@@ -207,7 +322,21 @@ options parse(int argc, char** argv) {
       bad_usage("unknown option " + quoted(a));
     }
   }
-  if (!have_n) bad_usage("missing -n N, the number of processes to start");
+  if (!o.hosts.empty()) {
+    long slots = 0;
+    for (const host& h : o.hosts) slots += h.slots;
+    if (slots > max_processes) bad_usage("the hosts offer " + std::to_string(slots) + " slots, more than " +
+                                         std::to_string(max_processes) + " processes");
+    if (have_n && o.n > slots)
+      bad_usage("-n " + std::to_string(o.n) + " is more than the " + std::to_string(slots) +
+                " slots of the hosts given (NAME:SLOTS sets a host's)");
+    if (!have_n) o.n = slots;
+    have_n = true;
+    if (!o.addr_given) o.addr = o.hosts.front().name;
+  } else if (!o.exported.empty()) {
+    bad_usage("-x: the environment is passed on as it is on this machine; -x is for --hosts or --hostfile");
+  }
+  if (!have_n) bad_usage("missing -n N (the number of processes), or --hosts / --hostfile");
   if (i >= argc) bad_usage("no program to run: give it after the options (and an optional --)");
   o.program = i;
   return o;
@@ -328,10 +457,25 @@ bool write_all(int fd, std::string_view s) {
   return true;
 }
 
+// Where this launcher's processes sit in the job: all of it on one machine, or one
+// host's share of a job across hosts (mdring-run --node, started by the agent).
+struct placement {
+  long first = 0;   // the global rank of local rank 0
+  long world = 0;   // processes in the job
+  long group = 0, groups = 1;  // this host's index, and the number of hosts
+  std::string host;            // its name, for messages ("" on one machine)
+  std::vector<std::pair<std::string, std::string>> env;  // set in every process
+  int control = -1;            // --node: commands from the launcher (see node_command)
+};
+
 class launcher {
 public:
-  launcher(const options& o, char** argv, long port, std::string secret)
-      : o_(o), argv_(argv), procs_(std::size_t(o.n)), port_(std::to_string(port)), secret_(std::move(secret)) {}
+  launcher(const options& o, std::vector<char*> program, long port, std::string secret, placement where)
+      : o_(o), program_(std::move(program)), procs_(std::size_t(o.n)), port_(std::to_string(port)),
+        secret_(std::move(secret)), where_(std::move(where)) {
+    if (where_.world == 0) where_.world = o.n;
+    program_.push_back(nullptr);
+  }
 
   int run() {
     if (o_.bind_core) find_cpus();
@@ -346,7 +490,8 @@ public:
     for (long r = 0; r < o_.n; ++r)
       if (!spawn(r)) {
         const int e = errno;
-        std::fprintf(stderr, "mdring-run: cannot start rank %ld: %s\n", r, std::strerror(e));
+        std::fprintf(stderr, "mdring-run: cannot start rank %ld%s: %s\n", where_.first + r, on_host().c_str(),
+                     std::strerror(e));
         kill_all(SIGKILL);
         for (auto& p : procs_)
           if (p.alive) waitpid(p.pid, nullptr, 0);
@@ -421,9 +566,16 @@ private:
     return true;
   }
 
+  // " on host NAME" when this is one host's share of a job.
+  std::string on_host() const { return where_.host.empty() ? "" : " on host " + where_.host; }
+
   [[noreturn]] void child(long r, pid_t parent, int pipes[2][2]) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive mdring-run, even a SIGKILLed one
     if (getppid() != parent) _exit(1);  // it died before prctl
+    if (where_.control >= 0) {  // the launcher's commands are not the program's input
+      const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (null < 0 || dup2(null, 0) < 0) _exit(127);
+    }
     struct sigaction dfl{};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
@@ -437,35 +589,38 @@ private:
       CPU_ZERO(&one);
       CPU_SET(cpus_[std::size_t(r) % cpus_.size()], &one);
       if (sched_setaffinity(0, sizeof one, &one) != 0) {
-        std::fprintf(stderr, "mdring-run: cannot bind rank %ld to CPU %d: %s\n", r,
-                     cpus_[std::size_t(r) % cpus_.size()], std::strerror(errno));
+        std::fprintf(stderr, "mdring-run: cannot bind rank %ld%s to CPU %d: %s\n", where_.first + r,
+                     on_host().c_str(), cpus_[std::size_t(r) % cpus_.size()], std::strerror(errno));
         _exit(127);
       }
     }
 
-    const std::string rank = std::to_string(r), size = std::to_string(o_.n);
+    for (const auto& [name, value] : where_.env) setenv(name.c_str(), value.c_str(), 1);
+    const std::string rank = std::to_string(where_.first + r), size = std::to_string(where_.world),
+                      local = std::to_string(r), local_size = std::to_string(o_.n),
+                      group = std::to_string(where_.group), groups = std::to_string(where_.groups);
     const std::pair<const char*, const std::string*> vars[] = {
         {"RANK", &rank},
         {"WORLD_SIZE", &size},
-        {"LOCAL_RANK", &rank},
-        {"LOCAL_WORLD_SIZE", &size},
+        {"LOCAL_RANK", &local},
+        {"LOCAL_WORLD_SIZE", &local_size},
         {"ROLE_RANK", &rank},
         {"ROLE_WORLD_SIZE", &size},
         {"MDRING_RANK", &rank},
         {"MDRING_WORLD_SIZE", &size},
-        {"MDRING_LOCAL_RANK", &rank},
-        {"MDRING_LOCAL_WORLD_SIZE", &size},
-        {"GROUP_RANK", &zero_},
-        {"GROUP_WORLD_SIZE", &one_},
+        {"MDRING_LOCAL_RANK", &local},
+        {"MDRING_LOCAL_WORLD_SIZE", &local_size},
+        {"GROUP_RANK", &group},
+        {"GROUP_WORLD_SIZE", &groups},
         {"ROLE_NAME", &role_},
         {"MASTER_ADDR", &o_.addr},
         {"MASTER_PORT", &port_},
         {"MDRING_SECRET", &secret_},
     };
     for (const auto& [name, value] : vars) setenv(name, value->c_str(), 1);
-    execvp(argv_[o_.program], argv_ + o_.program);
+    execvp(program_[0], program_.data());
     const int e = errno;
-    std::fprintf(stderr, "mdring-run: cannot run \"%s\": %s\n", argv_[o_.program], std::strerror(e));
+    std::fprintf(stderr, "mdring-run: cannot run \"%s\"%s: %s\n", program_[0], on_host().c_str(), std::strerror(e));
     _exit(127);
   }
 
@@ -486,8 +641,8 @@ private:
   void on_received(int sig) {
     const bool stop = sig == SIGINT || sig == SIGTERM;
     if (stop && first_stop_ != 0 && phase_ != phase::killed) {
-      std::fprintf(stderr, "mdring-run: %s after %s: sending SIGKILL to %ld rank%s\n", sigabbrev(sig).c_str(),
-                   sigabbrev(first_stop_).c_str(), live_, plural(live_));
+      std::fprintf(stderr, "mdring-run: %s after %s: sending SIGKILL to %ld rank%s%s\n", sigabbrev(sig).c_str(),
+                   sigabbrev(first_stop_).c_str(), live_, plural(live_), on_host().c_str());
       kill_all(SIGKILL);
       phase_ = phase::killed;
       return;
@@ -528,7 +683,8 @@ private:
             const char* desc = strsignal(sig);
             what = "was killed by signal " + std::to_string(sig) + " (" + (desc ? desc : "?") + ")";
           }
-          std::fprintf(stderr, "mdring-run: rank %zu (pid %d) %s\n", r, int(pid), what.c_str());
+          std::fprintf(stderr, "mdring-run: rank %ld (pid %d)%s %s\n", where_.first + long(r), int(pid),
+                       on_host().c_str(), what.c_str());
           start_grace(clk::now());
         }
       }
@@ -538,16 +694,16 @@ private:
   void on_deadline(clk::time_point now) {
     if (phase_ == phase::grace) {
       if (live_ > 0) {
-        std::fprintf(stderr, "mdring-run: sending SIGTERM to %ld rank%s still running after the %g s grace period\n",
-                     live_, plural(live_), o_.grace_s);
+        std::fprintf(stderr, "mdring-run: sending SIGTERM to %ld rank%s%s still running after the %g s grace period\n",
+                     live_, plural(live_), on_host().c_str(), o_.grace_s);
         kill_all(SIGTERM);
       }
       phase_ = phase::terminating;
       deadline_ = now + kill_after_term;
     } else if (phase_ == phase::terminating) {
       if (live_ > 0) {
-        std::fprintf(stderr, "mdring-run: sending SIGKILL to %ld rank%s still running 2 s after SIGTERM\n", live_,
-                     plural(live_));
+        std::fprintf(stderr, "mdring-run: sending SIGKILL to %ld rank%s%s still running 2 s after SIGTERM\n", live_,
+                     plural(live_), on_host().c_str());
         kill_all(SIGKILL);
       }
       phase_ = phase::killed;
@@ -558,7 +714,7 @@ private:
   void emit(std::size_t rank, stream& s, bool all) {
     constexpr std::size_t max_line = 64 * 1024;  // longer lines are cut, not buffered without bound
     std::string out;
-    const std::string prefix = "[" + std::to_string(rank) + "] ";
+    const std::string prefix = "[" + std::to_string(where_.first + long(rank)) + "] ";
     std::size_t start = 0;
     for (;;) {
       const std::size_t nl = s.partial.find('\n', start);
@@ -618,6 +774,7 @@ private:
       fds.clear();
       owners.clear();
       fds.push_back({signal_pipe[0], POLLIN, 0});
+      fds.push_back({where_.control, POLLIN, 0});  // ignored by poll while -1
       for (std::size_t r = 0; r < procs_.size(); ++r)
         for (auto& s : procs_[r].streams)
           if (s.fd >= 0) {
@@ -641,8 +798,9 @@ private:
         while ((k = read(signal_pipe[0], sigs, sizeof sigs)) > 0)
           for (ssize_t j = 0; j < k; ++j)
             if (sigs[j] != SIGCHLD) on_received(sigs[j]);
-        for (std::size_t j = 1; j < fds.size(); ++j)
-          if (fds[j].revents) drain(owners[j - 1].first, *owners[j - 1].second);
+        if (fds[1].revents) node_command();
+        for (std::size_t j = 2; j < fds.size(); ++j)
+          if (fds[j].revents) drain(owners[j - 2].first, *owners[j - 2].second);
       }
       reap();
       const auto now = clk::now();
@@ -662,10 +820,45 @@ private:
       }
   }
 
+  // --node: what the launcher across hosts asks of this host's share. A signal's
+  // letter (I, T, H, Q: forward it as mdring-run does its own), K (SIGKILL them
+  // all now); the end of the stream (the launcher, or the agent's connection, is
+  // gone) kills them all too.
+  void node_command() {
+    char cmds[64];
+    const ssize_t k = read(where_.control, cmds, sizeof cmds);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (k <= 0) {
+      close(where_.control);
+      where_.control = -1;
+      if (live_ > 0) kill_all(SIGKILL);
+      phase_ = phase::killed;
+      return;
+    }
+    for (ssize_t j = 0; j < k; ++j) switch (cmds[j]) {
+        case 'I': on_received(SIGINT); break;
+        case 'T': on_received(SIGTERM); break;
+        case 'H': on_received(SIGHUP); break;
+        case 'Q': on_received(SIGQUIT); break;
+        case 'S':  // the job's grace period is over: SIGTERM now, SIGKILL 2 s later
+          if (phase_ == phase::running || phase_ == phase::grace) {
+            kill_all(SIGTERM);
+            phase_ = phase::terminating;
+            deadline_ = clk::now() + kill_after_term;
+          }
+          break;
+        case 'K':
+          kill_all(SIGKILL);
+          phase_ = phase::killed;
+          break;
+        default: break;
+      }
+  }
+
   enum class phase { running, grace, terminating, killed };
 
   const options& o_;
-  char** argv_;
+  std::vector<char*> program_;
   std::vector<process> procs_;
   long live_ = 0;
   std::vector<int> handled_;
@@ -679,15 +872,495 @@ private:
   std::array<bool, 3> broken_{};
   const std::string port_, secret_;
   std::vector<int> cpus_;  // --bind-to core: the CPUs to bind to, in order
-  const std::string zero_ = "0", one_ = "1", role_ = "default";
+  placement where_;
+  const std::string role_ = "default";
 };
+
+
+// ---- across hosts --------------------------------------------------------------
+//
+// mdring-run --hosts a:2,b:2 starts, through the agent (ssh by default), one
+// `mdring-run --node` on each host, and writes it its share of the job on its
+// standard input: NUL-terminated "key=value" records, the secret among them (never
+// on a command line), ended by an empty record. The stream then stays open as
+// the job's control channel (node_command): signals forwarded, the grace period's
+// end, and its end of file when this launcher dies, which kills that host's ranks.
+
+constexpr const char* shell_special = " \t\n'\"\\$`;&|<>(){}*?[]#~!";
+
+// The agent's words for host i: {host} and {index} replaced; the host's name
+// appended when neither appears (as ssh takes it).
+std::vector<std::string> agent_words(const options& o, std::size_t i) {
+  std::vector<std::string> out;
+  bool placed = false;
+  std::string_view a = o.agent;
+  for (;;) {
+    const auto b = a.find_first_not_of(" \t");
+    if (b == std::string_view::npos) break;
+    a.remove_prefix(b);
+    const auto e = std::min(a.find_first_of(" \t"), a.size());
+    std::string w(a.substr(0, e));
+    a.remove_prefix(e);
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"{host}", o.hosts[i].name},
+                                     std::pair<std::string, std::string>{"{index}", std::to_string(i)}})
+      for (std::size_t at; (at = w.find(key)) != std::string::npos; placed = true) w.replace(at, key.size(), value);
+    out.push_back(std::move(w));
+  }
+  if (!placed) out.push_back(o.hosts[i].name);
+  return out;
+}
+
+std::string agent_text(const std::vector<std::string>& words) {
+  std::string t;
+  for (const auto& w : words) t += (t.empty() ? "" : " ") + w;
+  return t;
+}
+
+// This mdring-run's absolute path: the default for the hosts' (same install).
+std::string self_path() {
+  char buf[4096];
+  const ssize_t k = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (k <= 0) {
+    std::fprintf(stderr, "mdring-run: cannot find its own path (/proc/self/exe): give --launcher-path\n");
+    std::exit(1);
+  }
+  return std::string(buf, std::size_t(k));
+}
+
+// Runs `words` with the standard input closed and returns what it printed (its
+// exit status in *status).
+std::string capture(const std::vector<std::string>& words, int* status) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return *status = -1, "";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_RDONLY);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(out[1], 1) < 0) _exit(127);
+    std::vector<char*> argv;
+    for (const auto& w : words) argv.push_back(const_cast<char*>(w.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "mdring-run: cannot run the agent \"%s\": %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t k; pid > 0 && ((k = read(out[0], buf, sizeof buf)) > 0 || (k < 0 && errno == EINTR));)
+    if (k > 0) text.append(buf, std::size_t(k));
+  close(out[0]);
+  *status = -1;
+  if (pid > 0)
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+    }
+  return text;
+}
+
+// The variables every process gets on every host: those set here for the runtimes
+// the job uses (MDRING_*, UCX_*, GLOO_*, NCCL_*, TORCH_*), and -x's.
+std::vector<std::pair<std::string, std::string>> exported_env(const options& o) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view kv = *e;
+    const auto eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string_view name = kv.substr(0, eq);
+    if (name == "MDRING_SECRET") continue;  // sent once, as the secret
+    for (const char* prefix : {"MDRING_", "UCX_", "GLOO_", "NCCL_", "TORCH_"})
+      if (name.starts_with(prefix)) {
+        out.emplace_back(name, kv.substr(eq + 1));
+        break;
+      }
+  }
+  for (const auto& x : o.exported) {
+    const auto eq = x.find('=');
+    if (eq != std::string::npos) {
+      out.emplace_back(x.substr(0, eq), x.substr(eq + 1));
+    } else if (const char* v = std::getenv(x.c_str())) {
+      out.emplace_back(x, v);
+    } else {
+      std::fprintf(stderr, "mdring-run: -x %s: not set here, not passed on\n", x.c_str());
+    }
+  }
+  return out;
+}
+
+class cluster {
+public:
+  cluster(const options& o, char** argv, long port, std::string secret)
+      : o_(o), argv_(argv), port_(port), secret_(std::move(secret)) {}
+
+  int run() {
+    const std::string remote = o_.remote_self.empty() ? self_path() : o_.remote_self;
+    if (remote.find_first_of(shell_special) != std::string::npos) {
+      std::fprintf(stderr, "mdring-run: its path \"%s\" has characters a remote shell would split or expand: "
+                   "give --launcher-path\n", remote.c_str());
+      return 2;
+    }
+    setup();
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (const int sig : forwarded_signals) sigaddset(&block, sig);
+    sigaddset(&block, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    original_mask_ = old;
+    long first = 0;
+    char cwd[4096] = {};
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+    const auto env = exported_env(o_);
+    for (std::size_t i = 0; i < o_.hosts.size() && first < o_.n; ++i) {
+      node n;
+      n.host = i;
+      n.first = first;
+      n.count = std::min(o_.hosts[i].slots, o_.n - first);
+      first += n.count;
+      auto words = agent_words(o_, i);
+      words.push_back(remote);
+      words.push_back("--node");
+      if (!spawn(n, words)) {
+        std::fprintf(stderr, "mdring-run: cannot start the agent for host %s (%s): %s\n", o_.hosts[i].name.c_str(),
+                     agent_text(words).c_str(), std::strerror(errno));
+        stop_all(true);
+        return 1;
+      }
+      send(n, config(n, cwd, env));
+      nodes_.push_back(std::move(n));
+    }
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    loop();
+    if (!failed_) return 0;
+    return WIFEXITED(first_status_) ? WEXITSTATUS(first_status_) : 128 + WTERMSIG(first_status_);
+  }
+
+private:
+  struct node {
+    std::size_t host = 0;
+    long first = 0, count = 0;
+    pid_t pid = -1;
+    bool alive = false;
+    int control = -1;  // the write end of its standard input
+  };
+
+  void setup() {
+    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+      std::perror("mdring-run: pipe");
+      std::exit(1);
+    }
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (const int sig : forwarded_signals) {
+      struct sigaction cur{};
+      sigaction(sig, nullptr, &cur);
+      if (cur.sa_handler == SIG_IGN) continue;
+      sigaction(sig, &sa, nullptr);
+      handled_.push_back(sig);
+    }
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a host's agent that is gone: its write fails, it is reaped
+  }
+
+  std::string config(const node& n, const char* cwd, const std::vector<std::pair<std::string, std::string>>& env) {
+    std::string c;
+    auto put = [&](const std::string& key, const std::string& value) {
+      c += key;
+      c += '=';
+      c += value;
+      c += '\0';
+    };
+    put("first", std::to_string(n.first));
+    put("count", std::to_string(n.count));
+    put("world", std::to_string(o_.n));
+    put("group", std::to_string(n.host));
+    put("groups", std::to_string(groups()));
+    put("host", o_.hosts[n.host].name);
+    put("addr", o_.addr);
+    put("port", std::to_string(port_));
+    char grace[64];
+    std::snprintf(grace, sizeof grace, "%.17g", o_.grace_s);
+    put("grace", grace);
+    put("tag", o_.tag_output ? "1" : "0");
+    put("bind", o_.bind_core ? "core" : "none");
+    if (*cwd) put("cwd", cwd);
+    put("secret", secret_);
+    for (const auto& [k, v] : env) put("env", k + "=" + v);
+    for (char** a = argv_ + o_.program; *a; ++a) put("arg", *a);
+    c += '\0';
+    return c;
+  }
+
+  long groups() const {
+    long g = 0, placed = 0;
+    for (const host& h : o_.hosts)
+      if (placed < o_.n) placed += h.slots, ++g;
+    return g;
+  }
+
+  bool spawn(node& n, const std::vector<std::string>& words) {
+    int ctl[2];
+    if (pipe2(ctl, O_CLOEXEC) != 0) return false;
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      // Its own process group: a terminal's ^C reaches this launcher only, which
+      // forwards it once (a host's mdring-run that got it too would count two).
+      setpgid(0, 0);
+      struct sigaction dfl{};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      for (const int sig : handled_) sigaction(sig, &dfl, nullptr);
+      sigaction(SIGCHLD, &dfl, nullptr);
+      sigaction(SIGPIPE, &dfl, nullptr);
+      sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+      if (dup2(ctl[0], 0) < 0) _exit(127);
+      std::vector<char*> argv;
+      for (const auto& w : words) argv.push_back(const_cast<char*>(w.c_str()));
+      argv.push_back(nullptr);
+      execvp(argv[0], argv.data());
+      std::fprintf(stderr, "mdring-run: cannot run the agent \"%s\" for host %s: %s\n", argv[0],
+                   o_.hosts[n.host].name.c_str(), std::strerror(errno));
+      _exit(127);
+    }
+    close(ctl[0]);
+    n.pid = pid;
+    n.alive = true;
+    n.control = ctl[1];
+    ++live_;
+    return true;
+  }
+
+  static void send(node& n, std::string_view what) {
+    if (n.control < 0) return;
+    if (!write_all(n.control, what)) {  // the agent is gone (it is reaped as failed)
+      close(n.control);
+      n.control = -1;
+    }
+  }
+  void send_all(std::string_view what) {
+    for (auto& n : nodes_)
+      if (n.alive) send(n, what);
+  }
+  // Every host's ranks SIGKILLed (K, then the end of the stream), and the agents too.
+  void stop_all(bool kill_agents) {
+    send_all("K");
+    for (auto& n : nodes_)
+      if (n.control >= 0) close(n.control), n.control = -1;
+    if (kill_agents)
+      for (auto& n : nodes_)
+        if (n.alive) kill(n.pid, SIGKILL);
+  }
+
+  std::string ranks_of(const node& n) const {
+    return n.count == 1 ? "rank " + std::to_string(n.first)
+                        : "ranks " + std::to_string(n.first) + "-" + std::to_string(n.first + n.count - 1);
+  }
+
+  void start_grace(clk::time_point now) {
+    if (phase_ != phase::running) return;
+    phase_ = phase::grace;
+    deadline_ = now + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o_.grace_s));
+  }
+
+  void on_received(int sig) {
+    const bool stop = sig == SIGINT || sig == SIGTERM;
+    if (stop && first_stop_ != 0 && phase_ != phase::killed) {
+      std::fprintf(stderr, "mdring-run: %s after %s: killing the ranks on every host\n",
+                   sig == SIGINT ? "SIGINT" : "SIGTERM", first_stop_ == SIGINT ? "SIGINT" : "SIGTERM");
+      stop_all(false);
+      phase_ = phase::killed;
+      deadline_ = clk::now() + std::chrono::seconds(5);
+      return;
+    }
+    if (stop && first_stop_ == 0) first_stop_ = sig;
+    send_all(sig == SIGINT ? "I" : sig == SIGTERM ? "T" : sig == SIGHUP ? "H" : "Q");
+    start_grace(clk::now());
+  }
+
+  void reap() {
+    int status = 0;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+      for (auto& n : nodes_) {
+        if (n.pid != pid || !n.alive) continue;
+        n.alive = false;
+        --live_;
+        if (n.control >= 0) close(n.control), n.control = -1;
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (ok || failed_) continue;
+        failed_ = true;
+        first_status_ = status;
+        const std::string what = WIFEXITED(status) ? "exited with code " + std::to_string(WEXITSTATUS(status))
+                                                   : "was killed by signal " + std::to_string(WTERMSIG(status));
+        std::fprintf(stderr,
+                     "mdring-run: host %s (%s) failed: its mdring-run (through \"%s\") %s; the other hosts' ranks "
+                     "have %g s to finish\n",
+                     o_.hosts[n.host].name.c_str(), ranks_of(n).c_str(), o_.agent.c_str(), what.c_str(), o_.grace_s);
+        start_grace(clk::now());
+      }
+  }
+
+  void on_deadline(clk::time_point now) {
+    if (phase_ == phase::grace) {
+      if (live_ > 0)
+        std::fprintf(stderr, "mdring-run: the grace period is over: stopping the ranks on %ld host%s\n", live_,
+                     live_ == 1 ? "" : "s");
+      send_all("S");  // SIGTERM, and SIGKILL 2 s later, on each host
+      phase_ = phase::terminating;
+      deadline_ = now + kill_after_term + std::chrono::seconds(3);
+    } else if (phase_ == phase::terminating) {
+      stop_all(false);
+      phase_ = phase::killed;
+      deadline_ = now + std::chrono::seconds(5);
+    } else if (phase_ == phase::killed) {
+      if (live_ > 0)
+        std::fprintf(stderr, "mdring-run: %ld agent%s still running 5 s after the ranks were killed: SIGKILL\n",
+                     live_, live_ == 1 ? "" : "s");
+      stop_all(true);
+      deadline_ = clk::time_point::max();
+    }
+  }
+
+  void loop() {
+    while (live_ > 0) {
+      pollfd p{signal_pipe[0], POLLIN, 0};
+      int timeout_ms = -1;
+      if (phase_ != phase::running && deadline_ != clk::time_point::max()) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - clk::now()).count();
+        timeout_ms = int(std::max<long long>(0, std::min<long long>(left, 60'000)));
+      }
+      const int rc = poll(&p, 1, timeout_ms);
+      if (rc > 0) {
+        unsigned char sigs[64];
+        ssize_t k;
+        while ((k = read(signal_pipe[0], sigs, sizeof sigs)) > 0)
+          for (ssize_t j = 0; j < k; ++j)
+            if (sigs[j] != SIGCHLD) on_received(sigs[j]);
+      }
+      reap();
+      const auto now = clk::now();
+      if (phase_ != phase::running && now >= deadline_) on_deadline(now);
+    }
+  }
+
+  enum class phase { running, grace, terminating, killed };
+
+  const options& o_;
+  char** argv_;
+  const long port_;
+  const std::string secret_;
+  std::vector<node> nodes_;
+  long live_ = 0;
+  std::vector<int> handled_;
+  sigset_t original_mask_{};
+  int first_stop_ = 0;
+  bool failed_ = false;
+  int first_status_ = 0;
+  phase phase_ = phase::running;
+  clk::time_point deadline_{};
+};
+
+// mdring-run --node: one host's share, from the launcher's records on stdin.
+int node_main() {
+  std::vector<std::string> records;
+  std::string cur;
+  for (;;) {
+    char ch;
+    const ssize_t k = read(0, &ch, 1);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      std::fprintf(stderr, "mdring-run --node: the launcher's description of the job ended early (this mode is "
+                           "for mdring-run --hosts, through its agent)\n");
+      return 2;
+    }
+    if (ch != '\0') {
+      cur += ch;
+      continue;
+    }
+    if (cur.empty()) break;
+    records.push_back(std::move(cur));
+    cur.clear();
+  }
+  options o;
+  placement where;
+  std::vector<std::string> args;
+  std::string secret, cwd;
+  long port = 0;
+  auto number = [](const std::string& v) { return std::strtol(v.c_str(), nullptr, 10); };
+  for (const auto& r : records) {
+    const auto eq = r.find('=');
+    const std::string key = r.substr(0, eq), value = eq == std::string::npos ? "" : r.substr(eq + 1);
+    if (key == "first") where.first = number(value);
+    else if (key == "count") o.n = number(value);
+    else if (key == "world") where.world = number(value);
+    else if (key == "group") where.group = number(value);
+    else if (key == "groups") where.groups = number(value);
+    else if (key == "host") where.host = value;
+    else if (key == "addr") o.addr = value;
+    else if (key == "port") port = number(value);
+    else if (key == "grace") o.grace_s = std::strtod(value.c_str(), nullptr);
+    else if (key == "tag") o.tag_output = value == "1";
+    else if (key == "bind") o.bind_core = value == "core";
+    else if (key == "cwd") cwd = value;
+    else if (key == "secret") secret = value;
+    else if (key == "env") {
+      const auto e = value.find('=');
+      where.env.emplace_back(value.substr(0, e), e == std::string::npos ? "" : value.substr(e + 1));
+    } else if (key == "arg") args.push_back(value);
+  }
+  if (o.n < 1 || where.world < o.n || args.empty() || port < 1 || secret.empty()) {
+    std::fprintf(stderr, "mdring-run --node: the launcher's description of the job is incomplete\n");
+    return 2;
+  }
+  if (!cwd.empty() && chdir(cwd.c_str()) != 0)
+    std::fprintf(stderr, "mdring-run: host %s has no directory %s (%s): the ranks start in %s\n", where.host.c_str(),
+                 cwd.c_str(), std::strerror(errno), std::getenv("HOME") ? std::getenv("HOME") : "/");
+  where.control = 0;
+  std::vector<char*> program;
+  for (auto& a : args) program.push_back(a.data());
+  launcher l(o, std::move(program), port, secret, std::move(where));
+  return l.run();
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string_view(argv[1]) == "--node") return node_main();
+  if (argc == 3 && std::string_view(argv[1]) == "--free-port") {  // asked by a launcher across hosts
+    std::printf("%ld\n", free_port(argv[2]));
+    return 0;
+  }
   const options o = parse(argc, argv);
-  const long port = o.port != 0 ? o.port : free_port(o.addr);
   const char* given = std::getenv("MDRING_SECRET");
-  launcher l(o, argv, port, given && *given ? std::string(given) : random_secret());
+  std::string secret = given && *given ? std::string(given) : random_secret();
+  if (!o.hosts.empty()) {
+    long port = o.port;
+    if (port == 0) {  // a free port on the first host, where rank 0 hosts the store
+      auto words = agent_words(o, 0);
+      words.push_back(o.remote_self.empty() ? self_path() : o.remote_self);
+      words.push_back("--free-port");
+      words.push_back(o.addr);
+      int status = 0;
+      const std::string text = capture(words, &status);
+      port = std::strtol(text.c_str(), nullptr, 10);
+      if (status != 0 || port < 1 || port > 65535) {
+        std::fprintf(stderr,
+                     "mdring-run: cannot find a free port on host %s through the agent (\"%s\" exited with %d, "
+                     "printed \"%s\"): check --agent and --master-addr, or give --master-port\n",
+                     o.hosts.front().name.c_str(), agent_text(words).c_str(),
+                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), text.c_str());
+        return 1;
+      }
+    }
+    cluster c(o, argv, port, std::move(secret));
+    return c.run();
+  }
+  const long port = o.port != 0 ? o.port : free_port(o.addr);
+  std::vector<char*> program(argv + o.program, argv + argc);
+  launcher l(o, std::move(program), port, std::move(secret), placement{});
   return l.run();
 }

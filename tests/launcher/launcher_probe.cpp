@@ -2,6 +2,8 @@
 // the actions on its command line in order, then exits 0:
 //
 //   env DIR               write the launcher's variables to DIR/env.PID (KEY=VALUE lines)
+//   cwd DIR               write its working directory to DIR/cwd.RANK
+//   secret-seen DIR       write to DIR/seen.RANK whether any process's command line holds MDRING_SECRET
 //   print                 "out RANK=r\n" then "tail r" (no newline) on stdout, "err RANK=r\n" on stderr
 //   pid DIR               write its pid to DIR/pid.RANK
 //   affinity DIR          write the CPUs it may run on to DIR/affinity.RANK ("0 1 3")
@@ -87,9 +89,26 @@ int main(int argc, char** argv) {
       for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                             "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "MDRING_SECRET",
                             "MDRING_RANK", "MDRING_WORLD_SIZE", "MDRING_LOCAL_RANK", "MDRING_LOCAL_WORLD_SIZE",
-                            "LAUNCHER_TEST_INHERITED"})
+                            "LAUNCHER_TEST_INHERITED", "LAUNCHER_TEST_HOST", "LAUNCHER_TEST_X", "MDRING_TEST_FORWARDED"})
         if (const char* v = std::getenv(k)) text += std::string(k) + "=" + v + "\n";
       write_file(dir + "/env." + std::to_string(getpid()), text);
+    } else if (a == "cwd") {
+      const std::string dir = arg();
+      write_file(dir + "/cwd." + rank, std::filesystem::current_path().string() + "\n");
+    } else if (a == "secret-seen") {
+      // Whether MDRING_SECRET appears on any process's command line (ps shows them).
+      const std::string dir = arg();
+      const char* secret = std::getenv("MDRING_SECRET");
+      std::string seen = "no\n";
+      for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        FILE* f = std::fopen((e.path() / "cmdline").c_str(), "r");
+        if (!f) continue;
+        std::string cmd;
+        for (int c; (c = std::fgetc(f)) != EOF;) cmd += char(c == 0 ? ' ' : c);
+        std::fclose(f);
+        if (secret && *secret && cmd.find(secret) != std::string::npos) seen = "yes: " + cmd + "\n";
+      }
+      write_file(dir + "/seen." + rank, seen);
     } else if (a == "print") {
       std::printf("out RANK=%s\n", rank.c_str());
       std::fflush(stdout);
