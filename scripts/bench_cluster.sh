@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 mdring_ensure_packages "${MDRING_PACKAGES[@]}" iproute2
-mdring_build --target mdring-bench mdring-run
+mdring_build --target mdring-bench mdring-run mdring-calibrate mdring_torch_ext
 mdring_mpi_env
 root=$PWD
 bench=$root/build/benchmarks/mdring-bench
@@ -42,24 +42,39 @@ topo="shm:$per x ethernet:$nodes"
 for up in $uplinks; do
   scripts/cluster.sh up $nodes --uplink "$up" --name mdb
   hosts=$(scripts/cluster.sh hosts $per --name mdb)
-  # The uplink's figures for explain(): bytes per second of the node's one port.
-  rate=$(echo "$up" | awk '{ r = $1; m = 1; if (r ~ /mbit$/) m = 1e6; else if (r ~ /gbit$/) m = 1e9;
-    sub(/[a-z]+$/, "", r); printf "%.6g", r * m / 8 }')
-  links="ethernet=$rate,50e-6,ports=1"
+  # The cluster's links measured as a user would (mdring-calibrate on the same ranks);
+  # explain() predicts with that profile, which bind() plans with too.
+  profile=$work/profile-$up
+  MDRING_TIMEOUT=300 timeout 900 "$run" --hosts "$hosts" --agent "$agent" -x UCX_TLS=tcp \
+    "$root/build/tools/mdring-calibrate" --transport ucx --topology "$topo" --out "$profile" \
+    | grep -v '^\[' >"$work/calibrate-$up"
   for r in $(seq "$rounds"); do
     for b in 1048576 16777216 67108864; do
       it=5; [ "$b" -ge 67108864 ] && it=3
       common=(--topology "$topo" --bytes "$b" --iters "$it" --warmup 1 --json)
-      MDRING_TIMEOUT=300 MDRING_LINKS="$links" timeout 900 "$run" --hosts "$hosts" --agent "$agent" \
+      MDRING_TIMEOUT=300 MDRING_PROFILE="$profile" timeout 900 "$run" --hosts "$hosts" --agent "$agent" \
         -x UCX_TLS=tcp -x GLOO_SOCKET_IFNAME=eth0 "$bench" --transport ucx --baseline gloo "${common[@]}" \
         | grep '^{' >>"$work/ucx-$up"
       timeout 900 scripts/cluster.sh --name mdb exec 0 mpirun --host "$hosts" -n $((nodes * per)) \
         --mca plm_rsh_agent "$agent" --mca btl tcp,vader,self --mca btl_tcp_if_include eth0 \
         --mca oob_tcp_if_include eth0 -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
-        -x MDRING_TIMEOUT=300 -x MDRING_LINKS="$links" -x OMPI_MCA_btl_vader_single_copy_mechanism=none \
+        -x MDRING_TIMEOUT=300 -x MDRING_PROFILE="$profile" -x OMPI_MCA_btl_vader_single_copy_mechanism=none \
         "$bench" --transport mpi --baseline mpi "${common[@]}" | grep '^{' >>"$work/mpi-$up"
     done
   done
+  # torchrun --nnodes 4 across the namespaces: torch.distributed's all_reduce and a DDP
+  # step (25.6 M parameters, batch 2) under mdring against gloo (benchmarks/torch_bench.py).
+  port=$((29800 + RANDOM % 100))
+  pids=()
+  for ((i = 0; i < nodes; i++)); do
+    scripts/cluster.sh --name mdb exec "$i" env PYTHONPATH="$root/build/python" GLOO_SOCKET_IFNAME=eth0 \
+      UCX_TLS=tcp OMP_NUM_THREADS=1 MDRING_TIMEOUT=300 MDRING_PROFILE="$profile" timeout 900 "$(mdring_python)" \
+      -m torch.distributed.run --nnodes $nodes --node_rank "$i" --nproc_per_node $per --master_addr 10.213.0.1 \
+      --master_port "$port" benchmarks/torch_bench.py --min-bytes 1048576 --max-bytes 16777216 --rounds 2 \
+      --ddp-iters 3 --batches 2 --json "$work/torch-$up" >"$work/torch-$up-node$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || { tail -20 "$work"/torch-"$up"-node*.log; exit 1; }; done
   scripts/cluster.sh down --name mdb
 done
 out=docs/perf/cluster.md
@@ -89,9 +104,10 @@ print(f"node-memory buffers, out of place, median of {rounds} rounds (each the m
 print(f"*bound*: the uplink bound 2 (N-1)/N x bytes / rate (N = {nodes} nodes). *mdring/UCX*: over UCX, processes")
 print("from `mdring-run --hosts` through the cluster's agent; *Gloo*: the faster of its two algorithms on the same")
 print("processes; *mdring/MPI* and *MPI_Allreduce*: Open MPI across the namespaces (mpirun's `plm_rsh_agent` the")
-print("same agent, TCP between nodes, vader inside one); *predicted*: explain()'s time with the uplink's figures")
-print("(`MDRING_LINKS=ethernet=RATE,50e-6,ports=1`), not calibrated. Everything runs on this machine's 2 cores, so")
-print("the 8 ranks are oversubscribed 4:1; the shaped links are the bottleneck from 16 MiB on.\n")
+print("same agent, TCP between nodes, vader inside one); *predicted*: explain()'s time with the profile that")
+print("`mdring-calibrate` measured on the same cluster just before (`MDRING_PROFILE`, which every run also plans with).")
+print("Everything runs on this machine's 2 cores, so the 8 ranks are oversubscribed 4:1; the shaped links are the")
+print("bottleneck from 16 MiB on.\n")
 print("| uplink | size | bound ms | mdring/UCX ms | x bound | Gloo ms | mdring/Gloo | mdring/MPI ms | MPI_Allreduce ms | mdring/MPI ratio | predicted ms | measured/predicted |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for up in uplinks.split():
@@ -105,6 +121,30 @@ for up in uplinks.split():
         pr = med([j["predicted_s"] for j in u[b]])
         print(f"| {up} | {b >> 20} MiB | {bound * 1e3:.1f} | {mu * 1e3:.1f} | {mu / bound:.2f} | {gl * 1e3:.1f} | "
               f"{mu / gl:.3f} | {mm * 1e3:.1f} | {mp * 1e3:.1f} | {mm / mp:.3f} | {pr * 1e3:.1f} | {mu / pr:.2f} |")
+print("\nPyTorch: `torchrun --nnodes 4 --nproc_per_node 2` on the same cluster (one torchrun per namespace),")
+print("benchmarks/torch_bench.py: torch.distributed's all_reduce (float32 SUM) and a DDP step (25.6 M float32")
+print("parameters, batch 2 per rank, median of 3 steps; the parameters of both trainings compared after 5 steps),")
+print("mdring against gloo in the same processes.\n")
+print("| uplink | what | mdring ms | gloo ms | mdring/gloo | notes |")
+print("|---|---|---|---|---|---|")
+for up in uplinks.split():
+    for line in open(f"{work}/torch-{up}"):
+        j = json.loads(line)
+        if j["kind"] == "all_reduce":
+            print(f"| {up} | all_reduce {j['bytes'] >> 20} MiB | {j['mdring_s'] * 1e3:.1f} | {j['gloo_s'] * 1e3:.1f} | {j['ratio']:.3f} | |")
+        else:
+            print(f"| {up} | DDP step | {j['mdring_s'] * 1e3:.1f} | {j['gloo_s'] * 1e3:.1f} | {j['ratio']:.3f} | "
+                  f"computation alone {j['compute_s'] * 1e3:.1f} ms; largest parameter difference {j['max_param_diff']:.1e} |")
+print("\nWhat `mdring-calibrate` measured and predicted on each cluster (its own table; the links it wrote):\n")
+for up in uplinks.split():
+    print(f"{up}:\n```")
+    for line in open(f"{work}/calibrate-{up}"):
+        if line.startswith("#") or line.strip()[:1].isdigit():
+            print(line.rstrip())
+    for line in open(f"{work}/profile-{up}"):
+        if line.startswith("link "):
+            print(line.rstrip())
+    print("```")
 PY
 $py scripts/perf_section.py "$out" docs/PERFORMANCE.md
 echo "wrote $out"

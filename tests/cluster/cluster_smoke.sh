@@ -8,7 +8,8 @@
 #   3. a node's uplink cut during all_reduce: the other node's ranks fail within
 #      their deadline (MDRING_TIMEOUT=3 s), naming a rank, and mdring-run exits
 #      non-zero naming the failed host; nothing is left running;
-#   4. the store's host unreachable at rendezvous: a clear error naming it.
+#   4. a node's ranks killed: the others name a dead rank within 2 s (+ grace);
+#   5. the store's host unreachable at rendezvous: a clear error naming it.
 # Exit 77 (skipped) where namespaces cannot be made (not root, no ip netns).
 #
 #   cluster_smoke.sh MDRING_RUN CLUSTER_PROBE
@@ -64,9 +65,31 @@ echo "$err" | grep -q "mdring-run: host 10.213.0.[12] (ranks [0-3]-[0-3]) failed
 echo "uplink cut: exit $rc after $took s"
 "${cluster[@]}" uplink up 10.213.0.2
 
-# 4. the store's host (node 0, rank 0's) unreachable while node 1's ranks rendezvous.
+# 4. node 1's ranks killed (SIGKILL) during all_reduce, no deadline near: node 0's
+#    ranks fail naming a dead rank, well within 2 s of the kill plus the grace period.
+MDRING_TIMEOUT=60 timeout 90 "$run" --hosts "$hosts" --agent "$agent" --grace 1 "$probe" loop 60 \
+  >/dev/null 2>/tmp/cluster_smoke.err.$$ &
+job=$!
+sleep 3
+killed=$SECONDS
+for pid in $(ip netns pids mds-n1); do
+  [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == *cluster_probe* ]] && kill -9 "$pid"
+done
+wait $job
+rc=$?
+took=$((SECONDS - killed))
+err=$(cat /tmp/cluster_smoke.err.$$)
+rm -f /tmp/cluster_smoke.err.$$
+echo "$err" | grep -v "^\[" | head -6
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "ranks killed: mdring-run exited $rc (124: it hung)"
+echo "$err" | grep -q "cluster_probe: rank [01] failed: .*rank [23]" || fail "ranks killed: node 0's ranks do not name a dead rank"
+echo "$err" | grep -q "timed out" && fail "ranks killed: a rank waited for its deadline instead of seeing the failure"
+[ "$took" -le 6 ] || fail "ranks killed: the job took $took s to end after the kill"
+echo "ranks killed: exit $rc, $took s after the kill"
+
+# 5. the store's host (node 0, rank 0's) unreachable while node 1's ranks rendezvous.
 "${cluster[@]}" uplink down 10.213.0.1
-out=$(MDRING_TIMEOUT=3 timeout 60 "$run" --hosts "$hosts" --master-port 29611 --grace 2 --agent "$agent" \
+out=$(MDRING_TIMEOUT=3 timeout 60 "$run" --hosts "$hosts" --master-port 29611 --grace 8 --agent "$agent" \
   "$probe" check 2>&1)
 rc=$?
 echo "$out" | grep -v "^\[" | head -6

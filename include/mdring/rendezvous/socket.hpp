@@ -101,6 +101,35 @@ inline bool send_all(int s, const void* p, std::size_t n) {
 
 enum class io { ok, closed, timeout };
 
+// connect() that gives up at the deadline: a host that drops the SYN (its link
+// down, a firewall) would otherwise hold a blocking connect for the kernel's two
+// minutes of retries. 0, or the errno of the failure (ETIMEDOUT at the deadline).
+inline int connect_until(int s, const sockaddr* a, socklen_t len, std::chrono::steady_clock::time_point deadline) {
+  const int flags = fcntl(s, F_GETFL);
+  fcntl(s, F_SETFL, flags | O_NONBLOCK);
+  int err = ::connect(s, a, len) == 0 ? 0 : errno;
+  if (err == EINPROGRESS || err == EINTR) {
+    err = ETIMEDOUT;
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd pf{s, POLLOUT, 0};
+      const int r = ::poll(&pf, 1, int(std::min<long long>(left.count() + 1, 1000)));
+      if (r < 0 && errno != EINTR) {
+        err = errno;
+        break;
+      }
+      if (r <= 0) continue;
+      socklen_t l = sizeof err;
+      if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &l) != 0) err = errno;
+      break;
+    }
+  }
+  fcntl(s, F_SETFL, flags);
+  return err;
+}
+
 // Receives exactly n bytes before the deadline.
 inline io recv_all(int s, void* p, std::size_t n, std::chrono::steady_clock::time_point deadline) {
   auto* c = static_cast<char*>(p);

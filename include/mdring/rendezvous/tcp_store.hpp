@@ -225,18 +225,31 @@ private:
 
   void connect() {
     const auto until = clock::now() + o_.connect_timeout;
+    int err = 0;
     for (auto pause = std::chrono::milliseconds(5);; pause = std::min(pause * 2, std::chrono::milliseconds(200))) {
       addrinfo* res = detail::resolve(o_.host, o_.port, false);
       for (addrinfo* a = res; a && !s_; a = a->ai_next) {
         detail::fd s(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0));
-        if (s && ::connect(s.get(), a->ai_addr, a->ai_addrlen) == 0) s_ = std::move(s);
+        if (!s) {
+          err = errno;
+          continue;
+        }
+        err = detail::connect_until(s.get(), a->ai_addr, a->ai_addrlen, until);
+        if (err == 0) s_ = std::move(s);
       }
       freeaddrinfo(res);
       if (s_) break;
-      if (clock::now() >= until)
-        throw transport_error("mdring::rendezvous::tcp_store: no store at " + where() +
-                                  " (is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?)",
-                              errno);
+      if (clock::now() >= until) {
+        // Refused: nothing listens there (yet); else the host did not answer at all.
+        const std::string why = err == ECONNREFUSED ? "nothing listens there"
+                                : err == ETIMEDOUT  ? "no answer from that host within " +
+                                                         std::to_string(o_.connect_timeout.count()) + " ms"
+                                                    : std::strerror(err);
+        throw transport_error("mdring::rendezvous::tcp_store: no store at " + where() + " (" + why +
+                                  "; is rank 0 running, with the same MASTER_ADDR and MASTER_PORT, and can this "
+                                  "host reach it?)",
+                              err);
+      }
       std::this_thread::sleep_for(pause);
     }
     detail::no_delay(s_.get());
