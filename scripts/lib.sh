@@ -3,7 +3,7 @@
 
 # The packages a build with tests, MPI and Boost.MPI needs (libsimgrid-dev: the
 # smpi_smoke test, the MPI transport on simulated ranks; about 15 MB).
-MDRING_PACKAGES=(g++ gfortran make cmake libopenmpi-dev openmpi-bin libboost-mpi-dev doctest-dev libsimgrid-dev libucx-dev ucx-utils libgloo-dev pkg-config python3-dev python3-torch libtorch-dev pybind11-dev)
+MDRING_PACKAGES=(g++ gfortran make cmake libopenmpi-dev openmpi-bin libboost-mpi-dev doctest-dev libsimgrid-dev libucx-dev ucx-utils libgloo-dev pkg-config python3-dev python3-torch libtorch-dev pybind11-dev iproute2)
 
 mdring_ensure_packages() {
   local missing=()

@@ -427,6 +427,53 @@ extern "C" void on_signal(int sig) {
 
 void set_nonblocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+// The self-pipe, and on_signal for the forwarded signals and SIGCHLD; returns the
+// forwarded signals it handles (one mdring-run was started with ignored, as under
+// nohup, stays ignored, in the processes too).
+std::vector<int> watch_signals() {
+  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    std::perror("mdring-run: pipe");
+    std::exit(1);
+  }
+  std::vector<int> handled;
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (const int sig : forwarded_signals) {
+    struct sigaction cur{};
+    sigaction(sig, nullptr, &cur);
+    if (cur.sa_handler == SIG_IGN) continue;
+    sigaction(sig, &sa, nullptr);
+    handled.push_back(sig);
+  }
+  sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &sa, nullptr);
+  return handled;
+}
+
+// In a child, before exec: the handled signals and SIGCHLD back to their defaults,
+// the signal mask mdring-run started with.
+void restore_signals(const std::vector<int>& handled, const sigset_t& mask) {
+  struct sigaction dfl{};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (const int sig : handled) sigaction(sig, &dfl, nullptr);
+  sigaction(SIGCHLD, &dfl, nullptr);
+  sigprocmask(SIG_SETMASK, &mask, nullptr);
+}
+
+// Blocks the forwarded signals and SIGCHLD while processes start (a signal then is
+// handled once all exist); returns the mask to restore.
+sigset_t block_signals() {
+  sigset_t block, old;
+  sigemptyset(&block);
+  for (const int sig : forwarded_signals) sigaddset(&block, sig);
+  sigaddset(&block, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &block, &old);
+  return old;
+}
+
 // ---- the processes -----------------------------------------------------------------
 
 // One of a process's output streams (--tag-output): lines are written whole.
@@ -480,12 +527,7 @@ public:
   int run() {
     if (o_.bind_core) find_cpus();
     setup_signals();
-    // Blocked while the processes start: a signal then is handled once all exist.
-    sigset_t block, old;
-    sigemptyset(&block);
-    for (const int sig : forwarded_signals) sigaddset(&block, sig);
-    sigaddset(&block, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &block, &old);
+    const sigset_t old = block_signals();
     original_mask_ = old;
     for (long r = 0; r < o_.n; ++r)
       if (!spawn(r)) {
@@ -517,24 +559,7 @@ private:
   }
 
   void setup_signals() {
-    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-      std::perror("mdring-run: pipe");
-      std::exit(1);
-    }
-    struct sigaction sa{};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (const int sig : forwarded_signals) {
-      // A signal mdring-run was started with ignored (nohup) stays ignored, in the processes too.
-      struct sigaction cur{};
-      sigaction(sig, nullptr, &cur);
-      if (cur.sa_handler == SIG_IGN) continue;
-      sigaction(sig, &sa, nullptr);
-      handled_.push_back(sig);
-    }
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &sa, nullptr);
+    handled_ = watch_signals();
     if (o_.tag_output) {
       // A closed stdout is passed on to the processes (see emit), not fatal here.
       struct sigaction cur{};
@@ -576,13 +601,8 @@ private:
       const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (null < 0 || dup2(null, 0) < 0) _exit(127);
     }
-    struct sigaction dfl{};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    for (const int sig : handled_) sigaction(sig, &dfl, nullptr);
-    sigaction(SIGCHLD, &dfl, nullptr);
-    if (o_.tag_output && !sigpipe_ignored_) sigaction(SIGPIPE, &dfl, nullptr);
-    sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+    restore_signals(handled_, original_mask_);
+    if (o_.tag_output && !sigpipe_ignored_) signal(SIGPIPE, SIG_DFL);
     if (o_.tag_output && (dup2(pipes[0][1], 1) < 0 || dup2(pipes[1][1], 2) < 0)) _exit(127);
     if (!cpus_.empty()) {
       cpu_set_t one;
@@ -997,12 +1017,9 @@ public:
                    "give --launcher-path\n", remote.c_str());
       return 2;
     }
-    setup();
-    sigset_t block, old;
-    sigemptyset(&block);
-    for (const int sig : forwarded_signals) sigaddset(&block, sig);
-    sigaddset(&block, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &block, &old);
+    handled_ = watch_signals();
+    signal(SIGPIPE, SIG_IGN);  // a host's agent that is gone: its write fails, it is reaped
+    const sigset_t old = block_signals();
     original_mask_ = old;
     long first = 0;
     char cwd[4096] = {};
@@ -1040,27 +1057,6 @@ private:
     bool alive = false;
     int control = -1;  // the write end of its standard input
   };
-
-  void setup() {
-    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-      std::perror("mdring-run: pipe");
-      std::exit(1);
-    }
-    struct sigaction sa{};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (const int sig : forwarded_signals) {
-      struct sigaction cur{};
-      sigaction(sig, nullptr, &cur);
-      if (cur.sa_handler == SIG_IGN) continue;
-      sigaction(sig, &sa, nullptr);
-      handled_.push_back(sig);
-    }
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &sa, nullptr);
-    signal(SIGPIPE, SIG_IGN);  // a host's agent that is gone: its write fails, it is reaped
-  }
 
   std::string config(const node& n, const char* cwd, const std::vector<std::pair<std::string, std::string>>& env) {
     std::string c;
@@ -1110,13 +1106,8 @@ private:
       // Its own process group: a terminal's ^C reaches this launcher only, which
       // forwards it once (a host's mdring-run that got it too would count two).
       setpgid(0, 0);
-      struct sigaction dfl{};
-      dfl.sa_handler = SIG_DFL;
-      sigemptyset(&dfl.sa_mask);
-      for (const int sig : handled_) sigaction(sig, &dfl, nullptr);
-      sigaction(SIGCHLD, &dfl, nullptr);
-      sigaction(SIGPIPE, &dfl, nullptr);
-      sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
+      restore_signals(handled_, original_mask_);
+      signal(SIGPIPE, SIG_DFL);
       if (dup2(ctl[0], 0) < 0) _exit(127);
       std::vector<char*> argv;
       for (const auto& w : words) argv.push_back(const_cast<char*>(w.c_str()));
