@@ -463,6 +463,16 @@ void restore_signals(const std::vector<int>& handled, const sigset_t& mask) {
   sigprocmask(SIG_SETMASK, &mask, nullptr);
 }
 
+// How far a launcher is in ending the job: the first failure or signal starts the
+// grace period, then SIGTERM, then SIGKILL.
+enum class phase { running, grace, terminating, killed };
+
+void start_grace(phase& p, clk::time_point& deadline, clk::time_point now, double grace_s) {
+  if (p != phase::running) return;
+  p = phase::grace;
+  deadline = now + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(grace_s));
+}
+
 // Blocks the forwarded signals and SIGCHLD while processes start (a signal then is
 // handled once all exist); returns the mask to restore.
 sigset_t block_signals() {
@@ -652,11 +662,7 @@ private:
   static const char* plural(long k) { return k == 1 ? "" : "s"; }
 
   // The first failure or signal: the processes get grace_s to finish.
-  void start_grace(clk::time_point now) {
-    if (phase_ != phase::running) return;
-    phase_ = phase::grace;
-    deadline_ = now + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o_.grace_s));
-  }
+  void start_grace(clk::time_point now) { ::start_grace(phase_, deadline_, now, o_.grace_s); }
 
   void on_received(int sig) {
     const bool stop = sig == SIGINT || sig == SIGTERM;
@@ -874,8 +880,6 @@ private:
         default: break;
       }
   }
-
-  enum class phase { running, grace, terminating, killed };
 
   const options& o_;
   std::vector<char*> program_;
@@ -1151,11 +1155,7 @@ private:
                         : "ranks " + std::to_string(n.first) + "-" + std::to_string(n.first + n.count - 1);
   }
 
-  void start_grace(clk::time_point now) {
-    if (phase_ != phase::running) return;
-    phase_ = phase::grace;
-    deadline_ = now + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(o_.grace_s));
-  }
+  void start_grace(clk::time_point now) { ::start_grace(phase_, deadline_, now, o_.grace_s); }
 
   void on_received(int sig) {
     const bool stop = sig == SIGINT || sig == SIGTERM;
@@ -1237,8 +1237,6 @@ private:
       if (phase_ != phase::running && now >= deadline_) on_deadline(now);
     }
   }
-
-  enum class phase { running, grace, terminating, killed };
 
   const options& o_;
   char** argv_;
