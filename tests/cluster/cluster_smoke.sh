@@ -6,9 +6,9 @@
 #   2. Open MPI across the same namespaces (plm_rsh_agent = the agent): its daemons
 #      start on both nodes and each node's processes see that node's name;
 #   3. a node's uplink cut during all_reduce: the other node's ranks fail within
-#      their deadline (MDRING_TIMEOUT=3 s), naming a rank, and mdring-run exits
+#      their deadline (MDRING_TIMEOUT=3 s), naming a rank and its host, and mdring-run exits
 #      non-zero naming the failed host; nothing is left running;
-#   4. a node's ranks killed: the others name a dead rank within 2 s (+ grace);
+#   4. a node's ranks killed: the others name a dead rank and its host within 2 s (+ grace);
 #   5. the store's host unreachable at rendezvous: a clear error naming it.
 # Exit 77 (skipped) where namespaces cannot be made (not root, no ip netns).
 #
@@ -59,7 +59,8 @@ err=$(cat /tmp/cluster_smoke.err.$$)
 rm -f /tmp/cluster_smoke.out.$$ /tmp/cluster_smoke.err.$$
 echo "$err" | grep -v "^\[" | head -8
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "uplink cut: mdring-run exited $rc (124: it hung)"
-echo "$err" | grep -q "cluster_probe: rank [0-3] failed: .*rank [0-3]" || fail "uplink cut: no rank's error names a peer rank"
+echo "$err" | grep -q "cluster_probe: rank [0-3] failed: .*timed out .*waiting for rank [0-3] (host mds-n[01])" ||
+  fail "uplink cut: no rank's error names the peer rank and its host"
 echo "$err" | grep -q "mdring-run: host 10.213.0.[12] (ranks [0-3]-[0-3]) failed" || fail "uplink cut: the failed host is not named"
 [ "$took" -lt 40 ] || fail "uplink cut: took $took s"
 echo "uplink cut: exit $rc after $took s"
@@ -82,7 +83,8 @@ err=$(cat /tmp/cluster_smoke.err.$$)
 rm -f /tmp/cluster_smoke.err.$$
 echo "$err" | grep -v "^\[" | head -6
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "ranks killed: mdring-run exited $rc (124: it hung)"
-echo "$err" | grep -q "cluster_probe: rank [01] failed: .*rank [23]" || fail "ranks killed: node 0's ranks do not name a dead rank"
+echo "$err" | grep -q "cluster_probe: rank [01] failed: .*rank [23] (host mds-n1) failed" ||
+  fail "ranks killed: node 0's ranks do not name a dead rank and its host"
 echo "$err" | grep -q "timed out" && fail "ranks killed: a rank waited for its deadline instead of seeing the failure"
 [ "$took" -le 6 ] || fail "ranks killed: the job took $took s to end after the kill"
 echo "ranks killed: exit $rc, $took s after the kill"

@@ -87,6 +87,8 @@ public:
   std::size_t size() const noexcept { return size_; }
   std::size_t rank() const noexcept { return rank_; }
   std::string name() const { return "ucx"; }
+  // Where rank r runs, for error messages (executor/host/core.hpp).
+  std::string peer_host(std::size_t r) const { return r < size_ ? world_.hosts()[r] : std::string(); }
   ucp_worker_h worker() const noexcept { return worker_; }
 
   // Collective: every rank calls it for the same dimensions in the same order.
@@ -297,7 +299,7 @@ private:
       prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       sp = ucp_tag_recv_nbx(worker_, buf, bytes, tag, detail::full_mask, &prm);
     }
-    if (UCS_PTR_IS_ERR(sp)) detail::message_failed(rq, UCS_PTR_STATUS(sp), rank_);
+    if (UCS_PTR_IS_ERR(sp)) detail::message_failed(rq, UCS_PTR_STATUS(sp), rank_, &world_.hosts());
     if (sp) {
       rq.r = sp;
       rq.pending = true;
@@ -305,7 +307,7 @@ private:
   }
 
   // Completes rq if its message is done (true); throws if it failed.
-  bool test(request& rq) { return detail::test_request(rq, rank_); }
+  bool test(request& rq) { return detail::test_request(rq, rank_, &world_.hosts()); }
 
   // Polls until the requests are done (any: one of them). Spins, yielding every 64
   // polls; on a node with more ranks than cores (crowded_) it yields at every poll
@@ -358,10 +360,14 @@ private:
     }
     return std::nullopt;
   }
+  std::string peer_where(std::size_t r) const {
+    const std::string h = peer_host(r);
+    return h.empty() ? "" : " (host " + h + ")";
+  }
   wait_status gone(std::size_t r, const std::string& why) {
     failed_ = true;
     failure_ = wait_status{wait_status::peer_failed, 0, r,
-                           "rank " + std::to_string(r) + " is gone: " + why + " (killed, or crashed?)"};
+                           "rank " + std::to_string(r) + peer_where(r) + " is gone: " + why + " (killed, or crashed?)"};
     return failure_;
   }
 

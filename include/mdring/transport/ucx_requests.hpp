@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 MDRING_NAMESPACE_BEGIN
 
@@ -43,15 +44,19 @@ struct ucx_request {
                             ": the ranks passed different counts, types or roots to the same collective",
                         0);
 }
-[[noreturn]] inline void message_failed(const ucx_request& rq, ucs_status_t st, std::size_t rank) {
+// hosts: where each rank runs (the world's), for the message.
+[[noreturn]] inline void message_failed(const ucx_request& rq, ucs_status_t st, std::size_t rank,
+                                        const std::vector<std::string>* hosts = nullptr) {
   if (st == UCS_ERR_MESSAGE_TRUNCATED) wrong_size(rq, "more bytes", rank);
+  const std::string host =
+      hosts && rq.peer < hosts->size() && !(*hosts)[rq.peer].empty() ? " (host " + (*hosts)[rq.peer] + ")" : "";
   throw transport_error("mdring::ucx: a message " + std::string(rq.recv ? "from" : "to") + " rank " +
-                            std::to_string(rq.peer) + " failed: " + ucs_status_string(st),
+                            std::to_string(rq.peer) + host + " failed: " + ucs_status_string(st),
                         int(st));
 }
 
 // Completes rq if its message is done (true); throws if it failed.
-inline bool test_request(ucx_request& rq, std::size_t rank) {
+inline bool test_request(ucx_request& rq, std::size_t rank, const std::vector<std::string>* hosts = nullptr) {
   ucs_status_t st;
   ucp_tag_recv_info_t info{};
   if (rq.recv) st = ucp_tag_recv_request_test(rq.r, &info);
@@ -60,7 +65,7 @@ inline bool test_request(ucx_request& rq, std::size_t rank) {
   ucp_request_free(rq.r);
   rq.r = nullptr;
   rq.pending = false;
-  if (st != UCS_OK) message_failed(rq, st, rank);
+  if (st != UCS_OK) message_failed(rq, st, rank, hosts);
   if (rq.recv && info.length != rq.bytes) wrong_size(rq, std::to_string(info.length) + " bytes", rank);
   return true;
 }

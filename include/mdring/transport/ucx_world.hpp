@@ -31,6 +31,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -120,6 +121,8 @@ public:
   const node_layout& layout() const noexcept { return s_->layout; }
   runtime_topology topology() const { return topology_of(s_->layout); }
   rendezvous::store& store() const noexcept { return *s_->store; }
+  // The host each rank runs on, by rank (its name; "" where the node identity is unknown).
+  const std::vector<std::string>& hosts() const noexcept { return s_->hosts; }
   // The other processes of this node: (rank, process id).
   const std::vector<std::pair<std::size_t, long>>& node_peers() const noexcept { return s_->node_peers; }
   ucp_context_h context() const noexcept { return s_->context.get(); }
@@ -138,6 +141,7 @@ private:
     std::chrono::milliseconds timeout{};
     std::size_t binds = 0;
     std::vector<std::pair<std::size_t, long>> node_peers;
+    std::vector<std::string> hosts;  // by rank
   };
 
   world(std::unique_ptr<rendezvous::store> owned, rendezvous::store* store, std::size_t rank, std::size_t size,
@@ -162,9 +166,11 @@ private:
     std::vector<int> given(size);
     bool ib = true;
     std::vector<long> pids(size);
-    for (std::size_t r = 0; r < size; ++r) {  // "node\nib\npid"
+    s_->hosts.resize(size);
+    for (std::size_t r = 0; r < size; ++r) {  // "node\nib\npid" (node: "host/boot id")
       const auto b = all[r].rfind('\n'), a = all[r].rfind('\n', b - 1);
       given[r] = ids.try_emplace(all[r].substr(0, a), int(ids.size())).first->second;
+      s_->hosts[r] = all[r].substr(0, std::min(a, all[r].find('/')));
       ib = ib && all[r].substr(a + 1, b - a - 1) == "1";
       pids[r] = std::atol(all[r].c_str() + b + 1);
     }

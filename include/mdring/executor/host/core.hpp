@@ -195,6 +195,15 @@ public:
                             0);
   }
 
+  // " (host NAME)" where the transport knows the peer's host (UCX: from its world).
+  std::string on_host(std::size_t peer) const {
+    if constexpr (requires { tr_.peer_host(peer); }) {
+      const std::string h = tr_.peer_host(peer);
+      if (!h.empty()) return " (host " + h + ")";
+    }
+    return {};
+  }
+
   // Throws the error a failed wait means: timeout_error naming the peer, or
   // remote_error naming the rank that failed.
   [[noreturn]] void raise(const wait_status& st, phase ph, std::size_t d, std::size_t step, std::size_t peer,
@@ -205,12 +214,12 @@ public:
       const std::string what = std::string("mdring::") + name_ + ": timed out after " + secs + " s in dimension " +
                                std::to_string(d) + " (" + dims_[d].link.name + ":" + std::to_string(dims_[d].extent) +
                                "), " + std::string(to_string(ph)) + " step " + std::to_string(step) +
-                               ", waiting for rank " + std::to_string(peer) + waiting_for + std::to_string(c_.rank()) +
-                               " (" + tr_.name() + " transport)";
+                               ", waiting for rank " + std::to_string(peer) + on_host(peer) + waiting_for +
+                               std::to_string(c_.rank()) + " (" + tr_.name() + " transport)";
       throw timeout_error(what, name_, d, std::string(to_string(ph)), step, peer);
     }
     throw remote_error(std::string("mdring::") + name_ + ": rank " + std::to_string(st.failed_rank) +
-                           " failed, so rank " + std::to_string(c_.rank()) + " stopped waiting in dimension " +
+                           on_host(st.failed_rank) + " failed, so rank " + std::to_string(c_.rank()) + " stopped waiting in dimension " +
                            std::to_string(d) + ", " + std::string(to_string(ph)) + " step " + std::to_string(step) +
                            ": " + st.reason,
                        st.failed_rank);
