@@ -800,3 +800,22 @@ TEST_CASE("hosts: bad hosts, host files and agents are refused, naming the argum
   CHECK(k.exit_code() == 1);
   CHECK(contains(k.err, "host hostA (rank 0) failed"));
 }
+
+TEST_CASE("hosts: --tag-output prefixes each host's lines with the global rank; a missing program exits 127") {
+  const job j =
+      run(with(with({"--hosts", "hostA:1,hostB:2", "--master-addr", "127.0.0.1", "--tag-output"}, bare_agent()),
+               {probe(), "print"}));
+  INFO("stderr: " << j.err);
+  REQUIRE(j.exit_code() == 0);
+  auto err = lines(j.err);
+  std::sort(err.begin(), err.end());
+  CHECK(err == std::vector<std::string>{"[0] err RANK=0", "[1] err RANK=1", "[2] err RANK=2"});
+  auto out = lines(j.out);
+  std::sort(out.begin(), out.end());
+  CHECK(out == std::vector<std::string>{"[0] out RANK=0", "[0] tail 0", "[1] out RANK=1", "[1] tail 1",
+                                        "[2] out RANK=2", "[2] tail 2"});
+  const job k = run(with(with({"--hosts", "hostA:1,hostB:1", "--master-addr", "127.0.0.1"}, bare_agent()),
+                         {"no-such-program-for-mdring-run"}));
+  CHECK(k.exit_code() == 127);
+  CHECK(contains(k.err, "mdring-run: cannot run \"no-such-program-for-mdring-run\" on host host"));
+}
