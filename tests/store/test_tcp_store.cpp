@@ -254,3 +254,51 @@ TEST_CASE("a silent stranger does not hold up the server's destructor") {
   CHECK(rv::clock::now() - t0 < 2000ms);
   close(s);
 }
+
+TEST_CASE("a store host that never answers: the client gives up at its deadline, saying so; none listening: refused") {
+  // A listener whose accept queue is full drops further SYNs, as a host whose link
+  // is down does: connect() alone would retry for about two minutes.
+  const int l = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(l, 0) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const std::uint16_t port = ntohs(a.sin_port);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {  // fill the queue (never accepted)
+    const int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    (void)connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    fillers.push_back(s);
+  }
+  std::this_thread::sleep_for(100ms);
+  auto o = opts(port);
+  o.connect_timeout = 700ms;
+  const auto t0 = rv::clock::now();
+  std::string what;
+  try {
+    rv::tcp_store c(false, o);
+  } catch (const mdring::transport_error& e) {
+    what = e.what();
+  }
+  const auto took = rv::clock::now() - t0;
+  CAPTURE(what);
+  CHECK(what.find("no store at 127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(what.find("no answer from that host within 700 ms") != std::string::npos);
+  CHECK(took >= 600ms);
+  CHECK(took < 3000ms);
+  for (const int s : fillers) close(s);
+  close(l);
+
+  // Nothing listens on the port now: refused, said as such, at the deadline.
+  std::string refused;
+  try {
+    rv::tcp_store c(false, o);
+  } catch (const mdring::transport_error& e) {
+    refused = e.what();
+  }
+  CAPTURE(refused);
+  CHECK(refused.find("nothing listens there") != std::string::npos);
+}

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -110,20 +111,21 @@ inline int connect_until(int s, const sockaddr* a, socklen_t len, std::chrono::s
   int err = ::connect(s, a, len) == 0 ? 0 : errno;
   if (err == EINPROGRESS || err == EINTR) {
     err = ETIMEDOUT;
-    for (;;) {
+    for (;;) {  // (at least one look, even past the deadline: a refusal is immediate)
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
       pollfd pf{s, POLLOUT, 0};
-      const int r = ::poll(&pf, 1, int(std::min<long long>(left.count() + 1, 1000)));
+      const int r = ::poll(&pf, 1, int(std::clamp<long long>(left.count() + 1, 0, 1000)));
       if (r < 0 && errno != EINTR) {
         err = errno;
         break;
       }
-      if (r <= 0) continue;
-      socklen_t l = sizeof err;
-      if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &l) != 0) err = errno;
-      break;
+      if (r > 0) {
+        socklen_t l = sizeof err;
+        if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &l) != 0) err = errno;
+        break;
+      }
+      if (left.count() <= 0) break;  // err stays ETIMEDOUT
     }
   }
   fcntl(s, F_SETFL, flags);
