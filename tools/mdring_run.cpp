@@ -473,6 +473,23 @@ void start_grace(phase& p, clk::time_point& deadline, clk::time_point now, doubl
   deadline = now + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(grace_s));
 }
 
+// poll()'s timeout until deadline when one runs (at most a minute), else forever.
+int poll_timeout_ms(bool timed, clk::time_point deadline) {
+  if (!timed) return -1;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - clk::now()).count();
+  return int(std::max<long long>(0, std::min<long long>(left, 60'000)));
+}
+
+// The signals the self-pipe holds, each but SIGCHLD passed to on(sig).
+template <class F>
+void read_signals(F&& on) {
+  unsigned char sigs[64];
+  ssize_t k;
+  while ((k = read(signal_pipe[0], sigs, sizeof sigs)) > 0)
+    for (ssize_t j = 0; j < k; ++j)
+      if (sigs[j] != SIGCHLD) on(int(sigs[j]));
+}
+
 // Blocks the forwarded signals and SIGCHLD while processes start (a signal then is
 // handled once all exist); returns the mask to restore.
 sigset_t block_signals() {
@@ -537,8 +554,7 @@ public:
   int run() {
     if (o_.bind_core) find_cpus();
     setup_signals();
-    const sigset_t old = block_signals();
-    original_mask_ = old;
+    original_mask_ = block_signals();
     for (long r = 0; r < o_.n; ++r)
       if (!spawn(r)) {
         const int e = errno;
@@ -549,7 +565,7 @@ public:
           if (p.alive) waitpid(p.pid, nullptr, 0);
         return 1;
       }
-    sigprocmask(SIG_SETMASK, &old, nullptr);
+    sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
     loop();
     if (!failed_) return 0;
     return WIFEXITED(first_status_) ? WEXITSTATUS(first_status_) : 128 + WTERMSIG(first_status_);
@@ -807,23 +823,15 @@ private:
             fds.push_back({s.fd, POLLIN, 0});
             owners.emplace_back(r, &s);
           }
-      int timeout_ms = -1;
-      if (phase_ == phase::grace || phase_ == phase::terminating) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - clk::now()).count();
-        timeout_ms = int(std::max<long long>(0, std::min<long long>(left, 60'000)));
-      }
-      const int rc = poll(fds.data(), nfds_t(fds.size()), timeout_ms);
+      const int rc = poll(fds.data(), nfds_t(fds.size()),
+                          poll_timeout_ms(phase_ == phase::grace || phase_ == phase::terminating, deadline_));
       if (rc < 0 && errno != EINTR) {
         std::perror("mdring-run: poll");
         kill_all(SIGKILL);
         phase_ = phase::killed;
       }
       if (rc > 0) {
-        unsigned char sigs[64];
-        ssize_t k;
-        while ((k = read(signal_pipe[0], sigs, sizeof sigs)) > 0)
-          for (ssize_t j = 0; j < k; ++j)
-            if (sigs[j] != SIGCHLD) on_received(sigs[j]);
+        read_signals([this](int sig) { on_received(sig); });
         if (fds[1].revents) node_command();
         for (std::size_t j = 2; j < fds.size(); ++j)
           if (fds[j].revents) drain(owners[j - 2].first, *owners[j - 2].second);
@@ -1023,8 +1031,7 @@ public:
     }
     handled_ = watch_signals();
     signal(SIGPIPE, SIG_IGN);  // a host's agent that is gone: its write fails, it is reaped
-    const sigset_t old = block_signals();
-    original_mask_ = old;
+    original_mask_ = block_signals();
     long first = 0;
     char cwd[4096] = {};
     if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
@@ -1047,7 +1054,7 @@ public:
       send(n, config(n, cwd, env));
       nodes_.push_back(std::move(n));
     }
-    sigprocmask(SIG_SETMASK, &old, nullptr);
+    sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
     loop();
     if (!failed_) return 0;
     return WIFEXITED(first_status_) ? WEXITSTATUS(first_status_) : 128 + WTERMSIG(first_status_);
@@ -1219,19 +1226,8 @@ private:
   void loop() {
     while (live_ > 0) {
       pollfd p{signal_pipe[0], POLLIN, 0};
-      int timeout_ms = -1;
-      if (phase_ != phase::running && deadline_ != clk::time_point::max()) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline_ - clk::now()).count();
-        timeout_ms = int(std::max<long long>(0, std::min<long long>(left, 60'000)));
-      }
-      const int rc = poll(&p, 1, timeout_ms);
-      if (rc > 0) {
-        unsigned char sigs[64];
-        ssize_t k;
-        while ((k = read(signal_pipe[0], sigs, sizeof sigs)) > 0)
-          for (ssize_t j = 0; j < k; ++j)
-            if (sigs[j] != SIGCHLD) on_received(sigs[j]);
-      }
+      if (poll(&p, 1, poll_timeout_ms(phase_ != phase::running && deadline_ != clk::time_point::max(), deadline_)) > 0)
+        read_signals([this](int sig) { on_received(sig); });
       reap();
       const auto now = clk::now();
       if (phase_ != phase::running && now >= deadline_) on_deadline(now);
