@@ -244,6 +244,10 @@ inline std::string default_profile() {
   const char* s = std::getenv("MDRING_PROFILE");
   return s ? std::string(s) : std::string();
 }
+inline bool default_hang_report() {
+  const char* s = std::getenv("MDRING_HANG_REPORT");
+  return !(s && std::string_view(s) == "0");
+}
 inline bool default_reproducible() {
   const char* s = std::getenv("MDRING_REPRODUCIBLE");
   return s && *s && std::string_view(s) != "0";
@@ -264,6 +268,12 @@ struct options {
   // (5 minutes, or MDRING_TIMEOUT seconds); when it passes, timeout_error names the
   // collective, dimension, step and peer that did not answer.
   std::chrono::milliseconds timeout = detail::default_timeout();
+
+  // When a call fails on its deadline or on a peer's failure, this rank writes one
+  // line on stderr saying what it was doing: the call, its step, dimension and link,
+  // the peer it waited on (executor/state.hpp; mdring::dump_state writes the same on
+  // demand). On by default; MDRING_HANG_REPORT=0 turns it off.
+  bool hang_report = detail::default_hang_report();
 
   // Per-dimension algorithm; missing entries mean automatic.
   std::vector<algorithm> algorithms{};

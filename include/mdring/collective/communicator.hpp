@@ -33,6 +33,7 @@
 #include "../topology/ring.hpp"
 #include "../topology/runtime.hpp"
 #include "../executor/progress.hpp"
+#include "../executor/state.hpp"
 #include "../transport/transport.hpp"
 
 #include <algorithm>
@@ -263,6 +264,9 @@ public:
     if (mode == progress_mode::automatic)
       mode = detail::background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
     exec_.exec = std::make_shared<detail::host_executor>(mode);
+    std::vector<std::string> links;
+    for (const auto& dim : dims_) links.push_back(dim.link.name + ":" + std::to_string(dim.extent));
+    board_ = std::make_unique<detail::state_board>(rank_, size_, tr_->name(), std::move(links));
   }
 
   // Moving or destroying a communicator first waits for its calls in flight (the
@@ -398,6 +402,9 @@ public:
   detail::workspace& scratch() noexcept { return ws_; }
   detail::block_pool& widened_scratch() { return *wide_; }
   detail::host_executor& executor() noexcept { return *exec_.exec; }
+  // What this communicator is doing, for the hang report (executor/state.hpp).
+  detail::state_board& board() noexcept { return *board_; }
+  const detail::state_board& board() const noexcept { return *board_; }
   const std::shared_ptr<detail::host_executor>& executor_handle() const noexcept { return exec_.exec; }
   void mark_broken(const std::string& why) {
     if (!broken_) broken_why_ = why;
@@ -426,6 +433,7 @@ private:
   std::vector<const void*> ptrs_;
   bool broken_ = false;
   std::string broken_why_;
+  std::unique_ptr<detail::state_board> board_;
 };
 
 template <class C>

@@ -170,10 +170,13 @@ public:
 
   bool advance(bool block) override {
     try {
-      return step(block);
+      const bool finished = step(block);
+      if (finished) comm_.board().end_call(false);
+      return finished;
     } catch (...) {
       error = std::current_exception();
       agree_.reset(), main_.reset();
+      report(error);
       return true;
     }
   }
@@ -183,8 +186,25 @@ private:
   // After a failed static check, instantiate nothing more: one message, not a cascade.
   static constexpr bool valid = std::is_trivially_copyable_v<T> && reduction_for<Op, T>;
 
+  // The hang report (executor/state.hpp): a call that failed on its deadline or on
+  // a peer's failure writes this rank's line (options::hang_report).
+  void report(const std::exception_ptr& e) {
+    auto& b = comm_.board();
+    b.end_call(true);
+    if (!comm_.get_options().hang_report) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const timeout_error&) {
+      report_failure(b);
+    } catch (const remote_error&) {
+      report_failure(b);
+    } catch (...) {
+    }
+  }
+
   bool step(bool block) {
     if (stage_ == 0) {
+      comm_.board().begin_call(name_, type_name<T>(), op_traits<Op>::name(), count_);
       if (!comm_.usable()) throw_unusable(name_, comm_.failure());
       stage_ = 2;
       if (comm_.get_options().checks == check_level::collective) {
@@ -414,6 +434,22 @@ std::optional<arg_error> first_error(E&&... e) {
 template <bound_communicator C>
 bool poll(C& comm) {
   return comm.executor().try_step();
+}
+
+// The hang report's line for this rank of `comm` (executor/state.hpp): the call in
+// flight (sequence number, collective, count, type), its step, dimension and link,
+// the peer it waits on and for how long, or "state=idle". Any thread may call it,
+// at any time, without disturbing the call.
+template <bound_communicator C>
+std::string state_line(const C& comm) {
+  return comm.board().line();
+}
+// Writes state_line(comm) to stderr (and to MDRING_STATE_DIR, where mdring-run
+// collects the job's lines into one table).
+template <bound_communicator C>
+void dump_state(const C& comm) {
+  detail::write_lines(state_line(comm) + "\n");
+  detail::write_state_file();
 }
 
 template <class Topology, transport Transport>

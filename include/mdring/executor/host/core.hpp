@@ -27,6 +27,7 @@
 #include "../../reduce/host.hpp"
 #include "../../transport/shared_access.hpp"
 #include "../../transport/transport.hpp"
+#include "../state.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -164,7 +165,8 @@ public:
       nreq = 0;
       const auto& info = infos_[slot * per_slot_ + w.index];
       raise(w, st.ph, w.kind == wait_status::timeout ? info.dim : d, st.index, info.peer,
-            info.is_send ? " to receive what rank " : " to send to rank ");
+            info.is_send ? " to receive what rank " : " to send to rank ",
+            info.is_send ? state_board::dir::send : state_board::dir::recv);
     }
     if constexpr (has_shared_access) {
       if (st.sync == sync_kind::none) return true;
@@ -176,7 +178,8 @@ public:
       if (w.kind == wait_status::timeout && !block && deadline_clock::now() < deadline) return false;
       if (w.kind != wait_status::done)
         raise(w, st.ph, d, arrive ? 0 : 1, dims_[d].members[w.index],
-              arrive ? " to publish its buffers to rank " : " to finish with the buffers of rank ");
+              arrive ? " to publish its buffers to rank " : " to finish with the buffers of rank ",
+              state_board::dir::group);
       if (arrive) check_signatures(g, d, st.signature);
     }
     return true;  // sync_kind::none
@@ -207,8 +210,9 @@ public:
   // Throws the error a failed wait means: timeout_error naming the peer, or
   // remote_error naming the rank that failed.
   [[noreturn]] void raise(const wait_status& st, phase ph, std::size_t d, std::size_t step, std::size_t peer,
-                          const char* waiting_for) {
+                          const char* waiting_for, state_board::dir dir) {
     if (st.kind == wait_status::timeout) {
+      c_.board().waiting_on((long long)peer, dir);
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.3g", std::chrono::duration<double>(c_.get_options().timeout).count());
       const std::string what = std::string("mdring::") + name_ + ": timed out after " + secs + " s in dimension " +

@@ -55,6 +55,7 @@ public:
     newest_ = max_depth;
     any_order_ = false;
     if constexpr (waits_for_any<transport_t>) any_order_ = !pr.shared && pr.segments > 1;
+    c_.board().begin_program(pr.steps.size());
   }
 
   // Moves the call on (see the top of this file); true once it is done. On a
@@ -69,7 +70,10 @@ public:
         }
         segment& sg = segs_[queue_[head_]];
         if (!sg.announced) announce(queue_[head_]);
-        if (sg.deadline == deadline_clock::time_point{}) sg.deadline = this->deadline();  // waited for from now
+        if (sg.deadline == deadline_clock::time_point{}) {  // waited for from now
+          sg.deadline = this->deadline();
+          show_waiting(step(sg));
+        }
         if (!this->sync(step(sg), queue_[head_], sg.nreq, sg.deadline, block)) return false;
         advance(0);
       }
@@ -92,6 +96,31 @@ private:
   };
 
   const program_step& step(const segment& sg) const { return pr_->steps[sg.step]; }
+
+  // The hang report's view (executor/state.hpp): the step now waited for and the
+  // peer it waits on (the first it receives from, else the first it sends to; a
+  // shared stage waits for the whole dimension), and the bytes a passed step moved.
+  void show_waiting(const program_step& st) {
+    const auto& members = this->dims_[st.dim].members;
+    long long peer = -1;
+    auto d = state_board::dir::group;
+    std::uint64_t bytes = 0;
+    for (const auto& m : pr_->recvs_of(st)) {
+      if (peer < 0) peer = (long long)members[m.peer], d = state_board::dir::recv;
+      bytes += m.count * sizeof(T);
+    }
+    if (peer < 0)
+      for (const auto& m : pr_->sends_of(st)) {
+        peer = (long long)members[m.peer], d = state_board::dir::send;
+        break;
+      }
+    c_.board().waiting(st.dim, int(st.ph), st.index, peer, d, bytes);
+  }
+  std::uint64_t received_bytes(const program_step& st) const {
+    std::uint64_t bytes = 0;
+    for (const auto& m : pr_->recvs_of(st)) bytes += m.count * sizeof(T);
+    return bytes;
+  }
 
   // Queues the current step of the segment in pipeline slot `slot`, posting its
   // messages at once. A shared-access step is announced (its pre ops, its arrive
@@ -156,6 +185,7 @@ private:
     const program_step& st = step(sg);
     this->run_ops(*pr_, pr_->ops_of(st), st.dim, slot);
     ++progress_;
+    c_.board().step_done(received_bytes(st));
     if (++sg.step < pr_->segment_begin[sg.index + 1]) post(slot);
     else sg.busy = false, --active_;
     admit();
@@ -180,7 +210,10 @@ private:
       deadline_clock::time_point dl = deadline_clock::time_point::max();
       for (std::size_t i = 0; i < queued_; ++i) {
         auto& d = segs_[queue_[(head_ + i) % max_depth]].deadline;
-        if (d == deadline_clock::time_point{}) d = this->deadline();
+        if (d == deadline_clock::time_point{}) {
+          d = this->deadline();
+          show_waiting(step(segs_[queue_[(head_ + i) % max_depth]]));
+        }
         dl = d < dl ? d : dl;
       }
       std::span<request_t> rs(reqs_, depth_ * per_slot_);
@@ -191,7 +224,8 @@ private:
       const program_step& ps = step(segs_[slot]);
       const auto& info = infos_[st.kind == wait_status::timeout ? st.index : slot * per_slot_];
       raise(st, ps.ph, st.kind == wait_status::timeout ? info.dim : ps.dim, ps.index, info.peer,
-            info.is_send ? " to receive what rank " : " to send to rank ");
+            info.is_send ? " to receive what rank " : " to send to rank ",
+            info.is_send ? state_board::dir::send : state_board::dir::recv);
     } else {
       (void)block;
       return false;
