@@ -25,8 +25,20 @@
 // asks the kernel for SIGKILL when mdring-run dies (PR_SET_PDEATHSIG), so not even
 // a SIGKILL of mdring-run leaves them running.
 //
-// Plain C++20 and POSIX (plus Linux's prctl, getrandom and sched_setaffinity): no other
-// dependency.
+// Hang report: the processes get MDRING_STATE_DIR (a fresh directory, unless the
+// environment names one), where mdring writes each process's state lines
+// (mdring/executor/state.hpp). When the job fails, and when mdring-run gets the
+// signal MDRING_STATE_SIGNAL names (forwarded to every process, which then write
+// their lines), mdring-run prints one table of the lines it finds there, by rank,
+// and says which rank is behind: one that wrote nothing (stopped, or busy outside
+// mdring), one at an earlier call than the others, or the one the others wait on.
+// Across hosts each host's mdring-run --node prints the table of its own ranks.
+//
+// Plain C++20 and POSIX (plus Linux's prctl, getrandom and sched_setaffinity), and
+// one header of mdring's: no other dependency.
+#include <mdring/executor/state.hpp>  // the hang report's signal and lines (no other part of mdring)
+
+#include <dirent.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -39,6 +51,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cerrno>
@@ -542,6 +555,132 @@ struct placement {
   int control = -1;            // --node: commands from the launcher (see node_command)
 };
 
+// ---- the hang report's table --------------------------------------------------------
+
+// The value of key= in a state line ("" when absent).
+std::string state_field(const std::string& line, const char* key) {
+  const std::string k = std::string(" ") + key + "=";
+  const auto at = line.find(k);
+  if (at == std::string::npos) return {};
+  const auto start = at + k.size();
+  return line.substr(start, line.find(' ', start) - start);
+}
+
+long state_number(const std::string& line, const char* key, long otherwise = -1) {
+  const std::string v = state_field(line, key);
+  long x = otherwise;
+  if (!v.empty()) std::from_chars(v.data(), v.data() + v.size(), x);
+  return x;
+}
+
+// The lines in dir's state.* files.
+std::vector<std::string> read_state_lines(const std::string& dir) {
+  std::vector<std::string> lines;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return lines;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("state.", 0) != 0 || (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0)) continue;
+    FILE* f = std::fopen((dir + "/" + name).c_str(), "r");
+    if (!f) continue;
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, f)) {
+      std::string l = buf;
+      while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+      if (l.rfind("mdring-state: ", 0) == 0) lines.push_back(l);
+    }
+    std::fclose(f);
+  }
+  closedir(d);
+  return lines;
+}
+
+// One table of the job's state lines, by rank (the rank mdring-run gave each pid;
+// first_rank + local index), and which rank is behind. ranks: pid of each local
+// process, -1 for one not started.
+void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, long first_rank, const char* when) {
+  std::vector<std::string> lines = read_state_lines(dir);
+  if (lines.empty() && std::string_view(when).find("failed") != std::string_view::npos) return;
+  // Per process, the line of its first communicator that waits or failed, else its first.
+  std::vector<std::string> chosen(pids.size());
+  std::vector<int> lines_of(pids.size(), 0);
+  for (const auto& l : lines) {
+    const long pid = state_number(l, "pid");
+    for (std::size_t r = 0; r < pids.size(); ++r) {
+      if (pids[r] != pid) continue;
+      ++lines_of[r];
+      const std::string st = state_field(l, "state");
+      const bool stuck = st == "waiting" || st == "failed";
+      if (chosen[r].empty() || (stuck && state_field(chosen[r], "state") != "waiting" &&
+                                state_field(chosen[r], "state") != "failed"))
+        chosen[r] = l;
+    }
+  }
+  std::string out = std::string("mdring-run: hang report (") + when + "): one line per rank, its first " +
+                    "communicator that waits or failed (" + std::to_string(lines.size()) + " lines in " + dir + ")\n";
+  char row[512];
+  std::snprintf(row, sizeof row, "  %-5s %-8s %-5s %-6s %-8s %-15s %-10s %-7s %-22s %-14s %s\n", "rank", "pid", "comm",
+                "call", "state", "collective", "count", "step", "dimension", "waits on", "for");
+  out += row;
+  long min_call = -1, max_call = -1;
+  std::vector<long> silent, waited(pids.size(), 0);
+  for (std::size_t r = 0; r < pids.size(); ++r) {
+    const long rank = first_rank + long(r);
+    const std::string& l = chosen[r];
+    if (l.empty()) {
+      std::snprintf(row, sizeof row, "  %-5ld %-8d (no line: the process did not answer; stopped, or busy outside mdring)\n",
+                    rank, int(pids[r]));
+      out += row;
+      silent.push_back(rank);
+      continue;
+    }
+    const long call = state_number(l, "call", 0);
+    min_call = min_call < 0 || call < min_call ? call : min_call;
+    max_call = call > max_call ? call : max_call;
+    const std::string st = state_field(l, "state"), dim = state_field(l, "dim");
+    std::string where = dim.empty() ? "-" : dim + " (" + state_field(l, "link") + ")";
+    std::string on = "-";
+    const long peer = state_number(l, "peer");
+    if ((st == "waiting" || st == "failed") && !dim.empty()) {
+      on = peer >= 0 ? "rank " + std::to_string(peer) + " " + state_field(l, "dir") : "all of dim " + dim;
+      if (peer >= 0 && st == "waiting" && std::size_t(peer - first_rank) < pids.size()) ++waited[std::size_t(peer - first_rank)];
+    }
+    std::string secs = state_field(l, "waiting_s");
+    if (secs.empty()) secs = state_field(l, "waited_s");
+    std::snprintf(row, sizeof row, "  %-5ld %-8d %-5s %-6s %-8s %-15s %-10s %-7s %-22s %-14s %s\n", rank, int(pids[r]),
+                  state_field(l, "comm").c_str(), state_field(l, "call").c_str(), st.c_str(),
+                  state_field(l, "collective").empty() ? "-" : state_field(l, "collective").c_str(),
+                  state_field(l, "count").empty() ? "-" : state_field(l, "count").c_str(),
+                  state_field(l, "step").empty() ? "-" : state_field(l, "step").c_str(), where.c_str(), on.c_str(),
+                  secs.empty() ? "" : (secs + " s").c_str());
+    out += row;
+  }
+  // Which rank is behind.
+  auto list = [](const std::vector<long>& v) {
+    std::string s;
+    for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s;
+  };
+  if (!silent.empty()) {
+    out += "mdring-run: behind: rank" + std::string(silent.size() > 1 ? "s " : " ") + list(silent) +
+           " wrote no line (stopped, dead, or not in an mdring call)\n";
+  } else if (min_call >= 0 && min_call < max_call) {
+    std::vector<long> late;
+    for (std::size_t r = 0; r < pids.size(); ++r)
+      if (state_number(chosen[r], "call", 0) == min_call) late.push_back(first_rank + long(r));
+    out += "mdring-run: behind: rank" + std::string(late.size() > 1 ? "s " : " ") + list(late) + " at call " +
+           std::to_string(min_call) + " while others reached call " + std::to_string(max_call) + "\n";
+  } else {
+    std::size_t most = 0;
+    for (std::size_t r = 1; r < pids.size(); ++r)
+      if (waited[r] > waited[most]) most = r;
+    if (!waited.empty() && waited[most] > 0)
+      out += "mdring-run: behind: rank " + std::to_string(first_rank + long(most)) + ", which " +
+             std::to_string(waited[most]) + " rank" + (waited[most] > 1 ? "s wait" : " waits") + " on\n";
+  }
+  write_all(2, out);
+}
+
 class launcher {
 public:
   launcher(const options& o, std::vector<char*> program, long port, std::string secret, placement where)
@@ -553,6 +692,7 @@ public:
 
   int run() {
     if (o_.bind_core) find_cpus();
+    setup_state();
     setup_signals();
     original_mask_ = block_signals();
     for (long r = 0; r < o_.n; ++r)
@@ -567,6 +707,11 @@ public:
       }
     sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
     loop();
+    if (failed_) print_table("the job failed");
+    if (own_state_dir_) {
+      for (const auto& f : state_files()) unlink(f.c_str());
+      rmdir(state_dir_.c_str());
+    }
     if (!failed_) return 0;
     return WIFEXITED(first_status_) ? WEXITSTATUS(first_status_) : 128 + WTERMSIG(first_status_);
   }
@@ -584,8 +729,44 @@ private:
       if (CPU_ISSET(c, &set)) cpus_.push_back(c);
   }
 
+  // The hang report: the directory the processes write their state lines to, and
+  // the signal that asks them for their lines (MDRING_STATE_SIGNAL, off by default).
+  void setup_state() {
+    const char* given = std::getenv("MDRING_STATE_DIR");
+    if (given && *given) {
+      state_dir_ = given;
+    } else {
+      char tmpl[] = "/tmp/mdring-run-state-XXXXXX";
+      if (mkdtemp(tmpl)) state_dir_ = tmpl, own_state_dir_ = true;
+    }
+    state_signal_ = mdring::detail::state_signal_from_env();
+  }
+  std::vector<std::string> state_files() const {
+    std::vector<std::string> files;
+    if (DIR* d = opendir(state_dir_.c_str())) {
+      while (const dirent* e = readdir(d))
+        if (std::string_view(e->d_name).rfind("state.", 0) == 0) files.push_back(state_dir_ + "/" + e->d_name);
+      closedir(d);
+    }
+    return files;
+  }
+  void print_table(const char* when) {
+    if (state_dir_.empty()) return;
+    std::vector<pid_t> pids;
+    for (const auto& p : procs_) pids.push_back(p.pid);
+    print_state_table(state_dir_, pids, where_.first, when);
+  }
+
   void setup_signals() {
     handled_ = watch_signals();
+    if (state_signal_ && std::find(handled_.begin(), handled_.end(), state_signal_) == handled_.end()) {
+      struct sigaction sa{};
+      sa.sa_handler = on_signal;
+      sigemptyset(&sa.sa_mask);
+      sa.sa_flags = SA_RESTART;
+      sigaction(state_signal_, &sa, nullptr);
+      handled_.push_back(state_signal_);
+    }
     if (o_.tag_output) {
       // A closed stdout is passed on to the processes (see emit), not fatal here.
       struct sigaction cur{};
@@ -664,6 +845,7 @@ private:
         {"MDRING_SECRET", &secret_},
     };
     for (const auto& [name, value] : vars) setenv(name, value->c_str(), 1);
+    if (!state_dir_.empty()) setenv("MDRING_STATE_DIR", state_dir_.c_str(), 1);
     execvp(program_[0], program_.data());
     const int e = errno;
     std::fprintf(stderr, "mdring-run: cannot run \"%s\"%s: %s\n", program_[0], on_host().c_str(), std::strerror(e));
@@ -681,6 +863,13 @@ private:
   void start_grace(clk::time_point now) { ::start_grace(phase_, deadline_, now, o_.grace_s); }
 
   void on_received(int sig) {
+    if (sig == state_signal_) {  // the hang report: every process writes its lines, then the table
+      for (const auto& f : state_files()) unlink(f.c_str());  // a process that does not answer leaves none
+      kill_all(sig);
+      table_at_ = clk::now() + std::chrono::seconds(1);
+      table_pending_ = true;
+      return;
+    }
     const bool stop = sig == SIGINT || sig == SIGTERM;
     if (stop && first_stop_ != 0 && phase_ != phase::killed) {
       std::fprintf(stderr, "mdring-run: %s after %s: sending SIGKILL to %ld rank%s%s\n", sigabbrev(sig).c_str(),
@@ -700,6 +889,8 @@ private:
       case SIGTERM: return "SIGTERM";
       case SIGHUP: return "SIGHUP";
       case SIGQUIT: return "SIGQUIT";
+      case SIGUSR1: return "SIGUSR1";
+      case SIGUSR2: return "SIGUSR2";
       default: return "signal " + std::to_string(sig);
     }
   }
@@ -823,8 +1014,12 @@ private:
             fds.push_back({s.fd, POLLIN, 0});
             owners.emplace_back(r, &s);
           }
-      const int rc = poll(fds.data(), nfds_t(fds.size()),
-                          poll_timeout_ms(phase_ == phase::grace || phase_ == phase::terminating, deadline_));
+      int timeout = poll_timeout_ms(phase_ == phase::grace || phase_ == phase::terminating, deadline_);
+      if (table_pending_) {
+        const int t = poll_timeout_ms(true, table_at_);
+        timeout = timeout < 0 || t < timeout ? t : timeout;
+      }
+      const int rc = poll(fds.data(), nfds_t(fds.size()), timeout);
       if (rc < 0 && errno != EINTR) {
         std::perror("mdring-run: poll");
         kill_all(SIGKILL);
@@ -839,6 +1034,10 @@ private:
       reap();
       const auto now = clk::now();
       if ((phase_ == phase::grace || phase_ == phase::terminating) && now >= deadline_) on_deadline(now);
+      if (table_pending_ && now >= table_at_) {
+        table_pending_ = false;
+        print_table(("on " + sigabbrev(state_signal_)).c_str());
+      }
     }
     // Every process is gone: what they wrote is in the pipes now (a process they left
     // behind may still hold one open: only what is there now is read).
@@ -906,6 +1105,11 @@ private:
   std::vector<int> cpus_;  // --bind-to core: the CPUs to bind to, in order
   placement where_;
   const std::string role_ = "default";
+  std::string state_dir_;        // MDRING_STATE_DIR of the processes
+  bool own_state_dir_ = false;   // made here, removed at the end
+  int state_signal_ = 0;         // MDRING_STATE_SIGNAL, 0: none
+  bool table_pending_ = false;   // the table is due at table_at_
+  clk::time_point table_at_{};
 };
 
 
