@@ -882,6 +882,17 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   CHECK(contains(error_of("mdring-profile 1\ntrain x 1 2 1e-5\n"),
                  "line 2: train takes LINK DIM BYTES MESSAGES SECONDS, with at least 2 messages"));
   CHECK(contains(error_of("mdring-profile 1\ntrain x 1 2 1 1e-5\n"), "line 2: train takes"));
+  // Found by tests/fuzz (fuzz_text): each field is checked, nothing is left over,
+  // and a rejection names the line. Before, these were accepted and did not round-trip.
+  CHECK(contains(error_of("mdring-profile 1\npoint x -1 2 1e-5\n"), "line 2: point takes"));  // not 2^64 - 1
+  CHECK(contains(error_of(std::string("mdring-profile 1\npoint \0 1 2 1e-5\n", 28)), "line 2: point takes"));
+  CHECK(contains(error_of("mdring-profile 1\npoint x 1 2 nan\n"), "line 2: point takes"));
+  CHECK(contains(error_of("mdring-profile 1\npoint x 1 2 1e-5 9\n"), "line 2: unexpected text after point"));
+  CHECK(contains(error_of("mdring-profile 1\nlink x=1e9,2.0\t0e-05,ring\n"), "line 2: unexpected text after link"));
+  CHECK(contains(error_of("mdring-profile 1\nranks 6 x\n"), "line 2: unexpected text after ranks"));
+  CHECK(contains(error_of("mdring-profile 1\ntopology sh\x8f:2 x ethernet:3\n"), "line 2: topology: mdring::parse_topology"));
+  CHECK(contains(error_of("mdring-profile 1\nlink x=1e9,0,ports=1e30\n"), "not a whole number up to 10^6"));
+  CHECK(contains(error_of("mdring-profile 2\n"), "line 1: expected \"mdring-profile 1\""));
   // applied by name: ethernet and shm take the profile's figures, nvlink keeps its own
   auto t = m::parse_topology("nvlink:2 x shm:2 x ethernet:3");
   p.apply(t);
@@ -958,6 +969,11 @@ TEST_CASE("wisdom: text round trip, size classes, errors naming the line") {
   CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 ring 1\n"), "line 2: all_reduce takes ELEMENT_SIZE"));
   CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 tree 1 1 0 0 1\n"), "unknown algorithm \"tree\""));
   CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 ring 1 9 0 0 1\n"), "depth (1 to 8)"));
+  // Found by tests/fuzz: no sign, no trailing text, a hexadecimal key.
+  CHECK(contains(error_of("mdring-wisdom 1\nall_reduce -4 20 ring 1 1 0 0 1\n"), "line 2: all_reduce takes"));
+  CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 ring 1 1 0 0 1 7\n"), "line 2: all_reduce takes"));
+  CHECK(contains(error_of("mdring-wisdom 1\nall_reduce 4 20 ring 1 1 inf 0 1\n"), "line 2: all_reduce takes"));
+  CHECK(contains(error_of("mdring-wisdom 1\nkey xyz\n"), "line 2: key takes the fingerprint's hexadecimal digits"));
   // a missing file is no wisdom yet
   CHECK(m::wisdom::load("no-such-wisdom-file").all_reduce.empty());
 }

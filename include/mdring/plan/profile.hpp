@@ -25,6 +25,7 @@
 #include "../error.hpp"
 #include "../topology/link_registry.hpp"
 #include "../topology/runtime.hpp"
+#include "text_line.hpp"
 
 #include <cstdio>
 #include <fstream>
@@ -164,21 +165,30 @@ struct profile {
     while (std::getline(in, line)) {
       ++no;
       if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
-      std::istringstream ls(line);
-      std::string key;
-      if (!(ls >> key)) continue;
+      detail::text_line ls(line);
+      const std::string key(ls.word());
+      if (key.empty()) continue;
+      auto done = [&](const char* what) {
+        if (!ls.end()) throw fail(std::string("unexpected text after ") + what);
+      };
       if (!header) {
-        std::string version;
-        if (key != "mdring-profile" || !(ls >> version) || version != "1")
+        if (key != "mdring-profile" || ls.word() != "1")
           throw fail("expected \"mdring-profile 1\" first (is this a profile written by mdring::calibrate?)");
+        done("\"mdring-profile 1\"");
         header = true;
       } else if (key == "topology") {
-        std::getline(ls >> std::ws, pr.topology);
+        pr.topology = std::string(ls.rest());
+        try {
+          (void)parse_topology(pr.topology);
+        } catch (const invalid_argument& e) {
+          throw fail(std::string("topology: ") + e.what());
+        }
       } else if (key == "ranks") {
-        if (!(ls >> pr.ranks)) throw fail("ranks takes a number");
+        if (!ls.count(pr.ranks)) throw fail("ranks takes a number");
+        done("ranks N");
       } else if (key == "link") {
-        std::string t;
-        ls >> t;
+        const std::string t(ls.word());
+        done("link NAME=...");
         try {
           link_info l = detail::parse_link_with(t, [](std::string_view) { return std::optional<link_info>(); });
           for (auto& old : pr.links)
@@ -190,12 +200,16 @@ struct profile {
         }
       } else if (key == "point") {
         profile_point p;
-        if (!(ls >> p.link >> p.dim >> p.bytes >> p.seconds)) throw fail("point takes LINK DIM BYTES SECONDS");
+        if (!(ls.name(p.link) && ls.count(p.dim) && ls.count(p.bytes) && ls.real(p.seconds)))
+          throw fail("point takes LINK DIM BYTES SECONDS (a link name, two whole numbers, seconds >= 0)");
+        done("point LINK DIM BYTES SECONDS");
         pr.points.push_back(p);
       } else if (key == "train") {
         profile_train p;
-        if (!(ls >> p.link >> p.dim >> p.bytes >> p.messages >> p.seconds) || p.messages < 2)
+        if (!(ls.name(p.link) && ls.count(p.dim) && ls.count(p.bytes) && ls.count(p.messages) && ls.real(p.seconds)) ||
+            p.messages < 2)
           throw fail("train takes LINK DIM BYTES MESSAGES SECONDS, with at least 2 messages");
+        done("train LINK DIM BYTES MESSAGES SECONDS");
         pr.trains.push_back(p);
       } else {
         throw fail("unknown line \"" + key + "\"");

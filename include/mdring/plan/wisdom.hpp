@@ -20,8 +20,11 @@
 #include "../config.hpp"
 #include "../error.hpp"
 #include "../options.hpp"
+#include "text_line.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -108,20 +111,24 @@ struct wisdom {
     bool header = false;
     while (std::getline(in, line)) {
       ++no;
-      std::istringstream ls(line);
-      std::string k;
-      if (!(ls >> k)) continue;
+      detail::text_line ls(line);
+      const std::string k(ls.word());
+      if (k.empty()) continue;
       if (!header) {
-        std::string v;
-        if (k != "mdring-wisdom" || !(ls >> v) || v != "1") throw fail("expected \"mdring-wisdom 1\" first");
+        if (k != "mdring-wisdom" || ls.word() != "1" || !ls.end()) throw fail("expected \"mdring-wisdom 1\" first");
         header = true;
       } else if (k == "key") {
-        ls >> w.key;
+        w.key = std::string(ls.word());
+        if (w.key.empty() || !std::all_of(w.key.begin(), w.key.end(), [](char c) { return std::isxdigit((unsigned char)c); }) ||
+            !ls.end())
+          throw fail("key takes the fingerprint's hexadecimal digits");
       } else if (k == "all_reduce") {
         std::size_t elem = 0, cls = 0;
-        std::string al;
         measured_choice m;
-        if (!(ls >> elem >> cls >> al >> m.segments >> m.depth >> m.seconds >> m.estimate_seconds >> m.candidates))
+        std::string al;
+        if (!(ls.count(elem) && ls.count(cls) && !(al = std::string(ls.word())).empty() && ls.count(m.segments) &&
+              ls.count(m.depth) && ls.real(m.seconds) && ls.real(m.estimate_seconds) && ls.count(m.candidates) &&
+              ls.end()))
           throw fail("all_reduce takes ELEMENT_SIZE CLASS ALGORITHMS SEGMENTS DEPTH SECONDS ESTIMATE CANDIDATES");
         for (std::size_t pos = 0; al != "-" && pos <= al.size();) {
           const std::size_t c = std::min(al.find(',', pos), al.size());

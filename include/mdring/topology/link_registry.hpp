@@ -72,7 +72,7 @@ link_info parse_link_with(std::string_view text, Lookup&& known) {
     else if (a == "host") l.space = memory_space::host;
     else if (a.rfind("ports=", 0) == 0) {
       const double n = number(a.substr(6), "ports");
-      if (n != double(std::size_t(n))) throw fail("ports \"" + a.substr(6) + "\" is not a whole number");
+      if (n > 1e6 || n != std::floor(n)) throw fail("ports \"" + a.substr(6) + "\" is not a whole number up to 10^6");
       l.ports = std::size_t(n);
     } else if (a.rfind("overhead=", 0) == 0) l.overhead = number(a.substr(9), "the overhead");
     else throw fail("unknown field \"" + a + "\"");

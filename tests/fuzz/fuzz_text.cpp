@@ -1,0 +1,89 @@
+// fuzz_text.cpp: libFuzzer target for every text format mdring reads. The first
+// byte of an input picks the reader, the rest is its text:
+//   0 parse_topology (a topology string; MDRING_TOPOLOGY)
+//   1 parse_link     (one link: "name=bandwidth,latency[,...]")
+//   2 MDRING_LINKS   (link texts separated by ';', into a fresh registry)
+//   3 profile::parse (a calibrated profile file, mdring-calibrate's output)
+//   4 wisdom::parse  (a measured-planning wisdom file)
+// What must hold, else the fuzzer stops with a crash: every text is either
+// accepted or rejected with mdring::invalid_argument (topology_error for
+// topologies) whose what() starts with "mdring" or the variable's name and whose
+// argument() names what was wrong; no other exception, no crash, no sanitizer
+// report, no hang. Accepted texts round-trip: a topology's to_string() parses to
+// the same topology; a profile's or wisdom's to_string() parses to the same text.
+#include <mdring/mdring.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+namespace md = mdring;
+
+namespace {
+
+[[noreturn]] void finding(const char* reader, std::string_view text, const char* what) {
+  std::fprintf(stderr, "fuzz_text: %s: %s\ninput: \"%.*s\"\n", reader, what, int(text.size()), text.data());
+  std::abort();
+}
+
+// A rejection must be mdring's, clear, and name the argument.
+void check_rejection(const char* reader, std::string_view text, const md::invalid_argument& e) {
+  const std::string w = e.what();
+  if (w.empty()) finding(reader, text, "an empty error message");
+  if (w.rfind("mdring", 0) != 0 && w.rfind("MDRING_", 0) != 0) finding(reader, text, ("unprefixed message: " + w).c_str());
+  if (e.argument().empty()) finding(reader, text, "an error that names no argument");
+}
+
+template <class F>
+void reader(const char* name, std::string_view text, F&& f) {
+  try {
+    f();
+  } catch (const md::invalid_argument& e) {
+    check_rejection(name, text, e);
+  } catch (const std::exception& e) {
+    finding(name, text, (std::string("an exception other than mdring::invalid_argument: ") + e.what()).c_str());
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
+  switch (data[0] % 5) {
+    case 0:
+      reader("parse_topology", text, [&] {
+        const md::runtime_topology t = md::parse_topology(text);
+        const std::string again = t.to_string();
+        const md::runtime_topology u = md::parse_topology(again);
+        if (u.to_string() != again) finding("parse_topology", text, "to_string() does not round-trip");
+      });
+      break;
+    case 1:
+      reader("parse_link", text, [&] { (void)md::parse_link(text); });
+      break;
+    case 2:
+      reader("MDRING_LINKS", text, [&] {
+        md::detail::link_registry r;
+        r.add_from(text);
+      });
+      break;
+    case 3:
+      reader("profile", text, [&] {
+        const md::profile p = md::profile::parse(text, "fuzz");
+        const std::string again = p.to_string();
+        if (md::profile::parse(again, "fuzz").to_string() != again) finding("profile", text, "to_string() does not round-trip");
+      });
+      break;
+    default:
+      reader("wisdom", text, [&] {
+        const md::wisdom w = md::wisdom::parse(text, "fuzz");
+        const std::string again = w.to_string();
+        if (md::wisdom::parse(again, "fuzz").to_string() != again) finding("wisdom", text, "to_string() does not round-trip");
+      });
+      break;
+  }
+  return 0;
+}
