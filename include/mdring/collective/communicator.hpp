@@ -266,7 +266,7 @@ public:
     exec_.exec = std::make_shared<detail::host_executor>(mode);
     std::vector<std::string> links;
     for (const auto& dim : dims_) links.push_back(dim.link.name + ":" + std::to_string(dim.extent));
-    board_ = std::make_unique<detail::state_board>(rank_, size_, tr_->name(), std::move(links));
+    board_ = std::make_unique<detail::state_board>(rank_, size_, tr_->name(), std::move(links), opts_.timeout);
   }
 
   // Moving or destroying a communicator first waits for its calls in flight (the

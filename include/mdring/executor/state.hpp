@@ -75,9 +75,12 @@ public:
   enum class st : std::uint8_t { idle, running, waiting, failed };
   enum class dir : std::uint8_t { none, recv, send, group };
 
-  // rank/size of the communicator; links[d]: "ethernet:4" per executed dimension.
-  state_board(std::size_t rank, std::size_t size, std::string transport, std::vector<std::string> links)
-      : rank_(rank), size_(size), transport_(std::move(transport)), links_(std::move(links)) {
+  // rank/size of the communicator; links[d]: "ethernet:4" per executed dimension;
+  // timeout: the communicator's (a wait's deadline minus it is when the wait began).
+  state_board(std::size_t rank, std::size_t size, std::string transport, std::vector<std::string> links,
+              std::chrono::nanoseconds timeout)
+      : rank_(rank), size_(size), transport_(std::move(transport)), links_(std::move(links)),
+        timeout_ns_(timeout.count()) {
     auto& r = board_registry::get();
     {
       std::lock_guard<std::mutex> g(r.m);
@@ -110,22 +113,25 @@ public:
     moved_.store(0, std::memory_order_relaxed);
     dim_.store(-1, std::memory_order_relaxed);
     state_.store(st::running, std::memory_order_relaxed);
-    started_.fetch_add(1, std::memory_order_release);
+    bump(started_);
   }
   // A program of `steps` steps (the agreement's, then the collective's).
   void begin_program(std::size_t steps) noexcept {
     steps_done_.store(0, std::memory_order_relaxed);
     steps_total_.store(std::uint32_t(steps), std::memory_order_relaxed);
   }
-  // A step is first waited for: what it waits on, since now.
-  void waiting(std::size_t dim, int ph, std::size_t step, long long peer, dir d, std::uint64_t step_bytes) noexcept {
+  // A step is first waited for: what it waits on, until `deadline` (the wait began
+  // the communicator's timeout before it).
+  void waiting(std::size_t dim, int ph, std::size_t step, long long peer, dir d, std::uint64_t step_bytes,
+               std::chrono::steady_clock::time_point deadline) noexcept {
     dim_.store(int(dim), std::memory_order_relaxed);
     phase_.store(ph, std::memory_order_relaxed);
     step_.store(std::uint32_t(step), std::memory_order_relaxed);
     peer_.store(peer, std::memory_order_relaxed);
     dir_.store(d, std::memory_order_relaxed);
     step_bytes_.store(step_bytes, std::memory_order_relaxed);
-    since_.store(now_ns(), std::memory_order_relaxed);
+    deadline_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count(),
+                    std::memory_order_relaxed);
     state_.store(st::waiting, std::memory_order_relaxed);
   }
   // The peer a timed-out wait was left waiting on (the exact request).
@@ -134,13 +140,13 @@ public:
     dir_.store(d, std::memory_order_relaxed);
   }
   void step_done(std::uint64_t bytes) noexcept {
-    steps_done_.fetch_add(1, std::memory_order_relaxed);
-    moved_.fetch_add(bytes, std::memory_order_relaxed);
+    bump(steps_done_);
+    bump(moved_, bytes);
     state_.store(st::running, std::memory_order_relaxed);
   }
   void end_call(bool failed) noexcept {
     state_.store(failed ? st::failed : st::idle, std::memory_order_relaxed);
-    if (!failed) finished_.fetch_add(1, std::memory_order_release);
+    if (!failed) bump(finished_);
   }
 
   // ---- read by anyone --------------------------------------------------------------
@@ -178,7 +184,8 @@ public:
     out += " recv_bytes=" + std::to_string(moved_.load(std::memory_order_relaxed));
     if (s == st::waiting || s == st::failed) {
       char w[32];
-      std::snprintf(w, sizeof w, "%.3f", double(now_ns() - since_.load(std::memory_order_relaxed)) * 1e-9);
+      const std::int64_t since = deadline_.load(std::memory_order_relaxed) - timeout_ns_;
+      std::snprintf(w, sizeof w, "%.3f", double(now_ns() - since) * 1e-9);
       out += std::string(s == st::waiting ? " waiting_s=" : " waited_s=") + w;
     }
     return out;
@@ -190,9 +197,17 @@ public:
   }
 
 private:
+  // One writer at a time (the thread that moves the call, under the executor's
+  // lock): a load and a store, not a locked read-modify-write, on the hot path.
+  template <class A, class V = int>
+  static void bump(A& a, V by = 1) noexcept {
+    a.store(a.load(std::memory_order_relaxed) + by, std::memory_order_release);
+  }
+
   std::size_t rank_, size_;
   std::string transport_;
   std::vector<std::string> links_;
+  std::int64_t timeout_ns_ = 0;
   int id_ = 0;
   std::atomic<std::uint64_t> started_{0}, finished_{0}, count_{0}, moved_{0}, step_bytes_{0};
   std::atomic<const char*> coll_{nullptr}, type_{nullptr}, op_{nullptr};
@@ -201,7 +216,7 @@ private:
   std::atomic<long long> peer_{-1};
   std::atomic<dir> dir_{dir::none};
   std::atomic<st> state_{st::idle};
-  std::atomic<std::int64_t> since_{0};
+  std::atomic<std::int64_t> deadline_{0};
 };
 
 // Writes lines to stderr in one write (lines of several processes do not mix).

@@ -72,7 +72,7 @@ public:
         if (!sg.announced) announce(queue_[head_]);
         if (sg.deadline == deadline_clock::time_point{}) {  // waited for from now
           sg.deadline = this->deadline();
-          show_waiting(step(sg));
+          show_waiting(step(sg), sg.deadline);
         }
         if (!this->sync(step(sg), queue_[head_], sg.nreq, sg.deadline, block)) return false;
         advance(0);
@@ -100,7 +100,7 @@ private:
   // The hang report's view (executor/state.hpp): the step now waited for and the
   // peer it waits on (the first it receives from, else the first it sends to; a
   // shared stage waits for the whole dimension), and the bytes a passed step moved.
-  void show_waiting(const program_step& st) {
+  void show_waiting(const program_step& st, deadline_clock::time_point deadline) {
     const auto& members = this->dims_[st.dim].members;
     long long peer = -1;
     auto d = state_board::dir::group;
@@ -114,7 +114,7 @@ private:
         peer = (long long)members[m.peer], d = state_board::dir::send;
         break;
       }
-    c_.board().waiting(st.dim, int(st.ph), st.index, peer, d, bytes);
+    c_.board().waiting(st.dim, int(st.ph), st.index, peer, d, bytes, deadline);
   }
   std::uint64_t received_bytes(const program_step& st) const {
     std::uint64_t bytes = 0;
@@ -212,7 +212,7 @@ private:
         auto& d = segs_[queue_[(head_ + i) % max_depth]].deadline;
         if (d == deadline_clock::time_point{}) {
           d = this->deadline();
-          show_waiting(step(segs_[queue_[(head_ + i) % max_depth]]));
+          show_waiting(step(segs_[queue_[(head_ + i) % max_depth]]), d);
         }
         dl = d < dl ? d : dl;
       }
