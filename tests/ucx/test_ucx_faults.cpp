@@ -182,6 +182,21 @@ int worker(const std::string& mode, const std::string& dir) {
     return 0;
   }
   if (mode.rfind("inflight", 0) == 0) return inflight_worker(mode, dir);
+  if (mode == "store_killed") {
+    // WORLD_SIZE is one more than the processes started: the rendezvous cannot
+    // finish, and rank 0, the store's host, dies in the middle of it.
+    const std::size_t rank = std::size_t(std::atoi(std::getenv("RANK")));
+    if (rank == 0)
+      std::thread([dir] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        write_outcome(dir, 0, {"killed", -1, now_s(), ""});
+        std::raise(SIGKILL);
+      }).detach();
+    outcome o = catching([] { (void)md::ucx::world::from_env(); });
+    if (o.kind == "none") o.what = "the rendezvous finished";
+    write_outcome(dir, rank, o);
+    return 0;
+  }
   auto w = md::ucx::world::from_env();
   const std::size_t rank = w.rank(), size = w.size();
   md::options opts;
@@ -356,6 +371,22 @@ TEST_CASE("the rendezvous through a user's store (files in a directory)") {
     CHECK(res.out[r].kind == "none");
     CHECK(res.out[r].what == "6 local 3");  // every element: 1 + 2 + 3
   }
+}
+
+TEST_CASE("the store's host (rank 0) killed during the rendezvous: the others fail naming the store, promptly") {
+  const auto t0 = now_s();
+  const auto res = run_job("store_killed", 3, {"WORLD_SIZE=4", "MDRING_TIMEOUT=60"});
+  REQUIRE(res.out.size() == 3);
+  CHECK(res.out[0].kind == "killed");
+  for (std::size_t r : {std::size_t(1), std::size_t(2)}) {
+    INFO("rank " << r << ": " << res.out[r].kind << ": " << res.out[r].what);
+    CHECK(WIFEXITED(res.status[r]));
+    CHECK(res.out[r].kind == "other");  // transport_error: not a topology or argument error
+    CHECK(res.out[r].what.find("store") != std::string::npos);
+    CHECK(res.out[r].what.find("127.0.0.1:") != std::string::npos);
+    CHECK(res.out[r].at - res.out[0].at < 5.0);  // not the 60 s deadline
+  }
+  CHECK(now_s() - t0 < 30.0);
 }
 
 TEST_CASE("from_env: missing or wrong variables name the variable") {
