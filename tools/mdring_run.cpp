@@ -32,7 +32,8 @@
 // their lines), mdring-run prints one table of the lines it finds there, by rank,
 // and says which rank is behind: one that wrote nothing (stopped, or busy outside
 // mdring), one at an earlier call than the others, or the one the others wait on.
-// Across hosts each host's mdring-run --node prints the table of its own ranks.
+// Across hosts, a host's mdring-run --node whose ranks fail prints the table of its
+// own ranks; the signal is not forwarded across hosts (not done).
 //
 // Plain C++20 and POSIX (plus Linux's prctl, getrandom and sched_setaffinity), and
 // one header of mdring's: no other dependency.
@@ -118,6 +119,13 @@ void print_help() {
       "Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to mdring-run are forwarded to every\n"
       "process and start the grace period; a second SIGINT or SIGTERM sends SIGKILL. The\n"
       "processes die with mdring-run even if it is killed with SIGKILL.\n"
+      "\n"
+      "Hang report: the processes get MDRING_STATE_DIR, where mdring writes what each communicator\n"
+      "is doing. When the job fails, and when mdring-run gets the signal MDRING_STATE_SIGNAL names\n"
+      "(e.g. MDRING_STATE_SIGNAL=USR1; off by default; forwarded to every process), it prints one\n"
+      "table: per rank its call, collective, step, dimension, the peer it waits on and for how\n"
+      "long, and which rank is behind. Across machines, a host whose ranks fail prints its own\n"
+      "ranks' table (the signal is not forwarded across machines).\n"
       "\n"
       "Across machines:\n"
       "  --hosts A:2,B:2        the hosts and their slots (processes); NAME alone is one slot.\n"

@@ -574,6 +574,7 @@ TEST_CASE("help: -h and --help print the usage, with how to launch across machin
     CHECK(contains(j.out, "export MDRING_SECRET=$(openssl rand -hex 16)"));
     CHECK(contains(j.out, "--hosts A:2,B:2"));
     CHECK(contains(j.out, "--agent CMD"));
+    CHECK(contains(j.out, "MDRING_STATE_SIGNAL"));
   }
 }
 
