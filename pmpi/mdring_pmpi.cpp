@@ -31,6 +31,7 @@
 #include <mdring/mpi.hpp>
 
 #include "classify.hpp"
+#include "config.hpp"
 
 #include <mpi.h>
 
@@ -59,7 +60,6 @@ using md_comm = md::communicator<md::runtime_topology, md::mpi::transport>;
 // Measured on this project's machine (docs/PERFORMANCE.md, "Drop-in for MPI
 // programs"): at 4 KiB Open MPI 4.1 was faster on 2 processes (1.3 x), from 8 KiB
 // mdring was (about 0.5 x on 2 and 4 processes).
-constexpr std::size_t kDefaultMinBytes = std::size_t(8) << 10;
 
 // ---- statistics (MDRING_REPORT) ---------------------------------------------
 enum coll { c_allreduce, c_reduce, c_reduce_scatter_block, c_reduce_scatter, c_allgather, c_bcast, c_iallreduce, n_coll };
@@ -107,34 +107,12 @@ struct counter {
 };
 counter stats[n_coll][n_why];
 
-// ---- configuration ----------------------------------------------------------
-struct config {
-  bool enabled = true;
-  std::size_t min_bytes = kDefaultMinBytes;
-  std::string topology;  // MDRING_TOPOLOGY, or empty
-  bool report = false;
-  // Not by default: MPI_THREAD_MULTIPLE makes each small Open MPI 4.1 collective
-  // about 0.4 us slower (1.27 x at 4 KiB on 2 processes, docs/PERFORMANCE.md).
-  bool raise_thread = false;
-  bool reproducible = false;  // MDRING_REPRODUCIBLE, as options reads it
-  // mdring's deadline: MDRING_TIMEOUT as options reads it, else none (as MPI).
-  std::chrono::milliseconds timeout =
-      std::getenv("MDRING_TIMEOUT") ? md::detail::default_timeout() : std::chrono::hours(24 * 365);
-};
+// ---- configuration (config.hpp) ----------------------------------------------
 const config& cfg() {
   static const config parsed = [] {
-    config c;
-    auto env = [](const char* n) -> const char* {
-      const char* v = std::getenv(n);
-      return v && *v ? v : nullptr;
-    };
-    if (const char* v = env("MDRING_PMPI")) c.enabled = std::string(v) != "0";
-    c.reproducible = md::detail::default_reproducible();
-    if (c.reproducible) c.min_bytes = 0, c.raise_thread = true;
-    if (const char* v = env("MDRING_PMPI_MIN_BYTES")) c.min_bytes = std::strtoull(v, nullptr, 10);
-    if (const char* v = env("MDRING_TOPOLOGY")) c.topology = v;
-    if (const char* v = env("MDRING_REPORT")) c.report = std::string(v) != "0";
-    if (const char* v = env("MDRING_PMPI_THREAD")) c.raise_thread = std::string(v) == "multiple";
+    std::vector<std::string> problems;
+    config c = read_config(problems);
+    for (const auto& p : problems) std::fprintf(stderr, "mdring-pmpi: %s\n", p.c_str());
     return c;
   }();
   return parsed;

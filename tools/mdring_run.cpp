@@ -63,6 +63,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -155,10 +156,11 @@ void print_help() {
       usage_line, max_processes);
 }
 
-[[noreturn]] void bad_usage(const std::string& msg) {
-  std::fprintf(stderr, "mdring-run: %s\n%s (mdring-run --help for more)\n", msg.c_str(), usage_line);
-  std::exit(2);
-}
+// A bad argument: main prints it with the usage line and exits 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void bad_usage(const std::string& msg) { throw usage_error(msg); }
 
 std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
@@ -188,6 +190,7 @@ struct host {
 };
 
 struct options {
+  bool help = false;  // -h, --help: print the help, nothing else
   long n = 0;
   std::string addr = "127.0.0.1";
   bool addr_given = false;
@@ -294,8 +297,8 @@ options parse(int argc, char** argv) {
     };
     if (name == "-h" || name == "--help") {
       no_value();
-      print_help();
-      std::exit(0);
+      o.help = true;
+      return o;
     } else if (name == "-n" || name == "--nproc" || name == "--nproc-per-node" || name == "--nproc_per_node") {
       o.n = parse_count(name, value(), 1, max_processes, "a positive process count");
       have_n = true;
@@ -1525,13 +1528,18 @@ int node_main() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+#ifndef MDRING_RUN_NO_MAIN  // (tests/fuzz/fuzz_run_args.cpp includes this file for parse())
+int run_main(int argc, char** argv) {
   if (argc == 2 && std::string_view(argv[1]) == "--node") return node_main();
   if (argc == 3 && std::string_view(argv[1]) == "--free-port") {  // asked by a launcher across hosts
     std::printf("%ld\n", free_port(argv[2]));
     return 0;
   }
   const options o = parse(argc, argv);
+  if (o.help) {
+    print_help();
+    return 0;
+  }
   const char* given = std::getenv("MDRING_SECRET");
   std::string secret = given && *given ? std::string(given) : random_secret();
   if (!o.hosts.empty()) {
@@ -1561,3 +1569,13 @@ int main(int argc, char** argv) {
   launcher l(o, std::move(program), port, std::move(secret), placement{});
   return l.run();
 }
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "mdring-run: %s\n%s (mdring-run --help for more)\n", e.what(), usage_line);
+    return 2;
+  }
+}
+#endif

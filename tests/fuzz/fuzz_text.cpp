@@ -5,6 +5,10 @@
 //   2 MDRING_LINKS   (link texts separated by ';', into a fresh registry)
 //   3 profile::parse (a calibrated profile file, mdring-calibrate's output)
 //   4 wisdom::parse  (a measured-planning wisdom file)
+//   5 the interposer's settings (pmpi/config.hpp): lines NAME=VALUE put in the
+//     environment (MDRING_PMPI, MDRING_PMPI_MIN_BYTES, MDRING_TOPOLOGY,
+//     MDRING_REPORT, MDRING_PMPI_THREAD, MDRING_REPRODUCIBLE, MDRING_TIMEOUT), read
+//     as the interposer does: every value it cannot use is named, none throws
 // What must hold, else the fuzzer stops with a crash: every text is either
 // accepted or rejected with mdring::invalid_argument (topology_error for
 // topologies) whose what() starts with "mdring" or the variable's name and whose
@@ -12,6 +16,8 @@
 // report, no hang. Accepted texts round-trip: a topology's to_string() parses to
 // the same topology; a profile's or wisdom's to_string() parses to the same text.
 #include <mdring/mdring.hpp>
+
+#include "../../pmpi/config.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -52,7 +58,7 @@ void reader(const char* name, std::string_view text, F&& f) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0:
       reader("parse_topology", text, [&] {
         const md::runtime_topology t = md::parse_topology(text);
@@ -77,6 +83,33 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (md::profile::parse(again, "fuzz").to_string() != again) finding("profile", text, "to_string() does not round-trip");
       });
       break;
+    case 5: {
+      static const char* const names[] = {"MDRING_PMPI",        "MDRING_PMPI_MIN_BYTES", "MDRING_TOPOLOGY",
+                                          "MDRING_REPORT",      "MDRING_PMPI_THREAD",    "MDRING_REPRODUCIBLE",
+                                          "MDRING_TIMEOUT"};
+      std::size_t pos = 0;
+      while (pos <= text.size()) {
+        const std::size_t end = std::min(text.find('\n', pos), text.size());
+        const std::string line(text.substr(pos, end - pos));
+        pos = end + 1;
+        const auto eq = line.find('=');
+        if (eq == std::string::npos || line.find('\0') != std::string::npos) continue;
+        for (const char* n : names)
+          if (line.compare(0, eq, n) == 0) setenv(n, line.c_str() + eq + 1, 1);
+      }
+      try {
+        std::vector<std::string> problems;
+        const mdring_pmpi::config c = mdring_pmpi::read_config(problems);
+        for (const auto& p : problems)
+          if (p.rfind("MDRING_", 0) != 0) finding("pmpi settings", text, ("a problem that names no variable: " + p).c_str());
+        if (c.reproducible && std::getenv("MDRING_PMPI_MIN_BYTES") == nullptr && c.min_bytes != 0)
+          finding("pmpi settings", text, "reproducible without a threshold of 0");
+      } catch (const std::exception& e) {
+        finding("pmpi settings", text, (std::string("read_config threw: ") + e.what()).c_str());
+      }
+      for (const char* n : names) unsetenv(n);
+      break;
+    }
     default:
       reader("wisdom", text, [&] {
         const md::wisdom w = md::wisdom::parse(text, "fuzz");
