@@ -6,12 +6,16 @@
 #   2. MDRING_STATE_SIGNAL=USR1 sent to mdring-run while rank 1 is late: every
 #      rank answers, the table shows ranks 0 and 2 waiting in call 2, rank 1 idle
 #      at call 1, and says rank 1 is behind; the job then completes (exit 0).
+# Neither shows the job's secret.
 # usage: hang_report.sh MDRING_RUN HANG_PROBE
 set -u
 run=$1 probe=$2
 out=$(mktemp -d /tmp/mdring-hang-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "FAIL: $*"; echo "---- output"; cat "$out/log"; exit 1; }
+# A known secret, to check that no line, table or error message shows it.
+export MDRING_SECRET=hang-report-secret-5f2c9e0b7d1a4c38
+no_secret() { ! grep -q "$MDRING_SECRET" "$out/log" || fail "the secret appears in the output"; }
 
 # 1. stopped
 MDRING_TIMEOUT=2 timeout 60 "$run" -n 3 --grace 1 "$probe" stop > "$out/log" 2>&1
@@ -27,6 +31,7 @@ done
 grep -q "mdring-run: hang report (the job failed)" "$out/log" || fail "no table after the failure"
 grep -Eq "^  1 +[0-9]+ +\(no line: the process did not answer" "$out/log" || fail "the table does not show rank 1 silent"
 grep -q "mdring-run: behind: rank 1 wrote no line" "$out/log" || fail "the table does not name rank 1 behind"
+no_secret
 echo "stopped rank: ok"
 
 # 2. on demand
@@ -46,4 +51,5 @@ done
 grep -Eq "^  1 +[0-9]+ +[0-9]+ +1 +idle " "$out/log" || fail "rank 1 is not shown idle at call 1"
 grep -q "mdring-run: behind: rank 1 at call 1 while others reached call 2" "$out/log" || fail "rank 1 not named behind"
 [ "$(grep -c '^mdring-state: ' "$out/log")" -ge 3 ] || fail "fewer than 3 state lines on stderr"
+no_secret
 echo "on demand: ok"
