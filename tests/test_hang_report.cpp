@@ -160,6 +160,7 @@ TEST_CASE("a stalled peer: the waiting line names the step, link and peer; at th
   CHECK(field(w, "collective") == "all_reduce");
   CHECK(field(w, "count") == "1000");
   CHECK(field(w, "phase") == "reduce-scatter");
+  CHECK(field(w, "phase_step") == "0");
   CHECK(field(w, "dim") == "0");
   CHECK(field(w, "link") == "ethernet:2");
   CHECK(field(w, "peer") == "1");

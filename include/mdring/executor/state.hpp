@@ -10,10 +10,11 @@
 // One line per communicator (state_board::line):
 //   mdring-state: rank=3 size=8 comm=1 pid=4242 host=n1 transport=ucx call=12 done=11
 //     state=waiting collective=all_reduce type=float op=sum count=1048576 step=5/14
-//     phase=reduce-scatter dim=1 link=ethernet:4 peer=7 dir=recv step_bytes=1048576
-//     recv_bytes=3145728 waiting_s=2.310
+//     phase=reduce-scatter phase_step=2 dim=1 link=ethernet:4 peer=7 dir=recv
+//     step_bytes=1048576 recv_bytes=3145728 waiting_s=2.310
 // step=k/K: steps passed of the program now running (the agreement's under
-// check_level::collective, then the collective's); step_bytes: what the step
+// check_level::collective, then the collective's); phase_step: the step within
+// its phase and dimension (what timeout_error calls the step); step_bytes: what the step
 // waited for receives; recv_bytes: what the call's messages received so far
 // (stages that read a peer's memory directly move no messages: 0).
 // state is idle (no call in flight), running (a step is posted, not yet waited
@@ -175,7 +176,8 @@ public:
     const int d = dim_.load(std::memory_order_relaxed);
     if (d >= 0 && s != st::idle) {
       const int ph = phase_.load(std::memory_order_relaxed);
-      out += std::string(" phase=") + (ph >= 0 && ph < 7 ? phases[ph] : "?") + " dim=" + std::to_string(d) +
+      out += std::string(" phase=") + (ph >= 0 && ph < 7 ? phases[ph] : "?") +
+             " phase_step=" + std::to_string(step_.load(std::memory_order_relaxed)) + " dim=" + std::to_string(d) +
              " link=" + (std::size_t(d) < links_.size() ? links_[std::size_t(d)] : "?") +
              " peer=" + std::to_string(peer_.load(std::memory_order_relaxed)) +
              " dir=" + dirs[int(dir_.load(std::memory_order_relaxed))] +
