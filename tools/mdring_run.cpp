@@ -32,8 +32,8 @@
 // their lines), mdring-run prints one table of the lines it finds there, by rank,
 // and says which rank is behind: one that wrote nothing (stopped, or busy outside
 // mdring), one at an earlier call than the others, or the one the others wait on.
-// Across hosts, a host's mdring-run --node whose ranks fail prints the table of its
-// own ranks; the signal is not forwarded across hosts (not done).
+// Across hosts, each host's mdring-run --node prints the table of its own ranks
+// (the launcher forwards the signal to every host).
 //
 // Plain C++20 and POSIX (plus Linux's prctl, getrandom and sched_setaffinity), and
 // one header of mdring's: no other dependency.
@@ -125,8 +125,7 @@ void print_help() {
       "is doing. When the job fails, and when mdring-run gets the signal MDRING_STATE_SIGNAL names\n"
       "(e.g. MDRING_STATE_SIGNAL=USR1; off by default; forwarded to every process), it prints one\n"
       "table: per rank its call, collective, step, dimension, the peer it waits on and for how\n"
-      "long, and which rank is behind. Across machines, a host whose ranks fail prints its own\n"
-      "ranks' table (the signal is not forwarded across machines).\n"
+      "long, and which rank is behind. Across machines each host prints its own ranks' table.\n"
       "\n"
       "Across machines:\n"
       "  --hosts A:2,B:2        the hosts and their slots (processes); NAME alone is one slot.\n"
@@ -487,6 +486,18 @@ void restore_signals(const std::vector<int>& handled, const sigset_t& mask) {
   sigprocmask(SIG_SETMASK, &mask, nullptr);
 }
 
+// The hang report's signal (MDRING_STATE_SIGNAL; 0: none), watched through the
+// self-pipe like the forwarded ones (and restored in the processes).
+void watch_state_signal(int sig, std::vector<int>& handled) {
+  if (!sig || std::find(handled.begin(), handled.end(), sig) != handled.end()) return;
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(sig, &sa, nullptr);
+  handled.push_back(sig);
+}
+
 // How far a launcher is in ending the job: the first failure or signal starts the
 // grace period, then SIGTERM, then SIGKILL.
 enum class phase { running, grace, terminating, killed };
@@ -770,14 +781,7 @@ private:
 
   void setup_signals() {
     handled_ = watch_signals();
-    if (state_signal_ && std::find(handled_.begin(), handled_.end(), state_signal_) == handled_.end()) {
-      struct sigaction sa{};
-      sa.sa_handler = on_signal;
-      sigemptyset(&sa.sa_mask);
-      sa.sa_flags = SA_RESTART;
-      sigaction(state_signal_, &sa, nullptr);
-      handled_.push_back(state_signal_);
-    }
+    watch_state_signal(state_signal_, handled_);
     if (o_.tag_output) {
       // A closed stdout is passed on to the processes (see emit), not fatal here.
       struct sigaction cur{};
@@ -1084,6 +1088,9 @@ private:
         case 'T': on_received(SIGTERM); break;
         case 'H': on_received(SIGHUP); break;
         case 'Q': on_received(SIGQUIT); break;
+        case 'U':  // the hang report's signal (MDRING_STATE_SIGNAL)
+          if (state_signal_) on_received(state_signal_);
+          break;
         case 'S':  // the job's grace period is over: SIGTERM now, SIGKILL 2 s later
           if (phase_ == phase::running || phase_ == phase::grace) {
             kill_all(SIGTERM);
@@ -1245,6 +1252,8 @@ public:
       return 2;
     }
     handled_ = watch_signals();
+    state_signal_ = mdring::detail::state_signal_from_env();
+    watch_state_signal(state_signal_, handled_);
     signal(SIGPIPE, SIG_IGN);  // a host's agent that is gone: its write fails, it is reaped
     original_mask_ = block_signals();
     long first = 0;
@@ -1380,6 +1389,10 @@ private:
   void start_grace(clk::time_point now) { ::start_grace(phase_, deadline_, now, o_.grace_s); }
 
   void on_received(int sig) {
+    if (sig == state_signal_) {  // every host's mdring-run --node asks its ranks, prints its table
+      send_all("U");
+      return;
+    }
     const bool stop = sig == SIGINT || sig == SIGTERM;
     if (stop && first_stop_ != 0 && phase_ != phase::killed) {
       std::fprintf(stderr, "mdring-run: %s after %s: killing the ranks on every host\n",
@@ -1458,6 +1471,7 @@ private:
   std::vector<int> handled_;
   sigset_t original_mask_{};
   int first_stop_ = 0;
+  int state_signal_ = 0;  // MDRING_STATE_SIGNAL, 0: none
   bool failed_ = false;
   int first_status_ = 0;
   phase phase_ = phase::running;
@@ -1510,6 +1524,8 @@ int node_main() {
     else if (key == "env") {
       const auto e = value.find('=');
       where.env.emplace_back(value.substr(0, e), e == std::string::npos ? "" : value.substr(e + 1));
+      // The hang report's signal is this host's mdring-run's business too.
+      if (where.env.back().first == "MDRING_STATE_SIGNAL") setenv("MDRING_STATE_SIGNAL", where.env.back().second.c_str(), 1);
     } else if (key == "arg") args.push_back(value);
   }
   if (o.n < 1 || where.world < o.n || args.empty() || port < 1 || secret.empty()) {

@@ -727,6 +727,26 @@ TEST_CASE("hosts: SIGTERM to mdring-run reaches every rank on every host once") 
   check_nothing_left(j, pids);
 }
 
+TEST_CASE("hosts: MDRING_STATE_SIGNAL to mdring-run reaches every rank on every host; each host prints its table") {
+  scratch s;
+  job j;
+  // The probe is no mdring program: it ignores the signal and writes no state line.
+  j.start(with(with({"--hosts", "hostA:1,hostB:2", "--master-addr", "127.0.0.1"}, bare_agent()),
+               {probe(), "ignore", std::to_string(SIGUSR1), "pid", s.str(), "sleep", "4"}),
+          {"MDRING_STATE_SIGNAL=USR1"});
+  REQUIRE(s.wait_files("pid", 3));
+  kill(j.pid, SIGUSR1);
+  j.finish();
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 0);  // the signal ends nothing
+  std::size_t tables = 0;
+  for (std::size_t at = 0; (at = j.err.find("mdring-run: hang report (on SIGUSR1)", at)) != std::string::npos; ++at)
+    ++tables;
+  CHECK(tables == 2);  // one per host
+  CHECK(contains(j.err, "mdring-run: behind: rank 0 wrote no line"));
+  CHECK(contains(j.err, "mdring-run: behind: ranks 1, 2 wrote no line"));
+}
+
 TEST_CASE("hosts: SIGKILL of mdring-run takes every host's ranks with it") {
   scratch s;
   job j;
