@@ -27,7 +27,8 @@
 //     on by default; MDRING_HANG_REPORT=0 turns it off): that rank's line on stderr;
 //   - on a signal the user names (MDRING_STATE_SIGNAL=USR1, or SIGUSR2, or a
 //     number; off by default): every communicator's line of the process, from a
-//     thread of mdring's (the handler only writes a byte to a pipe);
+//     thread of mdring's (the handler only writes a byte to a pipe), handled from
+//     the program's start;
 //   - on demand: mdring::dump_state(comm), mdring::state_line(comm).
 // With MDRING_STATE_DIR set (mdring-run sets it), the process's lines also go to
 // DIR/state.<host>.<pid>, rewritten each time, where mdring-run reads them to
@@ -309,33 +310,48 @@ extern "C" inline void mdring_state_signal_handler(int) {
   }
   errno = saved;
 }
+// Installs the handler for MDRING_STATE_SIGNAL once it names a signal: at the
+// program's start, else at the next communicator (a variable set later, as a test
+// does, is seen then).
 inline void install_state_signal() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const int sig = state_signal_from_env();
-    if (!sig) return;
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return;
-    ::fcntl(fds[1], F_SETFL, O_NONBLOCK);  // a burst of signals never blocks the handler
-    state_pipe_write_end() = fds[1];
-    std::thread([rd = fds[0]] {
-      char buf[64];
-      for (;;) {
-        const ssize_t n = ::read(rd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return;
-        const std::string lines = all_state_lines();
-        write_lines(lines);
-        write_state_file(lines);
-      }
-    }).detach();
-    struct sigaction sa {};
-    sa.sa_handler = mdring_state_signal_handler;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    ::sigaction(sig, &sa, nullptr);
-  });
+  static std::mutex m;
+  static bool installed = false;
+  std::lock_guard<std::mutex> g(m);
+  static std::string seen = "\x01";  // the value last looked at: a bad one is named once
+  if (installed) return;
+  const char* v = std::getenv("MDRING_STATE_SIGNAL");
+  if (seen == (v ? v : "")) return;
+  seen = v ? v : "";
+  const int sig = state_signal_from_env();
+  if (!sig) return;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return;
+  ::fcntl(fds[1], F_SETFL, O_NONBLOCK);  // a burst of signals never blocks the handler
+  state_pipe_write_end() = fds[1];
+  std::thread([rd = fds[0]] {
+    char buf[64];
+    for (;;) {
+      const ssize_t n = ::read(rd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      const std::string lines = all_state_lines();
+      write_lines(lines);
+      write_state_file(lines);
+    }
+  }).detach();
+  struct sigaction sa {};
+  sa.sa_handler = mdring_state_signal_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(sig, &sa, nullptr);
+  installed = true;
 }
+
+// A program run with MDRING_STATE_SIGNAL handles that signal from its start, not
+// from its first communicator: a rank still in its rendezvous, or a PyTorch rank
+// whose group binds at its first collective, must not die of it (its default
+// action). Reading the environment is all this costs a program without it.
+inline const bool state_signal_at_start = (install_state_signal(), true);
 
 }  // namespace detail
 
