@@ -2,6 +2,8 @@
 #   MODE=find_package      install mdring from BUILD_DIR into a prefix, then
 #                          find_package(mdring) from tests/package/consumer
 #   MODE=add_subdirectory  add_subdirectory(SOURCE_DIR) from the same consumer
+#   MODE=headers_only      configure SOURCE_DIR afresh and install it without
+#                          building anything, then find_package it
 # then builds the consumer and runs its programs. OPTIMIZE: the consumer's -O.
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
@@ -21,7 +23,25 @@ set(args -S ${SOURCE_DIR}/tests/package/consumer -B ${WORK_DIR}/build -DCMAKE_CX
 if(OPTIMIZE)
   list(APPEND args "-DCMAKE_CXX_FLAGS_RELEASE=${OPTIMIZE} -DNDEBUG")
 endif()
-if(MODE STREQUAL "find_package")
+if(MODE STREQUAL "headers_only")
+  # What one does with a header-only library: configure, then install, nothing
+  # built. The headers and the package must be there, the compiled parts not; the
+  # consumer then finds mdring::mdring, mdring::mpi and mdring::ucx (headers).
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/src -DCMAKE_CXX_COMPILER=${CXX} -DMDRING_BUILD_TESTS=OFF
+      -DMDRING_BUILD_EXAMPLES=OFF -DMDRING_BUILD_BENCHMARKS=OFF -DMDRING_CUDA=OFF -DMDRING_BUILD_TORCH=OFF)
+  run(${CMAKE_COMMAND} --install ${WORK_DIR}/src --prefix ${WORK_DIR}/prefix)
+  foreach(f include/mdring/mdring.hpp share/cmake/mdring/mdringConfig.cmake share/cmake/mdring/mdringTargets.cmake)
+    if(NOT EXISTS ${WORK_DIR}/prefix/${f})
+      message(FATAL_ERROR "the install of an unbuilt tree has no ${f}")
+    endif()
+  endforeach()
+  file(GLOB_RECURSE built ${WORK_DIR}/prefix/*.so ${WORK_DIR}/prefix/bin/*)
+  if(built)
+    message(FATAL_ERROR "the install of an unbuilt tree has compiled files: ${built}")
+  endif()
+  list(TRANSFORM args REPLACE "^-DMDRING_MODE=headers_only$" "-DMDRING_MODE=find_package")
+  list(APPEND args -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+elseif(MODE STREQUAL "find_package")
   run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
   if(NOT EXISTS ${WORK_DIR}/prefix/share/cmake/mdring/mdringConfigVersion.cmake)
     message(FATAL_ERROR "the install has no share/cmake/mdring/mdringConfigVersion.cmake")
