@@ -208,6 +208,14 @@ bool background_progress_allowed(const Transport& t) {
     return true;
 }
 
+
+// A program run with MDRING_STATE_SIGNAL handles that signal from its start, not
+// from its first communicator: a rank still in its rendezvous, or a PyTorch rank
+// whose group binds at its first collective, must not die of it (its default
+// action). Reading the environment is all this costs a program without it. (Here,
+// not in executor/state.hpp, which mdring-run includes for the lines alone.)
+inline const bool state_signal_at_start = (install_state_signal(), true);
+
 }  // namespace detail
 
 template <class Topology, transport Transport>

@@ -347,12 +347,6 @@ inline void install_state_signal() {
   installed = true;
 }
 
-// A program run with MDRING_STATE_SIGNAL handles that signal from its start, not
-// from its first communicator: a rank still in its rendezvous, or a PyTorch rank
-// whose group binds at its first collective, must not die of it (its default
-// action). Reading the environment is all this costs a program without it.
-inline const bool state_signal_at_start = (install_state_signal(), true);
-
 }  // namespace detail
 
 MDRING_NAMESPACE_END
