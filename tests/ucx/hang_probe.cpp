@@ -2,10 +2,11 @@
 // machine), to show the hang report end to end.
 //
 //   hang_probe stop     rank 1 stops itself (SIGSTOP) before its all_reduce; the
-//                       others fail at their deadline (MDRING_TIMEOUT) naming it,
+//                       others fail at their deadline (HANG_PROBE_TIMEOUT s) naming it,
 //                       write their line, and exit 3
-//   hang_probe late S   rank 1 comes S seconds late to the second all_reduce; the
-//                       others wait; every rank exits 0 once it comes
+//   hang_probe late DIR every rank writes DIR/ready.RANK after the first all_reduce;
+//                       rank 1 then waits for DIR/go (at most 60 s) before the
+//                       second, which the others wait in; every rank exits 0
 // Every rank first runs one all_reduce of 1000 floats (call 1) and checks it.
 #include <mdring/ucx.hpp>
 
@@ -25,6 +26,10 @@ int main(int argc, char** argv) {
   const std::size_t P = w.size(), r = w.rank();
   md::options o;
   o.checks = md::check_level::local;
+  // The collectives' deadline (the rendezvous keeps MDRING_TIMEOUT's, so that a
+  // slow start under load is not taken for the fault).
+  if (const char* t = std::getenv("HANG_PROBE_TIMEOUT"))
+    o.timeout = std::chrono::milliseconds(static_cast<long long>(std::atof(t) * 1000));
   auto comm = md::bind(md::parse_topology("ethernet:*"), w, o);
   std::vector<float> v(1000, float(r + 1));
   md::all_reduce(comm, v.data(), v.size());
@@ -34,8 +39,17 @@ int main(int argc, char** argv) {
   }
   try {
     if (mode == "stop" && r == 1) std::raise(SIGSTOP);
-    if (mode == "late" && r == 1)
-      std::this_thread::sleep_for(std::chrono::duration<double>(argc > 2 ? std::atof(argv[2]) : 3));
+    if (mode == "late") {
+      const std::string dir = argc > 2 ? argv[2] : ".";
+      std::fclose(std::fopen((dir + "/ready." + std::to_string(r)).c_str(), "w"));
+      for (int i = 0; r == 1 && i < 6000; ++i) {
+        if (FILE* f = std::fopen((dir + "/go").c_str(), "r")) {
+          std::fclose(f);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
     md::all_reduce(comm, v.data(), v.size());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hang_probe: rank %zu failed: %s\n", r, e.what());

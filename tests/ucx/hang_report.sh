@@ -18,7 +18,7 @@ export MDRING_SECRET=hang-report-secret-5f2c9e0b7d1a4c38
 no_secret() { ! grep -q "$MDRING_SECRET" "$out/log" || fail "the secret appears in the output"; }
 
 # 1. stopped
-MDRING_TIMEOUT=2 timeout 60 "$run" -n 3 --grace 1 "$probe" stop > "$out/log" 2>&1
+HANG_PROBE_TIMEOUT=2 timeout 60 "$run" -n 3 --grace 1 "$probe" stop > "$out/log" 2>&1
 rc=$?
 [ $rc -ne 0 ] || fail "the job with a stopped rank exited 0"
 [ $rc -ne 124 ] || fail "the job with a stopped rank hung (killed by timeout)"
@@ -34,11 +34,15 @@ grep -q "mdring-run: behind: rank 1 wrote no line" "$out/log" || fail "the table
 no_secret
 echo "stopped rank: ok"
 
-# 2. on demand
-MDRING_STATE_SIGNAL=USR1 timeout 60 "$run" -n 3 "$probe" late 4 > "$out/log" 2>&1 &
+# 2. on demand: once every rank is past call 1 (ready files), the signal; rank 1
+# goes on only once the table is out (the go file).
+MDRING_STATE_SIGNAL=USR1 timeout 120 "$run" -n 3 "$probe" late "$out" > "$out/log" 2>&1 &
 job=$!
-sleep 2.5
-pkill -USR1 -f -x "$run -n 3 $probe late 4" || kill -USR1 "$job"
+for i in $(seq 600); do [ -f "$out/ready.0" ] && [ -f "$out/ready.1" ] && [ -f "$out/ready.2" ] && break; sleep 0.1; done
+sleep 0.5
+pkill -USR1 -f -x "$run -n 3 $probe late $out" || kill -USR1 "$job"
+for i in $(seq 300); do grep -q "mdring-run: behind:" "$out/log" && break; sleep 0.1; done
+touch "$out/go"
 wait "$job"
 rc=$?
 [ $rc -eq 0 ] || fail "the late job exited $rc"
