@@ -185,10 +185,15 @@ int worker(const std::string& mode, const std::string& dir) {
   if (mode == "store_killed") {
     // WORLD_SIZE is one more than the processes started: the rendezvous cannot
     // finish, and rank 0, the store's host, dies in the middle of it.
+    // Rank 0 dies 1 s after the others have started their rendezvous (they are
+    // connected to its store by then, waiting for rank 3).
     const std::size_t rank = std::size_t(std::atoi(std::getenv("RANK")));
+    std::ofstream(dir + "/started." + std::to_string(rank)).put('1');
     if (rank == 0)
       std::thread([dir] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        for (int i = 0; i < 3000 && !(fs::exists(dir + "/started.1") && fs::exists(dir + "/started.2")); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
         write_outcome(dir, 0, {"killed", -1, now_s(), ""});
         std::raise(SIGKILL);
       }).detach();
