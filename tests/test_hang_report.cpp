@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 #include <mdring/mdring.hpp>
 
+#include "stderr_capture.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -25,6 +27,7 @@
 
 namespace md = mdring;
 using namespace std::chrono_literals;
+using mdring_test::stderr_of;
 
 namespace {
 
@@ -48,26 +51,6 @@ std::string field(const std::string& line, const std::string& key) {
   if (at == std::string::npos) return {};
   const auto start = at + k.size();
   return line.substr(start, line.find(' ', start) - start);
-}
-
-// What the code in f writes on file descriptor 2.
-template <class F>
-std::string stderr_of(F&& f) {
-  std::fflush(stderr);
-  char path[] = "/tmp/mdring-stderr-XXXXXX";
-  const int fd = mkstemp(path);
-  const int saved = dup(2);
-  dup2(fd, 2);
-  f();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  unlink(path);
-  return ss.str();
 }
 
 md::options opts(std::chrono::milliseconds timeout) {

@@ -17,10 +17,15 @@
 #include "topology/link.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory_resource>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -213,27 +218,50 @@ struct tuning {
 };
 
 namespace detail {
+// A variable's value mdring cannot use: named once on stderr with what was
+// expected, and the default kept (a setting never stops a program). Empty is unset.
+inline void env_problem(const char* name, const char* value, const char* expected) {
+  static std::mutex m;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> g(m);
+  if (!said.insert(std::string(name) + "=" + value).second) return;
+  std::fprintf(stderr, "mdring: %s=\"%s\": expected %s; using the default\n", name, value, expected);
+}
+// The variable's value when it is one of `allowed`; nullptr when unset or empty,
+// or (named on stderr) when it is something else.
+inline const char* env_choice(const char* name, std::initializer_list<const char*> allowed, const char* expected) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return nullptr;
+  for (const char* a : allowed)
+    if (std::string_view(s) == a) return a;
+  env_problem(name, s, expected);
+  return nullptr;
+}
 inline std::chrono::milliseconds default_timeout() {
-  if (const char* s = std::getenv("MDRING_TIMEOUT")) {
+  if (const char* s = std::getenv("MDRING_TIMEOUT"); s && *s) {
     char* end = nullptr;
     const double seconds = std::strtod(s, &end);
-    if (end != s && seconds > 0) return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+    // A number of seconds above 0, up to 10^9 (about 31 years), and nothing after it.
+    if (end != s && *end == 0 && std::isfinite(seconds) && seconds > 0 && seconds <= 1e9)
+      return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+    env_problem("MDRING_TIMEOUT", s, "a number of seconds above 0 (e.g. 30 or 2.5), at most 1e9");
   }
   return std::chrono::minutes(5);
 }
 inline bool default_shared() {
-  const char* s = std::getenv("MDRING_SHARED");
+  const char* s = env_choice("MDRING_SHARED", {"0", "1"}, "0 or 1");
   return !(s && std::string_view(s) == "0");
 }
 inline progress_mode default_progress() {
-  if (const char* s = std::getenv("MDRING_PROGRESS")) {
+  if (const char* s = env_choice("MDRING_PROGRESS", {"agent", "in_wait", "wait", "automatic"},
+                                 "agent, in_wait or automatic")) {
     if (std::string_view(s) == "agent") return progress_mode::agent;
     if (std::string_view(s) == "in_wait" || std::string_view(s) == "wait") return progress_mode::in_wait;
   }
   return progress_mode::automatic;
 }
 inline planning default_planning() {
-  const char* s = std::getenv("MDRING_PLANNING");
+  const char* s = env_choice("MDRING_PLANNING", {"estimate", "measure"}, "estimate or measure");
   return s && std::string_view(s) == "measure" ? planning::measure : planning::estimate;
 }
 inline std::string default_wisdom() {
@@ -245,19 +273,19 @@ inline std::string default_profile() {
   return s ? std::string(s) : std::string();
 }
 inline bool default_hang_report() {
-  const char* s = std::getenv("MDRING_HANG_REPORT");
+  const char* s = env_choice("MDRING_HANG_REPORT", {"0", "1"}, "0 or 1");
   return !(s && std::string_view(s) == "0");
 }
 inline bool default_reproducible() {
-  const char* s = std::getenv("MDRING_REPRODUCIBLE");
-  return s && *s && std::string_view(s) != "0";
+  const char* s = env_choice("MDRING_REPRODUCIBLE", {"0", "1"}, "0 or 1");
+  return s && std::string_view(s) == "1";
 }
 inline accumulation default_accumulation() {
-  const char* s = std::getenv("MDRING_ACCUMULATION");
+  const char* s = env_choice("MDRING_ACCUMULATION", {"element", "float32"}, "element or float32");
   return s && std::string_view(s) == "float32" ? accumulation::float32 : accumulation::element;
 }
 inline check_level default_checks() {
-  if (const char* s = std::getenv("MDRING_CHECKS"))
+  if (const char* s = env_choice("MDRING_CHECKS", {"local", "collective"}, "local or collective"))
     if (std::string_view(s) == "collective") return check_level::collective;
   return check_level::local;
 }

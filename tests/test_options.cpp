@@ -1,0 +1,102 @@
+// test_options.cpp: the MDRING_* variables that set options' defaults
+// (options.hpp): a value mdring can use is used; one it cannot use (found by
+// tests/fuzz: MDRING_TIMEOUT=4444444444444496929 overflowed a conversion, and
+// "2x" was read as 2 s, "yes" as on, silently) is named once on stderr with what
+// was expected, and the default kept.
+#include <doctest/doctest.h>
+#include <mdring/options.hpp>
+
+#include "stderr_capture.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+namespace md = mdring;
+using mdring_test::stderr_of;
+using namespace std::chrono_literals;
+
+namespace {
+bool contains(const std::string& s, const std::string& w) { return s.find(w) != std::string::npos; }
+
+struct env_var {  // sets a variable for one scope
+  const char* name;
+  explicit env_var(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~env_var() { unsetenv(name); }
+};
+}  // namespace
+
+TEST_CASE("MDRING_TIMEOUT: seconds above 0, fractions too; anything else named, 5 minutes kept") {
+  for (auto [v, want] : {std::pair{"2.5", std::chrono::milliseconds(2500)}, {"30", 30000ms}, {"1e3", 1000000ms}}) {
+    env_var e("MDRING_TIMEOUT", v);
+    std::chrono::milliseconds got{};
+    const std::string err = stderr_of([&] { got = md::detail::default_timeout(); });
+    CHECK(got == want);
+    CHECK(err.empty());
+  }
+  for (const char* bad : {"4444444444444496929", "2x", "abc", "-1", "0", "nan", "inf", "1e10"}) {
+    env_var e("MDRING_TIMEOUT", bad);
+    std::chrono::milliseconds got{};
+    const std::string err = stderr_of([&] { got = md::detail::default_timeout(); });
+    INFO(bad << ": " << err);
+    CHECK(got == std::chrono::minutes(5));
+    CHECK(contains(err, std::string("mdring: MDRING_TIMEOUT=\"") + bad + "\": expected a number of seconds above 0"));
+    CHECK(contains(err, "using the default"));
+  }
+  env_var e("MDRING_TIMEOUT", "");
+  CHECK(stderr_of([] { (void)md::detail::default_timeout(); }).empty());  // empty: unset
+}
+
+TEST_CASE("the other MDRING_* defaults: known values used, others named once") {
+  {
+    env_var e("MDRING_PROGRESS", "in_wait");
+    CHECK(md::detail::default_progress() == md::progress_mode::in_wait);
+  }
+  {
+    env_var e("MDRING_PROGRESS", "sometimes");
+    md::progress_mode got{};
+    const std::string err = stderr_of([&] { got = md::detail::default_progress(); });
+    CHECK(got == md::progress_mode::automatic);
+    CHECK(contains(err, "MDRING_PROGRESS=\"sometimes\": expected agent, in_wait or automatic"));
+    CHECK(stderr_of([&] { (void)md::detail::default_progress(); }).empty());  // once per value
+  }
+  {
+    env_var e("MDRING_REPRODUCIBLE", "yes");  // was on, silently
+    bool got = true;
+    const std::string err = stderr_of([&] { got = md::detail::default_reproducible(); });
+    CHECK(!got);
+    CHECK(contains(err, "MDRING_REPRODUCIBLE=\"yes\": expected 0 or 1"));
+  }
+  {
+    env_var e("MDRING_REPRODUCIBLE", "1");
+    CHECK(md::detail::default_reproducible());
+  }
+  {
+    env_var e("MDRING_PLANNING", "mesure");
+    md::planning got{};
+    const std::string err = stderr_of([&] { got = md::detail::default_planning(); });
+    CHECK(got == md::planning::estimate);
+    CHECK(contains(err, "MDRING_PLANNING=\"mesure\": expected estimate or measure"));
+  }
+  {
+    env_var e("MDRING_ACCUMULATION", "fp32");
+    const std::string err = stderr_of([] { (void)md::detail::default_accumulation(); });
+    CHECK(contains(err, "MDRING_ACCUMULATION=\"fp32\": expected element or float32"));
+  }
+  {
+    env_var e("MDRING_CHECKS", "all");
+    md::check_level got{};
+    const std::string err = stderr_of([&] { got = md::detail::default_checks(); });
+    CHECK(got == md::check_level::local);
+    CHECK(contains(err, "MDRING_CHECKS=\"all\": expected local or collective"));
+  }
+  {
+    env_var e("MDRING_SHARED", "no");
+    const std::string err = stderr_of([] { CHECK(md::detail::default_shared()); });
+    CHECK(contains(err, "MDRING_SHARED=\"no\": expected 0 or 1"));
+  }
+  {
+    env_var e("MDRING_HANG_REPORT", "0");
+    CHECK(!md::detail::default_hang_report());
+  }
+}
