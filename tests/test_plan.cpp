@@ -893,6 +893,15 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   CHECK(contains(error_of("mdring-profile 1\ntopology sh\x8f:2 x ethernet:3\n"), "line 2: topology: mdring::parse_topology"));
   CHECK(contains(error_of("mdring-profile 1\nlink x=1e9,0,ports=1e30\n"), "not a whole number up to 10^6"));
   CHECK(contains(error_of("mdring-profile 2\n"), "line 1: expected \"mdring-profile 1\""));
+  {  // a long link name: its line whole, its figures with it (a fixed buffer cut them)
+    m::profile longp;
+    const std::string name(300, 'x');
+    m::link_info l{name, 5e9, 1e-6, true, m::memory_space::host};
+    longp.links = {l};
+    longp.points = {{name, 0, 8, 1.0 / 3.0}};
+    longp.trains = {{name, 1, 65536, 4, 1.0 / 7.0}};
+    CHECK(m::profile::parse(longp.to_string()) == longp);
+  }
   // applied by name: ethernet and shm take the profile's figures, nvlink keeps its own
   auto t = m::parse_topology("nvlink:2 x shm:2 x ethernet:3");
   p.apply(t);

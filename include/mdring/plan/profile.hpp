@@ -132,21 +132,22 @@ struct profile {
     std::string s = "mdring-profile 1\n";
     if (!topology.empty()) s += "topology " + topology + "\n";
     if (ranks) s += "ranks " + std::to_string(ranks) + "\n";
-    char buf[256];
+    // Names are appended whole (a fixed buffer cut a long one's line, and its
+    // figures with it: fuzz_text); numbers are formatted into a small buffer.
+    char buf[160];
     for (auto& l : links) {
-      std::snprintf(buf, sizeof buf, "link %s=%.17g,%.17g,%s,%s,ports=%zu,overhead=%.17g\n", l.name.c_str(),
-                    l.bandwidth, l.latency, l.fully_connected ? "full" : "ring",
-                    l.space == memory_space::device ? "device" : "host", l.ports, l.overhead);
-      s += buf;
+      std::snprintf(buf, sizeof buf, "=%.17g,%.17g,%s,%s,ports=%zu,overhead=%.17g\n", l.bandwidth, l.latency,
+                    l.fully_connected ? "full" : "ring", l.space == memory_space::device ? "device" : "host", l.ports,
+                    l.overhead);
+      s += "link " + l.name + buf;
     }
     for (auto& p : points) {
-      std::snprintf(buf, sizeof buf, "point %s %zu %zu %.17g\n", p.link.c_str(), p.dim, p.bytes, p.seconds);
-      s += buf;
+      std::snprintf(buf, sizeof buf, " %zu %zu %.17g\n", p.dim, p.bytes, p.seconds);
+      s += "point " + p.link + buf;
     }
     for (auto& p : trains) {
-      std::snprintf(buf, sizeof buf, "train %s %zu %zu %zu %.17g\n", p.link.c_str(), p.dim, p.bytes, p.messages,
-                    p.seconds);
-      s += buf;
+      std::snprintf(buf, sizeof buf, " %zu %zu %zu %.17g\n", p.dim, p.bytes, p.messages, p.seconds);
+      s += "train " + p.link + buf;
     }
     return s;
   }
