@@ -5,7 +5,7 @@
 # a crash, a sanitizer report, an input that takes over 10 s, a store that stops
 # serving, a rejection that is not a clear mdring error.
 #
-#   scripts/fuzz.sh          # 20 s each (what CI runs)
+#   scripts/fuzz.sh          # 20 s each (CI runs 15)
 #   scripts/fuzz.sh 1800     # 30 minutes each (the record in docs/RELIABILITY.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -8,8 +8,9 @@
 #   scripts/sanitize.sh           # both
 #   scripts/sanitize.sh --ci      # what CI runs in its time: TSan on the executor's
 #                                 # tests (test_requests, test_hang_report), ASan +
-#                                 # UBSan on test_hang_report, test_topology and the
-#                                 # store (test_tcp_store)
+#                                 # UBSan on test_hang_report and the store
+#                                 # (test_tcp_store); the parsers get ASan + UBSan
+#                                 # in the fuzz targets
 #
 # Builds in build-tsan/ and build-asan/; exits non-zero if any test fails or a
 # sanitizer reports anything (halt_on_error).
@@ -34,7 +35,7 @@ for kind in "${kinds[@]}"; do
       preset=asan
       tests=(test_topology test_plan test_schedule test_program test_device_select test_reduce test_memory
              test_transport test_collectives test_errors test_requests test_hang_report test_tcp_store)
-      [ $ci = 1 ] && tests=(test_hang_report test_topology test_tcp_store)
+      [ $ci = 1 ] && tests=(test_hang_report test_tcp_store)  # (the parsers: the fuzz targets, also ASan + UBSan)
       export ASAN_OPTIONS="detect_leaks=1 detect_stack_use_after_return=0" UBSAN_OPTIONS="print_stacktrace=1"
       ;;
     *) echo "usage: $0 [--ci] [thread|address]..." >&2; exit 2 ;;

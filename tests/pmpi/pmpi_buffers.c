@@ -162,7 +162,15 @@ static long expected(const type_desc* t, int o, long i) {
   }
   return acc;
 }
-static int defined(const type_desc* t, int o) { return !t->floating || o <= O_MAX; }
+static int defined(const type_desc* t, int o) {
+#if defined(MPICH_VERSION)
+  /* MPICH 4.0.2 (Debian 12) takes MPI_MIN and MPI_MAX of unsigned integers as
+   * signed, natively (min(250, 5) is 250 for MPI_UNSIGNED_CHAR, min(65000, 5) is
+   * 65000 for MPI_UINT16_T; the interposer gives 5): not compared there. */
+  if (!t->is_signed && !t->floating && (o == O_MIN || o == O_MAX)) return 0;
+#endif
+  return !t->floating || o <= O_MAX;
+}
 
 static const int counts[] = {1, 2, 3, 7, 33, 5000};
 #define N_COUNTS (sizeof counts / sizeof counts[0])
