@@ -24,6 +24,16 @@ struct env_var {  // sets a variable for one scope
   explicit env_var(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
   ~env_var() { unsetenv(name); }
 };
+// Reads the default with the variable set to a value it cannot use: the value is
+// named on stderr with what was expected; returns what was read (the default).
+template <class F>
+auto rejected(const char* name, const char* value, F read, const char* expected) {
+  decltype(read()) got{};
+  const std::string err = stderr_of([&] { got = read(); });
+  INFO(name << "=" << value << ": " << err);
+  CHECK(contains(err, std::string(name) + "=\"" + value + "\": expected " + expected));
+  return got;
+}
 }  // namespace
 
 TEST_CASE("MDRING_TIMEOUT: seconds above 0, fractions too; anything else named, 5 minutes kept") {
@@ -54,18 +64,13 @@ TEST_CASE("the other MDRING_* defaults: known values used, others named once") {
   }
   {
     env_var e("MDRING_PROGRESS", "sometimes");
-    md::progress_mode got{};
-    const std::string err = stderr_of([&] { got = md::detail::default_progress(); });
-    CHECK(got == md::progress_mode::automatic);
-    CHECK(contains(err, "MDRING_PROGRESS=\"sometimes\": expected agent, in_wait or automatic"));
+    CHECK(rejected("MDRING_PROGRESS", "sometimes", md::detail::default_progress, "agent, in_wait or automatic") ==
+          md::progress_mode::automatic);
     CHECK(stderr_of([&] { (void)md::detail::default_progress(); }).empty());  // once per value
   }
   {
     env_var e("MDRING_REPRODUCIBLE", "yes");  // was on, silently
-    bool got = true;
-    const std::string err = stderr_of([&] { got = md::detail::default_reproducible(); });
-    CHECK(!got);
-    CHECK(contains(err, "MDRING_REPRODUCIBLE=\"yes\": expected 0 or 1"));
+    CHECK(!rejected("MDRING_REPRODUCIBLE", "yes", md::detail::default_reproducible, "0 or 1"));
   }
   {
     env_var e("MDRING_REPRODUCIBLE", "1");
@@ -73,27 +78,22 @@ TEST_CASE("the other MDRING_* defaults: known values used, others named once") {
   }
   {
     env_var e("MDRING_PLANNING", "mesure");
-    md::planning got{};
-    const std::string err = stderr_of([&] { got = md::detail::default_planning(); });
-    CHECK(got == md::planning::estimate);
-    CHECK(contains(err, "MDRING_PLANNING=\"mesure\": expected estimate or measure"));
+    CHECK(rejected("MDRING_PLANNING", "mesure", md::detail::default_planning, "estimate or measure") ==
+          md::planning::estimate);
   }
   {
     env_var e("MDRING_ACCUMULATION", "fp32");
-    const std::string err = stderr_of([] { (void)md::detail::default_accumulation(); });
-    CHECK(contains(err, "MDRING_ACCUMULATION=\"fp32\": expected element or float32"));
+    CHECK(rejected("MDRING_ACCUMULATION", "fp32", md::detail::default_accumulation, "element or float32") ==
+          md::accumulation::element);
   }
   {
     env_var e("MDRING_CHECKS", "all");
-    md::check_level got{};
-    const std::string err = stderr_of([&] { got = md::detail::default_checks(); });
-    CHECK(got == md::check_level::local);
-    CHECK(contains(err, "MDRING_CHECKS=\"all\": expected local or collective"));
+    CHECK(rejected("MDRING_CHECKS", "all", md::detail::default_checks, "local or collective") ==
+          md::check_level::local);
   }
   {
     env_var e("MDRING_SHARED", "no");
-    const std::string err = stderr_of([] { CHECK(md::detail::default_shared()); });
-    CHECK(contains(err, "MDRING_SHARED=\"no\": expected 0 or 1"));
+    CHECK(rejected("MDRING_SHARED", "no", md::detail::default_shared, "0 or 1"));
   }
   {
     env_var e("MDRING_HANG_REPORT", "0");
