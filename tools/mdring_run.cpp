@@ -620,9 +620,12 @@ std::vector<std::string> read_state_lines(const std::string& dir) {
 // One table of the job's state lines, by rank (the rank mdring-run gave each pid;
 // first_rank + local index), and which rank is behind. ranks: pid of each local
 // process, -1 for one not started.
-void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, long first_rank, const char* when) {
+// asked: on the signal (a table even when no rank answered); else after a failure
+// (nothing when no rank wrote a line: a program without mdring).
+void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, long first_rank, const char* when,
+                       bool asked) {
   std::vector<std::string> lines = read_state_lines(dir);
-  if (lines.empty() && std::string_view(when).find("failed") != std::string_view::npos) return;
+  if (lines.empty() && !asked) return;
   // Per process, the line of its first communicator that waits or failed, else its first.
   std::vector<std::string> chosen(pids.size());
   std::vector<int> lines_of(pids.size(), 0);
@@ -729,7 +732,7 @@ public:
       }
     sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
     loop();
-    if (failed_) print_table("the job failed");
+    if (failed_) print_table("the job failed", false);
     if (own_state_dir_) {
       for (const auto& f : state_files()) unlink(f.c_str());
       rmdir(state_dir_.c_str());
@@ -772,11 +775,11 @@ private:
     }
     return files;
   }
-  void print_table(const char* when) {
+  void print_table(const char* when, bool asked) {
     if (state_dir_.empty()) return;
     std::vector<pid_t> pids;
     for (const auto& p : procs_) pids.push_back(p.pid);
-    print_state_table(state_dir_, pids, where_.first, when);
+    print_state_table(state_dir_, pids, where_.first, when, asked);
   }
 
   void setup_signals() {
@@ -1051,7 +1054,7 @@ private:
       if ((phase_ == phase::grace || phase_ == phase::terminating) && now >= deadline_) on_deadline(now);
       if (table_pending_ && now >= table_at_) {
         table_pending_ = false;
-        print_table(("on " + sigabbrev(state_signal_)).c_str());
+        print_table(("on " + sigabbrev(state_signal_)).c_str(), true);
       }
     }
     // Every process is gone: what they wrote is in the pipes now (a process they left
