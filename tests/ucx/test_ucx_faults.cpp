@@ -44,8 +44,25 @@ struct outcome {
 };
 
 void write_outcome(const std::string& dir, std::size_t rank, const outcome& o) {
-  std::ofstream f(dir + "/rank" + std::to_string(rank));
-  f << o.kind << "\n" << o.failed_rank << "\n" << std::to_string(o.at) << "\n" << o.what << "\n";
+  const std::string p = dir + "/rank" + std::to_string(rank);
+  {
+    std::ofstream f(p + ".tmp");
+    f << o.kind << "\n" << o.failed_rank << "\n" << std::to_string(o.at) << "\n" << o.what << "\n";
+  }
+  fs::rename(p + ".tmp", p);
+}
+
+// A survivor stays until every rank has written what happened to it (at most
+// 10 s): one that exited at once would look, to a rank still waiting, like a
+// second failure, and be named instead of the rank that was killed (CI saw
+// "rank 0 ... is gone" on rank 3, rank 0 having caught rank 1's death and exited).
+void linger(const std::string& dir, std::size_t size) {
+  for (int i = 0; i < 1000; ++i) {
+    std::size_t have = 0;
+    for (std::size_t r = 0; r < size; ++r) have += fs::exists(dir + "/rank" + std::to_string(r));
+    if (have == size) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 template <class F>
@@ -117,17 +134,23 @@ int inflight_worker(const std::string& mode, const std::string& dir) {
     md::all_reduce(comm, warm.data(), warm.size());
     std::vector<std::vector<float>> bufs(std::size_t(k), std::vector<float>(std::size_t(1) << 20, 1.0f));
     std::vector<md::request> q;
-    for (auto& b : bufs) q.push_back(md::iall_reduce(comm, b.data(), b.size()));
-    // Rank 1 dies once every rank has issued its calls: a rank still issuing
-    // would have its next call refused (communicator_error, the communicator
-    // being broken), which the waits below are not about.
-    std::ofstream(dir + "/issued." + std::to_string(rank)).put('1');
+    // Rank 1 issues its calls once every other rank has issued its own (a rank
+    // still issuing would have its next call refused, communicator_error, the
+    // communicator being broken, which the waits below are not about), and dies
+    // right after issuing them: the calls cannot have finished by then. (It used
+    // to wait for the files after issuing, and with its progress agent running
+    // on an oversubscribed machine a call could finish within that wait: CI saw
+    // the survivors' waits succeed.)
     if (rank == 1) {
       for (std::size_t r = 0; r < w.size(); ++r)
-        while (!fs::exists(dir + "/issued." + std::to_string(r))) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        while (r != rank && !fs::exists(dir + "/issued." + std::to_string(r)))
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
       write_outcome(dir, rank, {"killed", -1, now_s(), ""});
+      for (auto& b : bufs) q.push_back(md::iall_reduce(comm, b.data(), b.size()));
       std::raise(SIGKILL);
     }
+    for (auto& b : bufs) q.push_back(md::iall_reduce(comm, b.data(), b.size()));
+    std::ofstream(dir + "/issued." + std::to_string(rank)).put('1');
     try {
       if (how == "wait_all") {
         md::wait_all(q);
@@ -159,6 +182,7 @@ int inflight_worker(const std::string& mode, const std::string& dir) {
     }
   });
   if (o.kind != "killed") write_outcome(dir, rank, o);
+  linger(dir, w.size());
   return 0;
 }
 
@@ -224,6 +248,7 @@ int worker(const std::string& mode, const std::string& dir) {
     }
   });
   if (o.kind != "killed") write_outcome(dir, rank, o);
+  linger(dir, size);
   return 0;
 }
 
