@@ -17,11 +17,22 @@
 
 namespace mdring_pmpi {
 
-constexpr std::size_t kDefaultMinBytes = std::size_t(8) << 10;
+
+// Timed calls per side while measuring a size class (MDRING_PMPI_TRIALS).
+constexpr std::size_t kDefaultTrials = 5, kMaxTrials = 50;
 
 struct config {
   bool enabled = true;
-  std::size_t min_bytes = kDefaultMinBytes;
+  // By default the interposer measures, per communicator, collective and size
+  // class, MPI's own collective against mdring's at the first calls of the class
+  // and keeps the faster (mdring only when faster by more than the noise).
+  // MDRING_PMPI_MIN_BYTES=n instead takes every call of n bytes or more, without
+  // measuring; MDRING_REPRODUCIBLE=1 takes every call.
+  bool measure = true;
+  std::size_t trials = kDefaultTrials;
+  std::string wisdom;     // MDRING_WISDOM: the measured choices kept across runs
+  std::string test_bias;  // MDRING_PMPI_TEST_BIAS (tests only, see mdring_pmpi.cpp)
+  std::size_t min_bytes = 0;  // with measure = false
   std::string topology;  // MDRING_TOPOLOGY, or empty
   bool report = false;
   // Not by default: MPI_THREAD_MULTIPLE makes each small Open MPI 4.1 collective
@@ -65,15 +76,26 @@ inline config read_config(std::vector<std::string>& problems) {
   };
   flag("MDRING_PMPI", c.enabled);
   c.reproducible = mdring::detail::default_reproducible();
-  if (c.reproducible) c.min_bytes = 0, c.raise_thread = true;
+  if (c.reproducible) c.measure = false, c.min_bytes = 0, c.raise_thread = true;
   if (std::getenv("MDRING_TIMEOUT")) c.timeout = mdring::detail::default_timeout();
   if (const char* v = env("MDRING_PMPI_MIN_BYTES")) {
     std::size_t b = 0;
-    if (parse_bytes(v, b)) c.min_bytes = b;
+    if (parse_bytes(v, b)) c.min_bytes = b, c.measure = false;
     else
       problems.push_back(std::string("MDRING_PMPI_MIN_BYTES=\"") + v +
-                         "\": expected a number of bytes (65536, 64K, 1M); keeping " + std::to_string(c.min_bytes));
+                         "\": expected a number of bytes (65536, 64K, 1M); keeping " +
+                         (c.measure ? std::string("the measured choice") : std::to_string(c.min_bytes)));
   }
+  if (const char* v = env("MDRING_PMPI_TRIALS")) {
+    std::size_t n = 0;
+    if (parse_bytes(v, n) && n >= 1 && n <= kMaxTrials && std::string_view(v).find_first_not_of("0123456789") == std::string_view::npos)
+      c.trials = n;
+    else
+      problems.push_back(std::string("MDRING_PMPI_TRIALS=\"") + v + "\": expected a number of calls from 1 to " +
+                         std::to_string(kMaxTrials) + "; keeping " + std::to_string(c.trials));
+  }
+  if (const char* v = env("MDRING_WISDOM")) c.wisdom = v;
+  if (const char* v = env("MDRING_PMPI_TEST_BIAS")) c.test_bias = v;
   if (const char* v = env("MDRING_TOPOLOGY")) {
     try {
       (void)mdring::parse_topology(v);

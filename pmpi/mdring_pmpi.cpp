@@ -11,10 +11,23 @@
 // a commutative user op. Never from MPI_IN_PLACE, pointers or alignment, so every
 // rank decides the same. See README ("Drop-in for MPI programs") and docs/DESIGN.md.
 //
+// Which of the calls it could take it does take is measured, by default: per
+// communicator, collective and size class (floor(log2(bytes))), the first calls
+// of the class alternate between MPI's own collective and mdring's (one of each
+// untimed, then MDRING_PMPI_TRIALS timed calls each), then one small allreduce
+// of every rank's medians decides, on every rank alike, from the slowest rank's:
+// mdring only where it was faster by more than the runs' own spread (1 % to 5 %),
+// else MPI. Every call is a real call of the program, so measuring costs only
+// the trial calls that ran on the slower side; MDRING_REPORT shows each choice
+// and that cost, and MDRING_WISDOM keeps the choices for the next run.
+//
 // Environment (read at the first call; every rank must see the same values, and
 // a communicator whose ranks disagree stays on MPI):
 //   MDRING_PMPI=0              pass everything to MPI
-//   MDRING_PMPI_MIN_BYTES=n    smallest call taken over (default kDefaultMinBytes)
+//   MDRING_PMPI_MIN_BYTES=n    no measuring: every call of n bytes or more taken over
+//   MDRING_PMPI_TRIALS=n       timed calls per side while measuring (default 5, 1 to 50)
+//   MDRING_WISDOM=path         the measured choices, read at a communicator's first
+//                              call and written at each new choice (plan/wisdom.hpp)
 //   MDRING_TOPOLOGY=...        the runtime topology syntax; default: detected
 //   MDRING_PMPI_THREAD=multiple  ask for MPI_THREAD_MULTIPLE at MPI_Init, so that
 //                              MPI_Iallreduce runs on mdring's progress agent
@@ -37,6 +50,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +61,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #define MDRING_PMPI_API extern "C" __attribute__((visibility("default")))
@@ -57,14 +72,13 @@ namespace md = mdring;
 using namespace mdring_pmpi;  // classify.hpp
 using md_comm = md::communicator<md::runtime_topology, md::mpi::transport>;
 
-// Measured on this project's machine (docs/PERFORMANCE.md, "Drop-in for MPI
-// programs"): at 4 KiB Open MPI 4.1 was faster on 2 processes (1.3 x), from 8 KiB
-// mdring was (about 0.5 x on 2 and 4 processes).
-
 // ---- statistics (MDRING_REPORT) ---------------------------------------------
 enum coll { c_allreduce, c_reduce, c_reduce_scatter_block, c_reduce_scatter, c_allgather, c_bcast, c_iallreduce, n_coll };
 constexpr const char* coll_name[n_coll] = {"MPI_Allreduce", "MPI_Reduce",    "MPI_Reduce_scatter_block",
                                            "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Bcast", "MPI_Iallreduce"};
+// Their names in the wisdom file (MPI_Iallreduce has none: it follows MPI_Allreduce).
+constexpr const char* coll_key[n_coll] = {"all_reduce", "reduce",    "reduce_scatter_block", "reduce_scatter",
+                                          "all_gather", "broadcast", nullptr};
 enum why {
   w_taken,
   w_not_initialized,
@@ -82,6 +96,9 @@ enum why {
   w_setup,
   w_failed,
   w_thread,
+  w_trial,
+  w_measured,
+  w_unmeasured,
   n_why
 };
 constexpr const char* why_name[n_why] = {
@@ -101,6 +118,9 @@ constexpr const char* why_name[n_why] = {
     "mdring could not bind the communicator",
     "mdring failed on this communicator earlier",
     "thread level below MPI_THREAD_MULTIPLE (no progress agent)",
+    "measuring: MPI's turn",
+    "measured: MPI's own is faster at this size",
+    "MPI_Allreduce of this size not measured faster on mdring (yet)",
 };
 struct counter {
   std::atomic<unsigned long long> calls{0}, bytes{0};
@@ -152,7 +172,20 @@ std::atomic<int> world_agreement{0};
 // The settings as numbers every rank can compare: (v, -v) pairs under MPI_MAX.
 bool settings_agree(MPI_Comm comm, const char* who, const char* what);
 
+// ---- the measured choice, per communicator, collective and size class --------
+constexpr std::size_t n_class = 64;
+struct class_state {
+  enum : unsigned char { measuring, mpi, mdring } side = measuring;
+  bool from_wisdom = false;
+  unsigned calls = 0;            // calls of the class so far, while measuring
+  std::vector<double> t[2];      // this rank's timed calls: MPI's [0], mdring's [1]
+  double native_s = 0, mdring_s = 0;  // the slowest rank's medians
+  double spent[2] = {0, 0};      // this rank's seconds in timed calls, per side
+};
+
 // ---- per communicator: config agreement, then (at the first call taken) bind ----
+struct comm_state;
+void report_choices(const comm_state& s);
 struct comm_state {
   why off = w_taken;           // w_taken: usable; else why this communicator stays on MPI
   int size = 0, rank = 0;
@@ -162,13 +195,22 @@ struct comm_state {
   std::unique_ptr<md_comm> comm;
   std::pair<int, int> key{0, 0};  // (world rank, sequence) of its first rank: teardown order
   bool torn_down = false;
+  std::unique_ptr<class_state> classes[n_coll][n_class];
+  std::string wisdom_key;  // its section of MDRING_WISDOM
 
   // mdring's rank == this communicator's rank (not renumbered).
   bool identity() const noexcept { return ordered == MPI_COMM_NULL; }
 
+  class_state& of(coll c, std::size_t cls) {
+    auto& p = classes[c][std::min(cls, n_class - 1)];
+    if (!p) p = std::make_unique<class_state>();
+    return *p;
+  }
+
   void teardown() {
     if (torn_down) return;
     torn_down = true;
+    report_choices(*this);
     inside g;
     comm.reset();
     if (ordered != MPI_COMM_NULL) PMPI_Comm_free(&ordered);
@@ -254,15 +296,19 @@ comm_state* state_of(MPI_Comm comm, why& off) {
 bool settings_agree(MPI_Comm comm, const char* who, const char* what) {
   const auto& c = cfg();
   const std::int64_t topo_hash = std::int64_t(md::detail::fnv1a(c.topology) >> 2);
-  std::int64_t mine[8] = {c.enabled,  -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
-                          topo_hash,  -topo_hash,                c.reproducible,            -std::int64_t(c.reproducible)};
-  std::int64_t all[8];
-  PMPI_Allreduce(mine, all, 8, MPI_INT64_T, MPI_MAX, comm);
-  const bool same = all[0] == -all[1] && all[2] == -all[3] && all[4] == -all[5] && all[6] == -all[7];
+  const std::int64_t choice = c.measure ? std::int64_t(c.trials) : -1;
+  std::int64_t mine[10] = {c.enabled,  -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
+                           topo_hash,  -topo_hash,                c.reproducible,            -std::int64_t(c.reproducible),
+                           choice,     -choice};
+  std::int64_t all[10];
+  PMPI_Allreduce(mine, all, 10, MPI_INT64_T, MPI_MAX, comm);
+  bool same = true;
+  for (int i = 0; i < 10; i += 2) same = same && all[i] == -all[i + 1];
   int rank = 0;
   PMPI_Comm_rank(comm, &rank);
   if (!same && rank == 0)
-    std::fprintf(stderr, "mdring-pmpi: %s disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES, MDRING_REPRODUCIBLE or MDRING_TOPOLOGY; %s stay on MPI\n",
+    std::fprintf(stderr, "mdring-pmpi: %s disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES, MDRING_PMPI_TRIALS, "
+                         "MDRING_REPRODUCIBLE or MDRING_TOPOLOGY; %s stay on MPI\n",
                  who, what);
   return same;
 }
@@ -273,6 +319,40 @@ void after_init() {
   inside g;
   init_once();
   world_agreement.store(settings_agree(MPI_COMM_WORLD, "the processes", "all collectives") ? 1 : -1);
+}
+
+// MDRING_WISDOM's choices for this communicator (its topology and options), when
+// every rank read the same ones; else none (measured afresh). Collective.
+void load_choices(comm_state& s, MPI_Comm comm) {
+  const auto& c = cfg();
+  if (c.wisdom.empty()) return;
+  md::wisdom w;
+  try {
+    w = md::wisdom::load(c.wisdom, s.wisdom_key);
+  } catch (const md::invalid_argument& e) {
+    if (s.rank == 0) std::fprintf(stderr, "mdring-pmpi: MDRING_WISDOM: %s; measuring afresh\n", e.what());
+    w = md::wisdom{};
+  }
+  w.all_reduce.clear();  // measured planning's (MDRING_PLANNING=measure): the library's own
+  const std::int64_t h = std::int64_t(md::detail::fnv1a(w.section()) >> 2);
+  std::int64_t v[2] = {h, -h};
+  PMPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT64_T, MPI_MAX, comm);
+  if (v[0] != -v[1]) {
+    if (s.rank == 0)
+      std::fprintf(stderr, "mdring-pmpi: the ranks read different choices from MDRING_WISDOM (%s); measuring afresh\n",
+                   c.wisdom.c_str());
+    return;
+  }
+  for (const auto& [k, choice] : w.native) {
+    for (int i = 0; i < n_coll; ++i) {
+      if (!coll_key[i] || k.first != coll_key[i] || k.second >= n_class) continue;
+      class_state& st = s.of(coll(i), k.second);
+      st.side = choice.mdring ? class_state::mdring : class_state::mpi;
+      st.from_wisdom = true;
+      st.native_s = choice.native_seconds;
+      st.mdring_s = choice.mdring_seconds;
+    }
+  }
 }
 
 // Phase 2, at the first call taken over, collective: the topology, a node-major
@@ -325,6 +405,7 @@ bool bind_state(comm_state& s, MPI_Comm comm) {
     o.timeout = c.timeout;
     o.checks = md::check_level::local;
     s.comm = std::make_unique<md_comm>(md::bind(topo, target, o));
+    s.wisdom_key = md::detail::wisdom_key(topo, o);
   } catch (const std::exception& e) {
     ok = 0;
     what = e.what();
@@ -338,6 +419,7 @@ bool bind_state(comm_state& s, MPI_Comm comm) {
     if (!what.empty()) std::fprintf(stderr, "mdring-pmpi: rank %d: cannot bind mdring (%s); using MPI\n", s.rank, what.c_str());
     return false;
   }
+  if (cfg().measure) load_choices(s, comm);
   static std::atomic<int> listed{0};
   if (cfg().report && s.rank == 0 && listed.fetch_add(1) < 8)
     std::fprintf(stderr, "mdring-pmpi: communicator of %d ranks: topology %s (%s), progress %s\n", s.size,
@@ -348,9 +430,16 @@ bool bind_state(comm_state& s, MPI_Comm comm) {
 
 // The decision shared by all collectives: the communicator's state when the call
 // is to be taken over, nullptr (and the reason counted) when it goes to MPI.
+// While a size class is measured, `trial` is its state and the call is timed
+// (trial_timer), on whichever side runs it.
 struct decision {
   comm_state* s = nullptr;
   why reason = w_taken;
+  comm_state* owner = nullptr;  // with trial
+  class_state* trial = nullptr;
+  coll c = c_allreduce;
+  std::size_t cls = 0;
+  bool timed = false;
 };
 // needs_identity: the call's result depends on rank order (blocks), so a
 // communicator that mdring renumbered node-major cannot take it.
@@ -387,10 +476,150 @@ decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool
   if (bytes < cfg().min_bytes) return pass(w_small);  // settings agreed per communicator
   if (!bind_state(*s, comm)) return pass(w_setup);
   if (needs_identity && !s->identity()) return pass(w_order);
+  if (cfg().measure) {
+    // Every rank makes the same calls on comm in the same order, so every rank's
+    // class state is the same at each call: they all take the same side.
+    const std::size_t cls = md::size_class(bytes);
+    if (c == c_iallreduce) {  // not timed (it overlaps): MPI_Allreduce's choice
+      if (s->of(c_allreduce, cls).side != class_state::mdring) return pass(w_unmeasured);
+    } else {
+      class_state& k = s->of(c, cls);
+      if (k.side == class_state::mpi) return pass(w_measured);
+      if (k.side == class_state::measuring) {
+        // Call 0: MPI's, call 1: mdring's, untimed (first-call costs); then
+        // alternately, timed, until each side has cfg().trials.
+        const unsigned i = k.calls++;
+        d.owner = s, d.trial = &k, d.c = c, d.cls = cls, d.timed = i >= 2;
+        if (i % 2 == 0) return pass(w_trial);  // (keeps the trial fields)
+      }
+    }
+  }
   d.s = s;
   stats[c][w_taken].calls.fetch_add(1, std::memory_order_relaxed);
   stats[c][w_taken].bytes.fetch_add(bytes, std::memory_order_relaxed);
   return d;
+}
+
+// ---- measuring -----------------------------------------------------------------
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// MDRING_PMPI_TEST_BIAS (tests only): "mdring,mpi,..." by world rank; such a rank
+// sees the other side's times 100 x slower, so that alone it would take the side
+// named: the choice must still be one, on every rank. With it, every rank prints
+// its choices.
+const char* bias_of_this_rank() {
+  static const std::string mine = [] {
+    const std::string& b = cfg().test_bias;
+    if (b.empty()) return std::string();
+    int world = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &world);
+    std::vector<std::string> by_rank(1);
+    for (char ch : b) {
+      if (ch == ',') by_rank.emplace_back();
+      else by_rank.back().push_back(ch);
+    }
+    return std::size_t(world) < by_rank.size() ? by_rank[std::size_t(world)] : std::string("-");
+  }();
+  return mine.empty() ? nullptr : mine.c_str();
+}
+
+// After the last trial call of a class, on every rank (collective over comm).
+void choose(comm_state& s, MPI_Comm comm, coll c, std::size_t cls, class_state& k) {
+  inside g;
+  const double mine_native = median(k.t[0]), mine_md = median(k.t[1]);
+  double v[3] = {mine_native, mine_md, 0};
+  for (int side = 0; side < 2; ++side) {
+    const auto [lo, hi] = std::minmax_element(k.t[side].begin(), k.t[side].end());
+    const double m = side ? mine_md : mine_native;
+    if (m > 0) v[2] = std::max(v[2], (*hi - *lo) / m);
+  }
+  const char* bias = bias_of_this_rank();
+  if (bias && std::string_view(bias) == "mdring") v[0] *= 100;
+  if (bias && std::string_view(bias) == "mpi") v[1] *= 100;
+  const bool alone = md::pick_measured({v[0], v[1]}, v[2]) == 1;
+  PMPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_MAX, comm);
+  const bool md_side = md::pick_measured({v[0], v[1]}, v[2]) == 1;
+  k.side = md_side ? class_state::mdring : class_state::mpi;
+  k.native_s = v[0], k.mdring_s = v[1];
+  if (bias)
+    std::fprintf(stderr, "mdring-pmpi: rank %d: %s class %zu: alone %s, chosen %s\n", s.rank, coll_name[c], cls,
+                 alone ? "mdring" : "mpi", md_side ? "mdring" : "mpi");
+  const auto& path = cfg().wisdom;
+  if (path.empty() || s.wisdom_key.empty()) return;
+  md::wisdom w;
+  w.key = s.wisdom_key;
+  w.native[{coll_key[c], cls}] = {md_side, v[0], v[1], k.t[0].size()};
+  try {
+    int world = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &world);
+    w.save(path, std::size_t(world));
+  } catch (const std::exception& e) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) std::fprintf(stderr, "mdring-pmpi: MDRING_WISDOM: %s\n", e.what());
+  }
+}
+
+// Times the call on the side decide() picked, while its class is measured.
+class trial_timer {
+public:
+  trial_timer(const decision& d, MPI_Comm comm) : d_(d), comm_(comm) {
+    if (d_.trial) t0_ = std::chrono::steady_clock::now();
+  }
+  ~trial_timer() {
+    if (!d_.trial) return;
+    class_state& k = *d_.trial;
+    const int side = d_.s ? 1 : 0;
+    if (d_.timed) {
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      k.t[side].push_back(t);
+      k.spent[side] += t;
+    }
+    if (k.calls == 2 + 2 * cfg().trials) choose(*d_.owner, comm_, d_.c, d_.cls, k);
+  }
+  trial_timer(const trial_timer&) = delete;
+  trial_timer& operator=(const trial_timer&) = delete;
+
+private:
+  const decision& d_;
+  MPI_Comm comm_;
+  std::chrono::steady_clock::time_point t0_{};
+};
+
+// MDRING_REPORT: the choices of a communicator, by its rank 0.
+std::string human_bytes(unsigned long long b);
+void report_choices(const comm_state& s) {
+  if (!cfg().report || !cfg().measure || s.rank != 0) return;
+  for (int c = 0; c < n_coll; ++c)
+    for (std::size_t cls = 0; cls < n_class; ++cls) {
+      const auto& p = s.classes[c][cls];
+      if (!p) continue;
+      const class_state& k = *p;
+      const std::string range = human_bytes(1ull << cls) + " to " + human_bytes((2ull << cls) - 1);
+      if (k.side == class_state::measuring) {
+        std::fprintf(stderr, "mdring-pmpi: choice: %s %s: not decided (%u of %zu calls measured)\n", coll_name[c],
+                     range.c_str(), k.calls, 2 + 2 * cfg().trials);
+        continue;
+      }
+      const bool md_side = k.side == class_state::mdring;
+      const double ratio = k.native_s > 0 ? k.mdring_s / k.native_s : 0;
+      char cost[96] = "from MDRING_WISDOM";
+      if (!k.from_wisdom) {
+        // What measuring cost this rank: its timed calls on the side not taken,
+        // beyond what they would have taken on the side taken.
+        const int lost = md_side ? 0 : 1;
+        const double extra = std::max(0.0, k.spent[lost] - double(k.t[lost].size()) * (md_side ? k.mdring_s : k.native_s));
+        std::snprintf(cost, sizeof cost, "measured in %u calls, %zu timed per side, measuring cost %.1f us", k.calls,
+                      k.t[0].size(), extra * 1e6);
+      }
+      // (No semicolons: tests split the report into lines as CMake lists.)
+      std::fprintf(stderr, "mdring-pmpi: choice: %s %s: %s (MPI %.1f us, mdring %.1f us: %.2f x MPI's time, %s)\n",
+                   coll_name[c], range.c_str(), md_side ? "mdring" : "MPI", k.native_s * 1e6, k.mdring_s * 1e6, ratio,
+                   cost);
+    }
 }
 
 // Why a reduction cannot be taken over, from its datatype and op alone.
@@ -466,6 +695,7 @@ MDRING_PMPI_API int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
   const type_info t = classify(datatype);
   const decision d = decide(c_allreduce, comm, std::size_t(std::max(count, 0)) * t.size,
                             count < 0 ? w_invalid : reduction_reason(t, op));
+  trial_timer timer(d, comm);
   if (!d.s) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   inside g;
   try {
@@ -538,6 +768,7 @@ MDRING_PMPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MP
   if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
   why local = count < 0 || root < 0 || root >= size ? w_invalid : reduction_reason(t, op);
   const decision d = decide(c_reduce, comm, std::size_t(std::max(count, 0)) * t.size, local);
+  trial_timer timer(d, comm);
   if (!d.s) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   inside g;
   try {
@@ -556,16 +787,18 @@ MDRING_PMPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MP
 
 namespace {
 // Reduce-scatter with `rc` elements per rank. MPI_IN_PLACE: the input is recvbuf
-// (size x rc elements) and the result goes to its start.
+// (size x rc elements) and the result goes to its start. native(): MPI's own.
+template <class Native>
 int reduce_scatter_equal(coll c, const char* name, const void* sendbuf, void* recvbuf, int rc, MPI_Datatype datatype,
-                         MPI_Op op, MPI_Comm comm, why local) {
+                         MPI_Op op, MPI_Comm comm, why local, Native&& native) {
   const type_info t = classify(datatype);
   int size = 0;
   if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
   if (local == w_taken) local = rc < 0 ? w_invalid : reduction_reason(t, op);
   const decision d =
       decide(c, comm, std::size_t(std::max(rc, 0)) * std::size_t(std::max(size, 0)) * t.size, local, true);
-  if (!d.s) return -1;
+  trial_timer timer(d, comm);
+  if (!d.s) return native();
   inside g;
   try {
     with_reduction(t, datatype, op, [&](auto tag, auto o) {
@@ -599,9 +832,9 @@ int reduce_scatter_equal(coll c, const char* name, const void* sendbuf, void* re
 MDRING_PMPI_API int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
                                              MPI_Op op, MPI_Comm comm) {
   if (reentered()) return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  const int rc = reduce_scatter_equal(c_reduce_scatter_block, "MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount,
-                                      datatype, op, comm, w_taken);
-  return rc >= 0 ? rc : PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  return reduce_scatter_equal(c_reduce_scatter_block, "MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount, datatype,
+                              op, comm, w_taken,
+                              [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); });
 }
 
 MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype,
@@ -613,9 +846,9 @@ MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const
   why local = w_taken;
   for (int i = 1; i < size; ++i)
     if (recvcounts[i] != recvcounts[0]) local = w_counts;
-  const int rc = reduce_scatter_equal(c_reduce_scatter, "MPI_Reduce_scatter", sendbuf, recvbuf,
-                                      size > 0 ? recvcounts[0] : 0, datatype, op, comm, local);
-  return rc >= 0 ? rc : PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+  return reduce_scatter_equal(c_reduce_scatter, "MPI_Reduce_scatter", sendbuf, recvbuf, size > 0 ? recvcounts[0] : 0,
+                              datatype, op, comm, local,
+                              [&] { return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm); });
 }
 
 MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
@@ -631,6 +864,7 @@ MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Dataty
   const std::size_t block = rb * std::size_t(std::max(recvcount, 0));
   const why local = recvcount < 0 ? w_invalid : rb == 0 ? w_datatype : w_taken;
   const decision d = decide(c_allgather, comm, block * std::size_t(std::max(size, 0)), local, true);
+  trial_timer timer(d, comm);
   if (!d.s) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   inside g;
   try {
@@ -665,6 +899,7 @@ MDRING_PMPI_API int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, in
   int tsize = 0;
   if (eb == 0 && datatype != MPI_DATATYPE_NULL) PMPI_Type_size(datatype, &tsize);
   const decision d = decide(c_bcast, comm, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)), local);
+  trial_timer timer(d, comm);
   if (!d.s) return PMPI_Bcast(buffer, count, datatype, root, comm);
   inside g;
   try {
@@ -691,9 +926,11 @@ void print_report(std::size_t live) {
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0) return;
   PMPI_Query_thread(&level);
-  std::fprintf(stderr, "mdring-pmpi report (rank 0): threshold %zu bytes, thread level %s%s\n", cfg().min_bytes,
-               level == MPI_THREAD_MULTIPLE ? "multiple" : "below multiple",
-               cfg().reproducible ? ", reproducible" : "");
+  char how[96];
+  if (cfg().measure) std::snprintf(how, sizeof how, "measured choice (%zu timed calls per side)", cfg().trials);
+  else std::snprintf(how, sizeof how, "threshold %zu bytes", cfg().min_bytes);
+  std::fprintf(stderr, "mdring-pmpi report (rank 0): %s, thread level %s%s\n", how,
+               level == MPI_THREAD_MULTIPLE ? "multiple" : "below multiple", cfg().reproducible ? ", reproducible" : "");
   std::fprintf(stderr, "mdring-pmpi: communicators: %d seen; live communicators at finalize: %zu\n",
                seen.load(), live);
   for (int c = 0; c < n_coll; ++c) {

@@ -19,7 +19,7 @@ cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="
   -DMDRING_BUILD_TORCH=OFF -DMDRING_BUILD_TOOLS=OFF \
   -DMPI_C_COMPILER=/usr/bin/mpicc.mpich -DMPI_CXX_COMPILER=/usr/bin/mpicxx.mpich \
   -DMPI_Fortran_COMPILER=/usr/bin/mpif90.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpiexec.mpich >/dev/null
-targets=(mdring_pmpi pmpi_collectives pmpi_buffers pmpi_failure)
+targets=(mdring_pmpi pmpi_collectives pmpi_buffers pmpi_measure pmpi_failure)
 grep -q "^pmpi_fortran:" <(cmake --build build-mpich --target help | sed 's/^\.\.\. //; s/ .*//; s/$/:/') &&
   targets+=(pmpi_fortran)
 cmake --build build-mpich -j "$(mdring_jobs)" --target "${targets[@]}"

@@ -987,6 +987,54 @@ TEST_CASE("wisdom: text round trip, size classes, errors naming the line") {
   CHECK(m::wisdom::load("no-such-wisdom-file").all_reduce.empty());
 }
 
+TEST_CASE("wisdom: the drop-in's native lines, sections per key, a save that keeps the rest of the file") {
+  using m::algorithm;
+  m::wisdom a;
+  a.key = "00000000000000aa";
+  a.native[{"all_reduce", 20}] = {true, 1.5e-3, 7.5e-4, 5};
+  a.native[{"broadcast", 3}] = {false, 2e-6, 3e-6, 5};
+  const std::string text = a.to_string();
+  CHECK(text == "mdring-wisdom 1\nkey 00000000000000aa\n"
+                "native all_reduce 20 mdring 0.0015 0.00075 5\n"
+                "native broadcast 3 mpi 2e-06 3e-06 5\n");
+  CHECK(m::wisdom::parse(text) == a);
+  auto error_of = [](const std::string& t) { return parse_error<m::wisdom>(t, "w", "wisdom"); };
+  CHECK(contains(error_of("mdring-wisdom 1\nnative all_reduce 20 both 0 0 5\n"), "line 2: native takes COLLECTIVE"));
+  CHECK(contains(error_of("mdring-wisdom 1\nnative all_reduce 64 mpi 0 0 5\n"), "line 2: native takes"));
+  CHECK(contains(error_of("mdring-wisdom 1\nnative All-reduce 3 mpi 0 0 5\n"), "line 2: native takes"));
+  CHECK(contains(error_of("mdring-wisdom 1\nkey 0a\nkey 0a\n"), "line 3: key 0a appears twice"));
+
+  // Two sections in one file: each save replaces its own lines only.
+  const std::string path = "test_plan_sections.wisdom";
+  std::remove(path.c_str());
+  m::wisdom b;
+  b.key = "00000000000000bb";
+  b.all_reduce[{4, 20}] = {{algorithm::ring}, 4, 2, 1e-3, 1.1e-3, 3};
+  a.save(path);
+  b.save(path, 1);
+  CHECK(m::wisdom::load(path, a.key) == a);
+  CHECK(m::wisdom::load(path, b.key) == b);
+  CHECK(m::wisdom::load(path) == a);  // no key: the first section
+  // A second writer of section a (measured planning beside the drop-in) adds its
+  // lines; a's native lines stay, and a line both have takes the newer value.
+  m::wisdom a2;
+  a2.key = a.key;
+  a2.all_reduce[{8, 10}] = {{algorithm::halving_doubling}, 1, 1, 2e-6, 3e-6, 2};
+  a2.native[{"broadcast", 3}] = {true, 2e-6, 1e-6, 5};
+  a2.save(path, 2);
+  const m::wisdom merged = m::wisdom::load(path, a.key);
+  CHECK(merged.all_reduce.size() == 1);
+  CHECK(merged.native.size() == 2);
+  CHECK(merged.native.at({"broadcast", 3}).mdring);
+  CHECK(merged.native.at({"all_reduce", 20}) == a.native.at({"all_reduce", 20}));
+  CHECK(m::wisdom::load(path, b.key) == b);
+  // A key the file does not hold: empty, with the key.
+  const m::wisdom none = m::wisdom::load(path, "00000000000000cc");
+  CHECK(none.empty());
+  CHECK(none.key == "00000000000000cc");
+  std::remove(path.c_str());
+}
+
 TEST_CASE("DESIGN.md: a flat 256-rank ring pays 510 latencies; 4 x 64 pays 132") {
   const auto flat = m::parse_topology("infiniband:256");
   const auto two = m::parse_topology("nvlink:4 x infiniband:64");

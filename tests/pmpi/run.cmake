@@ -4,6 +4,16 @@
 # preloaded run's stderr must match every regex in EXPECT.
 #   cmake -DMPIEXEC=... -DNP=4 -DPROGRAM=... -DPRELOAD=.../libmdring-pmpi.so
 #         "-DENV=VAR=value;..." "-DEXPECT=regex;..." [-DPRELOADED_ONLY=ON] -P run.cmake
+# The measured choice (MDRING_PMPI_MIN_BYTES= in ENV leaves it on):
+#   -DAGREE=ON: with MDRING_PMPI_TEST_BIAS, every rank prints its choices; for
+#     every collective and size class, all NP ranks must print the same chosen
+#     side, and for at least one, the ranks alone would have chosen differently.
+#   "-DAGAIN=regex;...": then the preloaded run again (MDRING_WISDOM in ENV: it
+#     starts decided), whose report must match each regex, and AGAIN_NOT not.
+if(FRESH)
+  file(REMOVE "${FRESH}")  # a file the runs write (MDRING_WISDOM): none at the start
+endif()
+
 function(run_program out_var err_var)
   execute_process(COMMAND ${MPIEXEC} -n ${NP} ${ARGN} ${PROGRAM}
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 500)
@@ -87,3 +97,57 @@ foreach(re IN LISTS EXPECT)
     message(FATAL_ERROR "the report has no line matching \"${re}\":\n${report}")
   endif()
 endforeach()
+
+if(AGREE)
+  string(REGEX MATCHALL "rank [0-9]+: [A-Za-z_]+ class [0-9]+: alone [a-z]+, chosen [a-z]+" lines "${report}")
+  set(keys "")
+  set(split OFF)
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "rank [0-9]+: ([A-Za-z_]+ class [0-9]+): alone ([a-z]+), chosen ([a-z]+)" "\\1" key "${line}")
+    string(REGEX REPLACE "rank [0-9]+: ([A-Za-z_]+ class [0-9]+): alone ([a-z]+), chosen ([a-z]+)" "\\2" alone "${line}")
+    string(REGEX REPLACE "rank [0-9]+: ([A-Za-z_]+ class [0-9]+): alone ([a-z]+), chosen ([a-z]+)" "\\3" chosen "${line}")
+    string(MAKE_C_IDENTIFIER "${key}" id)
+    list(APPEND keys ${id})
+    list(APPEND chosen_${id} ${chosen})
+    list(APPEND alone_${id} ${alone})
+  endforeach()
+  list(REMOVE_DUPLICATES keys)
+  if(NOT keys)
+    message(FATAL_ERROR "no rank printed its choices:\n${report}")
+  endif()
+  foreach(id IN LISTS keys)
+    list(LENGTH chosen_${id} n)
+    set(c ${chosen_${id}})
+    list(REMOVE_DUPLICATES c)
+    list(LENGTH c distinct)
+    if(NOT n EQUAL NP OR NOT distinct EQUAL 1)
+      message(FATAL_ERROR "${id}: ${n} ranks chose (${chosen_${id}}), expected ${NP} choosing one side:\n${report}")
+    endif()
+    set(a ${alone_${id}})
+    list(REMOVE_DUPLICATES a)
+    list(LENGTH a distinct)
+    if(distinct GREATER 1)
+      set(split ON)
+    endif()
+  endforeach()
+  if(NOT split)
+    message(FATAL_ERROR "the ranks' own preferences never differed (MDRING_PMPI_TEST_BIAS had no effect):\n${report}")
+  endif()
+endif()
+
+if(AGAIN)
+  run_program(again again_report ${both} ${preloaded})
+  string(REGEX MATCHALL "digest [^\n]*" d_again "${again}")
+  if(NOT d_native STREQUAL d_again)
+    message(FATAL_ERROR "the second run's results differ:\nnative:  ${d_native}\nagain:   ${d_again}")
+  endif()
+  foreach(re IN LISTS AGAIN)
+    if(NOT "${again_report}" MATCHES "${re}")
+      message(FATAL_ERROR "the second run's report has nothing matching \"${re}\":\n${again_report}")
+    endif()
+  endforeach()
+  if(AGAIN_NOT AND "${again_report}" MATCHES "${AGAIN_NOT}")
+    message(FATAL_ERROR "the second run's report matches \"${AGAIN_NOT}\":\n${again_report}")
+  endif()
+  message(STATUS "second run:\n${again_report}")
+endif()

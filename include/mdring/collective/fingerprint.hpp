@@ -95,16 +95,13 @@ inline std::string wisdom_key(const runtime_topology& written, const options& o)
 // same topology and options. Throws invalid_argument("options.wisdom").
 inline wisdom load_wisdom(const runtime_topology& written, const options& o) {
   if (o.planning != planning::measure || o.wisdom.empty()) return {};
-  wisdom w;
+  // Its section for this topology and these options (none: another machine,
+  // topology or options, measured afresh).
   try {
-    w = wisdom::load(o.wisdom);
+    return wisdom::load(o.wisdom, wisdom_key(written, o));
   } catch (const invalid_argument& e) {
     throw invalid_argument("options.wisdom", std::string("mdring::bind: options.wisdom (or MDRING_WISDOM): ") + e.what());
   }
-  const std::string key = wisdom_key(written, o);
-  if (w.key != key) w = wisdom{};  // another machine, topology or options: measure afresh
-  w.key = key;
-  return w;
 }
 
 // Ranks that bind together must agree on all of the above, on the planning mode
@@ -114,7 +111,8 @@ inline std::string fingerprint(const runtime_topology& written, const options& o
   if (o.planning == planning::measure) {
     s += "|measure";
     try {
-      const wisdom w = load_wisdom(written, o);
+      wisdom w = load_wisdom(written, o);
+      w.native.clear();  // the drop-in's choices: agreed by it (pmpi/mdring_pmpi.cpp)
       if (!w.all_reduce.empty()) {
         char buf[40];
         std::snprintf(buf, sizeof buf, "|wisdom %016llx", static_cast<unsigned long long>(fnv1a(w.to_string())));

@@ -15,6 +15,17 @@
 //      segments in flight, measured seconds, the estimate plan's seconds, candidates)
 //
 // A size class is floor(log2(bytes)): calls within a factor 2 share a choice.
+//
+// The drop-in for MPI programs (libmdring-pmpi.so) keeps its measured choice
+// between MPI's own collective and mdring's in the same file:
+//
+//   native all_reduce 20 mdring 0.00157 0.00089 5
+//     (collective, size class, the side taken, MPI's and mdring's measured
+//      seconds: the slowest rank's medians, timed calls per side)
+//
+// A file holds one section per key (communicators of other topologies, or
+// other options, in one program); a save replaces the lines it has of its own
+// section and keeps the rest of the file.
 #pragma once
 
 #include "../config.hpp"
@@ -77,17 +88,31 @@ inline algorithm algorithm_from_string(std::string_view s, const char* what) {
                                    "\" (expected automatic, ring, direct, halving_doubling or recursive_doubling)");
 }
 
+// The drop-in's choice for one collective and size class (see above).
+struct native_choice {
+  bool mdring = false;        // the side taken: mdring's collective, else MPI's own
+  double native_seconds = 0;  // MPI's: the slowest rank's median
+  double mdring_seconds = 0;  // mdring's, likewise
+  std::size_t trials = 0;     // timed calls per side
+  friend bool operator==(const native_choice&, const native_choice&) = default;
+};
+
 struct wisdom {
   std::string key;  // hex of the fingerprint it was measured under
   std::map<std::pair<std::size_t, std::size_t>, measured_choice> all_reduce;  // (element size, size class)
+  std::map<std::pair<std::string, std::size_t>, native_choice> native;       // (collective, size class)
 
   const measured_choice* find(std::size_t elem_size, std::size_t bytes) const {
     auto it = all_reduce.find({elem_size, size_class(bytes)});
     return it == all_reduce.end() ? nullptr : &it->second;
   }
+  bool empty() const noexcept { return all_reduce.empty() && native.empty(); }
 
-  std::string to_string() const {
-    std::string s = "mdring-wisdom 1\nkey " + key + "\n";
+  std::string to_string() const { return "mdring-wisdom 1\n" + section(); }
+
+  // The key line and this section's lines.
+  std::string section() const {
+    std::string s = "key " + key + "\n";
     char buf[160];
     for (auto& [k, m] : all_reduce) {
       std::string al;
@@ -97,16 +122,33 @@ struct wisdom {
                     m.candidates);
       s += "all_reduce " + std::to_string(k.first) + " " + std::to_string(k.second) + " " + al + buf;
     }
+    for (auto& [k, c] : native) {
+      std::snprintf(buf, sizeof buf, " %zu %s %.9g %.9g %zu\n", k.second, c.mdring ? "mdring" : "mpi", c.native_seconds,
+                    c.mdring_seconds, c.trials);
+      s += "native " + k.first + buf;
+    }
     return s;
   }
 
+  // The first section (a file written by one communicator has one).
   static wisdom parse(std::string_view text, const std::string& source = "wisdom") {
-    wisdom w;
+    std::vector<wisdom> all = parse_all(text, source);
+    return all.empty() ? wisdom{} : std::move(all.front());
+  }
+
+  // Every section, in the file's order; lines before any key line make a section
+  // with an empty key.
+  static std::vector<wisdom> parse_all(std::string_view text, const std::string& source = "wisdom") {
+    std::vector<wisdom> all;
     std::istringstream in{std::string(text)};
     std::string line;
     std::size_t no = 0;
     auto fail = [&](const std::string& why) {
       return invalid_argument("wisdom", "mdring::wisdom: " + source + ", line " + std::to_string(no) + ": " + why);
+    };
+    auto current = [&]() -> wisdom& {
+      if (all.empty()) all.emplace_back();
+      return all.back();
     };
     bool header = false;
     while (std::getline(in, line)) {
@@ -118,11 +160,27 @@ struct wisdom {
         if (k != "mdring-wisdom" || ls.word() != "1" || !ls.end()) throw fail("expected \"mdring-wisdom 1\" first");
         header = true;
       } else if (k == "key") {
-        w.key = std::string(ls.word());
-        if (w.key.empty() || !std::all_of(w.key.begin(), w.key.end(), [](char c) { return std::isxdigit((unsigned char)c); }) ||
+        std::string key(ls.word());
+        if (key.empty() || !std::all_of(key.begin(), key.end(), [](char c) { return std::isxdigit((unsigned char)c); }) ||
             !ls.end())
           throw fail("key takes the fingerprint's hexadecimal digits");
+        for (const auto& w : all)
+          if (w.key == key) throw fail("key " + key + " appears twice");
+        if (!all.empty() && all.back().key.empty() && all.back().empty()) all.back().key = key;
+        else all.emplace_back().key = key;
+      } else if (k == "native") {
+        std::string coll(ls.word()), side;
+        std::size_t cls = 0;
+        native_choice c;
+        if (!(!coll.empty() && std::all_of(coll.begin(), coll.end(), [](char ch) { return (ch >= 'a' && ch <= 'z') || ch == '_'; }) &&
+              ls.count(cls) && !(side = std::string(ls.word())).empty() && ls.real(c.native_seconds) &&
+              ls.real(c.mdring_seconds) && ls.count(c.trials) && ls.end()) ||
+            (side != "mdring" && side != "mpi") || cls >= 64)
+          throw fail("native takes COLLECTIVE CLASS (below 64) mdring|mpi NATIVE_SECONDS MDRING_SECONDS TRIALS");
+        c.mdring = side == "mdring";
+        current().native[{coll, cls}] = c;
       } else if (k == "all_reduce") {
+        wisdom& w = current();
         std::size_t elem = 0, cls = 0;
         measured_choice m;
         std::string al;
@@ -146,30 +204,64 @@ struct wisdom {
       }
     }
     if (!header) throw fail("empty: expected \"mdring-wisdom 1\"");
-    return w;
+    return all;
   }
 
   // A missing file is no wisdom yet (empty); one that cannot be parsed throws.
-  static wisdom load(const std::string& path) {
-    std::ifstream f(path);
-    if (!f) return {};
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return parse(ss.str(), "\"" + path + "\"");
+  // Without a key: the file's first section; with one: that key's (empty, with
+  // the key, when the file has none).
+  static wisdom load(const std::string& path) { return parse(read_file(path), "\"" + path + "\""); }
+  static wisdom load(const std::string& path, const std::string& key) {
+    for (auto& w : parse_all(read_file(path), "\"" + path + "\""))
+      if (w.key == key) return w;
+    wisdom w;
+    w.key = key;
+    return w;
   }
 
-  // Written to a file of its own, then renamed over `path`, so that ranks writing
-  // the same wisdom at once (one file system, or one per node) leave a whole file.
+  // This section's lines replace the file's lines of the same section (a line
+  // this section lacks is kept: two writers of one section, such as measured
+  // planning and the drop-in, keep each other's); other sections are kept. The
+  // text goes to a file of its own, then is renamed over `path`, so that ranks
+  // writing at once (one file system, or one per node) leave a whole file.
+  // `rank` names that file: writers at once must pass different ones.
   void save(const std::string& path, std::size_t rank = 0) const {
+    std::vector<wisdom> all;
+    try {
+      all = parse_all(read_file(path), "\"" + path + "\"");
+    } catch (const invalid_argument&) {
+      all.clear();  // an unreadable file is replaced
+    }
+    bool placed = false;
+    for (auto& w : all)
+      if (w.key == key) {
+        for (auto& [k, m] : all_reduce) w.all_reduce[k] = m;
+        for (auto& [k, c] : native) w.native[k] = c;
+        placed = true;
+      }
+    if (!placed) all.push_back(*this);
+    std::string text = "mdring-wisdom 1\n";
+    for (auto& w : all) text += w.section();
     const std::string tmp = path + ".tmp" + std::to_string(rank);
     {
       std::ofstream f(tmp);
-      f << to_string();
+      f << text;
       if (!f.good()) throw invalid_argument("options.wisdom", "mdring: cannot write the wisdom file \"" + tmp + "\"");
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       throw invalid_argument("options.wisdom", "mdring: cannot replace the wisdom file \"" + path + "\"");
   }
+
+private:
+  static std::string read_file(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) return "mdring-wisdom 1\n";
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+public:
 
   friend bool operator==(const wisdom&, const wisdom&) = default;
 };
