@@ -1,34 +1,36 @@
 #!/usr/bin/env bash
-# The drop-in interposer measured (issue 16): benchmarks/pmpi_allreduce.c, an
-# unmodified program looping over MPI_Allreduce (double sum, heap buffers) from
-# 4 KiB to 256 MiB, run natively and with libmdring-pmpi.so preloaded, on 2 and
-# 4 processes, three ways: native, preloaded with the default threshold (what a
-# user gets), and preloaded with MDRING_PMPI_MIN_BYTES=0 (mdring at every size:
-# where the threshold should be).
+# The drop-in interposer measured (issues 16 and 32): benchmarks/pmpi_loop.c, an
+# unmodified program looping over one collective (double, heap buffers) from 8 B
+# to 256 MiB, run natively and with libmdring-pmpi.so preloaded, on 2 and 4
+# processes, three ways: native; preloaded as a user gets it (the measured
+# choice between MPI's collective and mdring's, per size class); and preloaded
+# with MDRING_PMPI_MIN_BYTES=0 (mdring at every size, no measuring).
+# MPI_Allreduce, MPI_Bcast, MPI_Allgather and MPI_Reduce_scatter_block.
 # Writes docs/perf/pmpi.md and its section of docs/PERFORMANCE.md.
 #
-#   scripts/bench_pmpi.sh [ROUNDS]     # default 5 rounds, about 8 minutes on 2 cores
+#   scripts/bench_pmpi.sh [ROUNDS [COLLECTIVES]]   # default 5 rounds, all four: about 25 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 mdring_ensure_packages "${MDRING_PACKAGES[@]}"
-mdring_build --target mdring_pmpi pmpi-allreduce
+mdring_build --target mdring_pmpi pmpi-loop
 mdring_mpi_env
 rounds=${1:-5}
-prog=./build/benchmarks/pmpi-allreduce
+collectives=${2:-"allreduce bcast allgather reduce_scatter_block"}
+prog=./build/benchmarks/pmpi-loop
 lib=$PWD/build/libmdring-pmpi.so
 work=$(mktemp -d)
-# Each size is its own short run, and the three variants of a size run back to
-# back, so that each ratio compares runs seconds apart (this machine's speed
-# drifts by tens of percent over minutes).
-sizes=$(for ((b = 4096; b <= 268435456; b *= 4)); do echo $b; done)
+lo=8 hi=$((256 << 20))
+# In each round the three variants run back to back, so that each ratio compares
+# runs seconds apart (this machine's speed drifts by tens of percent over minutes).
 for np in 2 4; do
-  for r in $(seq "$rounds"); do
-    for b in $sizes; do
-      mpirun -n "$np" "$prog" "$b" "$b" | grep -v '^#' >>"$work/native-$np-$r"
-      mpirun -n "$np" -x LD_PRELOAD="$lib" "$prog" "$b" "$b" | grep -v '^#' >>"$work/default-$np-$r"
-      mpirun -n "$np" -x LD_PRELOAD="$lib" -x MDRING_PMPI_MIN_BYTES=0 "$prog" "$b" "$b" | grep -v '^#' \
-        >>"$work/all-$np-$r"
+  for c in $collectives; do
+    for r in $(seq "$rounds"); do
+      mpirun -n "$np" "$prog" "$c" $lo $hi 2 | grep -v '^#' >"$work/native-$c-$np-$r"
+      mpirun -n "$np" -x LD_PRELOAD="$lib" -x MDRING_REPORT=1 "$prog" "$c" $lo $hi 2 2>"$work/report-$c-$np-$r" |
+        grep -v '^#' >"$work/default-$c-$np-$r"
+      mpirun -n "$np" -x LD_PRELOAD="$lib" -x MDRING_PMPI_MIN_BYTES=0 "$prog" "$c" $lo $hi 2 | grep -v '^#' \
+        >"$work/all-$c-$np-$r"
     done
   done
 done
@@ -36,53 +38,68 @@ out=docs/perf/pmpi.md
 py=$(mdring_python)
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 l3=$(lscpu 2>/dev/null | sed -n 's/^L3 cache: *//p' | head -1)
-$py - "$work" "$rounds" "$(mpirun --version | head -1)" "$(nproc)" "$cpu, L3 $l3" >"$out" <<'PY'
-import statistics, sys, datetime
-work, rounds, mpi, cores, cpu = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-def rounds_of(kind, np_):
+$py - "$work" "$rounds" "$(mpirun --version | head -1)" "$(nproc)" "$cpu, L3 $l3" "$collectives" >"$out" <<'PY'
+import re, statistics, sys, datetime
+work, rounds, mpi, cores, cpu, colls = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split()
+names = {"allreduce": "MPI_Allreduce", "bcast": "MPI_Bcast", "allgather": "MPI_Allgather",
+         "reduce_scatter_block": "MPI_Reduce_scatter_block"}
+def rounds_of(kind, c, np_):
     runs = []
     for r in range(1, rounds + 1):
         d = {}
-        for line in open(f"{work}/{kind}-{np_}-{r}"):
-            if line.startswith("#"):
-                continue
+        for line in open(f"{work}/{kind}-{c}-{np_}-{r}"):
             b, t = line.split()
             d[int(b)] = float(t)
         runs.append(d)
     return runs
-def load(kind, np_):
-    runs = rounds_of(kind, np_)
+def load(kind, c, np_):
+    runs = rounds_of(kind, c, np_)
     return {b: statistics.median(run[b] for run in runs) for b in runs[0]}
-def ratio(kind, np_):
-    nat, var = rounds_of("native", np_), rounds_of(kind, np_)
+def ratio(kind, c, np_):
+    nat, var = rounds_of("native", c, np_), rounds_of(kind, c, np_)
     return {b: statistics.median(v[b] / n[b] for v, n in zip(var, nat)) for b in nat[0]}
 def size(b):
-    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B"
 print("## Drop-in for MPI programs (libmdring-pmpi.so)\n")
 print(f"Generated by `scripts/bench_pmpi.sh` on {datetime.date.today()}, {cores} cores ({cpu}), {mpi}.")
-print("`benchmarks/pmpi_allreduce.c` loops over `MPI_Allreduce` (double, `MPI_SUM`, out of place, `malloc`")
-print("buffers); the same binary runs natively and with `LD_PRELOAD=libmdring-pmpi.so`. Times: median over")
-print(f"trials of the slowest rank; {rounds} rounds, in each of which every size runs as three short runs back")
-print("to back (native, default, all sizes). Times are the median over the rounds; ratios are the median of")
-print("the rounds' ratios (each from runs seconds apart: this shared machine's speed drifts over minutes).")
-print("*default*: the interposer as a user gets it (calls below the threshold go to MPI);")
-print("*all sizes*: `MDRING_PMPI_MIN_BYTES=0`, mdring takes every call. ratio = preloaded / native.\n")
-worst = {}
+print("`benchmarks/pmpi_loop.c` loops over one collective (double, `MPI_SUM` where it reduces, out of place,")
+print("`malloc` buffers; sizes are the whole call's bytes); the same binary runs natively and with")
+print("`LD_PRELOAD=libmdring-pmpi.so`. Per size, 16 untimed calls first (the measured choice takes 12 of")
+print("them), then the median over trials of the slowest rank's time for one call. "
+      f"{rounds} rounds; in each, the three runs of a collective run back to back.")
+print("Times are the median over the rounds; ratios are the median of the rounds' ratios.")
+print("*measured*: the interposer as a user gets it (per size class, MPI's own collective or mdring's,")
+print("whichever the first calls measured faster); *mdring*: `MDRING_PMPI_MIN_BYTES=0`, mdring takes")
+print("every call. ratio = preloaded / native. 4 processes on 2 cores are oversubscribed.\n")
+summary = []
 for np_ in (2, 4):
-    nat, dft, alls = load("native", np_), load("default", np_), load("all", np_)
-    rdft, rall = ratio("default", np_), ratio("all", np_)
-    print(f"### {np_} processes\n")
-    print("| size | native µs | default µs | ratio | all sizes µs | ratio |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for b in sorted(nat):
-        rd, ra = rdft[b], rall[b]
-        worst[np_] = max(worst.get(np_, 0), rd)
-        print(f"| {size(b)} | {nat[b]:.1f} | {dft[b]:.1f} | {rd:.2f} | {alls[b]:.1f} | {ra:.2f} |")
-    print()
-    if (64 << 20) in nat:
-        r64 = rdft[64 << 20]
-        print(f"At 64 MiB: {r64:.3f} x native (target: at most 0.5). "
-              f"Worst size with the default threshold: {worst[np_]:.2f} x (target: at most 1.0).\n")
+    for c in colls:
+        nat, dft, alls = load("native", c, np_), load("default", c, np_), load("all", c, np_)
+        rdft, rall = ratio("default", c, np_), ratio("all", c, np_)
+        print(f"### {names[c]}, {np_} processes\n")
+        print("| size | native µs | measured µs | ratio | mdring µs | ratio |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+        for b in sorted(nat):
+            print(f"| {size(b)} | {nat[b]:.1f} | {dft[b]:.1f} | {rdft[b]:.2f} | {alls[b]:.1f} | {rall[b]:.2f} |")
+        worst_b = max(rdft, key=rdft.get)
+        big = [rdft[b] for b in rdft if b >= 16 << 20]
+        summary.append((names[c], np_, rdft[worst_b], size(worst_b), max(big) if big else float("nan")))
+        print()
+        # The choices and what measuring cost, from round 1's report.
+        rep = [l.split("choice: ", 1)[1].strip() for l in open(f"{work}/report-{c}-{np_}-1") if "choice: " in l]
+        rep = [l for l in rep if l.startswith(names[c] + " ")]
+        if rep:
+            print("<details><summary>the choices (round 1, MDRING_REPORT=1)</summary>\n")
+            for l in rep:
+                print(f"- {l}")
+            print("\n</details>\n")
+print("### Summary\n")
+print("Targets (issue 32): at most 1.03 x native at every size, at most 0.5 x from 16 MiB.\n")
+print("| collective | processes | worst ratio (size) | worst ratio from 16 MiB |")
+print("| --- | ---: | ---: | ---: |")
+for n, np_, w, wb, big in summary:
+    print(f"| {n} | {np_} | {w:.2f} ({wb}) | {big:.2f} |")
+print()
 PY
 rm -rf "$work"
 $py scripts/perf_section.py "$out" docs/PERFORMANCE.md
