@@ -14,7 +14,8 @@
 // Which of the calls it could take it does take is measured, by default: per
 // communicator, collective and size class (floor(log2(bytes))), the first calls
 // of the class alternate between MPI's own collective and mdring's (one of each
-// untimed, then MDRING_PMPI_TRIALS timed calls each), then one small allreduce
+// untimed, then runs of two calls per side, the second timed, until each side
+// has MDRING_PMPI_TRIALS timed calls, 4 x that below 64 KiB), then one small allreduce
 // of every rank's medians decides, on every rank alike, from the slowest rank's:
 // mdring only where it was faster by more than the runs' own spread (1 % to 5 %),
 // else MPI. Every call is a real call of the program, so measuring costs only
@@ -122,8 +123,15 @@ constexpr const char* why_name[n_why] = {
     "measured: MPI's own is faster at this size",
     "MPI_Allreduce of this size not measured faster on mdring (yet)",
 };
+// Counted with a relaxed load and store, not an atomic increment: two locked
+// instructions on every call cost more than the report is worth. Threads calling
+// collectives at once may lose a count (the report is approximate then).
 struct counter {
   std::atomic<unsigned long long> calls{0}, bytes{0};
+  void add(std::size_t b) noexcept {
+    calls.store(calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    bytes.store(bytes.load(std::memory_order_relaxed) + b, std::memory_order_relaxed);
+  }
 };
 counter stats[n_coll][n_why];
 
@@ -442,6 +450,35 @@ bool bind_state(comm_state& s, MPI_Comm comm) {
   return true;
 }
 
+// ---- a call passed to MPI again -------------------------------------------------
+// A thread's last call passed to MPI for a reason that cannot change (its size
+// class measured MPI's own faster, below the threshold, disabled), by what the
+// decision read: the same call again goes straight to MPI, counted. At half a
+// microsecond per small collective, the full decision's lookups were about a
+// tenth of the call (benchmarks/pmpi_overhead.c).
+struct call_key {
+  int c = n_coll;
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Datatype dt = MPI_DATATYPE_NULL;
+  MPI_Op op = MPI_OP_NULL;
+  int count = 0, extra = 0;  // extra: the root, or the send count
+  bool operator==(const call_key&) const = default;
+};
+struct passed_call {
+  call_key k;
+  unsigned gen = 0;
+  why reason = w_taken;
+  std::size_t bytes = 0;
+};
+thread_local passed_call passed;
+bool pass_again(const call_key& k) {
+  if (!(passed.k == k) || passed.gen != states_gone.load(std::memory_order_acquire) || passed.k.c == n_coll) return false;
+  stats[k.c][passed.reason].add(passed.bytes);
+  return true;
+}
+struct decision;
+void remember_pass(const call_key& k, unsigned gen, const decision& d, std::size_t bytes);
+
 // The decision shared by all collectives: the communicator's state when the call
 // is to be taken over, nullptr (and the reason counted) when it goes to MPI.
 // While a size class is measured, `trial` is its state and the call is timed
@@ -462,8 +499,7 @@ decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool
   auto pass = [&](why w) {
     d.s = nullptr;
     d.reason = w;
-    stats[c][w].calls.fetch_add(1, std::memory_order_relaxed);
-    stats[c][w].bytes.fetch_add(bytes, std::memory_order_relaxed);
+    stats[c][w].add(bytes);
     return d;
   };
   if (!mpi_usable()) return d.reason = w_not_initialized, d;  // not counted: nothing can be reported
@@ -509,20 +545,31 @@ decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool
       if (k.side == class_state::mpi) return pass(w_measured);
       if (k.side == class_state::measuring) {
         // Call 0: MPI's, call 1: mdring's, untimed (first-call costs); then
-        // alternately, timed, until each side has cfg().trials.
+        // runs of two calls on one side, alternating sides, the second of each
+        // run timed, until each side has trials_for(bytes). (Timing single
+        // alternating calls charged each call with its peers' lag from the other
+        // library's call before it: MPI's small allreduce measured 2 x slower
+        // than in a loop of its own, and lost.)
         const unsigned i = k.calls++;
-        d.owner = s, d.trial = &k, d.c = c, d.cls = cls, d.timed = i >= 2;
-        if (i % 2 == 0) return pass(w_trial);  // (keeps the trial fields)
+        const bool md_turn = i < 2 ? i == 1 : ((i - 2) / 2) % 2 == 1;
+        d.owner = s, d.trial = &k, d.c = c, d.cls = cls, d.timed = i >= 2 && (i - 2) % 2 == 1;
+        if (!md_turn) return pass(w_trial);  // (keeps the trial fields)
       }
     }
   }
   d.s = s;
-  stats[c][w_taken].calls.fetch_add(1, std::memory_order_relaxed);
-  stats[c][w_taken].bytes.fetch_add(bytes, std::memory_order_relaxed);
+  stats[c][w_taken].add(bytes);
   return d;
 }
 
 // ---- measuring -----------------------------------------------------------------
+// Timed calls per side for a class: MDRING_PMPI_TRIALS, 4 x that below 64 KiB,
+// where calls take microseconds and a few samples are the cold ones (the same
+// on every rank: the bytes are).
+std::size_t trials_for(std::size_t bytes) { return cfg().trials * (bytes < (std::size_t(64) << 10) ? 4 : 1); }
+// The calls a class is measured in: 2 untimed, then runs of 2 (one timed).
+std::size_t calls_to_measure(std::size_t cls) { return 2 + 4 * trials_for(std::size_t(1) << cls); }
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -562,9 +609,18 @@ void choose(comm_state& s, MPI_Comm comm, coll c, std::size_t cls, class_state& 
   const char* bias = bias_of_this_rank();
   if (bias && std::string_view(bias) == "mdring") v[0] *= 100;
   if (bias && std::string_view(bias) == "mpi") v[1] *= 100;
-  const bool alone = md::pick_measured({v[0], v[1]}, v[2]) == 1;
+  // mdring must beat MPI by more than the runs' spread (1 % to 5 %), and below
+  // 64 KiB by 15 % at least: there the trials' short runs flattered mdring by up
+  // to that much against long loops of one side (pmpi-overhead, 2 processes:
+  // 0.88 x in the trials, 1.05 x in a loop, at 64 B), and a call of a microsecond
+  // has no 15 % to give.
+  const double small_margin = (std::size_t(1) << cls) < (std::size_t(64) << 10) ? 0.15 : 0.0;
+  auto pick = [&](const double* x) {
+    return md::pick_measured({x[0], x[1]}, x[2]) == 1 && x[1] < (1 - small_margin) * x[0];
+  };
+  const bool alone = pick(v);
   PMPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_MAX, comm);
-  const bool md_side = md::pick_measured({v[0], v[1]}, v[2]) == 1;
+  const bool md_side = pick(v);
   k.side = md_side ? class_state::mdring : class_state::mpi;
   k.native_s = v[0], k.mdring_s = v[1];
   if (bias)
@@ -600,7 +656,7 @@ public:
       k.t[side].push_back(t);
       k.spent[side] += t;
     }
-    if (k.calls == 2 + 2 * cfg().trials) choose(*d_.owner, comm_, d_.c, d_.cls, k);
+    if (k.calls == calls_to_measure(d_.cls)) choose(*d_.owner, comm_, d_.c, d_.cls, k);
   }
   trial_timer(const trial_timer&) = delete;
   trial_timer& operator=(const trial_timer&) = delete;
@@ -623,7 +679,7 @@ void report_choices(const comm_state& s) {
       const std::string range = human_bytes(1ull << cls) + " to " + human_bytes((2ull << cls) - 1);
       if (k.side == class_state::measuring) {
         std::fprintf(stderr, "mdring-pmpi: choice: %s %s: not decided (%u of %zu calls measured)\n", coll_name[c],
-                     range.c_str(), k.calls, 2 + 2 * cfg().trials);
+                     range.c_str(), k.calls, calls_to_measure(cls));
         continue;
       }
       const bool md_side = k.side == class_state::mdring;
@@ -642,6 +698,11 @@ void report_choices(const comm_state& s) {
                    coll_name[c], range.c_str(), md_side ? "mdring" : "MPI", k.native_s * 1e6, k.mdring_s * 1e6, ratio,
                    cost);
     }
+}
+
+void remember_pass(const call_key& k, unsigned gen, const decision& d, std::size_t bytes) {
+  if (d.s || !(d.reason == w_measured || d.reason == w_small || d.reason == w_disabled)) return;
+  passed = {k, gen, d.reason, bytes};
 }
 
 // Why a reduction cannot be taken over, from its datatype and op alone.
@@ -714,10 +775,14 @@ MDRING_PMPI_API int MPI_Init_thread(int* argc, char*** argv, int required, int* 
 MDRING_PMPI_API int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                                   MPI_Comm comm) {
   if (reentered()) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  const call_key key{c_allreduce, comm, datatype, op, count, 0};
+  if (pass_again(key)) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  const unsigned gen = states_gone.load(std::memory_order_acquire);
   const type_info t = classify(datatype);
-  const decision d = decide(c_allreduce, comm, std::size_t(std::max(count, 0)) * t.size,
-                            count < 0 ? w_invalid : reduction_reason(t, op));
+  const std::size_t bytes = std::size_t(std::max(count, 0)) * t.size;
+  const decision d = decide(c_allreduce, comm, bytes, count < 0 ? w_invalid : reduction_reason(t, op));
   trial_timer timer(d, comm);
+  remember_pass(key, gen, d, bytes);
   if (!d.s) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   inside g;
   try {
@@ -785,12 +850,16 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
 MDRING_PMPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
                                MPI_Comm comm) {
   if (reentered()) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  const call_key key{c_reduce, comm, datatype, op, count, root};
+  if (pass_again(key)) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  const unsigned gen = states_gone.load(std::memory_order_acquire);
   const type_info t = classify(datatype);
   int size = 0;
   if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
   why local = count < 0 || root < 0 || root >= size ? w_invalid : reduction_reason(t, op);
   const decision d = decide(c_reduce, comm, std::size_t(std::max(count, 0)) * t.size, local);
   trial_timer timer(d, comm);
+  remember_pass(key, gen, d, std::size_t(std::max(count, 0)) * t.size);
   if (!d.s) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   inside g;
   try {
@@ -812,7 +881,8 @@ namespace {
 // (size x rc elements) and the result goes to its start. native(): MPI's own.
 template <class Native>
 int reduce_scatter_equal(coll c, const char* name, const void* sendbuf, void* recvbuf, int rc, MPI_Datatype datatype,
-                         MPI_Op op, MPI_Comm comm, why local, Native&& native) {
+                         MPI_Op op, MPI_Comm comm, why local, Native&& native, const call_key* key = nullptr) {
+  const unsigned gen = states_gone.load(std::memory_order_acquire);
   const type_info t = classify(datatype);
   int size = 0;
   if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
@@ -820,6 +890,7 @@ int reduce_scatter_equal(coll c, const char* name, const void* sendbuf, void* re
   const decision d =
       decide(c, comm, std::size_t(std::max(rc, 0)) * std::size_t(std::max(size, 0)) * t.size, local, true);
   trial_timer timer(d, comm);
+  if (key) remember_pass(*key, gen, d, std::size_t(std::max(rc, 0)) * std::size_t(std::max(size, 0)) * t.size);
   if (!d.s) return native();
   inside g;
   try {
@@ -854,9 +925,12 @@ int reduce_scatter_equal(coll c, const char* name, const void* sendbuf, void* re
 MDRING_PMPI_API int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
                                              MPI_Op op, MPI_Comm comm) {
   if (reentered()) return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  const call_key key{c_reduce_scatter_block, comm, datatype, op, recvcount, 0};
+  if (pass_again(key)) return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   return reduce_scatter_equal(c_reduce_scatter_block, "MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount, datatype,
                               op, comm, w_taken,
-                              [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); });
+                              [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); },
+                              &key);
 }
 
 MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype,
@@ -876,6 +950,11 @@ MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const
 MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                                   MPI_Datatype recvtype, MPI_Comm comm) {
   if (reentered()) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  // (The decision reads the receive side only; sendcount is in the key so that
+  // an invalid pair is looked at again.)
+  const call_key key{c_allgather, comm, recvtype, MPI_OP_NULL, recvcount, sendcount};
+  if (pass_again(key)) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  const unsigned gen = states_gone.load(std::memory_order_acquire);
   int size = 0;
   if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
   // Decided from the receive side: the bytes of each rank's block, when recvtype
@@ -887,6 +966,7 @@ MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Dataty
   const why local = recvcount < 0 ? w_invalid : rb == 0 ? w_datatype : w_taken;
   const decision d = decide(c_allgather, comm, block * std::size_t(std::max(size, 0)), local, true);
   trial_timer timer(d, comm);
+  remember_pass(key, gen, d, block * std::size_t(std::max(size, 0)));
   if (!d.s) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   inside g;
   try {
@@ -913,6 +993,9 @@ MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Dataty
 
 MDRING_PMPI_API int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
   if (reentered()) return PMPI_Bcast(buffer, count, datatype, root, comm);
+  const call_key key{c_bcast, comm, datatype, MPI_OP_NULL, count, root};
+  if (pass_again(key)) return PMPI_Bcast(buffer, count, datatype, root, comm);
+  const unsigned gen = states_gone.load(std::memory_order_acquire);
   int size = 0;
   if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
   const std::size_t eb = contiguous_bytes(datatype);
@@ -922,6 +1005,7 @@ MDRING_PMPI_API int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, in
   if (eb == 0 && datatype != MPI_DATATYPE_NULL) PMPI_Type_size(datatype, &tsize);
   const decision d = decide(c_bcast, comm, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)), local);
   trial_timer timer(d, comm);
+  remember_pass(key, gen, d, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)));
   if (!d.s) return PMPI_Bcast(buffer, count, datatype, root, comm);
   inside g;
   try {

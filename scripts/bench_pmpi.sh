@@ -8,12 +8,12 @@
 # MPI_Allreduce, MPI_Bcast, MPI_Allgather and MPI_Reduce_scatter_block.
 # Writes docs/perf/pmpi.md and its section of docs/PERFORMANCE.md.
 #
-#   scripts/bench_pmpi.sh [ROUNDS [COLLECTIVES]]   # default 5 rounds, all four: about 25 minutes on 2 cores
+#   scripts/bench_pmpi.sh [ROUNDS [COLLECTIVES]]   # default 5 rounds, all four: about 20 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 mdring_ensure_packages "${MDRING_PACKAGES[@]}"
-mdring_build --target mdring_pmpi pmpi-loop
+mdring_build --target mdring_pmpi pmpi-loop pmpi-overhead
 mdring_mpi_env
 rounds=${1:-5}
 collectives=${2:-"allreduce bcast allgather reduce_scatter_block"}
@@ -31,6 +31,20 @@ for np in 2 4; do
         grep -v '^#' >"$work/default-$c-$np-$r"
       mpirun -n "$np" -x LD_PRELOAD="$lib" -x MDRING_PMPI_MIN_BYTES=0 "$prog" "$c" $lo $hi 2 | grep -v '^#' \
         >"$work/all-$c-$np-$r"
+    done
+  done
+done
+# The wrapper's own cost where the choice is MPI (small sizes), inside one process:
+# pmpi-overhead alternates batches through the wrapper and straight to PMPI_*.
+for np in 2 4; do
+  for c in $collectives; do
+    for b in 8 64 512 4096; do
+      for r in $(seq "$rounds"); do
+        mpirun -n "$np" -x LD_PRELOAD="$lib" -x MDRING_REPORT=1 ./build/benchmarks/pmpi-overhead "$c" "$b" \
+          2>"$work/ovh-report" | sed "s/^/$np /" >>"$work/overhead"
+        side=$(sed -n 's/.*choice: [A-Za-z_]* [^:]*: \(mdring\|MPI\) .*/\1/p' "$work/ovh-report" | head -1)
+        echo "$np $c $b ${side:-none}" >>"$work/overhead-side"
+      done
     done
   done
 done
@@ -93,6 +107,27 @@ for np_ in (2, 4):
             for l in rep:
                 print(f"- {l}")
             print("\n</details>\n")
+print("### What the wrapper costs a call it passes to MPI\n")
+print("`benchmarks/pmpi_overhead.c`, preloaded: in one process, 4000 batches of 10 calls through the")
+print("wrapper alternate with 4000 batches of 10 straight to `PMPI_*`; median per call of each, rank 0's.")
+print("Separate runs cannot resolve this (two runs of one binary differ by more than 10 % at these sizes).")
+print(f"Median over {rounds} runs of the ratio; *side*: how often the measured choice kept MPI's own.\n")
+ovh, sides = {}, {}
+for line in open(f"{work}/overhead"):
+    np_, c, b, wrapped, direct, ratio = line.split()
+    ovh.setdefault((int(np_), c, int(b)), []).append((float(wrapped), float(direct), float(ratio)))
+for line in open(f"{work}/overhead-side"):
+    np_, c, b, side = line.split()
+    sides.setdefault((int(np_), c, int(b)), []).append(side)
+print("| processes | collective | bytes | through the wrapper µs | direct µs | ratio | MPI kept |")
+print("| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+for (np_, c, b), v in sorted(ovh.items()):
+    w = statistics.median(x[0] for x in v)
+    d = statistics.median(x[1] for x in v)
+    r = statistics.median(x[2] for x in v)
+    s = sides.get((np_, c, b), [])
+    print(f"| {np_} | {names[c]} | {b} | {w:.3f} | {d:.3f} | {r:.3f} | {s.count('MPI')} of {len(s)} |")
+print()
 print("### Summary\n")
 print("Targets (issue 32): at most 1.03 x native at every size, at most 0.5 x from 16 MiB.\n")
 print("| collective | processes | worst ratio (size) | worst ratio from 16 MiB |")
