@@ -42,13 +42,14 @@ ap.add_argument("--skip-ddp", action="store_true")
 ap.add_argument("--batches", default="32,2", help="DDP: samples per rank and step, one run each (comma-separated)")
 ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
 ap.add_argument("--node-memory", action="store_true",
-                help="mdring_torch.use_node_memory() first: tensors of 1 MiB and more in node memory")
+                help="mdring_torch.use_node_memory() first (what creating the default group does anyway, "
+                     "unless MDRING_NODE_MEMORY=0)")
 args = ap.parse_args()
-memory = "node" if args.node_memory else "heap"
 if args.node_memory:
     mdring_torch.use_node_memory()
 
 dist.init_process_group("mdring")
+memory = "node" if mdring_torch._node_memory is not None else "heap"
 rank, size = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")
 groups = {"mdring": None, "gloo": gloo}

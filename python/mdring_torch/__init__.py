@@ -23,6 +23,11 @@ enqueued on the current CUDA stream and returns at once (Work.wait() orders the
 caller's stream after it, as the nccl backend does). MDRING_CUDA_TOPOLOGY
 overrides the detected "nvlink:<per node> x infiniband:<nodes>".
 
+Memory: the default group's creation puts CPU tensors of 1 MiB and more in node
+memory from then on (use_node_memory() with its defaults), which the other
+processes of the node read in place; MDRING_NODE_MEMORY=0 keeps torch's own
+allocator (heap tensors, reached by cross-memory attach).
+
 Dense, contiguous tensors (float32, float64, float16, bfloat16, int8, uint8,
 int16, int32, int64), one tensor per process per call; reduce ops SUM, AVG,
 PRODUCT, MIN, MAX. Every collective is asynchronous; init_process_group's timeout
@@ -69,17 +74,37 @@ def describe(group=None):
     return pg.describe()
 
 
+_node_memory = None  # (threshold, cache) once use_node_memory() has run
+
+
 def use_node_memory(threshold=1 << 20, cache=1 << 30):
-    """Opt-in: CPU tensors of `threshold` bytes or more are allocated in node
-    memory (mdring::node_alloc), which the other processes of the node map and
-    read in place during a collective, instead of copying them by cross-memory
-    attach. Freed blocks are kept for reuse, up to `cache` bytes. Call it once,
-    before the model and its DDP wrapper are built (their gradient buckets must
-    come from it); it affects every CPU tensor of the process from then on.
-    docs/PERFORMANCE.md has what it gains."""
+    """CPU tensors of `threshold` bytes or more are allocated in node memory
+    (mdring::node_alloc), which the other processes of the node map and read in
+    place during a collective, instead of copying them by cross-memory attach.
+    Freed blocks are kept for reuse, up to `cache` bytes. It affects every CPU
+    tensor of the process from then on, and runs once: creating the default
+    "mdring" group calls it with the defaults (unless MDRING_NODE_MEMORY=0), so
+    call it yourself before init_process_group only for other values. Tensors
+    that DDP all-reduces (its gradient buckets, made when DDP wraps the model)
+    must come from it. docs/PERFORMANCE.md has what it gains."""
+    global _node_memory
     if threshold < 1 or cache < 0:
         raise ValueError(f"use_node_memory: threshold must be >= 1 and cache >= 0 (got {threshold}, {cache})")
+    if _node_memory is not None:
+        if _node_memory != (int(threshold), int(cache)):
+            raise RuntimeError(f"use_node_memory: already on with threshold={_node_memory[0]}, "
+                               f"cache={_node_memory[1]} (it runs once per process)")
+        return
     _C.use_node_memory(int(threshold), int(cache))
+    _node_memory = (int(threshold), int(cache))
+
+
+def _node_memory_by_default():
+    v = os.environ.get("MDRING_NODE_MEMORY", "1")
+    if v not in ("0", "1"):
+        raise ValueError(f'MDRING_NODE_MEMORY must be 0 (torch\'s own allocator) or 1 (node memory, the default), not "{v}"')
+    if v == "1" and _node_memory is None:
+        use_node_memory()
 
 
 def _bootstrap_under_mpirun():
@@ -98,6 +123,8 @@ def _create(opts, pg_options=None):
     timeout_s = opts.timeout.total_seconds()
     ranks = list(opts.global_ranks_in_group)
     is_world = len(ranks) == 0
+    if is_world and transport() != "none":
+        _node_memory_by_default()
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) if is_world else 0
     name = str(getattr(opts, "group_id", "") or "")
     return _C.create(opts.store, transport(), ranks, opts.group_rank, opts.group_size, timeout_s, local, is_world,

@@ -286,7 +286,37 @@ if DEV.type == "cuda":
                  "_all_gather_base across devices")
 expect_error(lambda: mdring_torch.use_node_memory(threshold=0), ["threshold must be >= 1"], "use_node_memory(0)")
 if os.environ.get("MDRING_TORCH_TEST_NODE_MEMORY"):
-    expect_error(lambda: mdring_torch.use_node_memory(), ["called already"], "use_node_memory twice")
+    expect_error(lambda: mdring_torch.use_node_memory(), ["already on with threshold=4096"], "use_node_memory twice")
+
+
+def in_node_memory(t):
+    """Whether t's data lies in one of mdring's memory files (/proc/self/maps)."""
+    p = t.data_ptr()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "/memfd:mdring" in line:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= p < hi:
+                    return True
+    return False
+
+
+if DEV.type == "cpu":
+    # Node memory without opting in: creating the default group turned it on for
+    # CPU tensors of 1 MiB and more (4 KiB where the test opted in itself), unless
+    # MDRING_NODE_MEMORY=0.
+    node_default = os.environ.get("MDRING_NODE_MEMORY", "1") == "1"
+    big, small = torch.zeros(1 << 19), torch.zeros(256)  # 2 MiB, 1 KiB
+    if in_node_memory(big) != node_default:
+        fail(f"a 2 MiB CPU tensor {'is not' if node_default else 'is'} in node memory "
+             f"(MDRING_NODE_MEMORY={os.environ.get('MDRING_NODE_MEMORY', 'unset')})")
+    if in_node_memory(small):
+        fail("a 1 KiB CPU tensor is in node memory (below the threshold)")
+    dist.all_reduce(big)  # the collective on node memory, exact
+    expect_equal(big, torch.zeros(1 << 19), "all_reduce of a tensor in node memory")
+    if node_default:
+        expect_error(lambda: mdring_torch.use_node_memory(threshold=1 << 10), ["already on"],
+                     "use_node_memory with other values after the default")
 t = values(rank, 9, torch.float32, "sum")
 dist.all_reduce(t)
 expect_equal(t, reference(9, torch.float32, "sum"), "all_reduce after refused calls")
