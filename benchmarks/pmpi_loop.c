@@ -7,9 +7,9 @@
  *     collective: allreduce (default), bcast, allgather, reduce_scatter_block
  *     bytes: the whole call's (allgather and reduce_scatter_block: all ranks' blocks)
  *
- * Per size: 16 untimed calls first, each after a barrier as the timed ones (the
- * interposer's measured choice takes 12 at its default of 5 timed calls per
- * side: a loop of a real program soon leaves them behind; the report,
+ * Per size: 90 untimed calls first below 64 KiB, 30 from there, each after a
+ * barrier as the timed ones (the interposer's measured choice takes 82 and 22 at
+ * its defaults: a loop of a real program soon leaves them behind; the report,
  * MDRING_REPORT=1, gives what they cost), then
  * the median over the trials of the slowest rank's time for one call (each
  * trial: barrier, then one call), in microseconds. The reduction of the timings
@@ -66,7 +66,10 @@ int main(int argc, char** argv) {
        these calls, and a call right after another, with no barrier, meets its
        peers already there: MPI's own was 2 to 3 x faster that way, here, at
        128 KiB to 8 MiB on 2 processes, than in the loop below). */
-    for (int w = 0; w < 16; ++w) {
+    /* Untimed: more than the measured choice's trial calls at its defaults (82
+       below 64 KiB, 22 from there), which would otherwise be in the median. */
+    const int untimed = bytes < ((size_t)64 << 10) ? 90 : 30;
+    for (int w = 0; w < untimed; ++w) {
       MPI_Barrier(MPI_COMM_WORLD);
       call(which, in, out, n, size);
     }
