@@ -197,16 +197,19 @@ TEST_CASE("options.hang_report = false: a failing call writes nothing") {
 }
 
 TEST_CASE("the signal the user names: every communicator's line, on stderr and in MDRING_STATE_DIR") {
-  std::atomic<bool> go{false}, seen{false};
+  std::atomic<bool> go{false}, seen{false}, bound1{false};
   std::string file_text;
   const std::string err = stderr_of([&] {
     md::threads::run(2, [&](md::threads::endpoint ep) {
       auto comm = md::bind(ring2, ep, opts(30s));
+      if (ep.rank == 1) bound1 = true;  // its communicator is on the list the signal prints
       int x = int(ep.rank) + 1;
       if (ep.rank == 0) {
         std::thread poker([&] {
           // Once rank 0 waits for rank 1, which has not called: the signal, and the file.
-          while (field(md::state_line(comm), "state") != "waiting") std::this_thread::sleep_for(5ms);
+          // (And once rank 1's bind has returned: CI once saw the signal print rank 0's
+          // line only, rank 1's thread not yet back from bind.)
+          while (field(md::state_line(comm), "state") != "waiting" || !bound1) std::this_thread::sleep_for(5ms);
           std::raise(SIGUSR1);
           const std::string path = state_dir + "/state." + [] {
             char h[256] = {};
