@@ -21,6 +21,7 @@ import os
 import argparse
 import json
 import statistics
+import sys
 import time
 import warnings
 
@@ -36,6 +37,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--json", help="append the results as JSON lines to FILE (rank 0)")
 ap.add_argument("--min-bytes", type=int, default=4 << 10)
 ap.add_argument("--max-bytes", type=int, default=256 << 20)
+ap.add_argument("--sizes", help="the sizes to time, comma-separated bytes with an optional K or M suffix "
+                "(e.g. 8K,64M,256M), instead of --min-bytes to --max-bytes by factors of 4")
 ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--ddp-iters", type=int, default=8)
 ap.add_argument("--skip-ddp", action="store_true")
@@ -45,6 +48,27 @@ ap.add_argument("--node-memory", action="store_true",
                 help="mdring_torch.use_node_memory() first (what creating the default group does anyway, "
                      "unless MDRING_NODE_MEMORY=0)")
 args = ap.parse_args()
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20}
+    t = text.strip().upper()
+    try:
+        v = int(t[:-1]) * units[t[-1]] if t and t[-1] in units else int(t)
+    except ValueError:
+        v = 0
+    if v < 4:
+        sys.exit(f"torch_bench: --sizes: '{text}' is not a size of at least 4 bytes (bytes, or a number with K or M)")
+    return v
+
+
+if args.sizes:
+    sizes = [parse_size(x) for x in args.sizes.split(",")]
+else:
+    sizes, b = [], args.min_bytes
+    while b <= args.max_bytes:
+        sizes.append(b)
+        b *= 4
 if args.node_memory:
     mdring_torch.use_node_memory()
 
@@ -92,8 +116,7 @@ if rank == 0:
     print(f"# torch_bench: {size} processes, mdring ({mdring_torch.describe()}) against gloo, float32 SUM, "
           f"{memory} memory")
     print(f"# {'size':>8} | {'mdring us':>11} | {'gloo us':>11} | ratio")
-b = args.min_bytes
-while b <= args.max_bytes:
+for b in sizes:
     n = b // 4
     t = torch.ones(n, device=DEV)
     iters = max(3, min(50, (64 << 20) // b))
@@ -108,7 +131,6 @@ while b <= args.max_bytes:
                     "gloo_s": med["gloo"], "ratio": r})
     if rank == 0:
         print(f"  {size_name(b):>8} | {med['mdring'] * 1e6:11.1f} | {med['gloo'] * 1e6:11.1f} | {r:.3f}", flush=True)
-    b *= 4
 
 
 def make_model():

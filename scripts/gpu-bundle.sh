@@ -7,7 +7,8 @@
 # The GPU programs for sm_90 (MDRING_CUDA_ARCHITECTURES to change it): the tests
 # test_gpu_fold, test_gpu_all_reduce and test_gpu_ipc_store, mdring-gpu-bench,
 # mdring-gpu-ipc-bench and mdring-run; and python/csrc/group_cuda.cu compiled to
-# group_cuda.o for python/build_ext.py there (its PyTorch differs from this one's).
+# group_cuda.o for python/build_ext.py there (its PyTorch differs from this one's);
+# and segv_trace.so (scripts/segv_trace.c: a crash's native stack, for the diag phase).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -27,4 +28,5 @@ done
 nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 "$nvcc" -std=c++20 -O2 -arch=sm_"$arch" -Xcompiler -fPIC -Iinclude -Ipython/csrc -c python/csrc/group_cuda.cu \
   -o "$dest/group_cuda.o"
+${CC:-cc} -shared -fPIC -O1 -o "$dest/segv_trace.so" scripts/segv_trace.c -ldl
 ls -la "$dest"

@@ -18,8 +18,12 @@
 #             MPS daemon, 2 and 4 processes, if it starts), benchmarks/torch_bench.py
 #             --device cuda (mdring against gloo, 4 processes)
 #   extra     test_gpu_ipc_store with 3 processes
-#   sanitize  compute-sanitizer memcheck and racecheck on test_gpu_ipc_store (2 processes)
+#   sanitize  compute-sanitizer memcheck and racecheck on test_gpu_ipc_store (2 processes;
+#             MDRING_DEVICE_SANITIZE_TESTS: which of its tests, MDRING_DEVICE_SANITIZE_S: each run's limit)
 #   torchbench  benchmarks/torch_bench.py --device cuda alone (with the torch phase's build)
+#   diag      the torch backend's refusals of bad input on CUDA and CPU tensors, each
+#             case in its own 2-process torchrun, under segv_trace.so (a crash's native
+#             stack, resolved with addr2line where the machine has it)
 # Every step runs under a timeout, and no step starts once MDRING_DEVICE_BUDGET
 # seconds (default 480) have passed since the start: the most important steps come
 # first (ipc 2 and 4 processes, torch, the benchmarks), then 3 processes and the
@@ -74,7 +78,7 @@ export MDRING_TIMEOUT=${MDRING_TIMEOUT:-20}  # a rank left behind by a failure e
 run=("$bin/mdring-run" --grace 10)
 
 torch_out=/tmp/mdring-torch
-if want torch || want torchbench || want extra; then  # the build runs while the GPU tests run
+if want torch || want torchbench || want extra || want diag; then  # the build runs while the GPU tests run
   (python3 python/build_ext.py --out "$torch_out" --cuda-object "$bin/group_cuda.o" --no-ucx --no-mpi -j "$(nproc)" \
      >"$logs/torch_build.log" 2>&1; echo $? >/tmp/mdring-torch.rc) &
   torch_build=$!
@@ -97,12 +101,34 @@ if want ipc; then
   step "test_gpu_ipc_store np4" 120 "${run[@]}" -n 4 "$bin/test_gpu_ipc_store"
 fi
 
-if want torch || want torchbench || want extra; then
+# While the torch build runs: compute-sanitizer on the ipc transport.
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    step "sanitize $tool np2" "${MDRING_DEVICE_SANITIZE_S:-120}" "${run[@]}" -n 2 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$bin/test_gpu_ipc_store" "${MDRING_DEVICE_SANITIZE_TESTS:-count matrix}"
+  done
+fi
+
+if want torch || want torchbench || want extra || want diag; then
   wait "$torch_build"
   if [ "$(cat /tmp/mdring-torch.rc 2>/dev/null)" = 0 ]; then
     say "torch build                        passed"
     export PYTHONPATH="$torch_out${PYTHONPATH:+:$PYTHONPATH}"
     tr=(python3 -m torch.distributed.run --standalone --redirects 1 --tee 1)
+    if want diag; then  # each refusal in its own job: one that crashes hides no other
+      for c in cuda-complex-pg cuda-complex-backend cpu-complex-pg cuda-bool cuda-two-tensors; do
+        step "diag $c" 60 env LD_PRELOAD="$bin/segv_trace.so" PYTHONFAULTHANDLER=1 TORCH_SHOW_CPP_STACKTRACES=1 \
+          "${tr[@]}" --nproc_per_node 2 tests/torch/refusals.py "$c"
+        grep -h "refusals:\|segv_trace\|Fatal Python\|File \"" "$logs/diag_$c.log" | head -40 | sed 's/^/    /' |
+          tee -a "$out/summary.txt"
+        if grep -q "segv_trace: #" "$logs/diag_$c.log" && command -v addr2line >/dev/null; then
+          grep -o "segv_trace: #[0-9]* [^ ]*+0x[0-9a-f]*" "$logs/diag_$c.log" | head -24 |
+            while read -r _ frame at; do
+              printf '    %s %s\n' "$frame" "$(addr2line -f -C -i -e "${at%+*}" "${at##*+}" 2>/dev/null | paste -sd' ')"
+            done | tee -a "$out/summary.txt"
+        fi
+      done
+    fi
     if want torch; then  # MDRING_DEVICE_TORCH_TESTS: which (default ops2 ddp4 ops4 ddp2)
       for t in ${MDRING_DEVICE_TORCH_TESTS:-ops2 ddp4 ops4 ddp2}; do
         file=tests/torch/test_${t%[0-9]}.py
@@ -140,8 +166,8 @@ if want bench; then
 fi
 if want bench || want torchbench; then
   if [ -d "$torch_out/mdring_torch" ]; then
-    step "torch_bench cuda np4" 300 python3 -m torch.distributed.run --standalone --redirects 1 --tee 1 \
-      --nproc_per_node 4 benchmarks/torch_bench.py --device cuda --min-bytes 4096 --max-bytes $((64 << 20)) \
+    step "torch_bench cuda np4" 200 python3 -m torch.distributed.run --standalone --redirects 1 --tee 1 \
+      --nproc_per_node 4 benchmarks/torch_bench.py --device cuda --sizes 8K,64K,1M,8M,64M,256M \
       --rounds 3 --ddp-iters 6 --batches 32 --json "$json"
     grep -E "^\[default0\]:( |#)" "$logs/torch_bench_cuda_np4.log" | sed 's/^/    /' | tee -a "$out/summary.txt"
   fi
@@ -157,12 +183,6 @@ if want extra; then
   step "test_gpu_ipc_store np3" 150 "${run[@]}" -n 3 "$bin/test_gpu_ipc_store"
 fi
 
-if want sanitize; then
-  for tool in memcheck racecheck; do
-    step "sanitize $tool np2" 300 "${run[@]}" -n 2 compute-sanitizer --tool $tool --error-exitcode 9 \
-      "$bin/test_gpu_ipc_store" "count matrix"
-  done
-fi
 
 # Logs: one archive (the files that come back are few).
 tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null
