@@ -125,6 +125,20 @@ if have["cuda"]:
 else:
     sources.append(os.path.join(csrc, "group_nocuda.cpp"))
 
+# The C++ runtime, shared. Where the compiler finds no libstdc++.so (a toolchain
+# installed without its development link), g++ links libstdc++.a into the module:
+# a second copy of the runtime beside the one torch uses, whose locale facets do not
+# match the process's (formatting a number in an error message then crashed the
+# process under torch 2.11). Name the shared library itself then.
+cxx = os.environ.get("CXX", "c++")
+try:
+    found = subprocess.check_output([cxx, "-print-file-name=libstdc++.so"], text=True).strip()
+except (OSError, subprocess.CalledProcessError):
+    found = ""
+if sys.platform.startswith("linux") and not os.path.isabs(found):
+    print(f"build_ext: {cxx} finds no libstdc++.so; linking libstdc++.so.6 by name", flush=True)
+    ldflags.append("-l:libstdc++.so.6")
+
 os.environ.setdefault("MAX_JOBS", str(args.j))
 print(f"build_ext: torch {torch.__version__} (CUDA {torch.version.cuda}), UCX {have['ucx']}, MPI {have['mpi']}, "
       f"CUDA tensors {have['cuda']}", flush=True)
@@ -133,4 +147,13 @@ cpp_extension.load(name="_C", sources=sources, extra_cflags=cflags, extra_ldflag
 for f in os.listdir(build):
     if f.startswith("_C") and f.endswith(".so"):
         shutil.copy(os.path.join(build, f), os.path.join(pkg, "_C" + sysconfig.get_config_var("EXT_SUFFIX")))
+# A module that defines the C++ runtime's own symbols carries a copy of it (above).
+built = os.path.join(pkg, "_C" + sysconfig.get_config_var("EXT_SUFFIX"))
+if shutil.which("nm"):
+    defined = subprocess.run(["nm", "-D", "--defined-only", built], capture_output=True, text=True).stdout
+    copied = [line.split()[-1] for line in defined.splitlines() if line.split()[-1].startswith(("_ZNSo", "_ZNSt6locale"))]
+    if copied:
+        sys.exit(f"build_ext: {built} carries its own copy of the C++ runtime (it defines {copied[0]} and "
+                 f"{len(copied) - 1} more): linked with libstdc++.a, which breaks number formatting beside torch. "
+                 f"Install the compiler's libstdc++ development package (the libstdc++.so link), or set CXX")
 print(f"build_ext: built {pkg}", flush=True)

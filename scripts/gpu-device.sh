@@ -23,7 +23,8 @@
 #   torchbench  benchmarks/torch_bench.py --device cuda alone (with the torch phase's build)
 #   diag      the torch backend's refusals of bad input on CUDA and CPU tensors, each
 #             case in its own 2-process torchrun, under segv_trace.so (a crash's native
-#             stack, resolved with addr2line where the machine has it)
+#             stack, resolved with addr2line where the machine has it;
+#             MDRING_DEVICE_DIAG_CASES: which cases)
 # Every step runs under a timeout, and no step starts once MDRING_DEVICE_BUDGET
 # seconds (default 480) have passed since the start: the most important steps come
 # first (ipc 2 and 4 processes, torch, the benchmarks), then 3 processes and the
@@ -113,10 +114,11 @@ if want torch || want torchbench || want extra || want diag; then
   wait "$torch_build"
   if [ "$(cat /tmp/mdring-torch.rc 2>/dev/null)" = 0 ]; then
     say "torch build                        passed"
+    grep "build_ext:" "$logs/torch_build.log" | sed "s/^/    /" | tee -a "$out/summary.txt"
     export PYTHONPATH="$torch_out${PYTHONPATH:+:$PYTHONPATH}"
     tr=(python3 -m torch.distributed.run --standalone --redirects 1 --tee 1)
     if want diag; then  # each refusal in its own job: one that crashes hides no other
-      for c in cuda-complex-pg cuda-complex-backend cpu-complex-pg cuda-bool cuda-two-tensors; do
+      for c in ${MDRING_DEVICE_DIAG_CASES:-cuda-complex-pg cuda-complex-backend cpu-complex-pg cuda-bool cuda-band cuda-two-tensors}; do
         step "diag $c" 60 env LD_PRELOAD="$bin/segv_trace.so" PYTHONFAULTHANDLER=1 TORCH_SHOW_CPP_STACKTRACES=1 \
           "${tr[@]}" --nproc_per_node 2 tests/torch/refusals.py "$c"
         grep -h "refusals:\|segv_trace\|Fatal Python\|File \"" "$logs/diag_$c.log" | head -40 | sed 's/^/    /' |

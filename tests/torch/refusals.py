@@ -4,7 +4,7 @@ under torch 2.11) hides no other. scripts/gpu-device.sh's diag phase runs each c
 
     torchrun --standalone --nproc_per_node 2 tests/torch/refusals.py CASE
 
-CASE: cuda-complex-pg, cuda-complex-backend, cpu-complex-pg, cuda-bool, cuda-two-tensors.
+CASE: cuda-complex-pg, cuda-complex-backend, cpu-complex-pg, cuda-bool, cuda-band, cuda-two-tensors.
 Exit 0 when the call raised an error naming what was expected and an all_reduce
 afterwards was exact; 77 when the case needs CUDA and there is none.
 """
@@ -23,6 +23,8 @@ CASES = {
         [t(4, torch.complex64)]).wait(), ["ComplexFloat", "float32"]),
     "cpu-complex-pg": ("cpu", lambda pg, t: pg.allreduce([t(4, torch.complex64)]).wait(), ["ComplexFloat", "float32"]),
     "cuda-bool": ("cuda", lambda pg, t: dist.all_reduce(t(4, torch.bool)), ["Bool", "float32"]),
+    "cuda-band": ("cuda", lambda pg, t: dist.all_reduce(t(4, torch.int32), op=dist.ReduceOp.BAND),
+                  ["reduce op", "SUM, AVG"]),
     "cuda-two-tensors": ("cuda", lambda pg, t: pg.allreduce([t(4, torch.float32), t(4, torch.float32)]).wait(),
                          ["exactly one tensor"]),
 }
