@@ -5,7 +5,7 @@
 #   scripts/gpu-bundle.sh [DIR]        (default .devbuild; MDRING_GPU_BUILD: the build tree, default build-bundle)
 #
 # The GPU programs for sm_90 (MDRING_CUDA_ARCHITECTURES to change it): the tests
-# test_gpu_fold, test_gpu_all_reduce and test_gpu_ipc_store, mdring-gpu-bench,
+# test_gpu_fold, test_gpu_all_reduce and test_gpu_ipc_store (and test_gpu_mpi, test_gpu_ipc with MPI), mdring-gpu-bench,
 # mdring-gpu-ipc-bench and mdring-run; and python/csrc/group_cuda.cu compiled to
 # group_cuda.o for python/build_ext.py there (its PyTorch differs from this one's);
 # and segv_trace.so (scripts/segv_trace.c: a crash's native stack, for the diag phase).
@@ -19,6 +19,8 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2
   -DCMAKE_CUDA_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_CUDA_ARCHITECTURES="$arch" -DMDRING_BUILD_GPU_TESTS=ON \
   -DMDRING_BUILD_BENCHMARKS=ON >/dev/null
 targets=(test_gpu_fold test_gpu_all_reduce test_gpu_ipc_store mdring-gpu-bench mdring-gpu-ipc-bench mdring-run)
+# The MPI-bound GPU tests, where this machine has MPI (they link libmpi.so.40: Open MPI 4)
+cmake --build "$build" --target help | grep -q "test_gpu_mpi$" && targets+=(test_gpu_mpi test_gpu_ipc)
 cmake --build "$build" -j "$(mdring_jobs)" --target "${targets[@]}"
 mkdir -p "$dest"
 for t in "${targets[@]}"; do

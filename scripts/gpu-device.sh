@@ -18,6 +18,8 @@
 #             MPS daemon, 2 and 4 processes, if it starts), benchmarks/torch_bench.py
 #             --device cuda (mdring against gloo, 4 processes)
 #   extra     test_gpu_ipc_store with 3 processes
+#   mpi       test_gpu_mpi and test_gpu_ipc (bound to MPI) under mpirun, 2 and 4 processes,
+#             where the bundle has them and the machine has mpirun
 #   sanitize  compute-sanitizer memcheck and racecheck on test_gpu_ipc_store (2 processes;
 #             MDRING_DEVICE_SANITIZE_TESTS: which of its tests, MDRING_DEVICE_SANITIZE_S: each run's limit)
 #   torchbench  benchmarks/torch_bench.py --device cuda alone (with the torch phase's build)
@@ -100,6 +102,19 @@ fi
 if want ipc; then
   step "test_gpu_ipc_store np2" 100 "${run[@]}" -n 2 "$bin/test_gpu_ipc_store"
   step "test_gpu_ipc_store np4" 120 "${run[@]}" -n 4 "$bin/test_gpu_ipc_store"
+fi
+
+if want mpi; then
+  if command -v mpirun >/dev/null && [ -x "$bin/test_gpu_mpi" ]; then
+    for np in 2 4; do
+      for t in test_gpu_mpi test_gpu_ipc; do
+        [ -x "$bin/$t" ] && step "$t np$np" 120 mpirun --allow-run-as-root --oversubscribe -np $np \
+          -x LD_LIBRARY_PATH -x MDRING_TIMEOUT "$bin/$t"
+      done
+    done
+  else
+    say "mpi: not run (no mpirun here, or no test_gpu_mpi in the bundle)"
+  fi
 fi
 
 # While the torch build runs: compute-sanitizer on the ipc transport.
