@@ -18,7 +18,8 @@
 #             MPS daemon, 2 and 4 processes, if it starts), benchmarks/torch_bench.py
 #             --device cuda (mdring against gloo, 4 processes)
 #   extra     test_gpu_ipc_store with 3 processes
-#   mpi       test_gpu_mpi and test_gpu_ipc (bound to MPI) under mpirun, 2 and 4 processes,
+#   mpi       test_gpu_mpi and test_gpu_ipc (bound to MPI) under mpirun, 2 and 4 processes
+#             (MDRING_DEVICE_MPI_NP),
 #             where the bundle has them and the machine has mpirun
 #   sanitize  compute-sanitizer memcheck and racecheck on test_gpu_ipc_store (2 processes;
 #             MDRING_DEVICE_SANITIZE_TESTS: which of its tests, MDRING_DEVICE_SANITIZE_S: each run's limit)
@@ -106,7 +107,7 @@ fi
 
 if want mpi; then
   if command -v mpirun >/dev/null && [ -x "$bin/test_gpu_mpi" ]; then
-    for np in 2 4; do
+    for np in ${MDRING_DEVICE_MPI_NP:-2 4}; do
       for t in test_gpu_mpi test_gpu_ipc; do
         [ -x "$bin/$t" ] && step "$t np$np" 120 mpirun --allow-run-as-root --oversubscribe -np $np \
           -x LD_LIBRARY_PATH -x MDRING_TIMEOUT "$bin/$t"
