@@ -9,7 +9,7 @@
 // passes alike: the communicator (intra, more than one rank), count x type size
 // against a threshold, a predefined datatype, and a predefined op valid for it or
 // a commutative user op. Never from MPI_IN_PLACE, pointers or alignment, so every
-// rank decides the same. See README ("Drop-in for MPI programs") and docs/DESIGN.md.
+// rank decides the same. See docs/DROP_IN.md and docs/DESIGN.md.
 //
 // Which of the calls it could take it does take is measured, by default: per
 // communicator, collective and size class (floor(log2(bytes))), the first calls

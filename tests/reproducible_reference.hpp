@@ -1,5 +1,5 @@
 // tests/reproducible_reference.hpp: the reproducible mode's contract as a plain loop
-// (README, "Reproducible reductions"), and inputs whose sums depend on the order.
+// (docs/USAGE.md, "Reproducible reductions"), and inputs whose sums depend on the order.
 //
 // For element i of ranks laid out on extents p_0 x p_1 x ... (rank = c_0 + p_0 (c_1 +
 // p_1 (c_2 ...))): dimension 0 first, the p_0 values along it folded left to right

@@ -908,7 +908,7 @@ TEST_CASE("two communicators used alternately, and a moved communicator") {
 }
 
 // ---------------------------------------------------------------------------
-#if !MDRING_TEST_UCX  // detection through MPI (the UCX world: test_ucx_world.cpp)
+#if !MDRING_TEST_UCX  // detection through MPI (the UCX world detects across network namespaces: tests/cluster/cluster_probe.cpp)
 TEST_CASE("detect_topology: one node of P ranks here; node_layout and a node-major split") {
   const std::size_t P = world_size(), R = world_rank();
   const auto l = md::detect_node_layout(MPI_COMM_WORLD);

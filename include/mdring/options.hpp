@@ -332,7 +332,7 @@ struct options {
 
   check_level checks = detail::default_checks();
 
-  // Reproducible results (README, "Reproducible reductions"): every element of a
+  // Reproducible results (docs/USAGE.md, "Reproducible reductions"): every element of a
   // reduction is combined in one order that depends on the topology alone, whatever
   // the count, the element's place in the buffer, the segments, the pipeline depth,
   // the planning mode, the transport and the progress mode:

@@ -56,7 +56,7 @@ def _lat(x: float) -> str:
 def platform_xml(p: Platform, nodes: int) -> str:
     out = ["<?xml version='1.0'?>",
            '<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">',
-           f"<!-- {p.describe()}; {nodes} nodes, written by scripts/smpi/platform.py -->",
+           f"<!-- {p.describe()}; {nodes} nodes, written by scripts/smpi/simplatform.py -->",
            '<platform version="4.1">',
            '<zone id="cluster" routing="Floyd">']
     for i in range(nodes):

@@ -1,6 +1,6 @@
 /* pmpi_reproducible.c: an unmodified MPI program under the interposer with
  * MDRING_REPRODUCIBLE=1. Every rank computes, for every element, the reproducible
- * mode's contract (README, "Reproducible reductions": dimensions innermost first,
+ * mode's contract (docs/USAGE.md, "Reproducible reductions": dimensions innermost first,
  * each folded left to right in coordinate order) from every rank's inputs, and
  * compares the results of MPI_Allreduce, MPI_Iallreduce, MPI_Reduce_scatter_block
  * and MPI_Reduce bitwise, at sizes from 4 bytes up (small calls included: the mode

@@ -1,5 +1,5 @@
 """MDRING_REPRODUCIBLE=1 through torch.distributed: every element of all_reduce,
-reduce_scatter and reduce is bitwise the reproducible mode's contract (README,
+reduce_scatter and reduce is bitwise the reproducible mode's contract (docs/USAGE.md,
 "Reproducible reductions"), computed here from every rank's inputs; a group made
 without the mode gives other bits on the same inputs (so the check can fail).
 With MDRING_ACCUMULATION=float32 as well, float16 and bfloat16 results are the

@@ -5,7 +5,7 @@
 //   constexpr auto machine = mdring::reproducible(mdring::ring<mdring::shm, 4> * mdring::ring<mdring::ethernet, 16>);
 //   auto comm = mdring::bind(machine, MPI_COMM_WORLD);   // options::reproducible is set
 //
-// bind sets options::reproducible (README, "Reproducible reductions") and binds the
+// bind sets options::reproducible (docs/USAGE.md, "Reproducible reductions") and binds the
 // topology inside; every host bind takes it (threads, MPI, UCX, Boost.MPI). The
 // GPU path's binds take options::reproducible directly.
 #pragma once

@@ -172,8 +172,8 @@ inline void call_algorithms(const runtime_topology& topo, std::span<const algori
 }
 
 // How an all_reduce of `count` elements is cut into segments of `length` elements
-// (the last one shorter): the one place that says so, for the host engine
-// (executor/host/segments.hpp), the GPU schedule (schedule.hpp) and explain()
+// (the last one shorter): the one place that says so, for the programs both
+// executors run (plan/collective_programs.hpp) and for explain()
 // (plan.hpp). A length of 0 or of at least count is one segment; a count of 0 is
 // one empty segment. Example: count 10, length 4: segments 3, of 4, 4 and 2.
 struct segmentation {

@@ -12,7 +12,7 @@
 //   t.isend(ch, buf, bytes, peer, tag, req)  peer is an index into the channel
 //   t.irecv(ch, buf, bytes, peer, tag, req)
 //   t.wait_all(reqs, deadline) -> wait_status   never blocks past the deadline
-//   optional, for segments that finish out of order (executor/host/segments.hpp):
+//   optional, for segments that finish out of order (executor/host/cursor.hpp):
 //   t.wait_any(reqs, deadline) -> wait_status   returns once a request that was
 //                                            pending when it was called completes
 //   T::complete(req) -> bool                 what the last wait saw: it changes only
