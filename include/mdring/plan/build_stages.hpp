@@ -1,15 +1,17 @@
 // mdring/plan/build_stages.hpp: the stages of every algorithm, written once as
 // program steps (plan/program.hpp, plan/build_program.hpp).
 //
-// The stage emitters, by algorithm (each mirrors its comment in DESIGN.md):
-//   ring_rs / ring_ag       p-1 steps; the partial from the left first, then own
-//   direct_rs / direct_ag   one step by messages, one n-ary fold in coordinate order
-//   hd_rs / hd_ag           halving-doubling (plan/halving_doubling.hpp)
-//   shared_rs / shared_ag   shared access: arrive, read the peers, leave (two steps;
-//                           ranges up to staging_bytes go through the staging
-//                           buffers instead, and the second step is empty)
-//   fused_rs / fused_ag     all_reduce's last shared dimension: reduce-scatter and
+// The stage emitters: reduce_scatter_stage and all_gather_stage, each a branch per
+// algorithm (each mirrors its comment in DESIGN.md), and rd_stage:
+//   ring                    p-1 steps; the partial from the left first, then own
+//   direct                  one step by messages, one n-ary fold in coordinate order
+//   halving-doubling        plan/halving_doubling.hpp's exchanges
+//   shared access           arrive, read the peers, leave (two steps; ranges up to
+//                           staging_bytes go through the staging buffers instead,
+//                           and the second step is empty)
+//   fused                   all_reduce's last shared dimension: reduce-scatter and
 //                           all-gather in one pass that writes every peer's buffer
+//   rd_stage                recursive doubling (all_reduce of the whole range)
 //   rd_stage                recursive doubling: all_reduce's whole range, no blocks
 // all_gather's unpacking stage and the scatter and gather of broadcast and reduce
 // are in plan/collective_programs.hpp, with the collectives.

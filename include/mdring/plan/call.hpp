@@ -1,4 +1,8 @@
-// mdring/plan/call.hpp: what one call will run, decided in one place.
+// mdring/plan/call.hpp: what one call will run, decided in one function. The GPU
+// communicator calls it; the host engine (executor/host/engine.hpp) and explain()
+// still compose the same plan/pipeline.hpp functions themselves (the host engine
+// also forces halving-doubling per dimension to size scratch); making them call
+// this one is not done yet.
 //
 //   call_decision d;
 //   decide_call(d, {collective::all_reduce, executed_topology, requested, bind_algorithms,

@@ -26,7 +26,7 @@
 //   W       m elements: the rank's share after the first stage
 // Postconditions: every rank of a ring of dimension d gets the same number of
 // steps in each stage of d, and a message's count is the same at both ends
-// (tests/test_schedule.cpp replays every program of every rank).
+// (tests/test_program.cpp replays every program of every rank).
 #pragma once
 
 #include "build_stages.hpp"

@@ -219,8 +219,6 @@ constexpr std::size_t segment_length(std::size_t n, std::size_t K, std::size_t e
 }
 static_assert(segment_length(4099, 257, 4) == 16 && segment_length(100, 1, 4) == 100 && segment_length(0, 4, 4) == 0);
 
-// Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
-// pipelining). Segments after the first start on a cache line.
 // Whether an all_reduce with these algorithms is pipelined at all: two or more
 // dimensions of more than one rank, one of which moves messages (see the top).
 inline bool pipelines(const runtime_topology& topo, std::span<const algorithm> algos) {
@@ -236,6 +234,8 @@ inline bool pipelines(const runtime_topology& topo, std::span<const algorithm> a
   return busy >= 2 && messages;
 }
 
+// Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
+// pipelining). Segments after the first start on a cache line.
 inline std::size_t segment_elements(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
                                     std::size_t elem_size, const tuning& tune) {
   if (!pipelines(topo, algos) || n == 0) return n;

@@ -43,7 +43,7 @@
 // rank 0: step 0 (reduce-scatter) receives rank 1's [0, 5) into slot 0 and sends
 // send[5, 10) to rank 1, waits, then folds recv[0, 5) = send[0, 5) op slot[0, 5)
 // (final); step 1 (all-gather) receives recv[5, 10) and sends recv[0, 5).
-// Builders: plan/build_program.hpp. Tests: tests/test_schedule.cpp replays the
+// Builders: plan/build_program.hpp. Tests: tests/test_program.cpp replays the
 // programs of every collective on the host for all ranks at once.
 #pragma once
 

@@ -63,7 +63,9 @@ public:
   // What this call of n elements (the whole buffer the stages cut up) runs in each
   // dimension: the bind-time algorithm for the op, with automatic rings refined
   // for the size, and all_reduce's last dimensions by recursive doubling where it
-  // pays (plan/pipeline.hpp algorithms_for_call).
+  // pays (plan/pipeline.hpp call_algorithms and recursive_doubling_for_call: what
+  // plan/call.hpp decide_call composes for the GPU path; the other collectives'
+  // recursive doubling becomes halving-doubling in plan/build_program.hpp).
   void choose_algorithms(collective kind, std::size_t n) {
     auto& al = c_.algorithm_slots();
     const auto& tune = c_.get_options().tune;
