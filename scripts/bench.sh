@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-mdring_ensure_packages "${MDRING_PACKAGES[@]}" python3-matplotlib
+mdring_ensure_packages "${MDRING_PACKAGES[@]}" "${MDRING_PLOT_PACKAGES[@]}"
 mdring_build --target mdring-bench
 mdring_mpi_env
 

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-mdring_ensure_packages clang libclang-rt-14-dev cmake make doctest-dev
+mdring_ensure_packages "${MDRING_FUZZ_PACKAGES[@]}"
 seconds=${1:-20}
 cmake --preset fuzz -DMDRING_FUZZ_SECONDS="$seconds" >/dev/null
 cmake --build --preset fuzz -j "$(mdring_jobs)"

@@ -5,6 +5,13 @@
 # smpi_smoke test, the MPI transport on simulated ranks; about 15 MB).
 MDRING_PACKAGES=(g++ gfortran make cmake libopenmpi-dev openmpi-bin libboost-mpi-dev doctest-dev libsimgrid-dev libucx-dev ucx-utils libgloo-dev pkg-config python3-dev python3-torch libtorch-dev pybind11-dev iproute2)
 
+# The other groups (scripts/install-deps.sh installs any of them at once): the
+# libFuzzer targets (scripts/fuzz.sh), the interposer under MPICH beside Open MPI
+# (scripts/test_mpich.sh), the plots (scripts/bench.sh, scripts/simulate.sh).
+MDRING_FUZZ_PACKAGES=(clang libclang-rt-14-dev cmake make doctest-dev)
+MDRING_MPICH_PACKAGES=(mpich libmpich-dev)
+MDRING_PLOT_PACKAGES=(python3 python3-matplotlib)
+
 mdring_ensure_packages() {
   local missing=()
   local p

@@ -13,7 +13,7 @@ quick=()
 [ "${1:-}" = "--quick" ] && quick=(-R "np1|np2|failure")
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-mdring_ensure_packages "${MDRING_PACKAGES[@]}" mpich libmpich-dev
+mdring_ensure_packages "${MDRING_PACKAGES[@]}" "${MDRING_MPICH_PACKAGES[@]}"
 cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="${MDRING_OPTIMIZE:--O2} -DNDEBUG" \
   -DMDRING_CUDA=OFF -DMDRING_ENABLE_BOOST_MPI=OFF -DMDRING_BUILD_EXAMPLES=OFF -DMDRING_BUILD_BENCHMARKS=OFF \
   -DMDRING_BUILD_TORCH=OFF -DMDRING_BUILD_TOOLS=OFF \
