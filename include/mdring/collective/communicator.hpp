@@ -20,6 +20,7 @@
 #include "../memory.hpp"
 #include "../options.hpp"
 #include "../plan/blocks.hpp"
+#include "../plan/call.hpp"
 #include "../plan/cost.hpp"
 #include "../plan/merge.hpp"
 #include "../plan/plan.hpp"
@@ -268,6 +269,7 @@ public:
     ptrs_.resize(pmax);
     call_algos_.resize(k);
     program_dims_.resize(k);
+    for (const auto& dim : dims_) bind_algos_.push_back(dim.algo), rank_links_.push_back(dim.rank_link);
     progress_mode mode = opts_.progress;
     if (mode == progress_mode::automatic)
       mode = detail::background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
@@ -321,29 +323,19 @@ public:
   // What the call would do on this rank (see plan.hpp).
   template <class T = float, class Op = sum_t>
   plan make_plan(std::size_t count, collective kind = collective::all_reduce, Op = {}, std::size_t root = 0) const {
-    std::vector<algorithm> al(dims_.size());
-    std::vector<algorithm> req(dims_.size());
-    for (std::size_t d = 0; d < dims_.size(); ++d) {
-      req[d] = dims_[d].requested;
-      al[d] = choose_algorithm(dims_[d].requested, dims_[d].link, dims_[d].extent, opts_.tune,
-                               op_traits<Op>::commutative);
-    }
-    const bool per_rank = kind == collective::reduce_scatter || kind == collective::all_gather;
-    const std::size_t n = per_rank ? count * size_ : count;
-    algorithms_for_call(kind, merged_.topology, req, al, n, sizeof(T), opts_.tune);
-    const bool trees = trees_for_call(kind, merged_.topology, req, al, n, sizeof(T), opts_.tune, op_traits<Op>::commutative);
+    constexpr bool commutative = op_traits<Op>::commutative;
     // A measured plan, when this size class has one (options.planning = measure).
-    const measured_choice* m = kind == collective::all_reduce && opts_.planning == planning::measure &&
-                                       op_traits<Op>::commutative
+    const measured_choice* m = kind == collective::all_reduce && opts_.planning == planning::measure && commutative
                                    ? wisdom_.find(sizeof(T), count * sizeof(T))
                                    : nullptr;
+    call_decision d;  // what the call would run: the executors' own decision (plan/call.hpp)
+    decide_call(d, call_request{kind, merged_.topology, merged_.requested, bind_algos_, commutative, count, size_,
+                                sizeof(T), opts_.tune, m, rank_links_, extents_});
+    if (d.source != call_decision::origin::measured) m = nullptr;
+    const std::vector<algorithm>& al = d.algos;
     tuning tune = opts_.tune;
-    if (m && m->algos.size() == al.size()) {
-      al = m->algos;
-      tune.pipeline_depth = m->depth;
-    } else {
-      m = nullptr;
-    }
+    if (m) tune.pipeline_depth = m->depth;
+    const bool trees = d.trees;
     plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, sizeof(T), al, tune, root, type_name<T>(),
                                 op_traits<Op>::name(), m ? m->segments : 0, trees);
     if (m) {
@@ -392,6 +384,11 @@ public:
   std::vector<request_info>& request_infos() noexcept { return req_info_; }
   std::vector<const void*>& pointer_slots() noexcept { return ptrs_; }
   std::vector<algorithm>& algorithm_slots() noexcept { return call_algos_; }
+  // What decide_call (plan/call.hpp) takes from the bind, per executed dimension:
+  // the algorithm for commutative ops, and this rank's share of the link.
+  const std::vector<algorithm>& bind_algorithms() const noexcept { return bind_algos_; }
+  const std::vector<link_info>& rank_links() const noexcept { return rank_links_; }
+  call_decision& decision() noexcept { return decision_; }  // the current call's (reused storage)
   // The programs of recent calls (plan/program_cache.hpp), and the per-dimension
   // parameters a call's program is looked up with.
   program_cache& programs() noexcept { return programs_; }
@@ -430,6 +427,9 @@ private:
   std::size_t size_ = 0, rank_ = 0;
   std::vector<std::size_t> extents_, coords_, written_extents_, written_coords_;
   std::vector<algorithm> call_algos_;
+  std::vector<algorithm> bind_algos_;
+  std::vector<link_info> rank_links_;
+  call_decision decision_;
   std::vector<dim_program> program_dims_;
   program_cache programs_;
   wisdom wisdom_;
@@ -466,16 +466,15 @@ std::string explain(const Topology& topo, std::size_t count, collective kind = c
     throw invalid_argument("rank", "mdring::explain: rank " + std::to_string(rank) + " is not below the size " +
                                        std::to_string(rt.size()) + " of \"" + rt.to_string() + "\"");
   const merged_dimensions m = merge_dimensions(rt, opts, true);
-  std::vector<algorithm> al(m.topology.ndims());
-  for (std::size_t d = 0; d < al.size(); ++d)
-    al[d] = choose_algorithm(m.requested[d], m.topology.dim(d).link, m.topology.extent(d), opts.tune,
-                             op_traits<Op>::commutative);
-  const bool per_rank = kind == collective::reduce_scatter || kind == collective::all_gather;
-  const std::size_t n = per_rank ? count * rt.size() : count;
-  algorithms_for_call(kind, m.topology, m.requested, al, n, sizeof(T), opts.tune);
-  const bool trees = trees_for_call(kind, m.topology, m.requested, al, n, sizeof(T), opts.tune, op_traits<Op>::commutative);
-  plan pl = make_plan(kind, m.topology, rank, count, sizeof(T), al, opts.tune, root, type_name<T>(), op_traits<Op>::name(),
-                      0, trees);
+  // What a communicator bound to it would run (plan/call.hpp, the executors' own decision).
+  std::vector<algorithm> bind_algos(m.topology.ndims());
+  for (std::size_t d = 0; d < bind_algos.size(); ++d)
+    bind_algos[d] = choose_algorithm(m.requested[d], m.topology.dim(d).link, m.topology.extent(d), opts.tune, true);
+  call_decision dec;
+  decide_call(dec, call_request{kind, m.topology, m.requested, bind_algos, op_traits<Op>::commutative, count, rt.size(),
+                                sizeof(T), opts.tune});
+  plan pl = make_plan(kind, m.topology, rank, count, sizeof(T), dec.algos, opts.tune, root, type_name<T>(),
+                      op_traits<Op>::name(), 0, dec.trees);
   pl.written = rt;
   pl.reproducible = opts.reproducible;
   return pl.to_string();

@@ -1,8 +1,7 @@
-// mdring/plan/call.hpp: what one call will run, decided in one function. The GPU
-// communicator calls it; the host engine (executor/host/engine.hpp) and explain()
-// still compose the same plan/pipeline.hpp functions themselves (the host engine
-// also forces halving-doubling per dimension to size scratch); making them call
-// this one is not done yet.
+// mdring/plan/call.hpp: what one call will run, decided in one function, which
+// every path asks: the host engine (executor/host/engine.hpp), the GPU
+// communicator (cuda/communicator.cuh), a communicator's make_plan() and the free
+// explain() (collective/communicator.hpp).
 //
 //   call_decision d;
 //   decide_call(d, {collective::all_reduce, executed_topology, requested, bind_algorithms,
@@ -50,6 +49,13 @@ struct call_request {
   std::size_t elem_size = 4;
   const tuning& tune;
   const measured_choice* measured = nullptr;  // all_reduce, options.planning = measure
+  // topology.rank_link(d) for every dimension, computed once at bind (the host
+  // engine's: no copy of a link per call); empty: computed here.
+  std::span<const link_info> rank_links = {};
+  std::span<const std::size_t> extents = {};  // topology.extent(d), likewise
+  // >= 0: halving-doubling on this dimension whatever the model says (the host
+  // engine's bound on scratch, communicator::reserve).
+  int force_halving_doubling = -1;
 };
 
 struct call_decision {
@@ -73,7 +79,9 @@ inline void decide_call(call_decision& d, const call_request& r) {
   const std::size_t n = call_elements(r.kind, r.count, r.ranks);
   d.algos.resize(k);
   for (std::size_t i = 0; i < k; ++i) d.algos[i] = r.commutative ? r.bind_algorithms[i] : algorithm::direct;
-  algorithms_for_call(r.kind, r.topology, r.requested, d.algos, n, r.elem_size, r.tune);
+  algorithms_for_call(r.kind, r.topology, r.requested, d.algos, n, r.elem_size, r.tune, r.rank_links, r.extents);
+  if (r.force_halving_doubling >= 0 && std::size_t(r.force_halving_doubling) < k)
+    d.algos[std::size_t(r.force_halving_doubling)] = algorithm::halving_doubling;
   d.segment_length = 0, d.segments = 1, d.depth = 1, d.source = call_decision::origin::estimate;
   if (r.kind == collective::all_reduce) {
     std::size_t depth = r.tune.pipeline_depth;

@@ -3,8 +3,12 @@
 // make_plan() lists what one rank does for one call: which stages, in which
 // dimension, over which link, with which algorithm, on which range, exchanging
 // with which peers, how many bytes, and how long the cost model predicts. The
-// collectives execute exactly these stages (they share blocks.hpp's arithmetic);
-// the plan object itself exists for explain() and for tests.
+// algorithms are what plan/call.hpp decides for the call (the communicator's
+// make_plan and explain() ask it), and each stage's steps, peers and bytes are
+// those of the program the executors run (plan/collective_programs.hpp; they
+// share blocks.hpp's arithmetic): tests/test_explain.cpp compares the two for
+// every algorithm, collective, count, rank and root. The plan object itself
+// exists for explain() and for tests.
 //
 //   all_reduce      reduce-scatter in dims 0..k-1, then all-gather in dims k-1..0
 //   reduce_scatter  reduce-scatter in dims 0..k-1
@@ -148,9 +152,15 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
   const cut_shape cut = cut_shape_of(ext, pl.coords, algos);  // recursive doubling keeps its range whole
   stage_ranges(pl.elements, cut.extents, cut.coords, ranges);
 
+  // The stages this rank's program has (plan/collective_programs.hpp: what runs):
+  // none for no elements; the collectives other than all_reduce skip a stage
+  // whose range is empty on its line (all_reduce keeps the steps of an empty
+  // range). A stage of the root's line that this rank is not on stays, idle.
   auto add = [&](phase ph, std::size_t d) {
     const std::size_t p = ext[d], c = pl.coords[d];
-    if (p == 1) return;
+    if (p == 1 || pl.elements == 0) return;
+    const bool whole = ph == phase::broadcast || ph == phase::reduce;
+    if (kind != collective::all_reduce && !whole && ranges[d].count == 0) return;
     plan_stage st;
     st.ph = ph;
     st.dim = d;
@@ -196,9 +206,11 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
         for (std::size_t j = 0; j < p; ++j) {
           if (j == c) continue;
           if (!is_root_side && j != root_coords[d]) continue;
+          // a peer whose block is empty gets no message (as the program runs it)
+          const std::size_t b = sends ? bytes(ph == phase::scatter ? j : c) : bytes(ph == phase::gather ? j : c);
+          if (b == 0) continue;
           (sends ? st.send_to : st.recv_from).push_back(peer(j));
-          if (sends) st.bytes_sent += bytes(ph == phase::scatter ? j : c);
-          else st.bytes_received += bytes(ph == phase::gather ? j : c);
+          (sends ? st.bytes_sent : st.bytes_received) += b;
         }
       }
     } else if (st.algo == algorithm::halving_doubling) {
@@ -219,20 +231,19 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
       st.steps = 1;
       for (std::size_t j = 0; j < p; ++j) {
         if (j == c) continue;
-        st.send_to.push_back(peer(j));
-        st.recv_from.push_back(peer(j));
-        st.bytes_sent += bytes(ph == phase::reduce_scatter ? j : c);
-        st.bytes_received += bytes(ph == phase::reduce_scatter ? c : j);
+        const std::size_t out = bytes(ph == phase::reduce_scatter ? j : c), in = bytes(ph == phase::reduce_scatter ? c : j);
+        if (out) st.send_to.push_back(peer(j)), st.bytes_sent += out;  // empty blocks are not sent
+        if (in) st.recv_from.push_back(peer(j)), st.bytes_received += in;
       }
     } else {
       st.steps = p - 1;
-      st.send_to.push_back(peer((c + 1) % p));
-      st.recv_from.push_back(peer((c + p - 1) % p));
       const bool rs = ph == phase::reduce_scatter;
       for (std::size_t s = 0; s + 1 < p; ++s) {
         st.bytes_sent += bytes(rs ? ring_rs_send_block(c, s, p) : ring_ag_send_block(c, s, p));
         st.bytes_received += bytes(rs ? ring_rs_recv_block(c, s, p) : ring_ag_recv_block(c, s, p));
       }
+      if (st.bytes_sent) st.send_to.push_back(peer((c + 1) % p));  // only empty blocks: no message
+      if (st.bytes_received) st.recv_from.push_back(peer((c + p - 1) % p));
     }
     st.seconds = st.participates ? stage_seconds(ph, st.algo, p, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
     pl.stages.push_back(std::move(st));
@@ -312,7 +323,8 @@ inline std::string plan::to_string() const {
                   detail::human_seconds(st.seconds).c_str(), st.participates ? "" : "  (idle)");
     s += line;
   }
-  if (stages.empty()) s += "  (one rank: a local copy, no stage)\n";
+  if (stages.empty())
+    s += elements == 0 ? "  (no elements: nothing to do)\n" : "  (one rank: a local copy, no stage)\n";
   // Each link once: what one rank gets of it, and of what (ports shared by the node's ranks).
   bool measured = false;
   std::string typical;  // links with the built-in figures

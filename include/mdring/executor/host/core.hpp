@@ -104,7 +104,7 @@ public:
     }
   }
 
-  // The algorithm dimension d runs in this call (engine::choose_algorithms).
+  // The algorithm dimension d runs in this call (engine::decide, from plan/call.hpp).
   algorithm algo(std::size_t d) const { return c_.algorithm_slots()[d]; }
 
   // ---- posting a step -------------------------------------------------------------------

@@ -1,12 +1,13 @@
 // mdring/executor/host/engine.hpp: the five collectives of the host executor (see core.hpp).
 //
-// Each collective picks the call's algorithms (engine::choose_algorithms), takes
+// Each collective asks plan/call.hpp what the call runs (engine::decide), takes
 // its program from the communicator's cache (plan/program_cache.hpp; built from
 // plan/collective_programs.hpp the first time), lays out its scratch, and hands
 // program and buffers to the cursor: start_*() sets a call going, run(block)
 // moves it on (cursor.hpp). The blocking collectives are start_*() then run(true).
 #pragma once
 
+#include "../../plan/call.hpp"
 #include "../../plan/cost.hpp"
 #include "../../plan/pipeline.hpp"
 #include "../../plan/program_cache.hpp"
@@ -42,15 +43,19 @@ public:
     start(*pr, depth, send, recv);
   }
   void start_reduce_scatter(const T* send, T* recv, std::size_t rc) {
+    decide(collective::reduce_scatter, rc);
     start(program_of(collective::reduce_scatter, rc, 0), 1, send, recv);
   }
   void start_all_gather(const T* send, T* recv, std::size_t sc) {
+    decide(collective::all_gather, sc);
     start(program_of(collective::all_gather, sc, 0), 1, send, recv);
   }
   void start_broadcast(T* buf, std::size_t n, std::size_t root) {
+    decide(collective::broadcast, n);
     start(program_of(collective::broadcast, n, root), 1, buf, buf);
   }
   void start_reduce(const T* send, T* recv, std::size_t n, std::size_t root) {
+    decide(collective::reduce, n);
     start(program_of(collective::reduce, n, root), 1, send, recv);
   }
 
@@ -60,29 +65,24 @@ public:
   }
 
   // ---- programs -----------------------------------------------------------------------
-  // What this call of n elements (the whole buffer the stages cut up) runs in each
-  // dimension: the bind-time algorithm for the op, with automatic rings refined
-  // for the size, and all_reduce's last dimensions by recursive doubling where it
-  // pays (plan/pipeline.hpp call_algorithms and recursive_doubling_for_call: what
-  // plan/call.hpp decide_call composes for the GPU path; the other collectives'
-  // recursive doubling becomes halving-doubling in plan/build_program.hpp).
-  void choose_algorithms(collective kind, std::size_t n) {
-    auto& al = c_.algorithm_slots();
-    const auto& tune = c_.get_options().tune;
-    for (std::size_t d = 0; d < dims_.size(); ++d) al[d] = dims_[d].algo_for(commutative_);
-    call_algorithms(ext_, [&](std::size_t d) -> const link_info& { return dims_[d].rank_link; },
-                    c_.requested_algorithms(), al, n, sizeof(T), tune);
-    if (kind == collective::all_reduce)
-      recursive_doubling_for_call(c_.executed_topology(), c_.requested_algorithms(), al, n, sizeof(T), tune);
+  // What this call of `count` (the collective's count argument) runs: plan/call.hpp
+  // decide_call, the decision every path asks (the bind-time algorithm for the op,
+  // automatic rings refined for the size, all_reduce's last dimensions by recursive
+  // doubling where it pays, the measured plan or the model's segments, trees). The
+  // algorithms go to the communicator's slots (core.hpp algo()). force_hd >= 0:
+  // halving-doubling on that dimension (scratch_bytes' bound).
+  const call_decision& decide(collective kind, std::size_t count, int force_hd = -1) {
+    call_decision& d = c_.decision();
+    const std::size_t n = call_elements(kind, count, c_.size());
+    decide_call(d, call_request{kind, c_.executed_topology(), c_.requested_algorithms(), c_.bind_algorithms(),
+                                commutative_, count, c_.size(), sizeof(T), c_.get_options().tune,
+                                kind == collective::all_reduce ? measured_for(n) : nullptr, c_.rank_links(), ext_,
+                                force_hd});
+    std::copy(d.algos.begin(), d.algos.end(), c_.algorithm_slots().begin());
+    return d;
   }
-  static std::size_t elements(collective kind, std::size_t count, std::size_t ranks) {
-    return kind == collective::reduce_scatter || kind == collective::all_gather ? count * ranks : count;
-  }
-  // The program of a call, with the algorithms in the communicator's slots
-  // (choose: pick them first).
-  const program& program_of(collective kind, std::size_t count, std::size_t root, std::size_t seg_len = 0,
-                            bool choose = true) {
-    if (choose) choose_algorithms(kind, elements(kind, count, c_.size()));
+  // The program of the call decided last (decide), with seg_len elements per segment.
+  const program& program_of(collective kind, std::size_t count, std::size_t root, std::size_t seg_len = 0) {
     auto& dp = c_.program_dims();
     for (std::size_t d = 0; d < dims_.size(); ++d) {
       dp[d] = {ext_[d], coords_[d], this->algo(d), false, 0};
@@ -91,8 +91,7 @@ public:
     program_params p;
     p.kind = kind, p.dims = dp, p.count = count, p.rank = c_.rank(), p.root = root, p.elem_size = sizeof(T);
     p.segment_length = seg_len, p.nontemporal_bytes = c_.get_options().tune.nontemporal_bytes;
-    p.trees = trees_for_call(kind, c_.executed_topology(), c_.requested_algorithms(), c_.algorithm_slots(), count,
-                             sizeof(T), c_.get_options().tune, commutative_);
+    p.trees = c_.decision().trees;
     return c_.programs().get(p);
   }
 
@@ -105,22 +104,12 @@ public:
       m = c_.measured_plans().find(sizeof(T), n * sizeof(T));
     return m && m->algos.size() == dims_.size() ? m : nullptr;
   }
-  // all_reduce's program and segments in flight: measured, or the cost model's
-  // segment length (plan/pipeline.hpp). choose: pick the algorithms first.
-  std::pair<const program*, std::size_t> all_reduce_plan(std::size_t n, bool choose = true) {
-    const auto& tune = c_.get_options().tune;
-    if (choose) choose_algorithms(collective::all_reduce, n);
-    std::vector<algorithm>& al = c_.algorithm_slots();
-    std::size_t len, depth = tune.pipeline_depth;
-    if (const measured_choice* m = measured_for(n)) {
-      std::copy(m->algos.begin(), m->algos.end(), al.begin());
-      len = segment_length(n, m->segments, sizeof(T));
-      depth = m->depth < depth ? m->depth : depth;  // request slots exist for tune.pipeline_depth
-    } else {
-      len = segment_elements(c_.executed_topology(), al, n, sizeof(T), tune);
-    }
-    const program& pr = program_of(collective::all_reduce, n, 0, len, false);
-    return {&pr, depth < pr.segments ? depth : pr.segments};
+  // all_reduce's program and segments in flight (decide first, unless decided:
+  // decide = false).
+  std::pair<const program*, std::size_t> all_reduce_plan(std::size_t n, bool decide_now = true) {
+    const call_decision& d = decide_now ? decide(collective::all_reduce, n) : c_.decision();
+    const program& pr = program_of(collective::all_reduce, n, 0, d.segment_length);
+    return {&pr, d.depth < pr.segments ? d.depth : pr.segments};
   }
 
   // ---- scratch ------------------------------------------------------------------------
@@ -152,15 +141,14 @@ public:
   // on dimension `force_hd` (>= 0; all_reduce then counts tuning::pipeline_depth
   // segments in flight, the most there can be).
   std::size_t scratch_bytes(collective kind, std::size_t count, int force_hd = -1) {
-    choose_algorithms(kind, elements(kind, count, c_.size()));
-    if (force_hd >= 0) c_.algorithm_slots()[std::size_t(force_hd)] = algorithm::halving_doubling;
+    decide(kind, count, force_hd);
     if (kind == collective::all_reduce) {
       auto [pr, depth] = all_reduce_plan(count, false);
       return scratch_bytes_of(*pr, force_hd >= 0 ? c_.get_options().tune.pipeline_depth : depth);
     }
     // reduce: a rank that is not the root, which needs more (W)
     const std::size_t root = kind == collective::reduce && c_.rank() == 0 ? 1 % c_.size() : 0;
-    return scratch_bytes_of(program_of(kind, count, root, 0, false), 1);
+    return scratch_bytes_of(program_of(kind, count, root, 0), 1);
   }
 
   // Scratch enough for every call of this kind up to `count` (communicator::reserve).
@@ -173,7 +161,7 @@ public:
   // cap, with it forced there.
   std::size_t reserve_bytes(collective kind, std::size_t count) {
     std::size_t bytes = scratch_bytes(kind, count);
-    const std::size_t per = elements(kind, 1, c_.size());
+    const std::size_t per = call_elements(kind, 1, c_.size());
     const std::size_t cap = c_.get_options().tune.halving_doubling_max_bytes / sizeof(T);
     const auto& req = c_.requested_algorithms();
     for (std::size_t d = 0; d < ext_.size(); ++d) {
@@ -225,7 +213,7 @@ public:
     } guard{ms};
     const auto& o = c_.get_options();
     const auto& tune = o.tune;
-    choose_algorithms(collective::all_reduce, n);
+    decide(collective::all_reduce, n);  // measured_for: none while measuring
     const std::vector<algorithm> est(c_.algorithm_slots());
     const std::size_t K0 = segment_count(n, segment_elements(c_.executed_topology(), est, n, sizeof(T), tune));
     std::vector<measured_choice> cand;

@@ -1,0 +1,187 @@
+// explain() against the program that runs: for every algorithm, collective,
+// count, rank and root, each stage make_plan() lists (dimension, phase, steps,
+// peers as global ranks, bytes sent and received) is the program's
+// (plan/collective_programs.hpp, what both executors run), stage by stage, and
+// the plan of a bound communicator takes the algorithms decide_call chose
+// (plan/call.hpp, the decision every path asks).
+#include <doctest/doctest.h>
+#include <mdring/mdring.hpp>
+#include <mdring/plan/call.hpp>
+#include <mdring/plan/collective_programs.hpp>
+#include <mdring/plan/plan.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace md = mdring;
+
+namespace {
+
+struct stage_view {
+  std::size_t dim = 0;
+  md::phase ph = md::phase::reduce_scatter;
+  std::size_t steps = 0;
+  std::set<std::size_t> send_to, recv_from;  // global ranks
+  std::size_t bytes_sent = 0, bytes_received = 0;
+  bool local_only = true;  // every step synchronizes nothing
+};
+
+// The program's stages, as make_plan() describes them (one segment).
+std::vector<stage_view> stages_of(const md::program& pr, const md::runtime_topology& topo, std::size_t rank,
+                                  std::size_t elem_size) {
+  const auto ext = topo.extents();
+  std::vector<stage_view> out;
+  if (pr.segment_begin.size() < 2) return out;  // no steps at all
+  for (std::size_t i = pr.segment_begin[0]; i < pr.segment_begin[1]; ++i) {
+    const md::program_step& st = pr.steps[i];
+    if (st.stage >= out.size()) out.resize(st.stage + 1);
+    stage_view& v = out[st.stage];
+    v.dim = st.dim, v.ph = st.ph;
+    v.local_only = v.local_only && st.sync == md::sync_kind::none;
+    ++v.steps;
+    for (const auto& t : pr.sends_of(st))
+      v.send_to.insert(md::peer_of(rank, st.dim, t.peer, ext)), v.bytes_sent += t.count * elem_size;
+    for (const auto& t : pr.recvs_of(st))
+      v.recv_from.insert(md::peer_of(rank, st.dim, t.peer, ext)), v.bytes_received += t.count * elem_size;
+  }
+  // all_gather's first stage places this rank's own block: local, no message,
+  // no stage in the plan
+  std::erase_if(out, [](const stage_view& v) { return v.steps && v.send_to.empty() && v.recv_from.empty() &&
+                                                       v.local_only; });
+  return out;
+}
+
+std::string list(const std::set<std::size_t>& s) {
+  std::ostringstream o;
+  for (auto r : s) o << r << ' ';
+  return o.str();
+}
+
+}  // namespace
+
+TEST_CASE("explain: every stage of the plan is the program's (peers, bytes, steps), every algorithm and collective") {
+  const char* topologies[] = {"ethernet:2",           "ethernet:4",           "ethernet:5",   "ethernet:8",
+                              "infiniband:6",         "ethernet:3 x ethernet:4", "ethernet:2 x ethernet:2 x ethernet:3"};
+  const md::algorithm algos[] = {md::algorithm::ring, md::algorithm::direct, md::algorithm::halving_doubling,
+                                 md::algorithm::recursive_doubling};
+  const md::collective kinds[] = {md::collective::all_reduce, md::collective::reduce_scatter,
+                                  md::collective::all_gather, md::collective::broadcast, md::collective::reduce};
+  const std::size_t counts[] = {0, 1, 7, 1000, 4099};
+  const md::tuning tune{};
+  std::size_t compared = 0;
+  for (const char* text : topologies) {
+    const md::runtime_topology topo = md::parse_topology(text);
+    const std::size_t k = topo.ndims(), P = topo.size();
+    for (md::algorithm a : algos) {
+      // recursive doubling is all_reduce's; the others run halving-doubling for it
+      std::vector<md::algorithm> al(k, a);
+      for (md::collective kind : kinds) {
+        if (a == md::algorithm::recursive_doubling && kind != md::collective::all_reduce) continue;
+        const bool rooted = kind == md::collective::broadcast || kind == md::collective::reduce;
+        for (bool trees : {false, true}) {
+          if (trees && !rooted) continue;
+          for (std::size_t count : counts) {
+            for (std::size_t root : {std::size_t(0), P - 1}) {
+              if (!rooted && root) continue;
+              for (std::size_t rank = 0; rank < P; ++rank) {
+                const md::plan pl = md::make_plan(kind, topo, rank, count, 4, al, tune, root, "float", "sum", 1, trees);
+                std::vector<md::dim_program> dims(k);
+                const auto coords = topo.coordinates(rank);
+                for (std::size_t d = 0; d < k; ++d) dims[d] = {topo.extent(d), coords[d], al[d], false, 0};
+                md::program_params p;
+                p.kind = kind, p.dims = dims, p.count = count, p.rank = rank, p.root = root, p.elem_size = 4;
+                p.trees = trees;
+                const md::program pr = md::make_program(p);
+                const auto prog = stages_of(pr, topo, rank, 4);
+                // A stage of the root's line this rank is not on: idle in the plan, absent from its program.
+                std::vector<md::plan_stage> stages;
+                for (const auto& st : pl.stages)
+                  if (st.participates) stages.push_back(st);
+                const std::string what = std::string(text) + " " + std::string(md::to_string(a)) + " " +
+                                         std::string(md::to_string(kind)) + " count " + std::to_string(count) +
+                                         " rank " + std::to_string(rank) + " root " + std::to_string(root) +
+                                         (trees ? " trees" : "");
+                INFO(what);
+                REQUIRE(stages.size() == prog.size());
+                for (std::size_t s = 0; s < prog.size(); ++s) {
+                  const md::plan_stage& ps = stages[s];
+                  const std::string where = "stage " + std::to_string(s) + ": dimension " + std::to_string(ps.dim) +
+                                            ", " + std::string(md::to_string(ps.ph));
+                  INFO(where);
+                  CHECK(ps.dim == prog[s].dim);
+                  CHECK(ps.ph == prog[s].ph);
+                  CHECK(ps.steps == prog[s].steps);
+                  const std::set<std::size_t> to(ps.send_to.begin(), ps.send_to.end()),
+                      from(ps.recv_from.begin(), ps.recv_from.end());
+                  CHECK_MESSAGE(to == prog[s].send_to, "plan sends to " << list(to) << ", program to "
+                                                                        << list(prog[s].send_to));
+                  CHECK_MESSAGE(from == prog[s].recv_from, "plan receives from " << list(from) << ", program from "
+                                                                                 << list(prog[s].recv_from));
+                  CHECK(ps.bytes_sent == prog[s].bytes_sent);
+                  CHECK(ps.bytes_received == prog[s].bytes_received);
+                  ++compared;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(compared > 5000);
+}
+
+TEST_CASE("explain: a communicator's plan and the free explain() show what its calls ran (one decision)") {
+  // ethernet:6, automatic: recursive doubling for the smallest calls, halving-doubling
+  // for small ones, the ring for large ones; shm:2 x ethernet:4 adds a direct stage.
+  for (const char* text : {"ethernet:6", "shm:2 x ethernet:4"}) {
+    const md::runtime_topology topo = md::parse_topology(text);
+    std::vector<std::string> errors;
+    std::mutex m;
+    std::set<std::string> seen;  // the algorithms the calls ran, over every size
+    md::threads::run(topo.size(), [&](md::threads::endpoint ep) {
+      auto comm = md::bind(topo, ep);
+      for (std::size_t n : {std::size_t(1), std::size_t(64), std::size_t(3000), std::size_t(1) << 20}) {
+        std::vector<float> v(n, 1.0f);
+        for (md::collective kind : {md::collective::all_reduce, md::collective::broadcast}) {
+          if (kind == md::collective::all_reduce) md::all_reduce(comm, v.data(), n, md::sum);
+          else md::broadcast(comm, v.data(), n, 0);
+          const md::call_decision d = comm.decision();  // what this call ran
+          const md::plan pl = comm.make_plan<float>(n, kind);
+          const std::string free = md::explain<float>(topo, n, kind, comm.rank());
+          std::lock_guard l(m);
+          for (const auto& st : pl.stages) {
+            seen.insert(std::string(md::to_string(st.algo)));
+            const bool own_algo = st.ph != md::phase::scatter && st.ph != md::phase::gather;
+            if (own_algo && st.algo != d.algos.at(st.dim))
+              errors.push_back(std::string(text) + " " + std::string(md::to_string(kind)) + " n=" +
+                               std::to_string(n) + ": the plan shows " + std::string(md::to_string(st.algo)) +
+                               " on dimension " + std::to_string(st.dim) + ", the call ran " +
+                               std::string(md::to_string(d.algos.at(st.dim))));
+          }
+          if (kind == md::collective::all_reduce && pl.segments != d.segments)
+            errors.push_back(std::string(text) + " n=" + std::to_string(n) + ": the plan shows " +
+                             std::to_string(pl.segments) + " segments, the call ran " + std::to_string(d.segments));
+          if (free != pl.to_string())
+            errors.push_back(std::string(text) + " n=" + std::to_string(n) + ": explain() differs from make_plan:\n" +
+                             free + "\n" + pl.to_string());
+        }
+      }
+    });
+    for (const auto& e : errors) FAIL_CHECK(e);
+    CHECK(errors.empty());
+    std::string all;
+    for (const auto& a : seen) all += a + " ";
+    const std::string shown = std::string(text) + ": the plans showed " + all;
+    INFO(shown);
+    if (std::string(text) == "ethernet:6") {  // the sizes reach three algorithms
+      CHECK(seen.count("recursive_doubling"));
+      CHECK(seen.count("halving_doubling"));
+      CHECK(seen.count("ring"));
+    }
+  }
+}
