@@ -250,8 +250,8 @@ public:
       dim.coord = coords_[d];
       dim.link = ex.dim(d).link;
       dim.requested = merged_.requested[d];
-      dim.algo = choose_algorithm(dim.requested, dim.link, dim.extent, opts_.tune, true);
-      dim.rank_link = ex.rank_link(d);
+      bind_algos_.push_back(choose_algorithm(dim.requested, dim.link, dim.extent, opts_.tune, true));
+      rank_links_.push_back(ex.rank_link(d));
       if (opts_.reproducible) {  // merged dimensions fold nested (plan/merge.hpp)
         for (std::size_t e : merged_.nest[d])
           if (e > 1) dim.nest.push_back(e);
@@ -269,7 +269,6 @@ public:
     ptrs_.resize(pmax);
     call_algos_.resize(k);
     program_dims_.resize(k);
-    for (const auto& dim : dims_) bind_algos_.push_back(dim.algo), rank_links_.push_back(dim.rank_link);
     progress_mode mode = opts_.progress;
     if (mode == progress_mode::automatic)
       mode = detail::background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
@@ -304,7 +303,7 @@ public:
   const Transport& get_transport() const noexcept { return *tr_; }
   // The algorithm dimension d of topology() runs for commutative ops
   // (non-commutative: direct); a merged dimension reports its merged stage's.
-  algorithm algorithm_of(std::size_t d) const { return dims_.at(merged_.of_user.at(d)).algo; }
+  algorithm algorithm_of(std::size_t d) const { return bind_algos_.at(merged_.of_user.at(d)); }
 
   // Who moves this communicator's nonblocking calls on: agent or in_wait
   // (options::progress with automatic resolved for this transport).
@@ -364,15 +363,11 @@ public:
     std::size_t extent = 1, coord = 0;
     link_info link;
     algorithm requested = algorithm::automatic;
-    algorithm algo = algorithm::ring;
-    link_info rank_link;  // this rank's share of the link (ports shared by the node's ranks)
     std::vector<std::size_t> members;
     typename Transport::channel ch{};
     // options.reproducible on merged dimensions: the extents to fold nested,
     // innermost first (reduce/host.hpp combine_nested); empty: a flat fold.
     std::vector<std::size_t> nest;
-    // Non-commutative ops run direct everywhere: only it combines in rank order.
-    algorithm algo_for(bool commutative) const noexcept { return commutative ? algo : algorithm::direct; }
   };
   struct request_info {
     std::size_t dim = 0, peer = 0;

@@ -163,18 +163,24 @@ void call_algorithms(std::span<const std::size_t> extents, RankLink&& rank_link,
     range = max_block(range, p);
   }
 }
-// rank_links: topo.rank_link(d) for every dimension, computed beforehand (empty:
-// computed here, one dimension at a time).
+// rank_links and extents: topo.rank_link(d) and topo.extent(d) for every
+// dimension, computed beforehand (the host engine's, at bind: nothing copied per
+// call); empty: taken from topo here.
 inline void call_algorithms(const runtime_topology& topo, std::span<const algorithm> requested,
                             std::span<algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune,
-                            std::span<const link_info> rank_links = {}) {
+                            std::span<const link_info> rank_links = {}, std::span<const std::size_t> extents = {}) {
   const std::size_t k = topo.ndims();
-  small_buffer<std::size_t> ext(k);
-  for (std::size_t d = 0; d < k; ++d) ext.data()[d] = topo.extent(d);
+  small_buffer<std::size_t> ext(extents.size() == k ? 0 : k);
+  if (extents.size() != k) {
+    for (std::size_t d = 0; d < k; ++d) ext.data()[d] = topo.extent(d);
+    extents = std::span<const std::size_t>(ext.data(), k);
+  }
+  if (rank_links.size() == k)
+    return call_algorithms(extents, [&](std::size_t d) -> const link_info& { return rank_links[d]; }, requested,
+                           algos, n, elem_size, tune);
   link_info computed;
-  call_algorithms(std::span<const std::size_t>(ext.data(), k), [&](std::size_t d) -> const link_info& {
-    return rank_links.size() == k ? rank_links[d] : (computed = topo.rank_link(d));
-  }, requested, algos, n, elem_size, tune);
+  call_algorithms(extents, [&](std::size_t d) -> const link_info& { return computed = topo.rank_link(d); }, requested,
+                  algos, n, elem_size, tune);
 }
 
 // How an all_reduce of `count` elements is cut into segments of `length` elements
@@ -318,16 +324,11 @@ inline void recursive_doubling_for_call(const runtime_topology& topo, std::span<
 // size (call_algorithms); all_reduce's last dimensions by recursive doubling where
 // it pays (above); the other collectives run halving-doubling where recursive
 // doubling was asked for (it is an all-reduce). `n`: elements of the whole buffer.
-// extents and rank_links: the topology's, computed beforehand (the host engine's:
-// nothing copied per call); empty: taken from topo here.
+// rank_links, extents: as for call_algorithms above.
 inline void algorithms_for_call(collective kind, const runtime_topology& topo, std::span<const algorithm> requested,
                                 std::span<algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune,
                                 std::span<const link_info> rank_links = {}, std::span<const std::size_t> extents = {}) {
-  if (rank_links.size() == topo.ndims() && extents.size() == topo.ndims())
-    call_algorithms(extents, [&](std::size_t d) -> const link_info& { return rank_links[d]; }, requested, algos, n,
-                    elem_size, tune);
-  else
-    call_algorithms(topo, requested, algos, n, elem_size, tune, rank_links);
+  call_algorithms(topo, requested, algos, n, elem_size, tune, rank_links, extents);
   if (kind == collective::all_reduce) return recursive_doubling_for_call(topo, requested, algos, n, elem_size, tune);
   for (auto& a : algos)
     if (a == algorithm::recursive_doubling) a = algorithm::halving_doubling;

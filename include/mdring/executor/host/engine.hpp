@@ -165,7 +165,7 @@ public:
     const std::size_t cap = c_.get_options().tune.halving_doubling_max_bytes / sizeof(T);
     const auto& req = c_.requested_algorithms();
     for (std::size_t d = 0; d < ext_.size(); ++d) {
-      if (ext_[d] < 4 || dims_[d].algo_for(commutative_) != algorithm::ring ||
+      if (ext_[d] < 4 || !commutative_ || c_.bind_algorithms()[d] != algorithm::ring ||
           (d < req.size() && req[d] != algorithm::automatic))
         continue;
       auto range_at = [&](std::size_t c) {  // the nominal range of dimension d (plan/pipeline.hpp)
@@ -231,7 +231,7 @@ public:
     for (std::size_t d = 0; d < ext_.size(); ++d) {
       if (ext_[d] < 2 || (d < req.size() && req[d] != algorithm::automatic)) continue;
       std::vector<algorithm> others;
-      if (dims_[d].algo_for(true) == algorithm::ring)
+      if (c_.bind_algorithms()[d] == algorithm::ring)
         others = {est[d] == algorithm::halving_doubling ? algorithm::ring : algorithm::halving_doubling};
       else if (ext_[d] >= 3 && est[d] == algorithm::direct && dims_[d].link.fully_connected)
         others = {algorithm::ring, algorithm::halving_doubling};
