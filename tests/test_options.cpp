@@ -85,6 +85,23 @@ TEST_CASE("the other MDRING_* defaults: known values used, others named once") {
     env_var e("MDRING_ACCUMULATION", "fp32");
     CHECK(rejected("MDRING_ACCUMULATION", "fp32", md::detail::default_accumulation, "element or float32") ==
           md::accumulation::element);
+    CHECK(md::detail::default_dimension_accumulation().empty());
+  }
+  {  // one per dimension
+    env_var e("MDRING_ACCUMULATION", "element,float32");
+    CHECK(md::detail::default_accumulation() == md::accumulation::element);
+    CHECK(md::detail::default_dimension_accumulation() ==
+          std::vector<md::accumulation>{md::accumulation::element, md::accumulation::float32});
+    env_var f("MDRING_ACCUMULATION", "float32");
+    CHECK(md::detail::default_accumulation() == md::accumulation::float32);
+    CHECK(md::detail::default_dimension_accumulation().empty());
+    env_var g("MDRING_ACCUMULATION", "float32,fp16");
+    CHECK(rejected("MDRING_ACCUMULATION", "float32,fp16", md::detail::default_dimension_accumulation,
+                   "element or float32, or one of them per dimension")
+              .empty());
+    env_var h("MDRING_ACCUMULATION", "float32,");
+    CHECK(rejected("MDRING_ACCUMULATION", "float32,", md::detail::default_accumulation, "element or float32") ==
+          md::accumulation::element);
   }
   {
     env_var e("MDRING_CHECKS", "all");

@@ -110,7 +110,15 @@ constexpr std::string_view to_string(device_transport t) noexcept {
 //            at the end. Twice the bytes of every stage, a conversion pass each way,
 //            and count floats of scratch per call in flight, kept for reuse (node
 //            memory between the processes of a node, else options.memory). Host
-//            path; the GPU path ignores it.
+//            path; the GPU path runs every dimension direct instead (one rounding
+//            per dimension).
+// Per dimension (options::dimension_accumulation, or accumulate<float>(ring<...>)
+// in the topology's type): a float32 dimension's partial results are not rounded
+// inside it. The dimension runs direct: every rank's 16-bit inputs to a block
+// reach its owner, which folds them in float and rounds once, as the block
+// leaves the dimension. The bytes are those of a ring's reduce-scatter (16 bits);
+// what it costs is (p - 1) messages in flight instead of one. Rings of the other
+// dimensions still round per hop. Every dimension float32 is the widened call.
 // Other element types and user ops are not affected.
 enum class accumulation { element, float32 };
 
@@ -280,9 +288,34 @@ inline bool default_reproducible() {
   const char* s = env_choice("MDRING_REPRODUCIBLE", {"0", "1"}, "0 or 1");
   return s && std::string_view(s) == "1";
 }
+// MDRING_ACCUMULATION: element, float32 (every dimension), or one of them per
+// dimension separated by commas ("element,float32": dimension_accumulation).
+inline std::vector<accumulation> env_accumulation() {
+  const char* s = std::getenv("MDRING_ACCUMULATION");
+  std::vector<accumulation> out;
+  if (!s || !*s) return out;
+  std::string_view v(s);
+  for (;;) {
+    const std::size_t comma = v.find(',');
+    const std::string_view w = v.substr(0, comma);
+    if (w == "float32") out.push_back(accumulation::float32);
+    else if (w == "element") out.push_back(accumulation::element);
+    else {
+      env_problem("MDRING_ACCUMULATION", s, "element or float32, or one of them per dimension (element,float32)");
+      return {};
+    }
+    if (comma == std::string_view::npos) return out;
+    v.remove_prefix(comma + 1);
+  }
+}
 inline accumulation default_accumulation() {
-  const char* s = env_choice("MDRING_ACCUMULATION", {"element", "float32"}, "element or float32");
-  return s && std::string_view(s) == "float32" ? accumulation::float32 : accumulation::element;
+  const auto v = env_accumulation();
+  return v.size() == 1 ? v[0] : accumulation::element;
+}
+inline std::vector<accumulation> default_dimension_accumulation() {
+  auto v = env_accumulation();
+  if (v.size() == 1) v.clear();
+  return v;
 }
 inline check_level default_checks() {
   if (const char* s = env_choice("MDRING_CHECKS", {"local", "collective"}, "local or collective"))
@@ -352,6 +385,15 @@ struct options {
   // or the whole call widened to float32 and rounded once (see accumulation).
   // Every rank must agree (bind checks). MDRING_ACCUMULATION=float32 sets the default.
   mdring::accumulation accumulation = detail::default_accumulation();
+  // The same per dimension of the topology as written, overriding `accumulation`
+  // (missing entries take it): {element, float32} keeps the inner dimension's
+  // default and folds the outer one direct, rounded once (see accumulation). A
+  // float32 dimension must leave its algorithm automatic or direct
+  // (invalid_argument("options.algorithms")), unless every dimension is float32.
+  // At bind the communicator's options hold one entry per dimension, and
+  // `accumulation` says float32 only when every dimension is.
+  // MDRING_ACCUMULATION=element,float32 sets the default.
+  std::vector<mdring::accumulation> dimension_accumulation = detail::default_dimension_accumulation();
 
   // Let the ranks of a node read and write each other's buffers directly in the
   // direct stages (threads: plain pointers; MPI processes on one node: cross-memory
@@ -405,6 +447,17 @@ inline void validate(const options& o) {
   if (o.tune.direct_max_extent < 2)
     throw invalid_argument("options.tune.direct_max_extent",
                            "mdring::bind: options.tune.direct_max_extent must be at least 2");
+}
+
+// Dimension d's accumulation (options::dimension_accumulation, else accumulation).
+inline accumulation accumulation_of(const options& o, std::size_t d) noexcept {
+  return d < o.dimension_accumulation.size() ? o.dimension_accumulation[d] : o.accumulation;
+}
+// Every one of `ndims` dimensions float32: the call is widened (host path).
+inline bool accumulates_float32(const options& o, std::size_t ndims) noexcept {
+  for (std::size_t d = 0; d < ndims; ++d)
+    if (accumulation_of(o, d) != accumulation::float32) return false;
+  return true;
 }
 }  // namespace detail
 

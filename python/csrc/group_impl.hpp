@@ -197,7 +197,7 @@ public:
 
 private:
   // A reduction: the fast path of its pair (float32 with any op; SUM of float64,
-  // float16 and bfloat16, AVG of the 16-bit ones: gradients), else the runtime fold
+  // float16 and bfloat16, AVG and PRODUCT of the 16-bit ones), else the runtime fold
   // on its element size.
   // result_here: this rank receives the result (AVG divides it).
   template <class Call>
@@ -215,6 +215,10 @@ private:
     // no extra rounding of the sum before the division.
     if (o == redop::avg && t == dtype::f16) return with.template operator()<mdring::half>(mdring::avg);
     if (o == redop::avg && t == dtype::bf16) return with.template operator()<mdring::bfloat16>(mdring::avg);
+    // 16-bit PRODUCT likewise (a product rounds at every factor otherwise), and so
+    // options.accumulation applies to it as to SUM and AVG.
+    if (o == redop::prod && t == dtype::f16) return with.template operator()<mdring::half>(mdring::prod);
+    if (o == redop::prod && t == dtype::bf16) return with.template operator()<mdring::bfloat16>(mdring::prod);
     const detail::fold_fn fn = detail::fold_of(t, o);
     op x = [&] {
       switch (size_of(t)) {

@@ -287,6 +287,59 @@ GPU_TEST("all_reduce: options.reproducible gives the contract's bits at every co
   run(md::bfloat16{}, 12, "bfloat16");
 }
 
+GPU_TEST("all_reduce: float32 accumulation runs its dimensions direct, each rounded once (the contract's bits)") {
+  // options.dimension_accumulation {element, float32} on nvlink:2 x infiniband:3
+  // (two ranks fold alike either way round; the float32 dimension folds direct in
+  // coordinate order), and options.accumulation = float32 on three dimensions (the
+  // GPU path widens nothing: every dimension direct): both are the contract of
+  // tests/reproducible_reference.hpp, bitwise, without options.reproducible.
+  require_gpu();
+  struct variant {
+    const char* topo;
+    std::vector<md::accumulation> per;
+    md::accumulation all;
+  };
+  for (const variant& v : {variant{"nvlink:2 x infiniband:3", {md::accumulation::element, md::accumulation::float32},
+                                   md::accumulation::element},
+                           variant{"nvlink:2 x nvlink:2 x infiniband:3", {}, md::accumulation::float32}}) {
+    const auto topo = md::parse_topology(v.topo);
+    const std::size_t P = topo.size(), n = 100003;
+    const std::vector<std::size_t> ext = topo.resolve(P).extents();
+    for (std::size_t seg : {std::size_t(0), std::size_t(16) << 10}) {
+      md::options o;
+      o.dimension_accumulation = v.per;
+      o.accumulation = v.all;
+      o.tune.segment_bytes = seg;
+      md::cuda::local_world world(P);
+      auto comms = md::cuda::bind(topo, world, o);
+      std::vector<std::unique_ptr<dbuf<md::bfloat16>>> bufs;
+      std::vector<const md::bfloat16*> sp;
+      std::vector<md::bfloat16*> rp;
+      std::vector<md::bfloat16> column(P), expect(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t r = 0; r < P; ++r) column[r] = md::bfloat16(mdring_test::wide_value(9, r, i, 12));
+        expect[i] = mdring_test::contract_result(column, ext, md::sum);
+      }
+      for (std::size_t r = 0; r < P; ++r) {
+        std::vector<md::bfloat16> h(n);
+        for (std::size_t i = 0; i < n; ++i) h[i] = md::bfloat16(mdring_test::wide_value(9, r, i, 12));
+        bufs.push_back(std::make_unique<dbuf<md::bfloat16>>(n, false));
+        bufs.back()->upload(h);
+        sp.push_back(bufs.back()->get());
+        rp.push_back(bufs.back()->get());
+      }
+      md::cuda::all_reduce(comms, sp, rp, n, md::sum);
+      cuda_ok(cudaDeviceSynchronize(), "sync");
+      for (std::size_t r = 0; r < P; ++r) {
+        const auto got = bufs[r]->download();
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < n; ++i) bad += std::memcmp(&got[i], &expect[i], sizeof(md::bfloat16)) != 0;
+        check(bad == 0, v.topo, " segment_bytes ", seg, " rank ", r, ": ", bad, " elements differ from the contract");
+      }
+    }
+  }
+}
+
 GPU_TEST("all_reduce: captured into a CUDA graph and replayed") {
   require_gpu();
   for (const char* text : {"nvlink:2 x infiniband:3", "nvlink:4"}) {

@@ -33,11 +33,12 @@ def fail(msg):
     sys.exit(1)
 
 
-def inputs(r, n, dtype):
+def inputs(r, n, dtype, spread=None):
     """Rank r's input: random signs and mantissas, exponents in [-spread, spread]
     (so that a sum's bits depend on the order of its terms)."""
     g = torch.Generator().manual_seed(1000 + r)
-    spread = 24 if dtype in (torch.float32, torch.float64) else 12 if dtype == torch.bfloat16 else 6
+    if spread is None:
+        spread = 24 if dtype in (torch.float32, torch.float64) else 12 if dtype == torch.bfloat16 else 6
     mant = 1 + torch.rand(n, generator=g, dtype=torch.float64)
     exp = torch.randint(-spread, spread + 1, (n,), generator=g, dtype=torch.float64)
     sign = torch.randint(0, 2, (n,), generator=g, dtype=torch.float64) * 2 - 1
@@ -47,27 +48,28 @@ def inputs(r, n, dtype):
 WIDENED = os.environ.get("MDRING_ACCUMULATION") == "float32"
 
 
-def contract(n, dtype, avg=False):
+def contract(n, dtype, avg=False, prod=False):
     """Dimension 0 first, each folded left to right in coordinate order in the
     accumulator type (float32 for 16-bit types), rounded to dtype once per
     dimension; avg divides the last dimension's accumulator by the ranks. With
     MDRING_ACCUMULATION=float32, 16-bit types: the same over the float32 inputs,
     rounded once at the end."""
     if WIDENED and dtype in (torch.float16, torch.bfloat16):
-        v = torch.stack([inputs(r, n, dtype).float() for r in range(size)])
-        return _fold(v, n, torch.float32, torch.float32, avg).to(dtype)
+        v = torch.stack([inputs(r, n, dtype, 1 if prod else None).float() for r in range(size)])
+        return _fold(v, n, torch.float32, torch.float32, avg, prod).to(dtype)
     acc_t = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    return _fold(torch.stack([inputs(r, n, dtype) for r in range(size)]), n, dtype, acc_t, avg)
+    v = torch.stack([inputs(r, n, dtype, 1 if prod else None) for r in range(size)])
+    return _fold(v, n, dtype, acc_t, avg, prod)
 
 
-def _fold(v, n, dtype, acc_t, avg):
+def _fold(v, n, dtype, acc_t, avg, prod=False):
     """v: [rank, n], rank = c0 + e0 (c1 + ...)."""
     last = max([d for d, e in enumerate(extents) if e > 1], default=0)
     for d, e in enumerate(extents):
         v = v.reshape(-1, e, n)  # (rest, c_d, n): c_d varies fastest among the ranks left
         a = v[:, 0].to(acc_t)
         for c in range(1, e):
-            a = a + v[:, c].to(acc_t)
+            a = a * v[:, c].to(acc_t) if prod else a + v[:, c].to(acc_t)
         if avg and d == last and size > 1:
             a = a / size
         v = a.to(dtype)
@@ -114,6 +116,13 @@ for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         if not same_bits(x, want):
             fail(f"all_reduce avg {dtype}: {first_diff(x, want)}")
         checks += 1
+    # PRODUCT (exponents in [-1, 1]): 16-bit types fold in float32 like SUM.
+    want = contract(4099, dtype, prod=True)
+    x = inputs(rank, 4099, dtype, 1)
+    dist.all_reduce(x, op=dist.ReduceOp.PRODUCT)
+    if not same_bits(x, want):
+        fail(f"all_reduce product {dtype}: {first_diff(x, want)}")
+    checks += 1
 
 # A group made without the mode (the option is read when a group is made): other
 # bits on the same inputs, where the topology lets the default differ.

@@ -236,6 +236,12 @@ public:
     wisdom_ = detail::load_wisdom(detail::to_runtime(topo), opts_);
     detail::check_algorithm_count(topo_, opts_, "mdring::bind");
     merged_ = merge_dimensions(topo_, opts_, true);
+    {  // one accumulation per dimension; `accumulation` float32 only when the calls widen
+      std::vector<accumulation> acc(topo_.ndims());
+      for (std::size_t d = 0; d < acc.size(); ++d) acc[d] = detail::accumulation_of(opts_, d);
+      opts_.accumulation = detail::accumulates_float32(opts_, acc.size()) ? accumulation::float32 : accumulation::element;
+      opts_.dimension_accumulation = std::move(acc);
+    }
     const runtime_topology& ex = merged_.topology;
     extents_ = ex.extents();
     coords_ = ex.coordinates(rank_);

@@ -42,7 +42,9 @@ inline std::string fingerprint_core(const runtime_topology& written, const optio
   std::string s = t.to_string() + prof;
   for (auto a : o.algorithms) s += "|" + std::string(to_string(a));
   if (o.reproducible) s += "|reproducible";
-  if (o.accumulation != accumulation::element) s += "|accumulate " + std::string(to_string(o.accumulation));
+  for (std::size_t d = 0; d < written.ndims(); ++d)
+    if (detail::accumulation_of(o, d) != accumulation::element)
+      s += "|accumulate " + std::to_string(d) + " " + std::string(to_string(detail::accumulation_of(o, d)));
   auto num = [&](const char* name, std::size_t v) { s += std::string("|") + name + " " + std::to_string(v); };
   auto real = [&](const char* name, double v) {
     char buf[40];

@@ -88,7 +88,11 @@ public:
                                    " ranks, more inputs than the GPU path folds in one pass; " +
                                    (opts_.reproducible ? std::string("options.reproducible needs direct on every "
                                                                      "dimension: write it as two dimensions")
-                                                       : std::string("use ring there")));
+                                    : mdring::detail::accumulation_of(opts_, merged_.user_of[d]) == accumulation::float32
+                                        ? std::string("a float32 accumulation (options.accumulation, "
+                                                      "options.dimension_accumulation) runs direct there: write it "
+                                                      "as two dimensions or leave that dimension element")
+                                        : std::string("use ring there")));
     }
     links_.resize(extents_.size());
   }

@@ -32,6 +32,7 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../error.hpp"
 #include "../options.hpp"
 #include "../topology/runtime.hpp"
 
@@ -95,21 +96,54 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::spa
   return m;
 }
 
-// The dimensions as a communicator bound with `o` runs them: o.algorithms, or
-// when o.reproducible direct on every dimension, unsplit, merged only where the
-// executor folds nested (nested_folds: the host path; see above).
-inline merged_dimensions merge_dimensions(const runtime_topology& topo, const options& o, bool nested_folds) {
-  if (!o.reproducible) return merge_dimensions(topo, o.algorithms, o.tune);
+// The algorithms asked for per written dimension: o.algorithms, and direct on each
+// dimension of more than one rank whose partial results are float32
+// (options::dimension_accumulation: folded at the owner, rounded once), unless the
+// call is widened (every dimension float32 on the host path: `widens`). Asking
+// for another algorithm there is invalid_argument("options.algorithms").
+inline std::vector<algorithm> requested_algorithms(const runtime_topology& topo, const options& o, bool widens) {
+  const std::size_t k = topo.ndims();
+  if (o.dimension_accumulation.size() > k)
+    throw invalid_argument("options.dimension_accumulation",
+                           "mdring::bind: options.dimension_accumulation has " +
+                               std::to_string(o.dimension_accumulation.size()) + " entries but the topology \"" +
+                               topo.to_string() + "\" has " + std::to_string(k) + " dimensions");
+  std::vector<algorithm> req(o.algorithms);
+  if (widens && detail::accumulates_float32(o, k)) return req;
+  for (std::size_t d = 0; d < k; ++d) {
+    if (detail::accumulation_of(o, d) != accumulation::float32 || topo.extent(d) <= 1) continue;
+    if (d < req.size() && req[d] != algorithm::automatic && req[d] != algorithm::direct)
+      throw invalid_argument("options.algorithms",
+                             "mdring::bind: options.algorithms[" + std::to_string(d) + "] is " +
+                                 std::string(to_string(req[d])) + ", but dimension " + std::to_string(d) + " (" +
+                                 topo.dim(d).link.name + ":" + std::to_string(topo.extent(d)) +
+                                 ") accumulates in float32 (options.dimension_accumulation), which only the direct "
+                                 "algorithm does without rounding at each step (leave it automatic or ask for direct)");
+    if (req.size() <= d) req.resize(d + 1, algorithm::automatic);
+    req[d] = algorithm::direct;
+  }
+  return req;
+}
+
+// The dimensions as a communicator bound with `o` runs them: o.algorithms (with
+// direct on float32 dimensions, above), or when o.reproducible direct on every
+// dimension, unsplit, merged only where the executor folds nested. `host`: the
+// host path, whose reducer folds nested and which widens a call whose every
+// dimension is float32; the GPU path does neither.
+inline merged_dimensions merge_dimensions(const runtime_topology& topo, const options& o, bool host) {
+  const std::vector<algorithm> requested = requested_algorithms(topo, o, host);
+  const bool nested_folds = host;
+  if (!o.reproducible) return merge_dimensions(topo, requested, o.tune);
   tuning t = o.tune;
   t.split_ring_extent = 0;
   t.merge_same_link = t.merge_same_link && nested_folds;
-  merged_dimensions m = merge_dimensions(topo, o.algorithms, t);
+  merged_dimensions m = merge_dimensions(topo, requested, t);
   // The nested fold keeps one accumulator tile per level: at most 8 levels of
   // extents above 1 (a direct_max_extent of 256 or more could merge more).
   for (const auto& nest : m.nest)
     if (std::count_if(nest.begin(), nest.end(), [](std::size_t e) { return e > 1; }) > 8) {
       t.merge_same_link = false;
-      m = merge_dimensions(topo, o.algorithms, t);
+      m = merge_dimensions(topo, requested, t);
       break;
     }
   for (auto& a : m.requested) a = algorithm::direct;
