@@ -123,7 +123,8 @@ struct config {
                "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
                "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
                "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|gloo|mdring|none] [--baseline-only] [--json]\n"
-               "  [--reproducible] [--accumulation element|float32]  (options.reproducible, options.accumulation; with\n"
+               "  [--reproducible] [--accumulation element|float32|element,float32]  (options.reproducible, options.accumulation\n"
+               "   or per dimension options.dimension_accumulation; with\n"
                "     --baseline mdring, timed against the default mode)\n"
                "  [--transport mpi|ucx]  (ucx: processes started by mdring-run or torchrun, no MPI; --baseline gloo\n"
                "     needs it and times all_reduce of float or double, sum, with Gloo's ring_chunked and\n"
@@ -222,8 +223,15 @@ config parse(int argc, char** argv) {
     else if (a == "--reproducible") c.reproducible = true;
     else if (a == "--accumulation") {
       c.accumulation = next();
-      if (c.accumulation != "element" && c.accumulation != "float32")
-        usage("--accumulation takes element or float32, not " + c.accumulation);
+      std::string_view v = c.accumulation;
+      for (;;) {  // element, float32, or one per dimension: element,float32
+        const std::string_view w = v.substr(0, v.find(','));
+        if (w != "element" && w != "float32")
+          usage("--accumulation takes element, float32 or one of them per dimension (element,float32), not " +
+                c.accumulation);
+        if (w.size() == v.size()) break;
+        v.remove_prefix(w.size() + 1);
+      }
     }
     else if (a == "--planning") {
       c.planning = next();
@@ -740,6 +748,16 @@ md::options make_options(const config& cfg) {
   if (cfg.reproducible) o.reproducible = true;
   if (cfg.accumulation == "float32") o.accumulation = md::accumulation::float32;
   if (cfg.accumulation == "element") o.accumulation = md::accumulation::element;
+  if (cfg.accumulation.find(',') != std::string::npos) {  // per dimension
+    o.accumulation = md::accumulation::element;
+    for (std::size_t at = 0; at <= cfg.accumulation.size();) {
+      const std::size_t comma = std::min(cfg.accumulation.find(',', at), cfg.accumulation.size());
+      o.dimension_accumulation.push_back(cfg.accumulation.compare(at, comma - at, "float32") == 0
+                                             ? md::accumulation::float32
+                                             : md::accumulation::element);
+      at = comma + 1;
+    }
+  }
   if (!cfg.profile.empty()) o.profile = cfg.profile;
   if (cfg.hd_max_bytes != std::size_t(-1)) o.tune.halving_doubling_max_bytes = cfg.hd_max_bytes;
   if (cfg.rd_max_bytes != std::size_t(-1)) o.tune.recursive_doubling_max_bytes = cfg.rd_max_bytes;
@@ -866,6 +884,7 @@ int run_mpi(const config& cfg) {
     md::options d = opts;
     d.reproducible = false;
     d.accumulation = md::accumulation::element;
+    d.dimension_accumulation.clear();
     default_mode.emplace(md::bind(md::parse_topology(cfg.topology), MPI_COMM_WORLD, d));
   }
   world_ops w;

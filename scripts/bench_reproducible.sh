@@ -8,7 +8,9 @@
 #    same buffers, alternating every iteration) on 2 and 4 processes, 1 to 64 MiB,
 #    ROUNDS times (default 5); the table gives each point's median ratio.
 # 2. mdring-precision: the mean relative error of bfloat16 and half sums per mode
-#    against the exact sum, at 8, 64 and 256 ranks (threads); and the time of
+#    (default, reproducible, float32 on the outer dimensions, float32 everywhere)
+#    against the exact sum, at 8, 64 and 256 ranks (threads), with each mode's time
+#    against the default's; and the time of
 #    options.accumulation = float32 against 16-bit partial sums (bfloat16 all_reduce,
 #    --accumulation float32 --baseline mdring), ROUNDS times.
 # 3. With --smpi (needs build-smpi: scripts/simulate.sh --smoke builds it): the
@@ -75,6 +77,10 @@ echo "### 16-bit sums: error against the exact sum (\`mdring-precision\`)"
 echo
 echo "Each rank holds 16384 values uniform in [0, 1); the error is the mean relative error of the all_reduce's"
 echo "result against the exact sum of the same 16-bit inputs, the floor that of the exact sum rounded once."
+echo "Modes: the default, options.reproducible, float32-outer (options.dimension_accumulation float32 on every"
+echo "dimension but the first: direct there, one rounding each, 16 bits on the wire) and float32 (the widened"
+echo "call). Time: one all_reduce of 256 Ki elements per rank, median of 5, against the default's in the same"
+echo "run; the ranks are threads (oversubscribed on this machine), where a direct stage reads its peers' memory."
 echo
 for t in bfloat16 half; do
   echo '```'

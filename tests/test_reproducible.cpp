@@ -355,6 +355,44 @@ TEST_CASE("accumulation per dimension: a float32 dimension folds direct, rounded
   CHECK(m.requested == std::vector<md::algorithm>{md::algorithm::automatic, md::algorithm::direct});
   o.dimension_accumulation = {md::accumulation::float32, md::accumulation::float32};
   CHECK(md::merge_dimensions(topo, o, true).topology.extents() == std::vector<std::size_t>{8, 4, 4});
+  // On the seed-like cluster (nvlink:4 x infiniband:64) float32 on the network
+  // dimension runs the reproducible mode's plan: the simulated times of that mode
+  // (docs/PERFORMANCE.md) are this choice's.
+  {
+    const auto seed = md::parse_topology("nvlink:4 x infiniband:64").resolve(256);
+    md::options r, f;
+    r.reproducible = true;
+    f.dimension_accumulation = per;
+    const auto a = md::merge_dimensions(seed, r, true), c = md::merge_dimensions(seed, f, true);
+    CHECK(c.topology.extents() == std::vector<std::size_t>{4, 64});
+    CHECK(c.topology.extents() == a.topology.extents());
+    CHECK(c.requested == std::vector<md::algorithm>{md::algorithm::automatic, md::algorithm::direct});
+    CHECK(a.requested == std::vector<md::algorithm>{md::algorithm::direct, md::algorithm::direct});
+    // ... and the same stages at the simulated sizes (automatic on nvlink:4 is direct there).
+    for (std::size_t bytes : {std::size_t(1) << 20, std::size_t(4) << 20, std::size_t(16) << 20, std::size_t(102400000)}) {
+      auto stages = [&](const md::options& x) {
+        const std::string e =
+            md::explain<md::bfloat16>(seed, bytes / 2, md::collective::all_reduce, 0, md::sum, x);
+        return e.substr(0, e.find("\nlink "));
+      };
+      CHECK(stages(f) == stages(r));
+    }
+    // explain() says what the choice does; a widened call's plan is float32's.
+    const std::string e = md::explain<md::bfloat16>(seed, 1 << 20, md::collective::all_reduce, 0, md::sum, f);
+    INFO(e);
+    CHECK(e.find("accumulation float32 on infiniband:64 (options.dimension_accumulation): direct there") !=
+          std::string::npos);
+    CHECK(md::explain<float>(seed, 1 << 20, md::collective::all_reduce, 0, md::sum, f).find("accumulation") ==
+          std::string::npos);
+    md::options w;
+    w.accumulation = md::accumulation::float32;
+    const std::string we = md::explain<md::bfloat16>(seed, 1 << 20, md::collective::all_reduce, 0, md::sum, w);
+    INFO(we);
+    CHECK(we.find("float (widened bfloat16)") != std::string::npos);
+    CHECK(we.find("accumulation float32 (options.accumulation): the call is widened") != std::string::npos);
+    const std::string fe = md::explain<float>(seed, 1 << 20, md::collective::all_reduce, 0, md::sum, w);
+    CHECK(we.substr(we.find("\n")) .substr(0, 400) == fe.substr(fe.find("\n")).substr(0, 400));
+  }
   // The GPU path widens nothing: every float32 dimension runs direct there.
   CHECK(md::merge_dimensions(topo, o, false).requested ==
         std::vector<md::algorithm>{md::algorithm::direct, md::algorithm::direct});

@@ -217,6 +217,38 @@ bool background_progress_allowed(const Transport& t) {
 // not in executor/state.hpp, which mdring-run includes for the lines alone.)
 inline const bool state_signal_at_start = (install_state_signal(), true);
 
+// How explain() shows a reduction of T with Op under options.accumulation: the
+// element size and type the call runs with (a widened half/bfloat16 call runs
+// float32), and the line that says so.
+struct accumulated_type {
+  std::size_t size;
+  std::string name, note;
+};
+template <class T, class Op>
+accumulated_type accumulated(collective kind, const runtime_topology& written, const options& o) {
+  accumulated_type a{sizeof(T), type_name<T>(), {}};
+  if constexpr (is_16bit_float_v<T> && op_traits<Op>::builtin) {
+    if (kind != collective::all_reduce && kind != collective::reduce_scatter && kind != collective::reduce) return a;
+    if (accumulates_float32(o, written.ndims())) {
+      a.size = sizeof(float);
+      a.note = "accumulation float32 (options.accumulation): the call is widened, its " + a.name +
+               " inputs converted to float32, every stage above carrying float32, the result rounded once";
+      a.name = "float (widened " + a.name + ")";
+      return a;
+    }
+    std::string dims;
+    for (std::size_t d = 0; d < written.ndims(); ++d)
+      if (accumulation_of(o, d) == accumulation::float32 && written.extent(d) > 1)
+        dims += (dims.empty() ? "" : ", ") + written.dim(d).link.name + ":" + std::to_string(written.extent(d));
+    if (!dims.empty())
+      a.note = "accumulation float32 on " + dims +
+               " (options.dimension_accumulation): direct there, each block's inputs folded in float32 at its "
+               "owner and rounded once as it leaves the dimension; " +
+               a.name + " on the wire";
+  }
+  return a;
+}
+
 }  // namespace detail
 
 template <class Topology, transport Transport>
@@ -329,20 +361,22 @@ public:
   template <class T = float, class Op = sum_t>
   plan make_plan(std::size_t count, collective kind = collective::all_reduce, Op = {}, std::size_t root = 0) const {
     constexpr bool commutative = op_traits<Op>::commutative;
+    const detail::accumulated_type at = detail::accumulated<T, Op>(kind, topo_, opts_);
     // A measured plan, when this size class has one (options.planning = measure).
     const measured_choice* m = kind == collective::all_reduce && opts_.planning == planning::measure && commutative
-                                   ? wisdom_.find(sizeof(T), count * sizeof(T))
+                                   ? wisdom_.find(at.size, count * at.size)
                                    : nullptr;
     call_decision d;  // what the call would run: the executors' own decision (plan/call.hpp)
     decide_call(d, call_request{kind, merged_.topology, merged_.requested, bind_algos_, commutative, count, size_,
-                                sizeof(T), opts_.tune, m, rank_links_, extents_});
+                                at.size, opts_.tune, m, rank_links_, extents_});
     if (d.source != call_decision::origin::measured) m = nullptr;
     const std::vector<algorithm>& al = d.algos;
     tuning tune = opts_.tune;
     if (m) tune.pipeline_depth = m->depth;
     const bool trees = d.trees;
-    plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, sizeof(T), al, tune, root, type_name<T>(),
+    plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, at.size, al, tune, root, at.name,
                                 op_traits<Op>::name(), m ? m->segments : 0, trees);
+    pl.accumulation = at.note;
     if (m) {
       char buf[200];
       std::snprintf(buf, sizeof buf,
@@ -471,11 +505,13 @@ std::string explain(const Topology& topo, std::size_t count, collective kind = c
   std::vector<algorithm> bind_algos(m.topology.ndims());
   for (std::size_t d = 0; d < bind_algos.size(); ++d)
     bind_algos[d] = choose_algorithm(m.requested[d], m.topology.dim(d).link, m.topology.extent(d), opts.tune, true);
+  const detail::accumulated_type at = detail::accumulated<T, Op>(kind, rt, opts);
   call_decision dec;
   decide_call(dec, call_request{kind, m.topology, m.requested, bind_algos, op_traits<Op>::commutative, count, rt.size(),
-                                sizeof(T), opts.tune});
-  plan pl = make_plan(kind, m.topology, rank, count, sizeof(T), dec.algos, opts.tune, root, type_name<T>(),
+                                at.size, opts.tune});
+  plan pl = make_plan(kind, m.topology, rank, count, at.size, dec.algos, opts.tune, root, at.name,
                       op_traits<Op>::name(), 0, dec.trees);
+  pl.accumulation = at.note;
   pl.written = rt;
   pl.reproducible = opts.reproducible;
   return pl.to_string();

@@ -107,7 +107,8 @@ inline std::vector<algorithm> requested_algorithms(const runtime_topology& topo,
     throw invalid_argument("options.dimension_accumulation",
                            "mdring::bind: options.dimension_accumulation has " +
                                std::to_string(o.dimension_accumulation.size()) + " entries but the topology \"" +
-                               topo.to_string() + "\" has " + std::to_string(k) + " dimensions");
+                               topo.to_string() + "\" has " + std::to_string(k) +
+                               " dimensions (MDRING_ACCUMULATION sets it when it lists one per dimension)");
   std::vector<algorithm> req(o.algorithms);
   if (widens && detail::accumulates_float32(o, k)) return req;
   for (std::size_t d = 0; d < k; ++d) {

@@ -79,6 +79,9 @@ struct plan {
   std::string chosen_by;
   // options.reproducible: every reduction folds in the topology's fixed order.
   bool reproducible = false;
+  // half and bfloat16 reductions under a float32 accumulation (options.accumulation,
+  // options.dimension_accumulation): what it does, printed as it is.
+  std::string accumulation;
 
   double seconds() const noexcept {
     if (segments > 1) return pipelined_seconds;
@@ -372,6 +375,7 @@ inline std::string plan::to_string() const {
          ": the built-in typical ones, not this machine's; mdring-calibrate measures them (options.profile or "
          "MDRING_PROFILE), options.planning = measure times the plans\n";
   if (!chosen_by.empty()) s += "plan: " + chosen_by + "\n";
+  if (!accumulation.empty()) s += accumulation + "\n";
   if (reproducible)
     s += "reproducible (options.reproducible): direct on every dimension, unsplit, innermost first, each folding its "
          "ranks left to right in coordinate order (merged dimensions nested, as the stages they replace); the same "
