@@ -45,12 +45,14 @@ struct rank_buffers {
   std::vector<std::vector<T>> host;
 };
 
-template <class T>
-rank_buffers<T> make_buffers(std::size_t P, std::size_t n, bool in_place, bool misaligned, u64 seed, opk k) {
+// Rank r's buffers of n elements value(r, i), misaligned(r) or not.
+template <class T, class Misaligned, class Value>
+rank_buffers<T> make_buffers(std::size_t P, std::size_t n, bool in_place, Misaligned misaligned_of, Value value) {
   rank_buffers<T> b;
   for (std::size_t r = 0; r < P; ++r) {
     std::vector<T> h(n);
-    for (std::size_t i = 0; i < n; ++i) h[i] = value<T>(seed, r, i, k);
+    for (std::size_t i = 0; i < n; ++i) h[i] = value(r, i);
+    const bool misaligned = misaligned_of(r);
     b.recv.push_back(std::make_unique<dbuf<T>>(n, misaligned));
     if (in_place) {
       b.recv.back()->upload(h);
@@ -65,6 +67,13 @@ rank_buffers<T> make_buffers(std::size_t P, std::size_t n, bool in_place, bool m
     b.host.push_back(std::move(h));
   }
   return b;
+}
+
+template <class T>
+rank_buffers<T> make_buffers(std::size_t P, std::size_t n, bool in_place, bool misaligned, u64 seed, opk k) {
+  return make_buffers<T>(
+      P, n, in_place, [=](std::size_t) { return misaligned; },
+      [=](std::size_t r, std::size_t i) { return value<T>(seed, r, i, k); });
 }
 
 // Checks every rank's result: same bits as rank 0, and the reference.
@@ -255,26 +264,18 @@ GPU_TEST("all_reduce: options.reproducible gives the contract's bits at every co
       md::cuda::local_world world(P);
       auto comms = md::cuda::bind(topo, world, o);
       for (std::size_t n : {std::size_t(13), std::size_t(4099), std::size_t(100003)}) {
-        std::vector<std::unique_ptr<dbuf<T>>> bufs;
-        std::vector<const T*> sp;
-        std::vector<T*> rp;
         std::vector<T> column(P), expect(n);
         for (std::size_t i = 0; i < n; ++i) {
           for (std::size_t r = 0; r < P; ++r) column[r] = T(mdring_test::wide_value(5, r, i, spread));
           expect[i] = mdring_test::contract_result(column, ext, md::sum);
         }
-        for (std::size_t r = 0; r < P; ++r) {
-          std::vector<T> h(n);
-          for (std::size_t i = 0; i < n; ++i) h[i] = T(mdring_test::wide_value(5, r, i, spread));
-          bufs.push_back(std::make_unique<dbuf<T>>(n, r % 2 == 1));
-          bufs.back()->upload(h);
-          sp.push_back(bufs.back()->get());
-          rp.push_back(bufs.back()->get());
-        }
-        md::cuda::all_reduce(comms, sp, rp, n, md::sum);
+        auto b = make_buffers<T>(
+            P, n, true, [](std::size_t r) { return r % 2 == 1; },
+            [&](std::size_t r, std::size_t i) { return T(mdring_test::wide_value(5, r, i, spread)); });
+        md::cuda::all_reduce(comms, b.sp, b.rp, n, md::sum);
         cuda_ok(cudaDeviceSynchronize(), "sync");
         for (std::size_t r = 0; r < P; ++r) {
-          const auto got = bufs[r]->download();
+          const auto got = b.recv[r]->download();
           std::size_t bad = 0;
           for (std::size_t i = 0; i < n; ++i) bad += std::memcmp(&got[i], &expect[i], sizeof(T)) != 0;
           check(bad == 0, name, " n ", n, " segment_bytes ", seg, " rank ", r, ": ", bad,
@@ -312,26 +313,18 @@ GPU_TEST("all_reduce: float32 accumulation runs its dimensions direct, each roun
       o.tune.segment_bytes = seg;
       md::cuda::local_world world(P);
       auto comms = md::cuda::bind(topo, world, o);
-      std::vector<std::unique_ptr<dbuf<md::bfloat16>>> bufs;
-      std::vector<const md::bfloat16*> sp;
-      std::vector<md::bfloat16*> rp;
       std::vector<md::bfloat16> column(P), expect(n);
       for (std::size_t i = 0; i < n; ++i) {
         for (std::size_t r = 0; r < P; ++r) column[r] = md::bfloat16(mdring_test::wide_value(9, r, i, 12));
         expect[i] = mdring_test::contract_result(column, ext, md::sum);
       }
-      for (std::size_t r = 0; r < P; ++r) {
-        std::vector<md::bfloat16> h(n);
-        for (std::size_t i = 0; i < n; ++i) h[i] = md::bfloat16(mdring_test::wide_value(9, r, i, 12));
-        bufs.push_back(std::make_unique<dbuf<md::bfloat16>>(n, false));
-        bufs.back()->upload(h);
-        sp.push_back(bufs.back()->get());
-        rp.push_back(bufs.back()->get());
-      }
-      md::cuda::all_reduce(comms, sp, rp, n, md::sum);
+      auto b = make_buffers<md::bfloat16>(
+          P, n, true, [](std::size_t) { return false; },
+          [](std::size_t r, std::size_t i) { return md::bfloat16(mdring_test::wide_value(9, r, i, 12)); });
+      md::cuda::all_reduce(comms, b.sp, b.rp, n, md::sum);
       cuda_ok(cudaDeviceSynchronize(), "sync");
       for (std::size_t r = 0; r < P; ++r) {
-        const auto got = bufs[r]->download();
+        const auto got = b.recv[r]->download();
         std::size_t bad = 0;
         for (std::size_t i = 0; i < n; ++i) bad += std::memcmp(&got[i], &expect[i], sizeof(md::bfloat16)) != 0;
         check(bad == 0, v.topo, " segment_bytes ", seg, " rank ", r, ": ", bad, " elements differ from the contract");

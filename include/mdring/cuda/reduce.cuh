@@ -71,12 +71,6 @@ inline constexpr int max_fold_inputs = 64;
 inline constexpr int max_fold_outputs = 16;
 inline constexpr int fold_threads = 256;
 
-// The element types the device folds accept for op Op (and why not, at compile time).
-template <class T, class Op>
-constexpr bool device_reducible() {
-  return !std::is_same_v<std::remove_cv_t<T>, long double> && reduction_for<Op, T> && !bulk_reduction<Op, T>;
-}
-
 namespace detail {
 
 // Elements per 16-byte vector, or 1 when T does not tile 16 bytes.

@@ -41,7 +41,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// What a stage does to its range.
+// The collective a call runs (explain(), the programs, the cost of a call).
 enum class collective { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
 
 constexpr std::string_view to_string(collective c) noexcept {
