@@ -27,14 +27,17 @@ for kind in "${kinds[@]}"; do
   case "$kind" in
     thread)
       preset=tsan
-      tests=(test_transport test_requests test_collectives test_errors test_program test_hang_report test_tcp_store)
+      tests=(test_transport test_requests test_collectives test_collectives_ops test_collectives_planning
+             test_errors test_errors_bind test_errors_peers test_program test_hang_report test_tcp_store)
       [ $ci = 1 ] && tests=(test_requests test_hang_report)
       export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
       ;;
     address)
       preset=asan
-      tests=(test_topology test_plan test_schedule test_program test_device_select test_reduce test_memory
-             test_transport test_collectives test_errors test_requests test_hang_report test_tcp_store)
+      tests=(test_topology test_plan test_plan_blocks test_plan_cost test_plan_algorithms test_plan_profile
+             test_schedule test_program test_device_select test_reduce test_memory test_transport
+             test_collectives test_collectives_ops test_collectives_planning
+             test_errors test_errors_bind test_errors_peers test_requests test_hang_report test_tcp_store)
       [ $ci = 1 ] && tests=(test_hang_report test_tcp_store)  # (the parsers: the fuzz targets, also ASan + UBSan)
       export ASAN_OPTIONS="detect_leaks=1 detect_stack_use_after_return=0" UBSAN_OPTIONS="print_stacktrace=1"
       ;;

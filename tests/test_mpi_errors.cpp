@@ -19,6 +19,8 @@
 #include <doctest/doctest.h>
 #include <mdring/mpi.hpp>
 
+#include "error_support.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -35,6 +37,7 @@
 namespace md = mdring;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
+using namespace error_test;
 
 namespace {
 
@@ -65,39 +68,6 @@ double max_over_ranks(double x) {
   return m;
 }
 
-double seconds_since(steady::time_point t0) { return std::chrono::duration<double>(steady::now() - t0).count(); }
-bool contains(std::string_view s, std::string_view w) { return s.find(w) != std::string_view::npos; }
-
-template <class F>
-std::exception_ptr thrown(F&& f) {
-  try {
-    f();
-  } catch (...) {
-    return std::current_exception();
-  }
-  return nullptr;
-}
-template <class E>
-const E* as(const std::exception_ptr& p) {
-  if (!p) return nullptr;
-  try {
-    std::rethrow_exception(p);
-  } catch (const E& e) {
-    return &e;
-  } catch (...) {
-  }
-  return nullptr;
-}
-template <class E>
-bool is_exactly(const std::exception_ptr& p) {
-  const E* e = as<E>(p);
-  return e && typeid(*e) == typeid(E);
-}
-std::string describe(const std::exception_ptr& p) {
-  if (!p) return "no exception";
-  if (auto* e = as<std::exception>(p)) return std::string(typeid(*e).name()) + ": " + e->what();
-  return "not a std::exception";
-}
 
 // Exits the process (so mpiexec ends the others) if the scope lasts longer than
 // `limit`, saying what hung.

@@ -36,7 +36,7 @@
 // coordinates 1-4 and 3-5, step 2 (m = 1) pairs 1-3 and 4-5; step 3 sends block 0 from
 // 1 to 0 and block 2 from 3 to 2. Recursive doubling (rd_step_of, below) pairs the
 // same ranks with the whole range: m = 1 first (1-3, 4-5), then m = 2 (1-4, 3-5).
-// Tests: tests/test_plan.cpp.
+// Tests: tests/test_plan_algorithms.cpp.
 #pragma once
 
 #include "../config.hpp"
