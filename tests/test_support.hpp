@@ -1,8 +1,11 @@
-// tests/test_support.hpp: small helpers that the host tests (test_collectives.cpp)
-// and the GPU tests (tests/gpu/common.cuh) share. Plain C++, compiled by g++ and nvcc.
+// tests/test_support.hpp: small helpers that the host tests (the test_collectives and
+// test_reduce files) and the GPU tests (tests/gpu/common.cuh) share. Plain C++,
+// compiled by g++ and nvcc.
 #pragma once
 
 #include <cstdint>
+#include <sstream>
+#include <string>
 
 namespace mdring_test {
 
@@ -11,6 +14,13 @@ constexpr std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// "0x..." (the test_reduce files' bit patterns).
+inline std::string hex(unsigned long long x) {
+  std::ostringstream os;
+  os << "0x" << std::hex << x;
+  return os.str();
 }
 
 // The built-in reduction ops, as the tests enumerate them.
