@@ -34,7 +34,7 @@ for kind in "${kinds[@]}"; do
       ;;
     address)
       preset=asan
-      tests=(test_topology test_plan test_plan_blocks test_plan_cost test_plan_algorithms test_plan_profile
+      tests=(test_topology test_topology_text test_plan test_plan_blocks test_plan_cost test_plan_algorithms test_plan_profile
              test_schedule test_program test_device_select test_reduce test_reduce_types test_reduce_ops
              test_memory test_transport
              test_collectives test_collectives_ops test_collectives_planning
