@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates docs/PERFORMANCE.md: mdring-bench against the MPI library's own
+# Measures the tables of docs/PERFORMANCE.md (and renders the page): mdring-bench against the MPI library's own
 # collective (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather) on the same
 # buffers in the same run, alternating every iteration, for 2 and 4 processes,
 # 4 KiB to 256 MiB, with buffers from mdring::node_alloc (zero-copy) and from the
@@ -51,6 +51,8 @@ for name in np2 np4; do
     --title "mdring vs MPI, $name on $(nproc) cores, heap buffers: busbw against size"
 done
 
-# MDRING_BENCH_NOTE="..." adds a line on the conditions of the run.
-$py scripts/perf_report.py "$out" > docs/PERFORMANCE.md
+# This machine and the date beside the data (MDRING_BENCH_NOTE="..." adds a line on
+# the conditions of the run), then the page rendered from docs/perf.
+$py scripts/perf_report.py --host "$out"
+$py scripts/perf_report.py --write
 echo "wrote docs/PERFORMANCE.md"

@@ -71,5 +71,5 @@ tmp=$(mktemp)
 mv "$tmp" "$out"
 # Replace its section of docs/PERFORMANCE.md.
 py=$(mdring_python)
-$py scripts/perf_section.py "$out" docs/PERFORMANCE.md
+$py scripts/perf_report.py --write
 echo "wrote $out and docs/PERFORMANCE.md"

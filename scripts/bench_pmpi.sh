@@ -131,7 +131,7 @@ for (np_, c, b), v in sorted(ovh.items()):
     print(f"| {np_} | {names[c]} | {b} | {w:.3f} | {d:.3f} | {r:.3f} | {s.count('MPI')} of {len(s)} |")
 print()
 print("### Summary\n")
-print("Targets (issue 32): at most 1.03 x native at every size, at most 0.5 x from 16 MiB.\n")
+print("Targets: at most 1.03 x native at every size, at most 0.5 x from 16 MiB.\n")
 print("| collective | processes | worst ratio (size) | worst ratio from 16 MiB |")
 print("| --- | ---: | ---: | ---: |")
 for n, np_, w, wb, big in summary:
@@ -139,5 +139,5 @@ for n, np_, w, wb, big in summary:
 print()
 PY
 rm -rf "$work"
-$py scripts/perf_section.py "$out" docs/PERFORMANCE.md
+$py scripts/perf_report.py --write
 echo "wrote $out and docs/PERFORMANCE.md"

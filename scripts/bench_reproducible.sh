@@ -2,7 +2,7 @@
 # options.reproducible against the default mode: time and 16-bit precision.
 #
 #   scripts/bench_reproducible.sh [ROUNDS] [--smpi] > docs/perf/reproducible.md
-#   python3 scripts/perf_section.py docs/perf/reproducible.md docs/PERFORMANCE.md
+#   python3 scripts/perf_report.py --write
 #
 # 1. mdring-bench all_reduce --reproducible --baseline mdring (the two modes on the
 #    same buffers, alternating every iteration) on 2 and 4 processes, 1 to 64 MiB,
