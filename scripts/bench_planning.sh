@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Estimate against measure (options.planning), and the calibration of this machine.
 #
-#   scripts/bench_planning.sh [ROUNDS] > table.md
+#   scripts/bench_planning.sh [ROUNDS] > docs/perf/planning.md
+#   python3 scripts/perf_report.py --write
 #
 # 1. mdring-calibrate on 4 processes ("shm:2 x ethernet:2": a shared-memory
 #    dimension and one that moves messages) prints the profile it fits and, for
