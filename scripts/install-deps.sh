@@ -7,8 +7,9 @@
 #
 # Groups: build (compilers, CMake, Open MPI, Boost.MPI, doctest, SimGrid, UCX,
 # Gloo, PyTorch 1.13: what scripts/test.sh builds and runs), fuzz (clang and
-# libFuzzer), mpich (MPICH beside Open MPI), plot (matplotlib), smpi (SimGrid
-# and the plots); ci = build fuzz mpich (what .ci/run runs); all = every group.
+# libFuzzer), mpich (MPICH beside Open MPI), plot (matplotlib), format
+# (clang-format-16: scripts/format.sh), smpi (SimGrid and the plots); ci = build
+# fuzz mpich format (what .ci/run runs); all = every group.
 # Default: build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,10 +23,12 @@ for g in "${groups[@]}"; do
     fuzz) pkgs+=("${MDRING_FUZZ_PACKAGES[@]}") ;;
     mpich) pkgs+=("${MDRING_MPICH_PACKAGES[@]}") ;;
     plot) pkgs+=("${MDRING_PLOT_PACKAGES[@]}") ;;
+    format) pkgs+=("${MDRING_FORMAT_PACKAGES[@]}") ;;
     smpi) pkgs+=("${MDRING_SMPI_PACKAGES[@]}") ;;
-    ci) pkgs+=("${MDRING_PACKAGES[@]}" "${MDRING_FUZZ_PACKAGES[@]}" "${MDRING_MPICH_PACKAGES[@]}") ;;
+    ci) pkgs+=("${MDRING_PACKAGES[@]}" "${MDRING_FUZZ_PACKAGES[@]}" "${MDRING_MPICH_PACKAGES[@]}"
+               "${MDRING_FORMAT_PACKAGES[@]}") ;;
     all) pkgs+=("${MDRING_PACKAGES[@]}" "${MDRING_FUZZ_PACKAGES[@]}" "${MDRING_MPICH_PACKAGES[@]}"
-                "${MDRING_PLOT_PACKAGES[@]}" "${MDRING_SMPI_PACKAGES[@]}") ;;
+                "${MDRING_PLOT_PACKAGES[@]}" "${MDRING_SMPI_PACKAGES[@]}" "${MDRING_FORMAT_PACKAGES[@]}") ;;
     *) echo "install-deps: unknown group '$g' (build, fuzz, mpich, plot, smpi, ci, all)" >&2; exit 2 ;;
   esac
 done

@@ -11,6 +11,7 @@ MDRING_PACKAGES=(g++ gfortran make cmake libopenmpi-dev openmpi-bin libboost-mpi
 MDRING_FUZZ_PACKAGES=(clang libclang-rt-14-dev cmake make doctest-dev)
 MDRING_MPICH_PACKAGES=(mpich libmpich-dev)
 MDRING_PLOT_PACKAGES=(python3 python3-matplotlib)
+MDRING_FORMAT_PACKAGES=(clang-format-16)
 
 mdring_ensure_packages() {
   local missing=()
