@@ -103,19 +103,21 @@ void run_inflight(const config& cfg, Comm& comm, const world_ops& w, Op op, MPI_
     bytes = std::min(std::max(std::size_t(double(bytes) * cfg.factor), bytes + 1), cfg.max_bytes);
   }
   if (w.rank == 0)
-    std::printf("# ratio = in flight / blocking (below 1: in flight is faster); md/mpi = mdring in flight / MPI in flight\n");
+    std::printf(
+        "# ratio = in flight / blocking (below 1: in flight is faster); md/mpi = mdring in flight / MPI in flight\n");
 }
 
 template <class T, class Comm, class Op>
 void run_overlap(const config& cfg, Comm& comm, const world_ops& w, Op op, MPI_Datatype type, MPI_Op mop) {
   const double step_s = calibrate(w);
   if (w.rank == 0) {
-    std::printf("# mdring-bench --overlap: all_reduce, %zu processes, topology \"%s\", progress %s, compute %s "
-                "(%.3g ns per step)\n",
-                w.size, comm.topology().to_string().c_str(), std::string(md::to_string(comm.progress())).c_str(),
-                cfg.compute.c_str(), step_s * 1e9);
-    std::printf("# %10s | %10s %10s %10s %7s | %10s %10s %10s %7s\n", "bytes", "md comm", "compute", "total",
-                "overlap", "mpi comm", "compute", "total", "overlap");
+    std::printf(
+        "# mdring-bench --overlap: all_reduce, %zu processes, topology \"%s\", progress %s, compute %s "
+        "(%.3g ns per step)\n",
+        w.size, comm.topology().to_string().c_str(), std::string(md::to_string(comm.progress())).c_str(),
+        cfg.compute.c_str(), step_s * 1e9);
+    std::printf("# %10s | %10s %10s %10s %7s | %10s %10s %10s %7s\n", "bytes", "md comm", "compute", "total", "overlap",
+                "mpi comm", "compute", "total", "overlap");
   }
   for (std::size_t bytes = cfg.min_bytes;;) {
     const std::size_t count = bytes / sizeof(T);

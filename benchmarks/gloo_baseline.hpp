@@ -93,8 +93,7 @@ public:
   // iface_or_host: a network interface (e.g. "eth0") or a host name or address
   // that this process's Gloo listens on.
   gloo_baseline(mdring::rendezvous::store& store, int rank, int size, std::chrono::milliseconds timeout,
-                const std::string& iface_or_host = "127.0.0.1")
-  {
+                const std::string& iface_or_host = "127.0.0.1") {
     gloo::transport::tcp::attr attr;
     if (if_nametoindex(iface_or_host.c_str()) != 0) attr.iface = iface_or_host;
     else attr.hostname = iface_or_host;
@@ -105,9 +104,9 @@ public:
     context->connectFullMesh(s, device);
     context_ = std::move(context);
     scalar_max_ = std::make_unique<gloo::AllreduceRing<double>>(context_, std::vector<double*>{&scalar_}, 1,
-                                                                 gloo::ReductionFunction<double>::max);
+                                                                gloo::ReductionFunction<double>::max);
     scalar_sum_ = std::make_unique<gloo::AllreduceRing<double>>(context_, std::vector<double*>{&scalar_}, 1,
-                                                                 gloo::ReductionFunction<double>::sum);
+                                                                gloo::ReductionFunction<double>::sum);
     barrier_ = std::make_unique<gloo::BarrierAllToAll>(context_);
   }
 

@@ -72,8 +72,9 @@ args parse(int argc, char** argv) {
     else if (s == "--kernels") a.all_reduce = false;
     else if (s == "--all-reduce") a.kernels = false;
     else {
-      std::fprintf(stderr, "usage: mdring-gpu-bench [--quick] [--max-mib N] [--iters N] [--json FILE] "
-                           "[--kernels | --all-reduce]\n");
+      std::fprintf(stderr,
+                   "usage: mdring-gpu-bench [--quick] [--max-mib N] [--iters N] [--json FILE] "
+                   "[--kernels | --all-reduce]\n");
       std::exit(2);
     }
   }
@@ -156,8 +157,8 @@ void kernel_rows(timer& tm, const args& a, void* const* in, void* out, void* cop
       const std::size_t ws = bytes * std::size_t(k + 1);
       const double t_fold = tm.median_ms(
           [&](cudaStream_t s) {
-            md::cuda::fold(static_cast<T*>(out), std::span<const T* const>(ptrs.data(), ptrs.size()), n, md::sum,
-                           false, 1, s);
+            md::cuda::fold(static_cast<T*>(out), std::span<const T* const>(ptrs.data(), ptrs.size()), n, md::sum, false,
+                           1, s);
           },
           a.iters, ws);
       const double t_copy = tm.median_ms(
@@ -182,10 +183,11 @@ void kernel_rows(timer& tm, const args& a, void* const* in, void* out, void* cop
       if (k == 2) std::printf("   DeviceTransform %8.1f GB/s (%5.1f %%)", gbs_cub, 100.0 * gbs_cub / gbs_copy);
       std::printf("\n");
       if (json_out)
-        std::fprintf(json_out,
-                     "{\"kind\":\"fold\",\"type\":\"%s\",\"inputs\":%d,\"bytes\":%zu,\"fold_ms\":%.6f,\"fold_gbs\":%.2f,"
-                     "\"copy_ms\":%.6f,\"copy_gbs\":%.2f,\"ratio\":%.4f,\"cub_gbs\":%.2f}\n",
-                     tname, k, bytes, t_fold, gbs_fold, t_copy, gbs_copy, gbs_fold / gbs_copy, gbs_cub);
+        std::fprintf(
+            json_out,
+            "{\"kind\":\"fold\",\"type\":\"%s\",\"inputs\":%d,\"bytes\":%zu,\"fold_ms\":%.6f,\"fold_gbs\":%.2f,"
+            "\"copy_ms\":%.6f,\"copy_gbs\":%.2f,\"ratio\":%.4f,\"cub_gbs\":%.2f}\n",
+            tname, k, bytes, t_fold, gbs_fold, t_copy, gbs_copy, gbs_fold / gbs_copy, gbs_cub);
     }
   }
 }
@@ -199,7 +201,8 @@ bool spot_check(void* const* in, void* out) {
     ok(cudaMemcpy(h[std::size_t(j)].data(), in[j], n * 4, cudaMemcpyDeviceToHost), "download");
     ptrs.push_back(static_cast<const float*>(in[j]));
   }
-  md::cuda::fold(static_cast<float*>(out), std::span<const float* const>(ptrs.data(), 4), n, md::sum, false, 1, nullptr);
+  md::cuda::fold(static_cast<float*>(out), std::span<const float* const>(ptrs.data(), 4), n, md::sum, false, 1,
+                 nullptr);
   std::vector<float> got(n);
   ok(cudaMemcpy(got.data(), out, n * 4, cudaMemcpyDeviceToHost), "download");
   for (std::size_t i = 0; i < n; ++i)
@@ -271,16 +274,17 @@ void all_reduce_rows(timer& tm, const args& a) {
           },
           a.iters, ws);
       const auto& sch = comms[0].program_for<float>(n, true, 0);
-      std::printf("all_reduce fp32 %-26s %6zu MiB/rank   %9.3f ms (graph %8.3f ms, %6.1f GB/s)   one fold + copies %8.3f ms"
-                  "   graph/baseline %5.2f   segments %zu\n",
-                  text, mib, ms, graph_ms, double(bytes) / (graph_ms * 1e6), base_ms, graph_ms / base_ms, sch.segments);
+      std::printf(
+          "all_reduce fp32 %-26s %6zu MiB/rank   %9.3f ms (graph %8.3f ms, %6.1f GB/s)   one fold + copies %8.3f ms"
+          "   graph/baseline %5.2f   segments %zu\n",
+          text, mib, ms, graph_ms, double(bytes) / (graph_ms * 1e6), base_ms, graph_ms / base_ms, sch.segments);
       if (json_out)
         std::fprintf(json_out,
                      "{\"kind\":\"all_reduce\",\"topology\":\"%s\",\"ranks\":%zu,\"bytes\":%zu,\"ms\":%.6f,"
                      "\"algbw_gbs\":%.2f,\"graph_ms\":%.6f,\"graph_algbw_gbs\":%.2f,\"baseline_ms\":%.6f,"
                      "\"segments\":%zu}\n",
-                     text, P, bytes, ms, double(bytes) / (ms * 1e6), graph_ms, double(bytes) / (graph_ms * 1e6), base_ms,
-                     sch.segments);
+                     text, P, bytes, ms, double(bytes) / (ms * 1e6), graph_ms, double(bytes) / (graph_ms * 1e6),
+                     base_ms, sch.segments);
     }
     for (auto b : bufs) cudaFree(b);
   }

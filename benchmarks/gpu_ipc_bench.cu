@@ -76,7 +76,8 @@ struct args {
 };
 
 __global__ void fill_kernel(float* p, std::size_t n, float v) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
     p[i] = v + float(i % 7);
 }
 
@@ -119,9 +120,10 @@ int main(int argc, char** argv) {
   auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), md::cuda::store_world{*j.l.job_store, j.l.rank, j.l.size});
   FILE* json = rank == 0 && !a.json.empty() ? std::fopen(a.json.c_str(), "a") : nullptr;
   if (rank == 0)
-    std::printf("mdring-gpu-ipc-bench: %d processes on %d GPU(s) (%s), transport %s, %s; median of %d rounds of %d calls\n",
-                size, G, prop.name, std::string(md::to_string(comm.transport_of(0))).c_str(), a.label.c_str(),
-                a.rounds, a.iters);
+    std::printf(
+        "mdring-gpu-ipc-bench: %d processes on %d GPU(s) (%s), transport %s, %s; median of %d rounds of %d calls\n",
+        size, G, prop.name, std::string(md::to_string(comm.transport_of(0))).c_str(), a.label.c_str(), a.rounds,
+        a.iters);
   auto stream = md::cuda::unique_stream::create();
   cudaStream_t s = stream.get();
   md::cuda::unique_event t0 = md::cuda::unique_event::create(cudaEventDefault),
@@ -173,7 +175,8 @@ int main(int argc, char** argv) {
     j.barrier();
     if (rank == 0) {
       std::vector<float*> bufs(P);
-      for (std::size_t r = 0; r < P; ++r) ok(cudaMalloc(&bufs[r], bytes), "cudaMalloc"), fill_kernel<<<264, 512, 0, s>>>(bufs[r], n, float(r));
+      for (std::size_t r = 0; r < P; ++r)
+        ok(cudaMalloc(&bufs[r], bytes), "cudaMalloc"), fill_kernel<<<264, 512, 0, s>>>(bufs[r], n, float(r));
       std::vector<const float*> in(bufs.begin(), bufs.end());
       auto once = [&] {
         md::cuda::fold(bufs[0], std::span<const float* const>(in.data(), P), n, md::sum, false, 1, s);
@@ -198,10 +201,10 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       const char* unit = bytes >= (1 << 20) ? "MiB" : "KiB";
       const double shown = bytes >= (1 << 20) ? double(bytes >> 20) : double(bytes >> 10);
-      std::printf("all_reduce fp32 %2zu processes %7.0f %s/rank  eager %9.4f ms  graph %9.4f ms  baseline %9.4f ms  "
-                  "eager/baseline %6.2f  graph/baseline %6.2f  %s  check %s\n",
-                  P, shown, unit, eager, graph, base, eager / base, graph / base, a.label.c_str(),
-                  all_good ? "ok" : "FAILED");
+      std::printf(
+          "all_reduce fp32 %2zu processes %7.0f %s/rank  eager %9.4f ms  graph %9.4f ms  baseline %9.4f ms  "
+          "eager/baseline %6.2f  graph/baseline %6.2f  %s  check %s\n",
+          P, shown, unit, eager, graph, base, eager / base, graph / base, a.label.c_str(), all_good ? "ok" : "FAILED");
       if (json)
         std::fprintf(json,
                      "{\"kind\":\"ipc_all_reduce\",\"processes\":%zu,\"gpus\":%d,\"device\":\"%s\",\"mode\":\"%s\","

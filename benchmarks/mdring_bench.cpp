@@ -90,64 +90,66 @@ struct config {
   double factor = 2;
   int iters = 20, warmup = 5;
   bool check = false, json = false, inplace = false, explain = false;
-  std::string alloc = "node";  // node: mdring::node_alloc; heap: std::allocator
+  std::string alloc = "node";     // node: mdring::node_alloc; heap: std::allocator
   std::string baseline = "none";  // none, mpi or gloo
   std::string transport = "mpi";  // mpi or ucx (processes without MPI)
-  std::string plot;  // --plot FILE.png: also FILE.png.jsonl, drawn by scripts/plot_bench.py
-  bool baseline_only = false;  // time the baseline alone (mdring's columns are null)
-  int threads = 0;  // > 0: in-process ranks
+  std::string plot;               // --plot FILE.png: also FILE.png.jsonl, drawn by scripts/plot_bench.py
+  bool baseline_only = false;     // time the baseline alone (mdring's columns are null)
+  int threads = 0;                // > 0: in-process ranks
   std::vector<md::algorithm> algorithms;
   double timeout = 0;
   std::size_t root = 0;
-  std::vector<md::link_info> links;  // --link, registered before --topology is parsed
+  std::vector<md::link_info> links;                   // --link, registered before --topology is parsed
   std::size_t segment_bytes = 0, pipeline_depth = 0;  // options.tune's, when given
   std::size_t staging_bytes = std::size_t(-1), nontemporal_bytes = std::size_t(-1);  // the same (-1: default)
-  std::size_t split_ring_extent = std::size_t(-1);                                      // the same
-  int inflight = 0;       // --inflight N: N calls in flight against N blocking (bench_nonblocking.hpp)
-  bool overlap = false;   // --overlap: a call overlapped with compute (bench_nonblocking.hpp)
-  std::string progress;   // --progress agent|in_wait: options.progress
+  std::size_t split_ring_extent = std::size_t(-1);                                   // the same
+  int inflight = 0;             // --inflight N: N calls in flight against N blocking (bench_nonblocking.hpp)
+  bool overlap = false;         // --overlap: a call overlapped with compute (bench_nonblocking.hpp)
+  std::string progress;         // --progress agent|in_wait: options.progress
   std::string compute = "cpu";  // --compute cpu|sleep: what --overlap overlaps with
-  std::string planning;  // --planning estimate|measure: options.planning
-  bool reproducible = false;  // --reproducible: options.reproducible
-  std::string accumulation;   // --accumulation element|float32: options.accumulation
-  std::string profile;   // --profile FILE: options.profile
+  std::string planning;         // --planning estimate|measure: options.planning
+  bool reproducible = false;    // --reproducible: options.reproducible
+  std::string accumulation;     // --accumulation element|float32: options.accumulation
+  std::string profile;          // --profile FILE: options.profile
   std::size_t hd_max_bytes = std::size_t(-1);  // --hd-max-bytes N: tune.halving_doubling_max_bytes
   std::size_t rd_max_bytes = std::size_t(-1);  // --rd-max-bytes N: tune.recursive_doubling_max_bytes
   double host_gamma = -1;                      // --host-gamma S: tune.host_gamma (seconds per byte folded)
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "mdring-bench: %s\n"
-               "usage: mdring-bench [--op all_reduce|reduce_scatter|all_gather|broadcast|reduce]\n"
-               "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
-               "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
-               "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|gloo|mdring|none] [--baseline-only] [--json]\n"
-               "  [--reproducible] [--accumulation element|float32|element,float32]  (options.reproducible, options.accumulation\n"
-               "   or per dimension options.dimension_accumulation; with\n"
-               "     --baseline mdring, timed against the default mode)\n"
-               "  [--transport mpi|ucx]  (ucx: processes started by mdring-run or torchrun, no MPI; --baseline gloo\n"
-               "     needs it and times all_reduce of float or double, sum, with Gloo's ring_chunked and\n"
-               "     halving_doubling, reporting the faster and which)\n"
-               "  [--alloc node|heap]  (buffers from mdring::node_alloc, the default, or ordinary memory)\n"
-               "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
-               "  [--threads N] [--algorithms ring,direct,hd,rd,auto,...] [--root R] [--timeout SECONDS]\n"
-               "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
-               "  [--inflight N | --overlap [--compute cpu|sleep]] [--progress agent|in_wait]  (MPI, all_reduce:\n"
-               "     N calls in flight against N blocking, or one call overlapped with compute; mdring and MPI\n"
-               "     in one run)\n"
-               "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device][,ports=N][,overhead=S]]... [--segment-bytes N]\n"
-               "  [--pipeline-depth N]\n"
-               "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
-               "  [--split-ring-extent N]  (options.tune.split_ring_extent: rings of N ranks or more run as a x b; 0: never)\n"
-               "  [--hd-max-bytes N]  (options.tune.halving_doubling_max_bytes: 0 never runs halving-doubling)\n"
-               "  [--rd-max-bytes N]  (options.tune.recursive_doubling_max_bytes: 0 never runs recursive doubling or trees)\n"
-               "  [--host-gamma S]  (options.tune.host_gamma, the cost model's seconds per byte folded on the host;\n"
-               "     under SMPI with smpi/simulate-computation:no folds are free, as on GPUs: say 1e-12)\n"
-               "  [--planning estimate|measure] [--profile FILE]  (options.planning: measure times candidate plans at\n"
-               "     the first call of each size, in the warm-up; options.profile: figures from mdring-calibrate)\n"
-               "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "mdring-bench: %s\n"
+      "usage: mdring-bench [--op all_reduce|reduce_scatter|all_gather|broadcast|reduce]\n"
+      "  [--topology \"shm:2 x shm:*\"] [--dtype float|double|int32|int64|uint8|half|bfloat16]\n"
+      "  [--reduce-op sum|prod|min|max|avg] [--bytes N | --min-bytes N --max-bytes N --factor F]\n"
+      "  [--iters N] [--warmup N] [--check] [--inplace] [--baseline mpi|gloo|mdring|none] [--baseline-only] [--json]\n"
+      "  [--reproducible] [--accumulation element|float32|element,float32]  (options.reproducible, "
+      "options.accumulation\n"
+      "   or per dimension options.dimension_accumulation; with\n"
+      "     --baseline mdring, timed against the default mode)\n"
+      "  [--transport mpi|ucx]  (ucx: processes started by mdring-run or torchrun, no MPI; --baseline gloo\n"
+      "     needs it and times all_reduce of float or double, sum, with Gloo's ring_chunked and\n"
+      "     halving_doubling, reporting the faster and which)\n"
+      "  [--alloc node|heap]  (buffers from mdring::node_alloc, the default, or ordinary memory)\n"
+      "  [--explain]  (rank 0 prints the plan of each size on stderr: stages, algorithms, segments, predicted time)\n"
+      "  [--threads N] [--algorithms ring,direct,hd,rd,auto,...] [--root R] [--timeout SECONDS]\n"
+      "  [--plot FILE.png]  (busbw against size, mdring and baseline; needs python3-matplotlib)\n"
+      "  [--inflight N | --overlap [--compute cpu|sleep]] [--progress agent|in_wait]  (MPI, all_reduce:\n"
+      "     N calls in flight against N blocking, or one call overlapped with compute; mdring and MPI\n"
+      "     in one run)\n"
+      "  [--link NAME=BANDWIDTH,LATENCY[,full|ring][,host|device][,ports=N][,overhead=S]]... [--segment-bytes N]\n"
+      "  [--pipeline-depth N]\n"
+      "  [--staging-bytes N] [--nontemporal-bytes N]  (options.tune.shared_staging_bytes, nontemporal_bytes)\n"
+      "  [--split-ring-extent N]  (options.tune.split_ring_extent: rings of N ranks or more run as a x b; 0: never)\n"
+      "  [--hd-max-bytes N]  (options.tune.halving_doubling_max_bytes: 0 never runs halving-doubling)\n"
+      "  [--rd-max-bytes N]  (options.tune.recursive_doubling_max_bytes: 0 never runs recursive doubling or trees)\n"
+      "  [--host-gamma S]  (options.tune.host_gamma, the cost model's seconds per byte folded on the host;\n"
+      "     under SMPI with smpi/simulate-computation:no folds are free, as on GPUs: say 1e-12)\n"
+      "  [--planning estimate|measure] [--profile FILE]  (options.planning: measure times candidate plans at\n"
+      "     the first call of each size, in the warm-up; options.profile: figures from mdring-calibrate)\n"
+      "sizes take K, M, G suffixes (powers of 1024); --link takes bytes/s and seconds\n",
+      why.c_str());
   std::exit(2);
 }
 
@@ -157,11 +159,22 @@ std::size_t parse_bytes(const std::string& s) {
   if (end == s.c_str() || v < 0) usage("not a size: " + s);
   double mult = 1;
   switch (*end) {
-    case 'k': case 'K': mult = 1024.0; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; break;
-    case '\0': break;
-    default: usage("not a size: " + s);
+    case 'k':
+    case 'K':
+      mult = 1024.0;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1024.0 * 1024;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1024.0 * 1024 * 1024;
+      break;
+    case '\0':
+      break;
+    default:
+      usage("not a size: " + s);
   }
   return std::size_t(v * mult);
 }
@@ -199,8 +212,7 @@ config parse(int argc, char** argv) {
     else if (a == "--alloc") {
       c.alloc = next();
       if (c.alloc != "node" && c.alloc != "heap") usage("--alloc takes node or heap, not " + c.alloc);
-    }
-    else if (a == "--json") c.json = true;
+    } else if (a == "--json") c.json = true;
     else if (a == "--plot") c.plot = next();
     else if (a == "--baseline") c.baseline = next();
     else if (a == "--transport") c.transport = next();
@@ -219,8 +231,7 @@ config parse(int argc, char** argv) {
     else if (a == "--compute") {
       c.compute = next();
       if (c.compute != "cpu" && c.compute != "sleep") usage("--compute takes cpu or sleep, not " + c.compute);
-    }
-    else if (a == "--reproducible") c.reproducible = true;
+    } else if (a == "--reproducible") c.reproducible = true;
     else if (a == "--accumulation") {
       c.accumulation = next();
       std::string_view v = c.accumulation;
@@ -232,19 +243,19 @@ config parse(int argc, char** argv) {
         if (w.size() == v.size()) break;
         v.remove_prefix(w.size() + 1);
       }
-    }
-    else if (a == "--planning") {
+    } else if (a == "--planning") {
       c.planning = next();
-      if (c.planning != "estimate" && c.planning != "measure") usage("--planning takes estimate or measure, not " + c.planning);
+      if (c.planning != "estimate" && c.planning != "measure")
+        usage("--planning takes estimate or measure, not " + c.planning);
     } else if (a == "--profile") c.profile = next();
     else if (a == "--hd-max-bytes") c.hd_max_bytes = parse_bytes(next());
     else if (a == "--rd-max-bytes") c.rd_max_bytes = parse_bytes(next());
     else if (a == "--host-gamma") c.host_gamma = std::atof(next().c_str());
     else if (a == "--progress") {
       c.progress = next();
-      if (c.progress != "agent" && c.progress != "in_wait") usage("--progress takes agent or in_wait, not " + c.progress);
-    }
-    else if (a == "--algorithms") {
+      if (c.progress != "agent" && c.progress != "in_wait")
+        usage("--progress takes agent or in_wait, not " + c.progress);
+    } else if (a == "--algorithms") {
       std::string s = next();
       std::size_t pos = 0;
       while (pos <= s.size()) {
@@ -255,10 +266,10 @@ config parse(int argc, char** argv) {
         else if (w == "rd") c.algorithms.push_back(md::algorithm::recursive_doubling);
         else if (w == "auto") c.algorithms.push_back(md::algorithm::automatic);
         else try {
-          c.algorithms.push_back(md::algorithm_from_string(w, "--algorithms"));
-        } catch (const md::invalid_argument& e) {
-          usage(std::string("--algorithms: ") + e.what());
-        }
+            c.algorithms.push_back(md::algorithm_from_string(w, "--algorithms"));
+          } catch (const md::invalid_argument& e) {
+            usage(std::string("--algorithms: ") + e.what());
+          }
         pos = comma + 1;
       }
     } else if (a == "-h" || a == "--help") usage("help");
@@ -270,8 +281,9 @@ config parse(int argc, char** argv) {
   if (c.baseline != "none" && c.baseline != "mpi" && c.baseline != "gloo" && c.baseline != "mdring")
     usage("unknown --baseline " + c.baseline);
   if (c.baseline == "mdring" && (c.transport != "mpi" || c.threads > 0 || c.baseline_only))
-    usage("--baseline mdring (mdring's default mode on a second communicator) needs --transport mpi, no --threads "
-          "and no --baseline-only");
+    usage(
+        "--baseline mdring (mdring's default mode on a second communicator) needs --transport mpi, no --threads "
+        "and no --baseline-only");
   if (c.baseline_only && c.baseline == "none") usage("--baseline-only needs --baseline mpi or gloo");
   if (c.transport != "mpi" && c.transport != "ucx") usage("--transport takes mpi or ucx, not " + c.transport);
   if (c.transport == "ucx") {
@@ -279,7 +291,8 @@ config parse(int argc, char** argv) {
     usage("built without UCX (libucx-dev): --transport ucx is not available");
 #endif
     if (c.threads > 0) usage("--threads runs ranks as threads: no --transport ucx with it");
-    if (c.baseline == "mpi") usage("--baseline mpi needs --transport mpi (no MPI runs with --transport ucx): use --baseline gloo");
+    if (c.baseline == "mpi")
+      usage("--baseline mpi needs --transport mpi (no MPI runs with --transport ucx): use --baseline gloo");
     if (c.inflight || c.overlap) usage("--inflight and --overlap need --transport mpi");
   }
   if (c.baseline == "gloo") {
@@ -494,7 +507,8 @@ struct runner {
       T* own = cfg.inplace ? recv.data() + rank * count : send.data();
       for (std::size_t i = 0; i < count; ++i) own[i] = input_value<T>(cfg.reduce_op, rank, rank * count + i);
     } else if (cfg.op == "broadcast") {
-      for (std::size_t i = 0; i < count; ++i) recv[i] = rank == cfg.root ? input_value<T>(cfg.reduce_op, rank, i) : T(0.0f);
+      for (std::size_t i = 0; i < count; ++i)
+        recv[i] = rank == cfg.root ? input_value<T>(cfg.reduce_op, rank, i) : T(0.0f);
     } else {
       for (std::size_t i = 0; i < in.size(); ++i) in[i] = input_value<T>(cfg.reduce_op, rank, i);
     }
@@ -523,7 +537,8 @@ struct runner {
       for (std::size_t i = 0; i < count; ++i) bad += !equal_value(recv[i], expected<T>(cfg.reduce_op, P, i));
     } else if (cfg.op == "reduce_scatter") {
       const T* r = cfg.inplace ? recv.data() + rank * count : recv.data();
-      for (std::size_t i = 0; i < count; ++i) bad += !equal_value(r[i], expected<T>(cfg.reduce_op, P, rank * count + i));
+      for (std::size_t i = 0; i < count; ++i)
+        bad += !equal_value(r[i], expected<T>(cfg.reduce_op, P, rank * count + i));
     } else if (cfg.op == "all_gather") {
       for (std::size_t q = 0; q < P; ++q)
         for (std::size_t i = 0; i < count; ++i)
@@ -608,7 +623,8 @@ std::string json_row(const config& cfg, const result_row& r, const std::string& 
                 "\"transport\": \"%s\", \"alloc\": \"%s\", \"inplace\": %s, \"bytes\": %zu, \"elements\": %zu, "
                 "\"mdring_s\": %s, ",
                 cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(),
-                cfg.alloc.c_str(), cfg.inplace ? "true" : "false", r.bytes, r.elements, num("%.9g", r.mdring_s).c_str());
+                cfg.alloc.c_str(), cfg.inplace ? "true" : "false", r.bytes, r.elements,
+                num("%.9g", r.mdring_s).c_str());
   s += buf;
   if (r.has_baseline) {
     const double balg = r.baseline_s > 0 ? double(r.bytes) / r.baseline_s / 1e9 : 0;
@@ -651,7 +667,8 @@ void plot_rows(const config& cfg, const std::vector<result_row>& rows, const std
   }
   for (auto& r : rows) std::fprintf(f, "%s\n", json_row(cfg, r, topo, P, transport).c_str());
   std::fclose(f);
-  const std::string cmd = "python3 \"" MDRING_SOURCE_DIR "/scripts/plot_bench.py\" \"" + cfg.plot + "\" \"" + data + "\"";
+  const std::string cmd =
+      "python3 \"" MDRING_SOURCE_DIR "/scripts/plot_bench.py\" \"" + cfg.plot + "\" \"" + data + "\"";
   if (std::system(cmd.c_str()) != 0)
     std::fprintf(stderr, "mdring-bench: --plot: %s failed (is python3-matplotlib installed?)\n", cmd.c_str());
 }
@@ -664,10 +681,11 @@ void print_rows(const config& cfg, const std::vector<result_row>& rows, const st
     for (auto& r : rows) std::printf("%s\n", json_row(cfg, r, topo, P, transport).c_str());
     return;
   }
-  std::printf("# mdring-bench: %s of %s (op %s), topology %s = %zu ranks, %s transport, %s, %s memory, median of "
-              "%d iters (%d warmup), time = slowest rank\n",
-              cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(),
-              cfg.inplace ? "in place" : "out of place", cfg.alloc.c_str(), cfg.iters, cfg.warmup);
+  std::printf(
+      "# mdring-bench: %s of %s (op %s), topology %s = %zu ranks, %s transport, %s, %s memory, median of "
+      "%d iters (%d warmup), time = slowest rank\n",
+      cfg.op.c_str(), cfg.dtype.c_str(), cfg.reduce_op.c_str(), topo.c_str(), P, transport.c_str(),
+      cfg.inplace ? "in place" : "out of place", cfg.alloc.c_str(), cfg.iters, cfg.warmup);
   const bool b = !rows.empty() && rows[0].has_baseline;
   std::printf("# %12s %12s | %11s %9s %9s", "bytes", "elements", "mdring us", "algbw", "busbw");
   if (b) std::printf(" | %11s %9s %9s | %6s", (cfg.baseline + " us").c_str(), "algbw", "busbw", "ratio");
@@ -693,8 +711,9 @@ void print_rows(const config& cfg, const std::vector<result_row>& rows, const st
     if (cfg.check) std::printf(" | %s", r.errors ? "FAILED" : "ok");
     std::printf("\n");
   }
-  if (!rows.empty()) std::printf("# algbw and busbw in GB/s (1e9 bytes per second); ratio = mdring time / baseline time%s\n",
-                                 variants.empty() ? "" : " (the fastest variant's)");
+  if (!rows.empty())
+    std::printf("# algbw and busbw in GB/s (1e9 bytes per second); ratio = mdring time / baseline time%s\n",
+                variants.empty() ? "" : " (the fastest variant's)");
 }
 
 template <class F>
@@ -710,7 +729,8 @@ void dispatch_dtype(const std::string& dtype, F&& f) {
 #else
   else if (dtype == "double" || dtype == "int32" || dtype == "int64" || dtype == "uint8" || dtype == "half" ||
            dtype == "bfloat16")
-    usage("--dtype " + dtype + ": this mdring-bench was built for float only (-DMDRING_BENCH_ALL_TYPES=OFF); "
+    usage("--dtype " + dtype +
+          ": this mdring-bench was built for float only (-DMDRING_BENCH_ALL_TYPES=OFF); "
           "configure with -DMDRING_BENCH_ALL_TYPES=ON for every type");
 #endif
   else usage("unknown --dtype " + dtype);
@@ -726,7 +746,8 @@ void dispatch_op(const std::string& op, F&& f) {
   else if (op == "avg") f(md::avg);
 #else
   else if (op == "prod" || op == "min" || op == "max" || op == "avg")
-    usage("--reduce-op " + op + ": this mdring-bench was built for sum only (-DMDRING_BENCH_ALL_TYPES=OFF); "
+    usage("--reduce-op " + op +
+          ": this mdring-bench was built for sum only (-DMDRING_BENCH_ALL_TYPES=OFF); "
           "configure with -DMDRING_BENCH_ALL_TYPES=ON for every op");
 #endif
   else usage("unknown --reduce-op " + op);
@@ -904,7 +925,8 @@ int run_mpi(const config& cfg) {
   std::vector<result_row> rows;
   std::vector<MPI_Op> created;
   const bool baseline = cfg.baseline == "mpi" || cfg.baseline == "mdring";
-  if (baseline && cfg.reduce_op == "avg" && (cfg.op == "all_reduce" || cfg.op == "reduce_scatter" || cfg.op == "reduce"))
+  if (baseline && cfg.reduce_op == "avg" &&
+      (cfg.op == "all_reduce" || cfg.op == "reduce_scatter" || cfg.op == "reduce"))
     usage("MPI has no avg op: use --reduce-op sum for a baseline comparison");
   dispatch_dtype(cfg.dtype, [&]<class T>(T) {
     dispatch_op(cfg.reduce_op, [&](auto op) {
@@ -932,7 +954,8 @@ int run_mpi(const config& cfg) {
     });
   });
   for (auto& o : created) MPI_Op_free(&o);
-  if (rank == 0 && !cfg.inflight && !cfg.overlap) print_rows(cfg, rows, comm.topology().to_string(), std::size_t(size), "mpi");
+  if (rank == 0 && !cfg.inflight && !cfg.overlap)
+    print_rows(cfg, rows, comm.topology().to_string(), std::size_t(size), "mpi");
   return exit_status(rows);
 }
 #endif

@@ -1,6 +1,7 @@
 // mdring-precision: how far a 16-bit sum lands from the exact one, per mode.
 //
-//   mdring-precision [--count N] [--time-count N] [--rounds R] [--dtype bfloat16|half] [--topology "shm:8 x ethernet:8"]...
+//   mdring-precision [--count N] [--time-count N] [--rounds R] [--dtype bfloat16|half] [--topology "shm:8 x
+//   ethernet:8"]...
 //
 // Every rank (a thread) holds N values uniform in [0, 1) (seeded by rank); the
 // all_reduce's result is compared with the exact sum (float64 of the same 16-bit
@@ -89,10 +90,11 @@ row measure(const md::runtime_topology& topo, std::size_t n, std::size_t tn, int
 
 template <class T>
 void run(const std::vector<std::string>& topos, std::size_t n, std::size_t tn, int rounds, const char* type) {
-  std::printf("# mdring-precision: all_reduce sum of %zu x %s per rank, inputs uniform in [0, 1); mean relative error "
-              "against the exact sum, and its ratio to the floor (the exact sum rounded once to %s); time of one "
-              "all_reduce of %zu x %s per rank (threads, median of %d), and its ratio to the default's\n",
-              n, type, type, tn, type, rounds);
+  std::printf(
+      "# mdring-precision: all_reduce sum of %zu x %s per rank, inputs uniform in [0, 1); mean relative error "
+      "against the exact sum, and its ratio to the floor (the exact sum rounded once to %s); time of one "
+      "all_reduce of %zu x %s per rank (threads, median of %d), and its ratio to the default's\n",
+      n, type, type, tn, type, rounds);
   std::printf("%-28s %6s %-13s %12s %12s %8s %10s %8s\n", "topology", "ranks", "mode", "error", "floor", "ratio",
               "time ms", "x default");
   for (const auto& t : topos) {
@@ -138,8 +140,9 @@ int main(int argc, char** argv) {
     else if (a == "--dtype") dtype = next();
     else if (a == "--topology") topos.push_back(next());
     else {
-      std::fprintf(stderr, "usage: mdring-precision [--count N] [--time-count N (0: no timing)] [--rounds R] "
-                           "[--dtype bfloat16|half] [--topology T]...\n");
+      std::fprintf(stderr,
+                   "usage: mdring-precision [--count N] [--time-count N (0: no timing)] [--rounds R] "
+                   "[--dtype bfloat16|half] [--topology T]...\n");
       return 2;
     }
   }

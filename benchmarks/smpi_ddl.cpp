@@ -140,7 +140,6 @@ args parse(int argc, char** argv) {
 // the speed of the machine running the simulation instead).
 void compute(double seconds) { smpi_execute_flops(seconds * sg_host_get_speed(sg_host_self())); }
 
-
 struct bucket {
   std::size_t ready_layer = 0, elements = 0;  // ready once layer ready_layer's backward is done
 };
@@ -189,8 +188,9 @@ int main(int argc, char** argv) {
 
   if (trainer) {
     if (gpu == 0) {
-      std::fprintf(stderr, "smpi-ddl: ResNet-50, %zu layers, %.3f M parameters, %.2f G multiply-adds per image; "
-                           "%zu buckets (limits %g MiB, then %g MiB):",
+      std::fprintf(stderr,
+                   "smpi-ddl: ResNet-50, %zu layers, %.3f M parameters, %.2f G multiply-adds per image; "
+                   "%zu buckets (limits %g MiB, then %g MiB):",
                    L.size(), params / 1e6, macs / 1e9, buckets.size(), a.first_bucket_mb, a.bucket_mb);
       for (auto& b : buckets) std::fprintf(stderr, " %.1f", double(b.elements) * 4 / 1e6);
       std::fprintf(stderr, " MB\n");
@@ -222,7 +222,8 @@ int main(int argc, char** argv) {
     // Every bucket alone, one after the other (also the warm-up: plans, scratch).
     MPI_Barrier(roles);
     double t0 = MPI_Wtime();
-    for (std::size_t k = 0; k < buckets.size(); ++k) mdring::all_reduce(comm, data[k], buckets[k].elements, mdring::avg);
+    for (std::size_t k = 0; k < buckets.size(); ++k)
+      mdring::all_reduce(comm, data[k], buckets[k].elements, mdring::avg);
     v[3] = MPI_Wtime() - t0;
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
@@ -243,9 +244,10 @@ int main(int argc, char** argv) {
   double m[4];
   MPI_Allreduce(v, m, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (world == 0)
-    std::printf("{\"gpus\":%d,\"mode\":\"%s\",\"step_s\":%.9g,\"compute_s\":%.9g,\"exposed_s\":%.9g,"
-                "\"all_reduce_s\":%.9g,\"efficiency\":%.6f,\"buckets\":%zu}\n",
-                size / 2, a.exposed ? "exposed" : "overlap", m[0], m[2], m[1], m[3], step_s / m[0], buckets.size());
+    std::printf(
+        "{\"gpus\":%d,\"mode\":\"%s\",\"step_s\":%.9g,\"compute_s\":%.9g,\"exposed_s\":%.9g,"
+        "\"all_reduce_s\":%.9g,\"efficiency\":%.6f,\"buckets\":%zu}\n",
+        size / 2, a.exposed ? "exposed" : "overlap", m[0], m[2], m[1], m[3], step_s / m[0], buckets.size());
   MPI_Comm_free(&roles);
   MPI_Finalize();
   return 0;

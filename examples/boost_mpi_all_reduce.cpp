@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   std::vector<double> v(1000, double(world.rank()));
   mdring::all_reduce(comm, v.data(), v.size(), mdring::max);
   const bool ok = v[0] == double(world.size() - 1) && v[999] == v[0];
-  if (world.rank() == 0) std::printf("max over %d Boost.MPI ranks: %g (%s)\n", world.size(), v[0], ok ? "correct" : "WRONG");
+  if (world.rank() == 0)
+    std::printf("max over %d Boost.MPI ranks: %g (%s)\n", world.size(), v[0], ok ? "correct" : "WRONG");
   return ok ? 0 : 1;
 }

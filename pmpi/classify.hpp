@@ -36,25 +36,60 @@ type_info classify_uncached(MPI_Datatype dt) {
     MPI_Datatype d;
     kind k;
   } table[] = {
-      {MPI_DOUBLE, kind::flt},         {MPI_FLOAT, kind::flt},          {MPI_INT, kind::sint},
-      {MPI_LONG, kind::sint},          {MPI_LONG_LONG, kind::sint},     {MPI_LONG_LONG_INT, kind::sint},
-      {MPI_SIGNED_CHAR, kind::sint},   {MPI_SHORT, kind::sint},
-      {MPI_INT8_T, kind::sint},        {MPI_INT16_T, kind::sint},       {MPI_INT32_T, kind::sint},
-      {MPI_INT64_T, kind::sint},       {MPI_AINT, kind::fint},          {MPI_OFFSET, kind::fint},
-      {MPI_COUNT, kind::fint},         {MPI_INTEGER, kind::fint},       {MPI_INTEGER1, kind::fint},
-      {MPI_INTEGER2, kind::fint},      {MPI_INTEGER4, kind::fint},      {MPI_INTEGER8, kind::fint},
-      {MPI_UNSIGNED_CHAR, kind::uint}, {MPI_UNSIGNED_SHORT, kind::uint}, {MPI_UNSIGNED, kind::uint},
-      {MPI_UNSIGNED_LONG, kind::uint}, {MPI_UNSIGNED_LONG_LONG, kind::uint}, {MPI_UINT8_T, kind::uint},
-      {MPI_UINT16_T, kind::uint},      {MPI_UINT32_T, kind::uint},      {MPI_UINT64_T, kind::uint},
+      {MPI_DOUBLE, kind::flt},
+      {MPI_FLOAT, kind::flt},
+      {MPI_INT, kind::sint},
+      {MPI_LONG, kind::sint},
+      {MPI_LONG_LONG, kind::sint},
+      {MPI_LONG_LONG_INT, kind::sint},
+      {MPI_SIGNED_CHAR, kind::sint},
+      {MPI_SHORT, kind::sint},
+      {MPI_INT8_T, kind::sint},
+      {MPI_INT16_T, kind::sint},
+      {MPI_INT32_T, kind::sint},
+      {MPI_INT64_T, kind::sint},
+      {MPI_AINT, kind::fint},
+      {MPI_OFFSET, kind::fint},
+      {MPI_COUNT, kind::fint},
+      {MPI_INTEGER, kind::fint},
+      {MPI_INTEGER1, kind::fint},
+      {MPI_INTEGER2, kind::fint},
+      {MPI_INTEGER4, kind::fint},
+      {MPI_INTEGER8, kind::fint},
+      {MPI_UNSIGNED_CHAR, kind::uint},
+      {MPI_UNSIGNED_SHORT, kind::uint},
+      {MPI_UNSIGNED, kind::uint},
+      {MPI_UNSIGNED_LONG, kind::uint},
+      {MPI_UNSIGNED_LONG_LONG, kind::uint},
+      {MPI_UINT8_T, kind::uint},
+      {MPI_UINT16_T, kind::uint},
+      {MPI_UINT32_T, kind::uint},
+      {MPI_UINT64_T, kind::uint},
       {MPI_LONG_DOUBLE, kind::flt},
-      {MPI_REAL, kind::flt},           {MPI_DOUBLE_PRECISION, kind::flt}, {MPI_REAL4, kind::flt},
-      {MPI_REAL8, kind::flt},          {MPI_C_COMPLEX, kind::cplx},     {MPI_C_FLOAT_COMPLEX, kind::cplx},
-      {MPI_C_DOUBLE_COMPLEX, kind::cplx}, {MPI_C_LONG_DOUBLE_COMPLEX, kind::cplx}, {MPI_COMPLEX, kind::cplx},
-      {MPI_DOUBLE_COMPLEX, kind::cplx}, {MPI_CXX_FLOAT_COMPLEX, kind::cplx}, {MPI_CXX_DOUBLE_COMPLEX, kind::cplx},
-      {MPI_C_BOOL, kind::logical},     {MPI_CXX_BOOL, kind::logical},   {MPI_LOGICAL, kind::logical},
-      {MPI_BYTE, kind::byte},          {MPI_FLOAT_INT, kind::pair},     {MPI_DOUBLE_INT, kind::pair},
-      {MPI_LONG_INT, kind::pair},      {MPI_2INT, kind::pair},          {MPI_SHORT_INT, kind::pair},
-      {MPI_LONG_DOUBLE_INT, kind::pair}, {MPI_2REAL, kind::pair},       {MPI_2DOUBLE_PRECISION, kind::pair},
+      {MPI_REAL, kind::flt},
+      {MPI_DOUBLE_PRECISION, kind::flt},
+      {MPI_REAL4, kind::flt},
+      {MPI_REAL8, kind::flt},
+      {MPI_C_COMPLEX, kind::cplx},
+      {MPI_C_FLOAT_COMPLEX, kind::cplx},
+      {MPI_C_DOUBLE_COMPLEX, kind::cplx},
+      {MPI_C_LONG_DOUBLE_COMPLEX, kind::cplx},
+      {MPI_COMPLEX, kind::cplx},
+      {MPI_DOUBLE_COMPLEX, kind::cplx},
+      {MPI_CXX_FLOAT_COMPLEX, kind::cplx},
+      {MPI_CXX_DOUBLE_COMPLEX, kind::cplx},
+      {MPI_C_BOOL, kind::logical},
+      {MPI_CXX_BOOL, kind::logical},
+      {MPI_LOGICAL, kind::logical},
+      {MPI_BYTE, kind::byte},
+      {MPI_FLOAT_INT, kind::pair},
+      {MPI_DOUBLE_INT, kind::pair},
+      {MPI_LONG_INT, kind::pair},
+      {MPI_2INT, kind::pair},
+      {MPI_SHORT_INT, kind::pair},
+      {MPI_LONG_DOUBLE_INT, kind::pair},
+      {MPI_2REAL, kind::pair},
+      {MPI_2DOUBLE_PRECISION, kind::pair},
       {MPI_2INTEGER, kind::pair},
   };
   for (auto& e : table)
@@ -117,13 +152,20 @@ opclass classify_op(MPI_Op op) {
 bool defined_for(opclass o, kind k) {
   const bool c_integer = k == kind::sint || k == kind::uint, integer = c_integer || k == kind::fint;
   switch (o) {
-    case opclass::minmax: return integer || k == kind::flt;
-    case opclass::sumprod: return integer || k == kind::flt || k == kind::cplx;
-    case opclass::logical: return c_integer || k == kind::logical;
-    case opclass::bitwise: return integer || k == kind::byte;
-    case opclass::loc: return k == kind::pair;
-    case opclass::user: return k != kind::none;
-    default: return false;
+    case opclass::minmax:
+      return integer || k == kind::flt;
+    case opclass::sumprod:
+      return integer || k == kind::flt || k == kind::cplx;
+    case opclass::logical:
+      return c_integer || k == kind::logical;
+    case opclass::bitwise:
+      return integer || k == kind::byte;
+    case opclass::loc:
+      return k == kind::pair;
+    case opclass::user:
+      return k != kind::none;
+    default:
+      return false;
   }
 }
 

@@ -17,7 +17,6 @@
 
 namespace mdring_pmpi {
 
-
 // Timed calls per side while measuring a size class (MDRING_PMPI_TRIALS).
 constexpr std::size_t kDefaultTrials = 5, kMaxTrials = 50;
 
@@ -30,10 +29,10 @@ struct config {
   // measuring; MDRING_REPRODUCIBLE=1 takes every call.
   bool measure = true;
   std::size_t trials = kDefaultTrials;
-  std::string wisdom;     // MDRING_WISDOM: the measured choices kept across runs
-  std::string test_bias;  // MDRING_PMPI_TEST_BIAS (tests only, see mdring_pmpi.cpp)
+  std::string wisdom;         // MDRING_WISDOM: the measured choices kept across runs
+  std::string test_bias;      // MDRING_PMPI_TEST_BIAS (tests only, see mdring_pmpi.cpp)
   std::size_t min_bytes = 0;  // with measure = false
-  std::string topology;  // MDRING_TOPOLOGY, or empty
+  std::string topology;       // MDRING_TOPOLOGY, or empty
   bool report = false;
   // Not by default: MPI_THREAD_MULTIPLE makes each small Open MPI 4.1 collective
   // about 0.4 us slower (1.27 x at 4 KiB on 2 processes, docs/PERFORMANCE.md).
@@ -88,7 +87,8 @@ inline config read_config(std::vector<std::string>& problems) {
   }
   if (const char* v = env("MDRING_PMPI_TRIALS")) {
     std::size_t n = 0;
-    if (parse_bytes(v, n) && n >= 1 && n <= kMaxTrials && std::string_view(v).find_first_not_of("0123456789") == std::string_view::npos)
+    if (parse_bytes(v, n) && n >= 1 && n <= kMaxTrials &&
+        std::string_view(v).find_first_not_of("0123456789") == std::string_view::npos)
       c.trials = n;
     else
       problems.push_back(std::string("MDRING_PMPI_TRIALS=\"") + v + "\": expected a number of calls from 1 to " +

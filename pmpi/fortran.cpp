@@ -16,8 +16,9 @@
 namespace {
 // Fortran's MPI_IN_PLACE is the address of a common block, one symbol per mangling.
 bool fortran_in_place(const void* p) {
-  static void* const addrs[4] = {dlsym(RTLD_DEFAULT, "mpi_fortran_in_place"), dlsym(RTLD_DEFAULT, "mpi_fortran_in_place_"),
-                                 dlsym(RTLD_DEFAULT, "mpi_fortran_in_place__"), dlsym(RTLD_DEFAULT, "MPI_FORTRAN_IN_PLACE")};
+  static void* const addrs[4] = {
+      dlsym(RTLD_DEFAULT, "mpi_fortran_in_place"), dlsym(RTLD_DEFAULT, "mpi_fortran_in_place_"),
+      dlsym(RTLD_DEFAULT, "mpi_fortran_in_place__"), dlsym(RTLD_DEFAULT, "MPI_FORTRAN_IN_PLACE")};
   for (void* a : addrs)
     if (a && p == a) return true;
   return false;
@@ -35,14 +36,16 @@ void f_iallreduce(void* sb, void* rb, MPI_Fint* count, MPI_Fint* type, MPI_Fint*
 }
 void f_reduce(void* sb, void* rb, MPI_Fint* count, MPI_Fint* type, MPI_Fint* op, MPI_Fint* root, MPI_Fint* comm,
               MPI_Fint* ierr) {
-  *ierr = MPI_Reduce(f_in(sb), rb, int(*count), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op), int(*root), PMPI_Comm_f2c(*comm));
+  *ierr =
+      MPI_Reduce(f_in(sb), rb, int(*count), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op), int(*root), PMPI_Comm_f2c(*comm));
 }
 void f_reduce_scatter_block(void* sb, void* rb, MPI_Fint* count, MPI_Fint* type, MPI_Fint* op, MPI_Fint* comm,
                             MPI_Fint* ierr) {
-  *ierr = MPI_Reduce_scatter_block(f_in(sb), rb, int(*count), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op),
-                                   PMPI_Comm_f2c(*comm));
+  *ierr =
+      MPI_Reduce_scatter_block(f_in(sb), rb, int(*count), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm));
 }
-void f_reduce_scatter(void* sb, void* rb, MPI_Fint* counts, MPI_Fint* type, MPI_Fint* op, MPI_Fint* comm, MPI_Fint* ierr) {
+void f_reduce_scatter(void* sb, void* rb, MPI_Fint* counts, MPI_Fint* type, MPI_Fint* op, MPI_Fint* comm,
+                      MPI_Fint* ierr) {
   const MPI_Comm c = PMPI_Comm_f2c(*comm);
   int size = 0, inter = 0;
   PMPI_Comm_test_inter(c, &inter);
@@ -50,7 +53,8 @@ void f_reduce_scatter(void* sb, void* rb, MPI_Fint* counts, MPI_Fint* type, MPI_
   std::vector<int> rc(counts, counts + std::max(size, 0));
   *ierr = MPI_Reduce_scatter(f_in(sb), rb, rc.data(), PMPI_Type_f2c(*type), PMPI_Op_f2c(*op), c);
 }
-void f_allgather(void* sb, MPI_Fint* sc, MPI_Fint* st, void* rb, MPI_Fint* rc, MPI_Fint* rt, MPI_Fint* comm, MPI_Fint* ierr) {
+void f_allgather(void* sb, MPI_Fint* sc, MPI_Fint* st, void* rb, MPI_Fint* rc, MPI_Fint* rt, MPI_Fint* comm,
+                 MPI_Fint* ierr) {
   *ierr = MPI_Allgather(f_in(sb), int(*sc), PMPI_Type_f2c(*st), rb, int(*rc), PMPI_Type_f2c(*rt), PMPI_Comm_f2c(*comm));
 }
 // Open MPI's Fortran MPI_INIT calls PMPI_Init itself: without these, a Fortran
@@ -92,8 +96,8 @@ MDRING_FORTRAN(mpi_reduce_scatter, MPI_REDUCE_SCATTER, f_reduce_scatter,
 MDRING_FORTRAN(mpi_allgather, MPI_ALLGATHER, f_allgather,
                (void* sb, MPI_Fint* sc, MPI_Fint* st, void* rb, MPI_Fint* rc, MPI_Fint* rt, MPI_Fint* c, MPI_Fint* e),
                (sb, sc, st, rb, rc, rt, c, e))
-MDRING_FORTRAN(mpi_bcast, MPI_BCAST, f_bcast, (void* b, MPI_Fint* n, MPI_Fint* t, MPI_Fint* root, MPI_Fint* c, MPI_Fint* e),
-               (b, n, t, root, c, e))
+MDRING_FORTRAN(mpi_bcast, MPI_BCAST, f_bcast,
+               (void* b, MPI_Fint* n, MPI_Fint* t, MPI_Fint* root, MPI_Fint* c, MPI_Fint* e), (b, n, t, root, c, e))
 MDRING_FORTRAN(mpi_init, MPI_INIT, f_init, (MPI_Fint * e), (e))
 MDRING_FORTRAN(mpi_init_thread, MPI_INIT_THREAD, f_init_thread, (MPI_Fint * req, MPI_Fint* prov, MPI_Fint* e),
                (req, prov, e))

@@ -74,12 +74,22 @@ using namespace mdring_pmpi;  // classify.hpp
 using md_comm = md::communicator<md::runtime_topology, md::mpi::transport>;
 
 // ---- statistics (MDRING_REPORT) ---------------------------------------------
-enum coll { c_allreduce, c_reduce, c_reduce_scatter_block, c_reduce_scatter, c_allgather, c_bcast, c_iallreduce, n_coll };
-constexpr const char* coll_name[n_coll] = {"MPI_Allreduce", "MPI_Reduce",    "MPI_Reduce_scatter_block",
-                                           "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Bcast", "MPI_Iallreduce"};
+enum coll {
+  c_allreduce,
+  c_reduce,
+  c_reduce_scatter_block,
+  c_reduce_scatter,
+  c_allgather,
+  c_bcast,
+  c_iallreduce,
+  n_coll
+};
+constexpr const char* coll_name[n_coll] = {"MPI_Allreduce",      "MPI_Reduce",    "MPI_Reduce_scatter_block",
+                                           "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Bcast",
+                                           "MPI_Iallreduce"};
 // Their names in the wisdom file (MPI_Iallreduce has none: it follows MPI_Allreduce).
-constexpr const char* coll_key[n_coll] = {"all_reduce", "reduce",    "reduce_scatter_block", "reduce_scatter",
-                                          "all_gather", "broadcast", nullptr};
+constexpr const char* coll_key[n_coll] = {
+    "all_reduce", "reduce", "reduce_scatter_block", "reduce_scatter", "all_gather", "broadcast", nullptr};
 enum why {
   w_taken,
   w_not_initialized,
@@ -185,20 +195,20 @@ constexpr std::size_t n_class = 64;
 struct class_state {
   enum : unsigned char { measuring, mpi, mdring } side = measuring;
   bool from_wisdom = false;
-  unsigned calls = 0;            // calls of the class so far, while measuring
-  std::vector<double> t[2];      // this rank's timed calls: MPI's [0], mdring's [1]
+  unsigned calls = 0;                 // calls of the class so far, while measuring
+  std::vector<double> t[2];           // this rank's timed calls: MPI's [0], mdring's [1]
   double native_s = 0, mdring_s = 0;  // the slowest rank's medians
-  double spent[2] = {0, 0};      // this rank's seconds in timed calls, per side
+  double spent[2] = {0, 0};           // this rank's seconds in timed calls, per side
 };
 
 // ---- per communicator: config agreement, then (at the first call taken) bind ----
 struct comm_state;
 void report_choices(const comm_state& s);
 struct comm_state {
-  why off = w_taken;           // w_taken: usable; else why this communicator stays on MPI
+  why off = w_taken;  // w_taken: usable; else why this communicator stays on MPI
   int size = 0, rank = 0;
-  bool bound = false;          // phase 2 done
-  std::vector<int> to_md;      // this communicator's rank -> mdring's
+  bool bound = false;                // phase 2 done
+  std::vector<int> to_md;            // this communicator's rank -> mdring's
   MPI_Comm ordered = MPI_COMM_NULL;  // owned: the node-major split, when renumbered
   std::unique_ptr<md_comm> comm;
   std::pair<int, int> key{0, 0};  // (world rank, sequence) of its first rank: teardown order
@@ -302,7 +312,8 @@ comm_state* state_of(MPI_Comm comm, why& off) {
   PMPI_Comm_size(comm, &s->size);
   PMPI_Comm_rank(comm, &s->rank);
   const auto& c = cfg();
-  const bool same = world_agreement.load() == 1 || settings_agree(comm, "the ranks of a communicator", "its collectives");
+  const bool same =
+      world_agreement.load() == 1 || settings_agree(comm, "the ranks of a communicator", "its collectives");
   s->off = !same ? w_config : !c.enabled ? w_disabled : w_taken;
   PMPI_Comm_set_attr(comm, state_keyval, s);
   {
@@ -319,9 +330,16 @@ bool settings_agree(MPI_Comm comm, const char* who, const char* what) {
   const auto& c = cfg();
   const std::int64_t topo_hash = std::int64_t(md::detail::fnv1a(c.topology) >> 2);
   const std::int64_t choice = c.measure ? std::int64_t(c.trials) : -1;
-  std::int64_t mine[10] = {c.enabled,  -std::int64_t(c.enabled), std::int64_t(c.min_bytes), -std::int64_t(c.min_bytes),
-                           topo_hash,  -topo_hash,                c.reproducible,            -std::int64_t(c.reproducible),
-                           choice,     -choice};
+  std::int64_t mine[10] = {c.enabled,
+                           -std::int64_t(c.enabled),
+                           std::int64_t(c.min_bytes),
+                           -std::int64_t(c.min_bytes),
+                           topo_hash,
+                           -topo_hash,
+                           c.reproducible,
+                           -std::int64_t(c.reproducible),
+                           choice,
+                           -choice};
   std::int64_t all[10];
   PMPI_Allreduce(mine, all, 10, MPI_INT64_T, MPI_MAX, comm);
   bool same = true;
@@ -329,8 +347,9 @@ bool settings_agree(MPI_Comm comm, const char* who, const char* what) {
   int rank = 0;
   PMPI_Comm_rank(comm, &rank);
   if (!same && rank == 0)
-    std::fprintf(stderr, "mdring-pmpi: %s disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES, MDRING_PMPI_TRIALS, "
-                         "MDRING_REPRODUCIBLE or MDRING_TOPOLOGY; %s stay on MPI\n",
+    std::fprintf(stderr,
+                 "mdring-pmpi: %s disagree on MDRING_PMPI, MDRING_PMPI_MIN_BYTES, MDRING_PMPI_TRIALS, "
+                 "MDRING_REPRODUCIBLE or MDRING_TOPOLOGY; %s stay on MPI\n",
                  who, what);
   return same;
 }
@@ -438,7 +457,8 @@ bool bind_state(comm_state& s, MPI_Comm comm) {
     s.comm.reset();
     if (s.ordered != MPI_COMM_NULL) PMPI_Comm_free(&s.ordered);
     s.off = w_setup;
-    if (!what.empty()) std::fprintf(stderr, "mdring-pmpi: rank %d: cannot bind mdring (%s); using MPI\n", s.rank, what.c_str());
+    if (!what.empty())
+      std::fprintf(stderr, "mdring-pmpi: rank %d: cannot bind mdring (%s); using MPI\n", s.rank, what.c_str());
     return false;
   }
   if (cfg().measure) load_choices(s, comm);
@@ -472,7 +492,8 @@ struct passed_call {
 };
 thread_local passed_call passed;
 bool pass_again(const call_key& k) {
-  if (!(passed.k == k) || passed.gen != states_gone.load(std::memory_order_acquire) || passed.k.c == n_coll) return false;
+  if (!(passed.k == k) || passed.gen != states_gone.load(std::memory_order_acquire) || passed.k.c == n_coll)
+    return false;
   stats[k.c][passed.reason].add(passed.bytes);
   return true;
 }
@@ -689,7 +710,8 @@ void report_choices(const comm_state& s) {
         // What measuring cost this rank: its timed calls on the side not taken,
         // beyond what they would have taken on the side taken.
         const int lost = md_side ? 0 : 1;
-        const double extra = std::max(0.0, k.spent[lost] - double(k.t[lost].size()) * (md_side ? k.mdring_s : k.native_s));
+        const double extra =
+            std::max(0.0, k.spent[lost] - double(k.t[lost].size()) * (md_side ? k.mdring_s : k.native_s));
         std::snprintf(cost, sizeof cost, "measured in %u calls, %zu timed per side, measuring cost %.1f us", k.calls,
                       k.t[0].size(), extra * 1e6);
       }
@@ -761,7 +783,8 @@ int ireq_cancel(void*, int) { return MPI_SUCCESS; }  // a collective cannot be c
 
 MDRING_PMPI_API int MPI_Init(int* argc, char*** argv) {
   int provided = 0;
-  const int rc = cfg().raise_thread ? PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) : PMPI_Init(argc, argv);
+  const int rc =
+      cfg().raise_thread ? PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) : PMPI_Init(argc, argv);
   if (rc == MPI_SUCCESS) after_init();
   return rc;
 }
@@ -834,9 +857,9 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
     with_reduction(t, datatype, op, [&](auto tag, auto o) {
       using T = decltype(tag);
       T* out = static_cast<T*>(recvbuf);
-      q->r = sendbuf == MPI_IN_PLACE ? md::iall_reduce(*d.s->comm, out, std::size_t(count), o)
-                                     : md::iall_reduce(*d.s->comm, static_cast<const T*>(sendbuf), out,
-                                                       std::size_t(count), o);
+      q->r = sendbuf == MPI_IN_PLACE
+                 ? md::iall_reduce(*d.s->comm, out, std::size_t(count), o)
+                 : md::iall_reduce(*d.s->comm, static_cast<const T*>(sendbuf), out, std::size_t(count), o);
     });
   } catch (...) {
     done(std::current_exception());
@@ -847,8 +870,8 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
   return MPI_SUCCESS;
 }
 
-MDRING_PMPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
-                               MPI_Comm comm) {
+MDRING_PMPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                               int root, MPI_Comm comm) {
   if (reentered()) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   const call_key key{c_reduce, comm, datatype, op, count, root};
   if (pass_again(key)) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
@@ -927,14 +950,13 @@ MDRING_PMPI_API int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf,
   if (reentered()) return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   const call_key key{c_reduce_scatter_block, comm, datatype, op, recvcount, 0};
   if (pass_again(key)) return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  return reduce_scatter_equal(c_reduce_scatter_block, "MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount, datatype,
-                              op, comm, w_taken,
-                              [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); },
-                              &key);
+  return reduce_scatter_equal(
+      c_reduce_scatter_block, "MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount, datatype, op, comm, w_taken,
+      [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); }, &key);
 }
 
-MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype,
-                                       MPI_Op op, MPI_Comm comm) {
+MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
+                                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   if (reentered()) return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
   int size = 0, inter = 0;
   if (comm != MPI_COMM_NULL && PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter) PMPI_Comm_size(comm, &size);
@@ -947,8 +969,8 @@ MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const
                               [&] { return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm); });
 }
 
-MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
-                                  MPI_Datatype recvtype, MPI_Comm comm) {
+MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   if (reentered()) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   // (The decision reads the receive side only; sendcount is in the key so that
   // an invalid pair is looked at again.)
@@ -1003,7 +1025,8 @@ MDRING_PMPI_API int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, in
   const std::size_t bytes = eb * std::size_t(std::max(count, 0));
   int tsize = 0;
   if (eb == 0 && datatype != MPI_DATATYPE_NULL) PMPI_Type_size(datatype, &tsize);
-  const decision d = decide(c_bcast, comm, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)), local);
+  const decision d =
+      decide(c_bcast, comm, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)), local);
   trial_timer timer(d, comm);
   remember_pass(key, gen, d, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)));
   if (!d.s) return PMPI_Bcast(buffer, count, datatype, root, comm);
@@ -1036,9 +1059,9 @@ void print_report(std::size_t live) {
   if (cfg().measure) std::snprintf(how, sizeof how, "measured choice (%zu timed calls per side)", cfg().trials);
   else std::snprintf(how, sizeof how, "threshold %zu bytes", cfg().min_bytes);
   std::fprintf(stderr, "mdring-pmpi report (rank 0): %s, thread level %s%s\n", how,
-               level == MPI_THREAD_MULTIPLE ? "multiple" : "below multiple", cfg().reproducible ? ", reproducible" : "");
-  std::fprintf(stderr, "mdring-pmpi: communicators: %d seen; live communicators at finalize: %zu\n",
-               seen.load(), live);
+               level == MPI_THREAD_MULTIPLE ? "multiple" : "below multiple",
+               cfg().reproducible ? ", reproducible" : "");
+  std::fprintf(stderr, "mdring-pmpi: communicators: %d seen; live communicators at finalize: %zu\n", seen.load(), live);
   for (int c = 0; c < n_coll; ++c) {
     unsigned long long total = 0;
     for (int w = 0; w < n_why; ++w) total += stats[c][w].calls.load();

@@ -151,9 +151,10 @@ template <class T, class Spec, class Comm>
 void do_reduce(Comm& c, rank_ctx& cx, const Spec& sp, std::size_t n, std::size_t root, bool in_place,
                bool null_elsewhere) {
   const std::size_t r = c.rank(), P = c.size();
-  cx.where = where_of("reduce", md::type_name<T>(), sp.name(), "n=" + std::to_string(n) + " root=" + std::to_string(root),
-                      in_place ? "in place on root" : "out of place", cx.misaligned) +
-             (null_elsewhere ? ", recvbuf null elsewhere" : "");
+  cx.where =
+      where_of("reduce", md::type_name<T>(), sp.name(), "n=" + std::to_string(n) + " root=" + std::to_string(root),
+               in_place ? "in place on root" : "out of place", cx.misaligned) +
+      (null_elsewhere ? ", recvbuf null elsewhere" : "");
   const auto x = make_inputs<T>(values_of(sp), r, n);
   buffer<T> s(n, cx.misaligned), d(n, cx.misaligned);
   copy_to(s.data(), x);
@@ -169,7 +170,8 @@ void do_reduce(Comm& c, rank_ctx& cx, const Spec& sp, std::size_t n, std::size_t
       expect_eq(cx, "sendbuf (must be unchanged)", s.data(), x);
     }
   } else {
-    md::reduce(c, static_cast<const T*>(s.data()), null_elsewhere ? static_cast<T*>(nullptr) : d.data(), n, root, sp.op);
+    md::reduce(c, static_cast<const T*>(s.data()), null_elsewhere ? static_cast<T*>(nullptr) : d.data(), n, root,
+               sp.op);
     expect_eq(cx, "sendbuf (must be unchanged)", s.data(), x);
     if (!null_elsewhere) {
       const std::vector<T> untouched(n, poison<T>());

@@ -159,7 +159,7 @@ void expect(rank_ctx& cx, const char* what, const T* got, std::size_t n, E&& exp
 }
 
 inline std::string where_of(const char* call, const char* type, const std::string& op, const std::string& count,
-                     const char* mode, bool misaligned) {
+                            const char* mode, bool misaligned) {
   return std::string(call) + "<" + type + ">" + (op.empty() ? "" : " op " + op) + " " + count + " " + mode +
          (misaligned ? ", misaligned" : "");
 }
@@ -209,7 +209,8 @@ struct builtin_values {
         if constexpr (uns) return from_int<T>(h + 1);
         else return from_int<T>(h == 0 ? 1 : h == 1 ? 2 : -1);
       }
-      default: return from_int<T>((J * 31 + R * 17) % 101 - (uns ? 0 : 50));
+      default:
+        return from_int<T>((J * 31 + R * 17) % 101 - (uns ? 0 : 50));
     }
   }
 
@@ -228,11 +229,16 @@ struct builtin_values {
         mx = mx < v ? v : mx;
       }
       switch (k) {
-        case opk::sum: return static_cast<T>(s);
-        case opk::prod: return static_cast<T>(p);
-        case opk::min: return mn;
-        case opk::max: return mx;
-        default: return static_cast<T>(static_cast<T>(s) / static_cast<T>(P));  // truncates toward 0
+        case opk::sum:
+          return static_cast<T>(s);
+        case opk::prod:
+          return static_cast<T>(p);
+        case opk::min:
+          return mn;
+        case opk::max:
+          return mx;
+        default:
+          return static_cast<T>(static_cast<T>(s) / static_cast<T>(P));  // truncates toward 0
       }
     } else {
       using A = md::accumulator_t<T>;  // exact: the inputs are small integers or quarters
@@ -245,11 +251,16 @@ struct builtin_values {
         mx = mx < v ? v : mx;
       }
       switch (k) {
-        case opk::sum: return T(s);
-        case opk::prod: return T(p);
-        case opk::min: return T(mn);
-        case opk::max: return T(mx);
-        default: return T(s / static_cast<A>(P));  // one division, then one rounding to T
+        case opk::sum:
+          return T(s);
+        case opk::prod:
+          return T(p);
+        case opk::min:
+          return T(mn);
+        case opk::max:
+          return T(mx);
+        default:
+          return T(s / static_cast<A>(P));  // one division, then one rounding to T
       }
     }
   }
@@ -324,7 +335,9 @@ struct keep_left_spec {
   std::string name() const { return "non_commutative(keep left)"; }
   std::int32_t in(std::size_t r, std::size_t j) const { return static_cast<std::int32_t>(1000 * r + j); }
   template <class X>
-  std::int32_t fold(std::size_t, X&& x) const { return x(0); }
+  std::int32_t fold(std::size_t, X&& x) const {
+    return x(0);
+  }
 };
 
 // A functor that declares itself non-commutative (op_traits reads is_commutative):
@@ -339,7 +352,9 @@ struct keep_right_spec {
   std::string name() const { return "keep right (is_commutative = false)"; }
   std::int32_t in(std::size_t r, std::size_t j) const { return static_cast<std::int32_t>(1000 * r + j); }
   template <class X>
-  std::int32_t fold(std::size_t P, X&& x) const { return x(P - 1); }
+  std::int32_t fold(std::size_t P, X&& x) const {
+    return x(P - 1);
+  }
 };
 static_assert(!md::op_traits<keep_right_op>::commutative && !md::op_traits<keep_left_op>::commutative);
 static_assert(md::op_traits<xor_op>::commutative);

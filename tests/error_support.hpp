@@ -39,8 +39,7 @@ const E* as(const std::exception_ptr& p) {
     std::rethrow_exception(p);
   } catch (const E& e) {
     return &e;
-  } catch (...) {
-  }
+  } catch (...) {}
   return nullptr;
 }
 

@@ -33,7 +33,6 @@ namespace {
 
 constexpr auto t22 = md::ring<md::shm, 2> * md::ring<md::shm, 2>;  // 4 ranks, 2 x 2
 
-
 // p is exactly an E (not a subclass) carrying argument() == argument and every word
 // in what(); what() starts with "mdring::".
 template <class E>

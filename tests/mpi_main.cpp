@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   }
   int any = 0;
   MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0) std::printf("mdring MPI tests on %d ranks: %s\n", size, any ? "FAILED on some rank" : "all ranks passed");
+  if (rank == 0)
+    std::printf("mdring MPI tests on %d ranks: %s\n", size, any ? "FAILED on some rank" : "all ranks passed");
   MPI_Finalize();
   return any;
 }

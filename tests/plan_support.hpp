@@ -30,7 +30,7 @@ inline m::runtime_topology shm_topology(const std::vector<std::size_t>& e) {
 inline std::vector<m::algorithm> all(std::size_t k, m::algorithm a) { return std::vector<m::algorithm>(k, a); }
 
 inline m::plan plan_of(m::collective kind, const m::runtime_topology& t, std::size_t rank, std::size_t count,
-                const std::vector<m::algorithm>& algos, std::size_t root = 0, std::size_t elem = 4) {
+                       const std::vector<m::algorithm>& algos, std::size_t root = 0, std::size_t elem = 4) {
   return m::make_plan(kind, t, rank, count, elem, algos, m::tuning{}, root);
 }
 
@@ -46,8 +46,7 @@ inline std::size_t total_steps(const m::plan& p) {
   return s;
 }
 
-inline const std::vector<std::vector<std::size_t>> shapes = {{1}, {2}, {5}, {2, 3}, {3, 2}, {4, 4}, {2, 1, 3},
-                                                      {3, 5, 2}, {2, 2, 2, 2}, {7, 3}, {4, 64}};
-
+inline const std::vector<std::vector<std::size_t>> shapes = {{1},       {2},       {5},          {2, 3}, {3, 2}, {4, 4},
+                                                             {2, 1, 3}, {3, 5, 2}, {2, 2, 2, 2}, {7, 3}, {4, 64}};
 
 }  // namespace plan_test

@@ -106,7 +106,8 @@ void mixed(Bind&& bind, md::options o, report& rep) {
   for (std::size_t j = 0; j < rc; ++j) bad[4] += rs_out[j] != i64(P * (r * rc + j) + P * (P - 1) / 2);
   for (std::size_t q = 0; q < P; ++q)
     for (std::size_t j = 0; j < 13; ++j) bad[5] += ag_out[q * 13 + j] != i64(q * 100 + j);
-  const char* names[] = {"iall_reduce", "blocking all_reduce", "ibroadcast", "ireduce", "ireduce_scatter", "iall_gather"};
+  const char* names[] = {"iall_reduce", "blocking all_reduce", "ibroadcast",
+                         "ireduce",     "ireduce_scatter",     "iall_gather"};
   for (int k = 0; k < 6; ++k)
     rep.expect(bad[k] == 0, std::string("mixed: ") + names[k] + " has " + std::to_string(bad[k]) + " wrong elements");
 }
@@ -118,8 +119,7 @@ void bitwise(Bind&& bind, md::options o, report& rep) {
   auto comm = bind(o);
   const std::size_t r = comm.rank(), n = 300007;
   std::vector<float> in(n), a(n), b(n);
-  for (std::size_t j = 0; j < n; ++j)
-    in[j] = float(double(mdring_test::mix(r * n + j) >> 11) * 0x1p-53 * 2.0 - 1.0);
+  for (std::size_t j = 0; j < n; ++j) in[j] = float(double(mdring_test::mix(r * n + j) >> 11) * 0x1p-53 * 2.0 - 1.0);
   md::all_reduce(comm, in.data(), a.data(), n, md::sum);
   auto req = md::iall_reduce(comm, in.data(), b.data(), n, md::sum);
   req.wait();
@@ -146,8 +146,7 @@ void polling(Bind&& bind, md::options o, report& rep) {
   for (std::size_t left = K - 1; left > 0; --left) {
     const std::size_t i = left % 2 ? md::wait_any(reqs) : [&] {
       std::size_t k;
-      while ((k = md::test_any(reqs)) == reqs.size()) {
-      }
+      while ((k = md::test_any(reqs)) == reqs.size()) {}
       return k;
     }();
     rep.expect(i < K && !seen[i], "polling: wait_any/test_any returned " + std::to_string(i));
@@ -176,13 +175,12 @@ void destroyed(Bind&& bind, md::options o, report& rep) {
       bufs[i].resize(count_of(i + 10));
       for (std::size_t j = 0; j < bufs[i].size(); ++j) bufs[i][j] = value(comm.rank(), i, j);
     }
-    {
-      auto dropped = md::iall_reduce(comm, bufs[0].data(), bufs[0].size(), md::sum);
-    }  // waits here
+    { auto dropped = md::iall_reduce(comm, bufs[0].data(), bufs[0].size(), md::sum); }  // waits here
     std::size_t bad = 0;
     for (std::size_t j = 0; j < bufs[0].size(); ++j) bad += bufs[0][j] != summed(P, 0, j);
     rep.expect(bad == 0, "destroyed: the request destroyed without wait did not complete");
-    for (std::size_t i = 1; i < 4; ++i) outlive.push_back(md::iall_reduce(comm, bufs[i].data(), bufs[i].size(), md::sum));
+    for (std::size_t i = 1; i < 4; ++i)
+      outlive.push_back(md::iall_reduce(comm, bufs[i].data(), bufs[i].size(), md::sum));
   }  // the communicator waits for the three in flight
   for (auto& q : outlive) rep.expect(q.ready(), "destroyed: a request outlived its communicator unfinished");
   md::wait_all(outlive);
@@ -286,8 +284,10 @@ void callbacks(Bind&& bind, md::options o, report& rep) {
     for (std::size_t i = 0; i < order.size(); ++i) in_order &= order[i] == i;
     rep.expect(in_order, "callbacks: not in issue order");
     for (std::size_t i = 0; i < N; ++i) {
-      rep.expect(calls[i] == 1, "callbacks: call " + std::to_string(i) + " notified " + std::to_string(calls[i]) + " times");
-      rep.expect(wrong[i] == 0 && errors[i] == 0, "callbacks: call " + std::to_string(i) + " not complete when notified");
+      rep.expect(calls[i] == 1,
+                 "callbacks: call " + std::to_string(i) + " notified " + std::to_string(calls[i]) + " times");
+      rep.expect(wrong[i] == 0 && errors[i] == 0,
+                 "callbacks: call " + std::to_string(i) + " not complete when notified");
     }
   }
   // Registered once q is ready (notified): it runs once, at once, on this thread.
@@ -313,9 +313,9 @@ void callbacks(Bind&& bind, md::options o, report& rep) {
   f.on_complete([&](std::exception_ptr e) { got = e ? 1 : 0; });
   try {
     f.wait();
-  } catch (const md::invalid_argument&) {
-  }
-  rep.expect(got.load() == (P > 1 ? 1 : 0), "callbacks: a failing call's callback got error flag " + std::to_string(got.load()));
+  } catch (const md::invalid_argument&) {}
+  rep.expect(got.load() == (P > 1 ? 1 : 0),
+             "callbacks: a failing call's callback got error flag " + std::to_string(got.load()));
 }
 
 // A rank that fails with k calls in flight (rank 1's last call has a null
@@ -329,7 +329,8 @@ void peer_fails_in_flight(Bind&& bind, md::options o, std::size_t k, int how, re
   auto comm = bind(o);
   const std::size_t P = comm.size(), r = comm.rank(), n = 5000;
   if (P < 2) return;
-  const std::string label = "peer_fails_in_flight (" + std::to_string(k) + " calls, wait " + std::to_string(how) + "): ";
+  const std::string label =
+      "peer_fails_in_flight (" + std::to_string(k) + " calls, wait " + std::to_string(how) + "): ";
   std::vector<std::vector<i64>> bufs(k, std::vector<i64>(n, 1));
   std::string got = "nothing";
   std::size_t who = std::size_t(-1);
@@ -356,7 +357,8 @@ void peer_fails_in_flight(Bind&& bind, md::options o, std::size_t k, int how, re
       got = e.what();
     }
   }  // requests not waited for are destroyed here: their errors dropped
-  if (r == 1) rep.expect(got == "invalid_argument recvbuf" || got == "invalid_argument sendbuf", label + "rank 1 got " + got);
+  if (r == 1)
+    rep.expect(got == "invalid_argument recvbuf" || got == "invalid_argument sendbuf", label + "rank 1 got " + got);
   else rep.expect(got == "remote_error" && who == 1, label + "got " + got + " naming " + std::to_string(who));
   // (The calls before the failing one may fail too on the survivors: the failure
   // stops every wait of theirs from the moment its notice arrives, and one of

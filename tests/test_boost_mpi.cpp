@@ -137,9 +137,8 @@ TEST_CASE("bind to communicators from world.split(...)") {
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::int64_t(R) + std::int64_t(i);
     md::all_reduce(*comm, x.data(), x.size());
     const std::int64_t rsum = R < 2 ? 0 + 1 : (world.size() == 4 ? 2 + 3 : 0);
-    CHECK(first_bad(x.size(), [&](std::size_t i) {
-            return x[i] == rsum + std::int64_t(sub_size) * std::int64_t(i);
-          }) == x.size());
+    CHECK(first_bad(x.size(), [&](std::size_t i) { return x[i] == rsum + std::int64_t(sub_size) * std::int64_t(i); }) ==
+          x.size());
   }
 }
 

@@ -56,17 +56,17 @@
 TEST_CASE("collectives: every shape and algorithm, all five, counts 0..4099, int32 and float sums") {
   const std::vector<shape> shapes = {
       {"shm:1", {}, 1},
-      {"shm:1 x shm:4", {}, 4},                   // 1 x p (direct)
+      {"shm:1 x shm:4", {}, 4},  // 1 x p (direct)
       {"shm:1 x shm:4", {RING, RING}, 4},
-      {"ethernet:4 x shm:1", {}, 4},              // p x 1 (ring)
+      {"ethernet:4 x shm:1", {}, 4},  // p x 1 (ring)
       {"shm:6 x shm:1", {DIRECT, RING}, 6},
       {"shm:2", {}, 2},
       {"shm:2", {DIRECT}, 2},
-      {"shm:2 x shm:3", {}, 6},                   // merged: one direct stage over 6
+      {"shm:2 x shm:3", {}, 6},  // merged: one direct stage over 6
       {"shm:2 x shm:3", {DIRECT, RING}, 6},
       {"shm:2 x shm:3", {RING, RING}, 6},
       {"shm:2 x shm:3", {DIRECT, DIRECT}, 6},
-      {"shm:3 x ethernet:5", {}, 15},             // direct, ring
+      {"shm:3 x ethernet:5", {}, 15},  // direct, ring
       {"shm:3 x ethernet:5", {RING, DIRECT}, 15},
       {"shm:2 x shm:2 x shm:2", {}, 8},
       {"shm:2 x shm:2 x shm:2", {DIRECT, RING, DIRECT}, 8},
@@ -75,19 +75,19 @@ TEST_CASE("collectives: every shape and algorithm, all five, counts 0..4099, int
       {"shm:5", {RING}, 5},
       {"ethernet:7", {}, 7},
       {"infiniband:7", {DIRECT}, 7},
-      {"shm:9", {}, 9},                           // above direct_max_extent: ring
+      {"shm:9", {}, 9},  // above direct_max_extent: ring
       {"shm:9", {DIRECT}, 9},
-      {"shm:2 x shm:1 x infiniband:3", {}, 6},    // trivial middle dimension
+      {"shm:2 x shm:1 x infiniband:3", {}, 6},  // trivial middle dimension
       {"shm:2 x shm:1 x infiniband:3", {DIRECT, RING, DIRECT}, 6},
       {"infiniband:3 x shm:2", {RING, DIRECT}, 6},
-      {"shm:2 x shm:*", {}, 6},                   // runtime dynamic extent
+      {"shm:2 x shm:*", {}, 6},  // runtime dynamic extent
       {"ethernet:* x shm:3", {RING, RING}, 6},
       {"ethernet:11", {}, 11},
       {"shm:4 x shm:4", {DIRECT, DIRECT}, 16},
       {"shm:2 x ethernet:2 x shm:2 x infiniband:2", {}, 16},  // four dimensions
-      {"ethernet:16", {}, 16},                    // split: runs as ethernet:4 x ethernet:4
-      {"ethernet:16", {RING}, 16},                // one ring of 16
-      {"shm:2 x infiniband:18", {}, 36},          // split: shm:2 x infiniband:3 x infiniband:6
+      {"ethernet:16", {}, 16},                                // split: runs as ethernet:4 x ethernet:4
+      {"ethernet:16", {RING}, 16},                            // one ring of 16
+      {"shm:2 x infiniband:18", {}, 36},                      // split: shm:2 x infiniband:3 x infiniband:6
   };
   for (const auto& s : shapes) {
     const auto topo = md::parse_topology(s.topo);
@@ -110,7 +110,7 @@ TEST_CASE("collectives: halving-doubling on every extent 2..12 and in products, 
       {"infiniband:11", {HD}, 11},
       {"ethernet:12", {HD}, 12},
       {"shm:2 x ethernet:6", {DIRECT, HD}, 12},
-      {"shm:2 x ethernet:5", {}, 10},            // direct, then automatic: halving-doubling when small
+      {"shm:2 x ethernet:5", {}, 10},  // direct, then automatic: halving-doubling when small
       {"ethernet:5 x shm:2", {HD, DIRECT}, 10},
       {"ethernet:3 x ethernet:4", {HD, RING}, 12},
       {"ethernet:3 x ethernet:4", {RING, HD}, 12},
@@ -161,7 +161,8 @@ TEST_CASE("collectives: automatic runs recursive doubling and trees for tiny cal
       auto comm = md::bind(md::parse_topology("infiniband:8"), ep, o);
       for (auto& st : comm.make_plan<float>(8).stages) small[ep.rank].push_back(st.ph);
       for (auto& st : comm.make_plan<float>(8, md::collective::broadcast).stages) bcast[ep.rank].push_back(st.ph);
-      for (auto& st : comm.make_plan<float>(8, md::collective::reduce, md::sum, 5).stages) red[ep.rank].push_back(st.ph);
+      for (auto& st : comm.make_plan<float>(8, md::collective::reduce, md::sum, 5).stages)
+        red[ep.rank].push_back(st.ph);
       for (auto& st : comm.make_plan<float>(100000).stages) large[ep.rank].push_back(st.ph);
       std::vector<float> x(100000, float(ep.rank)), y(100000);
       md::all_reduce(comm, x.data(), y.data(), 100000, md::sum);
@@ -231,14 +232,14 @@ TEST_CASE("collectives: all_reduce cut into segments that overlap across dimensi
     bool shared;
   };
   const std::vector<pshape> shapes = {
-      {"shm:2 x ethernet:3", {}, 6, true},             // shared direct, then a message ring
-      {"shm:2 x ethernet:3", {}, 6, false},            // direct by messages, ring
-      {"ethernet:3 x shm:2", {}, 6, true},             // ring, then the fused shared stage
-      {"shm:3 x shm:2", {RING, DIRECT}, 6, true},      // message ring, fused shared direct
+      {"shm:2 x ethernet:3", {}, 6, true},         // shared direct, then a message ring
+      {"shm:2 x ethernet:3", {}, 6, false},        // direct by messages, ring
+      {"ethernet:3 x shm:2", {}, 6, true},         // ring, then the fused shared stage
+      {"shm:3 x shm:2", {RING, DIRECT}, 6, true},  // message ring, fused shared direct
       {"shm:2 x infiniband:2 x shm:2", {DIRECT, RING, DIRECT}, 8, false},
       {"infiniband:2 x shm:1 x ethernet:3", {}, 6, true},  // a trivial dimension in between
-      {"shm:2 x ethernet:5", {DIRECT, HD}, 10, false},   // halving-doubling with pairs, last
-      {"ethernet:4 x shm:2", {HD, DIRECT}, 8, true},     // halving-doubling first
+      {"shm:2 x ethernet:5", {DIRECT, HD}, 10, false},     // halving-doubling with pairs, last
+      {"ethernet:4 x shm:2", {HD, DIRECT}, 8, true},       // halving-doubling first
   };
   // Shared stages of such small segments go through the staging buffers; with
   // staging off they publish their buffers, and the segments in flight must not
@@ -247,32 +248,32 @@ TEST_CASE("collectives: all_reduce cut into segments that overlap across dimensi
     for (std::size_t seg_bytes : {std::size_t(40), std::size_t(256)})
       for (std::size_t depth : {std::size_t(1), std::size_t(2), std::size_t(8)})
         for (bool staging : {true, false}) {
-        if (!staging && (!sh.shared || depth == 1)) continue;
-        md::options o = opts_with(sh.algos);
-        o.shared_memory = sh.shared;
-        o.tune.segment_bytes = seg_bytes;
-        o.tune.pipeline_depth = depth;
-        if (!staging) o.tune.shared_staging_bytes = 0;
-        const std::string label = sh.topo + " algorithms " + algos_string(sh.algos) + (sh.shared ? ", shared" : ", messages") +
-                                  (staging ? "" : " (no staging)") + ", segments of " + std::to_string(seg_bytes) +
-                                  " B, depth " + std::to_string(depth);
-        in_world(label, sh.threads, md::parse_topology(sh.topo), o, [&](auto& c, rank_ctx& cx) {
-          const auto isum = bspec<std::int32_t>(md::sum, opk::sum);
-          const auto davg = bspec<double>(md::avg, opk::avg);
-          for (std::size_t n : {std::size_t(1), std::size_t(5), std::size_t(10), std::size_t(97), std::size_t(1000),
-                                std::size_t(4099)}) {
-            cx.misaligned = n % 2 == 1;
-            do_all_reduce<std::int32_t>(c, cx, isum, n, n % 3 == 0);
-            do_all_reduce<double>(c, cx, davg, n, n % 3 == 1);
-          }
-          // the plan says how many segments: 4099 int32 in segments of 40 bytes,
-          // rounded up to a cache line (16 elements), or of 256 bytes (64 elements)
-          const std::string plan = c.template explain<std::int32_t>(4099);
-          const std::size_t want = seg_bytes == 40 ? 257 : 65;
-          if (plan.find("pipelined: " + std::to_string(want) + " segments") == std::string::npos)
-            cx.fail("explain does not say " + std::to_string(want) + " segments:\n" + plan);
-        });
-      }
+          if (!staging && (!sh.shared || depth == 1)) continue;
+          md::options o = opts_with(sh.algos);
+          o.shared_memory = sh.shared;
+          o.tune.segment_bytes = seg_bytes;
+          o.tune.pipeline_depth = depth;
+          if (!staging) o.tune.shared_staging_bytes = 0;
+          const std::string label = sh.topo + " algorithms " + algos_string(sh.algos) +
+                                    (sh.shared ? ", shared" : ", messages") + (staging ? "" : " (no staging)") +
+                                    ", segments of " + std::to_string(seg_bytes) + " B, depth " + std::to_string(depth);
+          in_world(label, sh.threads, md::parse_topology(sh.topo), o, [&](auto& c, rank_ctx& cx) {
+            const auto isum = bspec<std::int32_t>(md::sum, opk::sum);
+            const auto davg = bspec<double>(md::avg, opk::avg);
+            for (std::size_t n : {std::size_t(1), std::size_t(5), std::size_t(10), std::size_t(97), std::size_t(1000),
+                                  std::size_t(4099)}) {
+              cx.misaligned = n % 2 == 1;
+              do_all_reduce<std::int32_t>(c, cx, isum, n, n % 3 == 0);
+              do_all_reduce<double>(c, cx, davg, n, n % 3 == 1);
+            }
+            // the plan says how many segments: 4099 int32 in segments of 40 bytes,
+            // rounded up to a cache line (16 elements), or of 256 bytes (64 elements)
+            const std::string plan = c.template explain<std::int32_t>(4099);
+            const std::size_t want = seg_bytes == 40 ? 257 : 65;
+            if (plan.find("pipelined: " + std::to_string(want) + " segments") == std::string::npos)
+              cx.fail("explain does not say " + std::to_string(want) + " segments:\n" + plan);
+          });
+        }
 }
 
 TEST_CASE("collectives: compile-time topologies, including a dynamic extent") {
@@ -323,13 +324,13 @@ TEST_CASE("collectives: consecutive calls of different kinds and sizes; every el
       for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<std::int32_t>(i + c.rank());
       md::all_reduce(c, std::span<const std::int32_t>(a), std::span<std::int32_t>(b));
       cx.where = "all_reduce(span, span)";
-      expect(cx, "recvbuf", b.data(), b.size(), [&](std::size_t i) { return static_cast<std::int32_t>(P * i + P * (P - 1) / 2); });
+      expect(cx, "recvbuf", b.data(), b.size(),
+             [&](std::size_t i) { return static_cast<std::int32_t>(P * i + P * (P - 1) / 2); });
       std::vector<std::int32_t> blk(3);
       md::reduce_scatter(c, std::span<const std::int32_t>(a), std::span<std::int32_t>(blk));
       cx.where = "reduce_scatter(span, span)";
-      expect(cx, "recvbuf", blk.data(), 3, [&](std::size_t i) {
-        return static_cast<std::int32_t>(P * (c.rank() * 3 + i) + P * (P - 1) / 2);
-      });
+      expect(cx, "recvbuf", blk.data(), 3,
+             [&](std::size_t i) { return static_cast<std::int32_t>(P * (c.rank() * 3 + i) + P * (P - 1) / 2); });
       md::all_gather(c, std::span<const std::int32_t>(blk), std::span<std::int32_t>(g));
       cx.where = "all_gather(span, span)";
       expect(cx, "recvbuf", g.data(), g.size(), [&](std::size_t i) { return b[i]; });
@@ -382,7 +383,8 @@ TEST_CASE("collectives: scratch comes from options.memory; repeated and reserved
   // elements of T allocate nothing" (checked here for all_reduce, broadcast and reduce,
   // whose count is the whole buffer).
   const std::size_t n = 4099;
-  for (const shape& s : {shape{"ethernet:4 x shm:2", {}, 8}, shape{"shm:8", {}, 8}, shape{"shm:4 x ethernet:2", {}, 8}}) {
+  for (const shape& s :
+       {shape{"ethernet:4 x shm:2", {}, 8}, shape{"shm:8", {}, 8}, shape{"shm:4 x ethernet:2", {}, 8}}) {
     std::vector<std::size_t> used(s.threads, 0), repeat(s.threads, 99), reserved(s.threads, 99);
     in_world(label_of(s) + " memory", s.threads, md::parse_topology(s.topo), opts_with(s.algos),
              [&](auto& c0, rank_ctx& cx) {
@@ -419,8 +421,7 @@ TEST_CASE("collectives: scratch comes from options.memory; repeated and reserved
         // One direct dimension of threads reads its peers in place: all_reduce needs no
         // scratch; reduce's non-roots keep their reduced block in W (the root, rank 1, in recvbuf).
         CHECK(used[r] == (r == 1 ? 0u : 1u));
-      else
-        CHECK(used[r] > 0);     // the scratch came from options.memory
+      else CHECK(used[r] > 0);  // the scratch came from options.memory
       CHECK(repeat[r] == 0);    // scratch grew on the first calls and is reused
       CHECK(reserved[r] == 0);  // reserve<float>(n) covers calls of n floats
     }

@@ -117,28 +117,28 @@ TEST_CASE("collectives: non-commutative ops fold in rank order on fully connecte
 
 TEST_CASE("collectives: a non-commutative op with a forced ring is rejected on every rank") {
   for (algorithm forced : {RING, HD}) {
-  INFO("forced " << md::to_string(forced));
-  std::vector<std::string> caught(4);
-  try {
-    md::threads::run(4, [&](md::threads::endpoint ep) {
-      auto comm = md::bind(md::parse_topology("shm:4"), ep, opts_with({forced}));
-      std::int32_t x[3] = {1, 2, 3};
-      try {
-        md::all_reduce(comm, x, 3, keep_left_spec{}.op);
-        caught[ep.rank] = "no exception";
-      } catch (const md::invalid_argument& e) {
-        caught[ep.rank] = "invalid_argument " + e.argument();
-      } catch (const std::exception& e) {
-        caught[ep.rank] = std::string("other exception: ") + e.what();
-      }
-    });
-  } catch (const std::exception& e) {
-    FAIL_CHECK("run threw: " << e.what());
-  }
-  for (std::size_t r = 0; r < 4; ++r) {
-    CAPTURE(r);
-    CHECK(caught[r] == "invalid_argument op");
-  }
+    INFO("forced " << md::to_string(forced));
+    std::vector<std::string> caught(4);
+    try {
+      md::threads::run(4, [&](md::threads::endpoint ep) {
+        auto comm = md::bind(md::parse_topology("shm:4"), ep, opts_with({forced}));
+        std::int32_t x[3] = {1, 2, 3};
+        try {
+          md::all_reduce(comm, x, 3, keep_left_spec{}.op);
+          caught[ep.rank] = "no exception";
+        } catch (const md::invalid_argument& e) {
+          caught[ep.rank] = "invalid_argument " + e.argument();
+        } catch (const std::exception& e) {
+          caught[ep.rank] = std::string("other exception: ") + e.what();
+        }
+      });
+    } catch (const std::exception& e) {
+      FAIL_CHECK("run threw: " << e.what());
+    }
+    for (std::size_t r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      CHECK(caught[r] == "invalid_argument op");
+    }
   }
 }
 

@@ -41,7 +41,7 @@ TEST_CASE("calibrate: the same profile on every rank; bind plans with it; ranks 
   CHECK(p.topology == "shm:2 x ethernet:3");
   CHECK(p.ranks == 6);
   REQUIRE(p.links.size() == 2);
-  CHECK(p.points.size() == 8);  // 4 sizes in each of 2 dimensions
+  CHECK(p.points.size() == 8);    // 4 sizes in each of 2 dimensions
   REQUIRE(p.trains.size() == 8);  // each size is at most how.train_max_bytes: also a train of how.train
   for (std::size_t i = 0; i < 8; ++i) {
     CHECK(p.trains[i].link == p.points[i].link);
@@ -89,8 +89,7 @@ TEST_CASE("calibrate: the same profile on every rank; bind plans with it; ranks 
         caught[ep.rank] = std::string("other: ") + e.what();
       }
     });
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   std::size_t named = 0;
   for (auto& c : caught) {
     CHECK((c == "names the profile" || c == "remote_error"));
@@ -109,8 +108,7 @@ TEST_CASE("calibrate: the same profile on every rank; bind plans with it; ranks 
         missing[ep.rank] = e.argument();
       }
     });
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   for (auto& m : missing) CHECK(m == "options.profile");
   // bad arguments
   md::threads::run(2, [&](md::threads::endpoint ep) {
@@ -213,8 +211,7 @@ TEST_CASE("planning = measure: exact results, one choice on every rank, kept in 
         caught[ep.rank] = "remote_error";
       }
     });
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   std::size_t named = 0;
   for (auto& c : caught) {
     CHECK((c == "names measure" || c == "remote_error"));
@@ -237,8 +234,7 @@ TEST_CASE("planning = measure: exact results, one choice on every rank, kept in 
         bad[ep.rank] = e.argument();
       }
     });
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   for (auto& b : bad) CHECK(b == "options.wisdom");
   std::remove(path.c_str());
 }

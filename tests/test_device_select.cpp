@@ -67,8 +67,7 @@ TEST_CASE("device transports: per dimension, merged dimensions, requests") {
   // two (plan/merge.hpp): both halves get its transport, chosen or requested.
   CHECK(select("nvlink:4 x infiniband:8", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::nccl});
   CHECK(select("nvlink:4 x infiniband:64", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::nccl, dt::nccl});
-  CHECK(select("nvlink:4 x ethernet:16", {}, nccl_mpi()) ==
-        std::vector<dt>{dt::nccl, dt::mpi_staged, dt::mpi_staged});
+  CHECK(select("nvlink:4 x ethernet:16", {}, nccl_mpi()) == std::vector<dt>{dt::nccl, dt::mpi_staged, dt::mpi_staged});
   CHECK(select("nvlink:4 x ethernet:16", {}, sup(true, true, true, false)) ==
         std::vector<dt>{dt::nccl, dt::mpi_cuda_aware, dt::mpi_cuda_aware});
   CHECK(select("nvlink:4 x infiniband:64", {dt::automatic, dt::mpi_staged}, nccl_mpi()) ==
@@ -94,15 +93,21 @@ TEST_CASE("device transports: per dimension, merged dimensions, requests") {
 }
 
 TEST_CASE("device transports: errors name the entry") {
-  CHECK(message_of([] { select("nvlink:4", {dt::nccl, dt::nccl}, nccl_mpi()); }) ==
+  CHECK(message_of([] {
+          select("nvlink:4", {dt::nccl, dt::nccl}, nccl_mpi());
+        }) ==
         "mdring::cuda::bind: options.device_transports has 2 entries but the topology \"nvlink:4\" has 1 dimensions");
-  CHECK(message_of([] { select("nvlink:4 x infiniband:2", {dt::automatic, dt::mpi_cuda_aware}, nccl_mpi()); }) ==
+  CHECK(message_of([] {
+          select("nvlink:4 x infiniband:2", {dt::automatic, dt::mpi_cuda_aware}, nccl_mpi());
+        }) ==
         "mdring::cuda::bind: options.device_transports[1] is mpi_cuda_aware, which this communicator cannot use "
         "(it supports: nccl, mpi_staged)");
   CHECK(message_of([] { select("nvlink:4", {dt::nccl}, sup(false, false, false, true)); }) ==
         "mdring::cuda::bind: options.device_transports[0] is nccl, which this communicator cannot use (it "
         "supports: local)");
-  CHECK(message_of([] { select("nvlink:2 x nvlink:2", {dt::nccl, dt::mpi_staged}, nccl_mpi()); }) ==
+  CHECK(message_of([] {
+          select("nvlink:2 x nvlink:2", {dt::nccl, dt::mpi_staged}, nccl_mpi());
+        }) ==
         "mdring::cuda::bind: options.device_transports[1] is mpi_staged but options.device_transports[0] is nccl, "
         "and the two dimensions run merged as one (same fully connected link); ask for the same transport or set "
         "options.tune.merge_same_link = false");
@@ -110,7 +115,9 @@ TEST_CASE("device transports: errors name the entry") {
   // reason is part of the message, and automatic picks MPI.
   md::device_transport_support shared_gpu = sup(false, true, false, false);
   shared_gpu.nccl_unavailable = "2 ranks share a GPU with another rank, and NCCL needs one GPU per rank";
-  CHECK(message_of([&] { select("nvlink:2 x infiniband:2", {dt::automatic, dt::nccl}, shared_gpu); }) ==
+  CHECK(message_of([&] {
+          select("nvlink:2 x infiniband:2", {dt::automatic, dt::nccl}, shared_gpu);
+        }) ==
         "mdring::cuda::bind: options.device_transports[1] is nccl, which this communicator cannot use (it "
         "supports: mpi_staged): 2 ranks share a GPU with another rank, and NCCL needs one GPU per rank");
   CHECK(select("nvlink:2 x infiniband:2", {}, shared_gpu) == std::vector<dt>{dt::mpi_staged, dt::mpi_staged});
@@ -132,8 +139,7 @@ TEST_CASE("device transports: names and option checks") {
     FAIL("no exception");
   } catch (const md::invalid_argument& e) {
     CHECK(e.argument() == "options.tune.staging_chunk_bytes");
-    CHECK(std::string(e.what()) ==
-          "mdring::bind: options.tune.staging_chunk_bytes must be in [4096, 2^30], got 100");
+    CHECK(std::string(e.what()) == "mdring::bind: options.tune.staging_chunk_bytes must be in [4096, 2^30], got 100");
   }
 }
 
@@ -160,7 +166,7 @@ TEST_CASE("device transports: ipc for a GPU link whose ranks share a node") {
 }
 
 TEST_CASE("device transports: the ipc transport's one-shot threshold (ipc_staging_bytes)") {
-  md::tuning t;  // 20 us to publish, 1e-12 s per byte folded on the GPU, cap 1 MiB
+  md::tuning t;                                    // 20 us to publish, 1e-12 s per byte folded on the GPU, cap 1 MiB
   const auto nv = md::link_info_of<md::nvlink>();  // 150 GB/s
   // p = 2: (p-1)(1-2/p) = 0, so 20e-6 / 2e-12 = 10 MB: the cap.
   CHECK(md::ipc_staging_bytes(nv, 2, t) == std::size_t(1) << 20);

@@ -55,8 +55,9 @@ TEST_CASE("null buffers with count > 0 are rejected on every rank, naming the bu
                      {"mdring::all_reduce", "null", "3"}, "all_reduce span");
   }
   SUBCASE("reduce_scatter") {
-    all_ranks_reject([&](auto& c) { md::reduce_scatter(c, static_cast<const int*>(nullptr), b.data(), 3); },
-                     "sendbuf", {"mdring::reduce_scatter", "sendbuf is null", "size() * recvcount = 12"}, "reduce_scatter sendbuf");
+    all_ranks_reject([&](auto& c) { md::reduce_scatter(c, static_cast<const int*>(nullptr), b.data(), 3); }, "sendbuf",
+                     {"mdring::reduce_scatter", "sendbuf is null", "size() * recvcount = 12"},
+                     "reduce_scatter sendbuf");
     all_ranks_reject([&](auto& c) { md::reduce_scatter(c, a.data(), static_cast<int*>(nullptr), 3); }, "recvbuf",
                      {"mdring::reduce_scatter", "recvbuf is null", "3"}, "reduce_scatter recvbuf");
   }
@@ -112,7 +113,8 @@ TEST_CASE("partially overlapping send and receive buffers are rejected; exact in
           auto& b = bufs[c.rank()];
           md::all_reduce(c, b.data(), b.data() + 1, 8);
         },
-        "recvbuf", {"mdring::all_reduce", "overlap", "sendbuf", "recvbuf", "same pointer"}, "all_reduce recv = send + 1");
+        "recvbuf", {"mdring::all_reduce", "overlap", "sendbuf", "recvbuf", "same pointer"},
+        "all_reduce recv = send + 1");
     all_ranks_reject(
         [&](auto& c) {
           auto& b = bufs[c.rank()];
@@ -228,9 +230,8 @@ TEST_CASE("span size mismatch") {
   auto rec = on_ranks(4, [&](md::threads::endpoint ep, rank_record& rr) {
     auto comm = md::bind(t22, ep, local_opts());
     const auto t0 = steady::now();
-    rr.first = thrown([&] {
-      md::reduce(comm, std::span<const int>(s[ep.rank].data(), 8), std::span<int>(r[ep.rank].data(), 9), 0);
-    });
+    rr.first = thrown(
+        [&] { md::reduce(comm, std::span<const int>(s[ep.rank].data(), 8), std::span<int>(r[ep.rank].data(), 9), 0); });
     rr.seconds = seconds_since(t0);
   });
   expect_arg_error<md::invalid_argument>(rec[0].first, "recvbuf", {"mdring::reduce", "recvbuf has 9", "sendbuf has 8"},
@@ -250,18 +251,19 @@ TEST_CASE("other error paths of the public API") {
     md::threads::world w(2);
     expect_arg_error<md::invalid_argument>(thrown([&] { (void)w.at(2); }), "rank",
                                            {"mdring::threads::world::at", "rank 2", "size 2"}, "at(2)");
-    expect_arg_error<md::invalid_argument>(thrown([] { auto c = md::bind(t22, md::threads::endpoint{}); }),
-                                           "endpoint", {"mdring::bind", "no world"}, "endpoint{}");
+    expect_arg_error<md::invalid_argument>(thrown([] { auto c = md::bind(t22, md::threads::endpoint{}); }), "endpoint",
+                                           {"mdring::bind", "no world"}, "endpoint{}");
   }
   SUBCASE("parse_topology") {
     auto bad = [](std::string_view text, std::vector<std::string> words) {
-      expect_arg_error<md::topology_error>(thrown([&] { (void)md::parse_topology(text); }), "topology",
-                                           [&] {
-                                             words.push_back("mdring::parse_topology");
-                                             words.push_back("\"" + std::string(text) + "\"");
-                                             return words;
-                                           }(),
-                                           "parse_topology(\"" + std::string(text) + "\")");
+      expect_arg_error<md::topology_error>(
+          thrown([&] { (void)md::parse_topology(text); }), "topology",
+          [&] {
+            words.push_back("mdring::parse_topology");
+            words.push_back("\"" + std::string(text) + "\"");
+            return words;
+          }(),
+          "parse_topology(\"" + std::string(text) + "\")");
     };
     bad("", {"empty"});
     bad("   ", {"empty"});
@@ -275,14 +277,19 @@ TEST_CASE("other error paths of the public API") {
     bad("shm:99999999999999999999", {"extent too large"});
   }
   SUBCASE("runtime_topology") {
-    expect_arg_error<md::topology_error>(thrown([] { md::runtime_topology t(std::vector<md::runtime_topology::dimension>{}); }),
-                                         "topology", {"at least one dimension"}, "no dimensions");
-    const auto shm = md::link_info_of<md::shm>();
-    expect_arg_error<md::topology_error>(thrown([&] { md::runtime_topology t({{shm, 0}}); }), "topology",
-                                         {"extent 0"}, "extent 0");
     expect_arg_error<md::topology_error>(
-        thrown([&] { md::runtime_topology t({{shm, md::dynamic_extent}, {shm, md::dynamic_extent}}); }), "topology",
-        {"more than one dynamic extent"}, "two dynamic");
+        thrown([] { md::runtime_topology t(std::vector<md::runtime_topology::dimension>{}); }), "topology",
+        {"at least one dimension"}, "no dimensions");
+    const auto shm = md::link_info_of<md::shm>();
+    expect_arg_error<md::topology_error>(thrown([&] {
+                                           md::runtime_topology t({{shm, 0}});
+                                         }),
+                                         "topology", {"extent 0"}, "extent 0");
+    expect_arg_error<md::topology_error>(
+        thrown([&] {
+          md::runtime_topology t({{shm, md::dynamic_extent}, {shm, md::dynamic_extent}});
+        }),
+        "topology", {"more than one dynamic extent"}, "two dynamic");
     const auto dyn = md::parse_topology("shm:2 x shm:*");
     expect_arg_error<md::topology_error>(thrown([&] { (void)dyn.coordinates(1); }), "topology",
                                          {"coordinates", "dynamic extent", "resolve"}, "coordinates of dynamic");
@@ -292,8 +299,9 @@ TEST_CASE("other error paths of the public API") {
                                          "topology", {"mdring::resolve", "6 ranks", "5"}, "resolve(5)");
   }
   SUBCASE("explain") {
-    expect_arg_error<md::topology_error>(thrown([] { (void)md::explain(md::ring<md::shm, 2> * md::ring<md::shm>, 10); }),
-                                         "topology", {"mdring::explain", "dynamic extent", "resolve"}, "dynamic");
+    expect_arg_error<md::topology_error>(
+        thrown([] { (void)md::explain(md::ring<md::shm, 2> * md::ring<md::shm>, 10); }), "topology",
+        {"mdring::explain", "dynamic extent", "resolve"}, "dynamic");
     expect_arg_error<md::invalid_argument>(thrown([] { (void)md::explain(t22, 10, md::collective::all_reduce, 4); }),
                                            "rank", {"mdring::explain", "rank 4", "size 4"}, "rank 4");
   }

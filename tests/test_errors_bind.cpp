@@ -36,22 +36,28 @@ TEST_CASE("a topology that does not fit the world throws topology_error on every
     }
   };
   SUBCASE("static topology of the wrong size") {
-    bind_fails(3, [](auto ep) { return md::bind(t22, ep, local_opts()); }, {"shm:2 x shm:2", "4 ranks", "has 3"},
-               "2 x 2 on 3 ranks");
-    bind_fails(5, [](auto ep) { return md::bind(t22, ep, local_opts()); }, {"4 ranks", "has 5"}, "2 x 2 on 5 ranks");
-    bind_fails(2, [](auto ep) { return md::bind(md::ring<md::shm, 3>, ep, local_opts()); }, {"shm:3", "3 ranks", "2"},
-               "ring of 3 on 2 ranks");
-    bind_fails(4, [](auto ep) { return md::bind(md::parse_topology("shm:2 x ethernet:3"), ep, local_opts()); },
-               {"shm:2 x ethernet:3", "6 ranks", "4"}, "runtime 2 x 3 on 4 ranks");
+    bind_fails(
+        3, [](auto ep) { return md::bind(t22, ep, local_opts()); }, {"shm:2 x shm:2", "4 ranks", "has 3"},
+        "2 x 2 on 3 ranks");
+    bind_fails(
+        5, [](auto ep) { return md::bind(t22, ep, local_opts()); }, {"4 ranks", "has 5"}, "2 x 2 on 5 ranks");
+    bind_fails(
+        2, [](auto ep) { return md::bind(md::ring<md::shm, 3>, ep, local_opts()); }, {"shm:3", "3 ranks", "2"},
+        "ring of 3 on 2 ranks");
+    bind_fails(
+        4, [](auto ep) { return md::bind(md::parse_topology("shm:2 x ethernet:3"), ep, local_opts()); },
+        {"shm:2 x ethernet:3", "6 ranks", "4"}, "runtime 2 x 3 on 4 ranks");
   }
   SUBCASE("a world size that the static extents do not divide") {
-    bind_fails(3, [](auto ep) { return md::bind(md::ring<md::shm, 2> * md::ring<md::shm>, ep, local_opts()); },
-               {"size 3", "not a multiple of 2", "shm:2 x shm:*"}, "2 x * on 3 ranks");
+    bind_fails(
+        3, [](auto ep) { return md::bind(md::ring<md::shm, 2> * md::ring<md::shm>, ep, local_opts()); },
+        {"size 3", "not a multiple of 2", "shm:2 x shm:*"}, "2 x * on 3 ranks");
     bind_fails(
         5, [](auto ep) { return md::bind(md::ring<md::shm> * md::ring<md::ethernet, 2>, ep, local_opts()); },
         {"size 5", "not a multiple of 2"}, "* x 2 on 5 ranks");
-    bind_fails(4, [](auto ep) { return md::bind(md::parse_topology("shm:3 x infiniband:*"), ep, local_opts()); },
-               {"size 4", "not a multiple of 3"}, "runtime 3 x * on 4 ranks");
+    bind_fails(
+        4, [](auto ep) { return md::bind(md::parse_topology("shm:3 x infiniband:*"), ep, local_opts()); },
+        {"size 4", "not a multiple of 3"}, "runtime 3 x * on 4 ranks");
   }
 }
 
@@ -95,8 +101,7 @@ TEST_CASE("ranks binding different topologies: topology_error, and nobody waits 
         {"ethernet:2", "shm:2 x shm:2"});
   }
   SUBCASE("same topology, different algorithms") {
-    run(
-        [](auto ep) { return md::bind(t22, ep, local_opts()); },
+    run([](auto ep) { return md::bind(t22, ep, local_opts()); },
         [](auto ep) {
           auto o = local_opts();
           o.algorithms = {md::algorithm::direct, md::algorithm::ring};
@@ -149,9 +154,11 @@ TEST_CASE("the bind fingerprint names every option that changes the schedule or 
   differs([](md::options& o) { o.tune.shared_staging_bytes = 4096; }, "shared_staging_bytes");
   differs([](md::options& o) { o.tune.staging_chunk_bytes = 1 << 16; }, "staging_chunk_bytes");
   differs([](md::options& o) { o.max_message_bytes = 1 << 20; }, "max_message_bytes");
-  differs([](md::options& o) {
-    o.checks = o.checks == md::check_level::collective ? md::check_level::local : md::check_level::collective;
-  }, "checks");
+  differs(
+      [](md::options& o) {
+        o.checks = o.checks == md::check_level::collective ? md::check_level::local : md::check_level::collective;
+      },
+      "checks");
   differs([](md::options& o) { o.shared_memory = !o.shared_memory; }, "shared_memory");
   // The links' figures choose the segment length: each of them is in it too.
   auto link_differs = [&](auto change, const char* what) {
@@ -201,7 +208,8 @@ TEST_CASE("options are validated at bind, on every rank") {
   }
   SUBCASE("algorithms longer than ndims") {
     o.algorithms = {md::algorithm::ring, md::algorithm::direct, md::algorithm::ring};
-    bind_fails(o, "options.algorithms", {"mdring::bind", "options.algorithms", "3 entries", "2 dimensions", "shm:2 x shm:2"},
+    bind_fails(o, "options.algorithms",
+               {"mdring::bind", "options.algorithms", "3 entries", "2 dimensions", "shm:2 x shm:2"},
                "3 algorithms for 2 dimensions");
   }
   SUBCASE("tune.direct_max_extent") {

@@ -65,37 +65,44 @@ TEST_CASE("no rank is left hanging: one bad argument, the others get remote_erro
   constexpr std::size_t n = 1000;
   std::vector<std::vector<int>> s(4, std::vector<int>(4 * n, 1)), r(4, std::vector<int>(4 * n, 0));
   SUBCASE("all_reduce, null sendbuf on rank 2") {
-    one_bad_rank(2, [&](auto& c, bool bad) {
-      md::all_reduce(c, bad ? nullptr : s[c.rank()].data(), r[c.rank()].data(), n);
-    }, "sendbuf", {"sendbuf is null"}, "all_reduce");
+    one_bad_rank(
+        2, [&](auto& c, bool bad) { md::all_reduce(c, bad ? nullptr : s[c.rank()].data(), r[c.rank()].data(), n); },
+        "sendbuf", {"sendbuf is null"}, "all_reduce");
   }
   SUBCASE("reduce_scatter, overlap on rank 1") {
-    one_bad_rank(1, [&](auto& c, bool bad) {
-      int* sb = s[c.rank()].data();
-      md::reduce_scatter(c, sb, bad ? sb + 5 : r[c.rank()].data(), n);
-    }, "recvbuf", {"overlap"}, "reduce_scatter");
+    one_bad_rank(
+        1,
+        [&](auto& c, bool bad) {
+          int* sb = s[c.rank()].data();
+          md::reduce_scatter(c, sb, bad ? sb + 5 : r[c.rank()].data(), n);
+        },
+        "recvbuf", {"overlap"}, "reduce_scatter");
   }
   SUBCASE("all_gather, span size mismatch on rank 3") {
-    one_bad_rank(3, [&](auto& c, bool bad) {
-      md::all_gather(c, std::span<const int>(s[c.rank()].data(), n),
-                     std::span<int>(r[c.rank()].data(), bad ? 4 * n - 1 : 4 * n));
-    }, "recvbuf", {"recvbuf has 3999"}, "all_gather");
+    one_bad_rank(
+        3,
+        [&](auto& c, bool bad) {
+          md::all_gather(c, std::span<const int>(s[c.rank()].data(), n),
+                         std::span<int>(r[c.rank()].data(), bad ? 4 * n - 1 : 4 * n));
+        },
+        "recvbuf", {"recvbuf has 3999"}, "all_gather");
   }
   SUBCASE("broadcast, root out of range on rank 0") {
-    one_bad_rank(0, [&](auto& c, bool bad) { md::broadcast(c, s[c.rank()].data(), n, bad ? 4 : 1); }, "root",
-                 {"root 4"}, "broadcast");
+    one_bad_rank(
+        0, [&](auto& c, bool bad) { md::broadcast(c, s[c.rank()].data(), n, bad ? 4 : 1); }, "root", {"root 4"},
+        "broadcast");
   }
   SUBCASE("reduce, the root passes a null recvbuf") {
-    one_bad_rank(2, [&](auto& c, bool bad) {
-      md::reduce(c, s[c.rank()].data(), bad ? nullptr : r[c.rank()].data(), n, 2);
-    }, "recvbuf", {"recvbuf is null"}, "reduce");
+    one_bad_rank(
+        2, [&](auto& c, bool bad) { md::reduce(c, s[c.rank()].data(), bad ? nullptr : r[c.rank()].data(), n, 2); },
+        "recvbuf", {"recvbuf is null"}, "reduce");
   }
   SUBCASE("ring algorithms on every dimension") {
     auto o = local_opts();
     o.algorithms = {md::algorithm::ring, md::algorithm::ring};
-    one_bad_rank(1, [&](auto& c, bool bad) {
-      md::all_reduce(c, s[c.rank()].data(), bad ? nullptr : r[c.rank()].data(), n);
-    }, "recvbuf", {"recvbuf is null"}, "all_reduce ring", o);
+    one_bad_rank(
+        1, [&](auto& c, bool bad) { md::all_reduce(c, s[c.rank()].data(), bad ? nullptr : r[c.rank()].data(), n); },
+        "recvbuf", {"recvbuf is null"}, "all_reduce ring", o);
   }
 }
 
@@ -161,80 +168,100 @@ TEST_CASE("check_level::collective: every rank throws invalid_argument and the c
   constexpr std::size_t n = 100;
   std::vector<std::vector<int>> s(4, std::vector<int>(4 * n + 8, 1)), r(4, std::vector<int>(4 * n + 8, 0));
   SUBCASE("null sendbuf on one rank") {
-    collective_reject(2, [&](auto& c, bool bad) {
-      md::all_reduce(c, bad ? nullptr : s[c.rank()].data(), r[c.rank()].data(), n);
-    }, "sendbuf", {"sendbuf is null"}, "sendbuf", {"mdring::all_reduce", "rank 2", "sendbuf"}, "all_reduce null");
+    collective_reject(
+        2, [&](auto& c, bool bad) { md::all_reduce(c, bad ? nullptr : s[c.rank()].data(), r[c.rank()].data(), n); },
+        "sendbuf", {"sendbuf is null"}, "sendbuf", {"mdring::all_reduce", "rank 2", "sendbuf"}, "all_reduce null");
   }
   SUBCASE("overlap on one rank") {
-    collective_reject(1, [&](auto& c, bool bad) {
-      int* sb = s[c.rank()].data();
-      md::all_reduce(c, sb, bad ? sb + 1 : r[c.rank()].data(), n);
-    }, "recvbuf", {"overlap"}, "recvbuf", {"rank 1", "recvbuf"}, "all_reduce overlap");
+    collective_reject(
+        1,
+        [&](auto& c, bool bad) {
+          int* sb = s[c.rank()].data();
+          md::all_reduce(c, sb, bad ? sb + 1 : r[c.rank()].data(), n);
+        },
+        "recvbuf", {"overlap"}, "recvbuf", {"rank 1", "recvbuf"}, "all_reduce overlap");
   }
   SUBCASE("root out of range on one rank") {
-    collective_reject(3, [&](auto& c, bool bad) {
-      md::reduce(c, s[c.rank()].data(), r[c.rank()].data(), n, bad ? 11 : 0);
-    }, "root", {"root 11"}, "root", {"mdring::reduce", "rank 3", "root"}, "reduce root");
+    collective_reject(
+        3, [&](auto& c, bool bad) { md::reduce(c, s[c.rank()].data(), r[c.rank()].data(), n, bad ? 11 : 0); }, "root",
+        {"root 11"}, "root", {"mdring::reduce", "rank 3", "root"}, "reduce root");
   }
   SUBCASE("null buf of broadcast on one rank") {
     // The bad rank's argument is "buf"; the others must name the same argument.
-    collective_reject(1, [&](auto& c, bool bad) {
-      md::broadcast(c, bad ? nullptr : s[c.rank()].data(), n, 0);
-    }, "buf", {"buf is null"}, "buf", {"mdring::broadcast", "rank 1", "buf"}, "broadcast null buf");
+    collective_reject(
+        1, [&](auto& c, bool bad) { md::broadcast(c, bad ? nullptr : s[c.rank()].data(), n, 0); }, "buf",
+        {"buf is null"}, "buf", {"mdring::broadcast", "rank 1", "buf"}, "broadcast null buf");
   }
   SUBCASE("span size mismatch on one rank") {
     // The bad rank's argument is "recvbuf"; the others must name the same argument.
-    collective_reject(0, [&](auto& c, bool bad) {
-      md::all_reduce(c, std::span<const int>(s[c.rank()].data(), n), std::span<int>(r[c.rank()].data(), bad ? n + 1 : n));
-    }, "recvbuf", {"recvbuf has 101"}, "recvbuf", {"mdring::all_reduce", "rank 0", "recvbuf"}, "all_reduce span");
+    collective_reject(
+        0,
+        [&](auto& c, bool bad) {
+          md::all_reduce(c, std::span<const int>(s[c.rank()].data(), n),
+                         std::span<int>(r[c.rank()].data(), bad ? n + 1 : n));
+        },
+        "recvbuf", {"recvbuf has 101"}, "recvbuf", {"mdring::all_reduce", "rank 0", "recvbuf"}, "all_reduce span");
   }
   SUBCASE("different counts") {
-    collective_reject(1, [&](auto& c, bool bad) {
-      md::all_reduce(c, s[c.rank()].data(), r[c.rank()].data(), bad ? n + 1 : n);
-    }, "count", {"different counts", "100", "101"}, "count", {"mdring::all_reduce", "different counts", "100", "101"},
-                      "all_reduce counts");
-    collective_reject(3, [&](auto& c, bool bad) {
-      md::reduce_scatter(c, s[c.rank()].data(), r[c.rank()].data(), bad ? 7 : 9);
-    }, "count", {"different counts"}, "count", {"mdring::reduce_scatter", "different counts", "7", "9"},
-                      "reduce_scatter counts");
-    collective_reject(0, [&](auto& c, bool bad) {
-      md::all_gather(c, s[c.rank()].data(), r[c.rank()].data(), bad ? 0 : 5);
-    }, "count", {"different counts"}, "count", {"mdring::all_gather", "different counts", "0", "5"},
-                      "all_gather counts, one of them 0");
+    collective_reject(
+        1, [&](auto& c, bool bad) { md::all_reduce(c, s[c.rank()].data(), r[c.rank()].data(), bad ? n + 1 : n); },
+        "count", {"different counts", "100", "101"}, "count", {"mdring::all_reduce", "different counts", "100", "101"},
+        "all_reduce counts");
+    collective_reject(
+        3, [&](auto& c, bool bad) { md::reduce_scatter(c, s[c.rank()].data(), r[c.rank()].data(), bad ? 7 : 9); },
+        "count", {"different counts"}, "count", {"mdring::reduce_scatter", "different counts", "7", "9"},
+        "reduce_scatter counts");
+    collective_reject(
+        0, [&](auto& c, bool bad) { md::all_gather(c, s[c.rank()].data(), r[c.rank()].data(), bad ? 0 : 5); }, "count",
+        {"different counts"}, "count", {"mdring::all_gather", "different counts", "0", "5"},
+        "all_gather counts, one of them 0");
   }
   SUBCASE("different roots") {
-    collective_reject(2, [&](auto& c, bool bad) { md::broadcast(c, s[c.rank()].data(), n, bad ? 3 : 1); }, "root",
-                      {"different roots"}, "root", {"mdring::broadcast", "different roots", "1", "3"}, "broadcast roots");
+    collective_reject(
+        2, [&](auto& c, bool bad) { md::broadcast(c, s[c.rank()].data(), n, bad ? 3 : 1); }, "root",
+        {"different roots"}, "root", {"mdring::broadcast", "different roots", "1", "3"}, "broadcast roots");
   }
   SUBCASE("different element types") {
     std::vector<std::vector<float>> f(4, std::vector<float>(n, 1.0f));
-    collective_reject(1, [&](auto& c, bool bad) {
-      if (bad) md::all_reduce(c, f[c.rank()].data(), f[c.rank()].size());
-      else md::all_reduce(c, s[c.rank()].data(), n);
-    }, "T", {"element types"}, "T", {"mdring::all_reduce", "element types"}, "float vs int32");
-    collective_reject(2, [&](auto& c, bool bad) {
-      if (bad) md::all_reduce(c, reinterpret_cast<unsigned*>(s[c.rank()].data()), n);
-      else md::all_reduce(c, s[c.rank()].data(), n);
-    }, "T", {"element types"}, "T", {"element types"}, "uint32 vs int32");
+    collective_reject(
+        1,
+        [&](auto& c, bool bad) {
+          if (bad) md::all_reduce(c, f[c.rank()].data(), f[c.rank()].size());
+          else md::all_reduce(c, s[c.rank()].data(), n);
+        },
+        "T", {"element types"}, "T", {"mdring::all_reduce", "element types"}, "float vs int32");
+    collective_reject(
+        2,
+        [&](auto& c, bool bad) {
+          if (bad) md::all_reduce(c, reinterpret_cast<unsigned*>(s[c.rank()].data()), n);
+          else md::all_reduce(c, s[c.rank()].data(), n);
+        },
+        "T", {"element types"}, "T", {"element types"}, "uint32 vs int32");
   }
   SUBCASE("different ops: sum and max") {
-    collective_reject(0, [&](auto& c, bool bad) {
-      if (bad) md::all_reduce(c, s[c.rank()].data(), n, md::sum);
-      else md::all_reduce(c, s[c.rank()].data(), n, md::max);
-    }, "op", {"different ops"}, "op", {"mdring::all_reduce", "different ops"}, "sum vs max");
+    collective_reject(
+        0,
+        [&](auto& c, bool bad) {
+          if (bad) md::all_reduce(c, s[c.rank()].data(), n, md::sum);
+          else md::all_reduce(c, s[c.rank()].data(), n, md::max);
+        },
+        "op", {"different ops"}, "op", {"mdring::all_reduce", "different ops"}, "sum vs max");
   }
   SUBCASE("different ops: min and max") {
     // Two ops with names of the same length and first letter: the agreement must
     // still tell them apart (otherwise the ranks silently compute different results).
-    collective_reject(3, [&](auto& c, bool bad) {
-      if (bad) md::all_reduce(c, s[c.rank()].data(), n, md::min);
-      else md::all_reduce(c, s[c.rank()].data(), n, md::max);
-    }, "op", {"different ops"}, "op", {"mdring::all_reduce", "different ops"}, "min vs max");
+    collective_reject(
+        3,
+        [&](auto& c, bool bad) {
+          if (bad) md::all_reduce(c, s[c.rank()].data(), n, md::min);
+          else md::all_reduce(c, s[c.rank()].data(), n, md::max);
+        },
+        "op", {"different ops"}, "op", {"mdring::all_reduce", "different ops"}, "min vs max");
   }
   SUBCASE("every rank bad: all throw, communicator survives") {
-    collective_reject(0, [&](auto& c, bool) {
-      md::all_reduce(c, static_cast<const int*>(nullptr), r[c.rank()].data(), n);
-    }, "sendbuf", {"sendbuf is null"}, "sendbuf", {"sendbuf is null"}, "all null");
+    collective_reject(
+        0, [&](auto& c, bool) { md::all_reduce(c, static_cast<const int*>(nullptr), r[c.rank()].data(), n); },
+        "sendbuf", {"sendbuf is null"}, "sendbuf", {"sendbuf is null"}, "all null");
   }
 }
 
@@ -354,9 +381,7 @@ TEST_CASE("count mismatch without collective checks: an error, never a wrong res
   SUBCASE("2 ranks, 1000 vs 1001: transport_error at once") {
     CHECK(mismatch(2, md::ring<md::shm, 2>, 1, 1000, 1001, 30s, 5.0, false) >= 1);
   }
-  SUBCASE("2 x 2, 1000 vs 1003 on rank 3") {
-    CHECK(mismatch(4, t22, 3, 1000, 1003, 30s, 5.0, false) >= 1);
-  }
+  SUBCASE("2 x 2, 1000 vs 1003 on rank 3") { CHECK(mismatch(4, t22, 3, 1000, 1003, 30s, 5.0, false) >= 1); }
   SUBCASE("ring of 4 (ring algorithm), reduce_scatter 50 vs 49") {
     CHECK(mismatch(4, md::ring<md::shm, 4>, 0, 50, 49, 30s, 5.0, true) >= 1);
   }

@@ -50,8 +50,8 @@ std::vector<stage_view> stages_of(const md::program& pr, const md::runtime_topol
   }
   // all_gather's first stage places this rank's own block: local, no message,
   // no stage in the plan
-  std::erase_if(out, [](const stage_view& v) { return v.steps && v.send_to.empty() && v.recv_from.empty() &&
-                                                       v.local_only; });
+  std::erase_if(
+      out, [](const stage_view& v) { return v.steps && v.send_to.empty() && v.recv_from.empty() && v.local_only; });
   return out;
 }
 
@@ -64,8 +64,13 @@ std::string list(const std::set<std::size_t>& s) {
 }  // namespace
 
 TEST_CASE("explain: every stage of the plan is the program's (peers, bytes, steps), every algorithm and collective") {
-  const char* topologies[] = {"ethernet:2",           "ethernet:4",           "ethernet:5",   "ethernet:8",
-                              "infiniband:6",         "ethernet:3 x ethernet:4", "ethernet:2 x ethernet:2 x ethernet:3"};
+  const char* topologies[] = {"ethernet:2",
+                              "ethernet:4",
+                              "ethernet:5",
+                              "ethernet:8",
+                              "infiniband:6",
+                              "ethernet:3 x ethernet:4",
+                              "ethernet:2 x ethernet:2 x ethernet:3"};
   const md::algorithm algos[] = {md::algorithm::ring, md::algorithm::direct, md::algorithm::halving_doubling,
                                  md::algorithm::recursive_doubling};
   const md::collective kinds[] = {md::collective::all_reduce, md::collective::reduce_scatter,
@@ -117,10 +122,10 @@ TEST_CASE("explain: every stage of the plan is the program's (peers, bytes, step
                   CHECK(ps.steps == prog[s].steps);
                   const std::set<std::size_t> to(ps.send_to.begin(), ps.send_to.end()),
                       from(ps.recv_from.begin(), ps.recv_from.end());
-                  CHECK_MESSAGE(to == prog[s].send_to, "plan sends to " << list(to) << ", program to "
-                                                                        << list(prog[s].send_to));
-                  CHECK_MESSAGE(from == prog[s].recv_from, "plan receives from " << list(from) << ", program from "
-                                                                                 << list(prog[s].recv_from));
+                  CHECK_MESSAGE(to == prog[s].send_to,
+                                "plan sends to " << list(to) << ", program to " << list(prog[s].send_to));
+                  CHECK_MESSAGE(from == prog[s].recv_from,
+                                "plan receives from " << list(from) << ", program from " << list(prog[s].recv_from));
                   CHECK(ps.bytes_sent == prog[s].bytes_sent);
                   CHECK(ps.bytes_received == prog[s].bytes_received);
                   ++compared;
@@ -158,9 +163,9 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
             seen.insert(std::string(md::to_string(st.algo)));
             const bool own_algo = st.ph != md::phase::scatter && st.ph != md::phase::gather;
             if (own_algo && st.algo != d.algos.at(st.dim))
-              errors.push_back(std::string(text) + " " + std::string(md::to_string(kind)) + " n=" +
-                               std::to_string(n) + ": the plan shows " + std::string(md::to_string(st.algo)) +
-                               " on dimension " + std::to_string(st.dim) + ", the call ran " +
+              errors.push_back(std::string(text) + " " + std::string(md::to_string(kind)) + " n=" + std::to_string(n) +
+                               ": the plan shows " + std::string(md::to_string(st.algo)) + " on dimension " +
+                               std::to_string(st.dim) + ", the call ran " +
                                std::string(md::to_string(d.algos.at(st.dim))));
           }
           if (kind == md::collective::all_reduce && pl.segments != d.segments)

@@ -102,7 +102,8 @@ TEST_CASE("idle, then every completed call counted with what its messages receiv
   }
 }
 
-TEST_CASE("a stalled peer: the waiting line names the step, link and peer; at the deadline every rank writes its line") {
+TEST_CASE(
+    "a stalled peer: the waiting line names the step, link and peer; at the deadline every rank writes its line") {
   const std::size_t n = 1000;
   std::vector<std::string> waiting(2), failed(2);
   std::atomic<bool> rank0_failed{false};

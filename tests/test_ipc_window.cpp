@@ -37,7 +37,8 @@ struct thread_exchange {
     void all_gather(const void* mine, std::size_t bytes, void* all) {
       x->cells[me].assign(static_cast<const unsigned char*>(mine), static_cast<const unsigned char*>(mine) + bytes);
       x->sync.arrive_and_wait();
-      for (std::size_t j = 0; j < x->p; ++j) std::memcpy(static_cast<char*>(all) + j * bytes, x->cells[j].data(), bytes);
+      for (std::size_t j = 0; j < x->p; ++j)
+        std::memcpy(static_cast<char*>(all) + j * bytes, x->cells[j].data(), bytes);
       x->sync.arrive_and_wait();
     }
   };
@@ -110,8 +111,12 @@ TEST_CASE("ipc window: barrier_ops as stream memory operations, replayed like a 
             if (rng() % 8 == 0) std::this_thread::yield();
             auto& own = flags[me][op.index];
             switch (op.kind) {
-              case mdd::flag_op::write_peer: flags[op.peer][op.index].store(op.value); break;
-              case mdd::flag_op::write_own: own.store(op.value); break;
+              case mdd::flag_op::write_peer:
+                flags[op.peer][op.index].store(op.value);
+                break;
+              case mdd::flag_op::write_own:
+                own.store(op.value);
+                break;
               case mdd::flag_op::wait_own: {
                 const auto until = in(20);
                 while (own.load() != op.value)

@@ -33,7 +33,8 @@ std::vector<std::uint8_t> pattern(unsigned a, unsigned b) {
 }
 
 void fill(std::uint8_t* x, std::size_t n, const std::vector<std::uint8_t>& tile) {
-  for (std::size_t off = 0; off < n; off += tile_bytes) std::memcpy(x + off, tile.data(), std::min(tile_bytes, n - off));
+  for (std::size_t off = 0; off < n; off += tile_bytes)
+    std::memcpy(x + off, tile.data(), std::min(tile_bytes, n - off));
 }
 
 // The index of the first element that differs from the pattern, or n.

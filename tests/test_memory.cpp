@@ -12,7 +12,8 @@
 namespace md = mdring;
 
 TEST_CASE("node_alloc: page-aligned, writable, found by is_node_memory over its whole range only") {
-  for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(4096), std::size_t(5000), std::size_t(3) << 20}) {
+  for (std::size_t bytes :
+       {std::size_t(0), std::size_t(1), std::size_t(4096), std::size_t(5000), std::size_t(3) << 20}) {
     INFO("bytes " << bytes);
     void* p = md::node_alloc(bytes);
     REQUIRE(p != nullptr);

@@ -221,7 +221,8 @@ TEST_CASE("all_gather: every topology and count, in place and out of place, iden
       std::vector<std::uint16_t> s16(sc), r16(total);
       for (std::size_t i = 0; i < sc; ++i) s16[i] = std::uint16_t(R * 1000 + i);
       md::all_gather(comm, s16.data(), r16.data(), sc);
-      CHECK(first_bad(total, [&](std::size_t j) { return r16[j] == std::uint16_t((j / sc) * 1000 + j % sc); }) == total);
+      CHECK(first_bad(total, [&](std::size_t j) { return r16[j] == std::uint16_t((j / sc) * 1000 + j % sc); }) ==
+            total);
     }
   });
   if (R == 0) std::printf("test_mpi[%zu]: all_gather %.2f s\n", P, since(t0));
@@ -282,7 +283,8 @@ TEST_CASE("half and bfloat16: exact integer sums, avg, identical everywhere") {
           // Small integers: every partial sum is exact in 16 bits (<= 8 * 4 + 4).
           std::vector<md::half> h(n);
           std::vector<md::bfloat16> b(n);
-          for (std::size_t i = 0; i < n; ++i) h[i] = md::half(float((R + i) % 5)), b[i] = md::bfloat16(float((R * 3 + i) % 5));
+          for (std::size_t i = 0; i < n; ++i)
+            h[i] = md::half(float((R + i) % 5)), b[i] = md::bfloat16(float((R * 3 + i) % 5));
           md::all_reduce(comm, h.data(), n);
           md::all_reduce(comm, b.data(), n);
           auto hsum = [&](std::size_t i) {

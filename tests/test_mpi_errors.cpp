@@ -68,7 +68,6 @@ double max_over_ranks(double x) {
   return m;
 }
 
-
 // Exits the process (so mpiexec ends the others) if the scope lasts longer than
 // `limit`, saying what hung.
 class watchdog {
@@ -118,8 +117,7 @@ bool fresh_communicator_works() {
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::int64_t(comm.rank() * 1000 + i);
     md::all_reduce(comm, x.data(), x.size());
     ok = true;
-    for (std::size_t i = 0; i < x.size(); ++i)
-      ok = ok && x[i] == std::int64_t(1000 * P * (P - 1) / 2 + P * i);
+    for (std::size_t i = 0; i < x.size(); ++i) ok = ok && x[i] == std::int64_t(1000 * P * (P - 1) / 2 + P * i);
   });
   INFO("fresh communicator: " << describe(e));
   return all_ranks(ok && !e);
@@ -176,11 +174,8 @@ TEST_CASE("ranks binding different topologies: topology_error on every rank") {
     }
     CHECK(max_over_ranks(seconds_since(t0)) < 10.0);
   };
-  expect(
-      [&] {
-        return md::bind(md::parse_topology(R == 0 ? "shm:*" : "ethernet:*"), MPI_COMM_WORLD, local_opts());
-      },
-      "shm:* on rank 0, ethernet:* elsewhere");
+  expect([&] { return md::bind(md::parse_topology(R == 0 ? "shm:*" : "ethernet:*"), MPI_COMM_WORLD, local_opts()); },
+         "shm:* on rank 0, ethernet:* elsewhere");
   expect(
       [&] {
         auto o = local_opts();
@@ -188,11 +183,8 @@ TEST_CASE("ranks binding different topologies: topology_error on every rank") {
         return md::bind(md::ring<md::shm>, MPI_COMM_WORLD, o);
       },
       "same topology, different algorithms on the last rank");
-  expect(
-      [&] {
-        return md::bind(md::parse_topology(R == 1 ? "shm:1 x shm:*" : "shm:*"), MPI_COMM_WORLD, local_opts());
-      },
-      "an extra dimension of extent 1 on rank 1");
+  expect([&] { return md::bind(md::parse_topology(R == 1 ? "shm:1 x shm:*" : "shm:*"), MPI_COMM_WORLD, local_opts()); },
+         "an extra dimension of extent 1 on rank 1");
   expect(
       [&] {
         auto o = local_opts();
@@ -234,20 +226,27 @@ TEST_CASE("a bad argument on one rank: the others get remote_error quickly") {
     CHECK(!comm.usable());
   };
   std::vector<float> s(4000 * P, 1.0f), r(4000 * P, 0.0f);
-  run("all_reduce, null sendbuf", [&](auto& c, bool b) { md::all_reduce(c, b ? nullptr : s.data(), r.data(), 4000); },
+  run(
+      "all_reduce, null sendbuf", [&](auto& c, bool b) { md::all_reduce(c, b ? nullptr : s.data(), r.data(), 4000); },
       "sendbuf");
-  run("all_reduce, overlap", [&](auto& c, bool b) { md::all_reduce(c, s.data(), b ? s.data() + 1 : r.data(), 4000); },
+  run(
+      "all_reduce, overlap", [&](auto& c, bool b) { md::all_reduce(c, s.data(), b ? s.data() + 1 : r.data(), 4000); },
       "recvbuf");
-  run("reduce_scatter, null recvbuf",
+  run(
+      "reduce_scatter, null recvbuf",
       [&](auto& c, bool b) { md::reduce_scatter(c, s.data(), b ? nullptr : r.data(), 4000); }, "recvbuf");
-  run("all_gather, overlap",
-      [&](auto& c, bool b) { md::all_gather(c, b ? r.data() + 1 : s.data(), r.data(), 4000); }, "recvbuf");
-  run("broadcast, bad root", [&](auto& c, bool b) { md::broadcast(c, s.data(), 4000, b ? P : 0); }, "root");
-  run("reduce, root's null recvbuf",
+  run(
+      "all_gather, overlap", [&](auto& c, bool b) { md::all_gather(c, b ? r.data() + 1 : s.data(), r.data(), 4000); },
+      "recvbuf");
+  run(
+      "broadcast, bad root", [&](auto& c, bool b) { md::broadcast(c, s.data(), 4000, b ? P : 0); }, "root");
+  run(
+      "reduce, root's null recvbuf",
       [&](auto& c, bool b) { md::reduce(c, s.data(), b ? nullptr : r.data(), 4000, bad); }, "recvbuf");
   // Large messages (beyond the eager limit) are pending when the failure arrives.
   std::vector<double> big(1 << 20, 1.0);
-  run("all_reduce of 8 MiB, null recvbuf",
+  run(
+      "all_reduce of 8 MiB, null recvbuf",
       [&](auto& c, bool b) { md::all_reduce(c, big.data(), b ? nullptr : big.data(), big.size()); }, "recvbuf");
   CHECK(fresh_communicator_works());
 }
@@ -283,21 +282,22 @@ TEST_CASE("check_level::collective: every rank throws invalid_argument, the comm
     CHECK(all_ranks(ok));
   };
   std::vector<int> s(100 * P, 1), r(100 * P, 0);
-  run("null sendbuf on rank 1",
-      [&](auto& c) { md::all_reduce(c, R == 1 ? nullptr : s.data(), r.data(), 100); }, "sendbuf",
-      {"mdring::all_reduce", "sendbuf"});
-  run("root out of range on rank 0", [&](auto& c) { md::reduce(c, s.data(), r.data(), 100, R == 0 ? 99 : 0); },
-      "root", {"mdring::reduce", "root"});
+  run("null sendbuf on rank 1", [&](auto& c) { md::all_reduce(c, R == 1 ? nullptr : s.data(), r.data(), 100); },
+      "sendbuf", {"mdring::all_reduce", "sendbuf"});
+  run("root out of range on rank 0", [&](auto& c) { md::reduce(c, s.data(), r.data(), 100, R == 0 ? 99 : 0); }, "root",
+      {"mdring::reduce", "root"});
   run("different counts", [&](auto& c) { md::all_reduce(c, s.data(), r.data(), R == P - 1 ? 99 : 100); }, "count",
       {"different counts", "99", "100"});
   run("different recvcounts", [&](auto& c) { md::reduce_scatter(c, s.data(), r.data(), R == 0 ? 10 : 11); }, "count",
       {"mdring::reduce_scatter", "different counts"});
   run("different roots", [&](auto& c) { md::broadcast(c, s.data(), 100, R == 1 ? 1 : 0); }, "root",
       {"mdring::broadcast", "different roots"});
-  run("different ops", [&](auto& c) {
-    if (R == 0) md::all_reduce(c, s.data(), 100, md::prod);
-    else md::all_reduce(c, s.data(), 100, md::sum);
-  }, "op", {"different ops"});
+  run("different ops",
+      [&](auto& c) {
+        if (R == 0) md::all_reduce(c, s.data(), 100, md::prod);
+        else md::all_reduce(c, s.data(), 100, md::sum);
+      },
+      "op", {"different ops"});
 }
 
 // ---------------------------------------------------------------------------
@@ -379,8 +379,8 @@ TEST_CASE("counts that differ between ranks: an exception on every rank, not a w
     });
     const double secs = seconds_since(t0);
     INFO(where << ", rank " << R << " (count " << mine << "): " << describe(e) << " after " << secs << " s");
-    const bool ok = as<md::mpi_error>(e) || as<md::remote_error>(e) || as<md::transport_error>(e) ||
-                    as<md::timeout_error>(e);
+    const bool ok =
+        as<md::mpi_error>(e) || as<md::remote_error>(e) || as<md::transport_error>(e) || as<md::timeout_error>(e);
     CHECK(ok);
     CHECK(all_ranks(ok));
     CHECK(max_over_ranks(secs) < 10.0);

@@ -58,7 +58,8 @@ std::vector<std::uint8_t> pattern(unsigned a, unsigned b) {
   return t;
 }
 void fill(std::uint8_t* x, std::size_t n, const std::vector<std::uint8_t>& tile) {
-  for (std::size_t off = 0; off < n; off += tile_bytes) std::memcpy(x + off, tile.data(), std::min(tile_bytes, n - off));
+  for (std::size_t off = 0; off < n; off += tile_bytes)
+    std::memcpy(x + off, tile.data(), std::min(tile_bytes, n - off));
 }
 // The first index that differs from the pattern, or n.
 std::size_t first_mismatch(const std::uint8_t* x, std::size_t n, const std::vector<std::uint8_t>& tile) {
@@ -77,8 +78,7 @@ std::string describe(const std::exception_ptr& p) {
     std::rethrow_exception(p);
   } catch (const std::exception& e) {
     return std::string(typeid(e).name()) + ": " + e.what();
-  } catch (...) {
-  }
+  } catch (...) {}
   return "not a std::exception";
 }
 
@@ -110,8 +110,9 @@ TEST_CASE("all_reduce of 2^31 + 11 uint8 over MPI, in place, exact") {
     if (!err) bad = first_mismatch(x.get(), big, pattern(unsigned(7 * P), unsigned(P * (P - 1) / 2)));
     check_s = since(t0);
   }
-  std::printf("test_mpi_large: rank %zu of %zu: all_reduce of %zu uint8: fill %.2f s, all_reduce %.2f s, check %.2f s\n",
-              R, P, big, fill_s, reduce_s, check_s);
+  std::printf(
+      "test_mpi_large: rank %zu of %zu: all_reduce of %zu uint8: fill %.2f s, all_reduce %.2f s, check %.2f s\n", R, P,
+      big, fill_s, reduce_s, check_s);
   INFO("rank " << R << ": " << describe(err) << "; first wrong element " << bad);
   CHECK(!err);
   CHECK(bad == big);
@@ -144,8 +145,9 @@ void big_all_gather(std::size_t max_message_bytes) {
       for (std::size_t q = 0; q < P; ++q) bad[q] = first_mismatch(x.get() + q * big, big, pattern(7, unsigned(q)));
     check_s = since(t0);
   }
-  std::printf("test_mpi_large: rank %zu: all_gather of %zu uint8 per rank (max_message_bytes %zu): %.2f s, check %.2f s\n",
-              R, big, max_message_bytes, gather_s, check_s);
+  std::printf(
+      "test_mpi_large: rank %zu: all_gather of %zu uint8 per rank (max_message_bytes %zu): %.2f s, check %.2f s\n", R,
+      big, max_message_bytes, gather_s, check_s);
   INFO("rank " << R << ", max_message_bytes " << max_message_bytes << ": " << describe(err));
   CHECK(!err);
   bool ok = !err;

@@ -45,9 +45,8 @@ TEST_CASE("options.max_message_bytes small: messages split into pieces, results 
           std::vector<std::uint8_t> u(bytes);
           for (std::size_t i = 0; i < bytes; ++i) u[i] = std::uint8_t(i * 3 + R);
           md::all_reduce(comm, u.data(), bytes);
-          CHECK(first_bad(bytes, [&](std::size_t i) {
-                  return u[i] == std::uint8_t(P * (i * 3) + P * (P - 1) / 2);
-                }) == bytes);
+          CHECK(first_bad(bytes, [&](std::size_t i) { return u[i] == std::uint8_t(P * (i * 3) + P * (P - 1) / 2); }) ==
+                bytes);
         }
       }
     }
@@ -292,9 +291,9 @@ TEST_CASE("scratch comes from options.memory, and after reserve() calls allocate
           md::broadcast(comm, s.data(), n, 0);
           CHECK(first_bad(n, [&](std::size_t i) { return s[i] == val(0, i); }) == n);
       }
-      INFO(c.label() << ", " << name << " on rank " << R << ", " << n << " int64 (recvcount "
-                     << rc << ") after reserve<int64>(" << n << ") = "
-                     << reserved << " bytes; scratch now " << comm.scratch_bytes() << " bytes");
+      INFO(c.label() << ", " << name << " on rank " << R << ", " << n << " int64 (recvcount " << rc
+                     << ") after reserve<int64>(" << n << ") = " << reserved << " bytes; scratch now "
+                     << comm.scratch_bytes() << " bytes");
       CHECK(mem.allocations == before);
     }
     // Without reserve(): scratch grows to the largest call, then is reused.
@@ -338,7 +337,8 @@ TEST_CASE("two communicators used alternately, and a moved communicator") {
 }
 
 // ---------------------------------------------------------------------------
-#if !MDRING_TEST_UCX  // detection through MPI (the UCX world detects across network namespaces: tests/cluster/cluster_probe.cpp)
+#if !MDRING_TEST_UCX  // detection through MPI (the UCX world detects across network namespaces:
+                      // tests/cluster/cluster_probe.cpp)
 TEST_CASE("detect_topology: one node of P ranks here; node_layout and a node-major split") {
   const std::size_t P = world_size(), R = world_rank();
   const auto l = md::detect_node_layout(MPI_COMM_WORLD);
@@ -371,9 +371,9 @@ TEST_CASE("detect_topology: one node of P ranks here; node_layout and a node-maj
     CHECK(rr.local_rank == R / 2);
     CHECK(rr.node_major == (P == 2));
     CHECK(rr.key == int(R % 2 == 0 ? R / 2 : (P + 1) / 2 + R / 2));
-    CHECK(md::topology_of(rr).to_string() ==
-          (P == 2 ? rr.network + ":2" : P % 2 ? rr.network + ":" + std::to_string(P)
-                                              : "shm:" + std::to_string(P / 2) + " x " + rr.network + ":2"));
+    CHECK(md::topology_of(rr).to_string() == (P == 2  ? rr.network + ":2"
+                                              : P % 2 ? rr.network + ":" + std::to_string(P)
+                                                      : "shm:" + std::to_string(P / 2) + " x " + rr.network + ":2"));
   }
   // The layouts of several nodes, as topology_of turns them into topologies.
   md::node_layout two{8, 2, 4, 0, 0, true, 0, "infiniband"};
@@ -445,7 +445,9 @@ TEST_CASE("planning = measure: every rank picks the same plan, results exact") {
   o.planning = md::planning::measure;
   // shm:4 (4 and 8 processes): its direct stages are timed as a ring and as
   // halving-doubling too, through messages instead of shared access.
-  const std::string topo = P % 4 == 0 ? "shm:4 x ethernet:*" : P % 2 == 0 && P > 2 ? "shm:2 x ethernet:*" : "ethernet:*";
+  const std::string topo = P % 4 == 0            ? "shm:4 x ethernet:*"
+                           : P % 2 == 0 && P > 2 ? "shm:2 x ethernet:*"
+                                                 : "ethernet:*";
   auto comm = md::bind(md::parse_topology(topo), test_world(), o);
   for (std::size_t n : {std::size_t(1), std::size_t(1009), std::size_t(65537)}) {
     std::vector<std::int64_t> x(n), y(n, -1);
@@ -464,8 +466,8 @@ TEST_CASE("planning = measure: every rank picks the same plan, results exact") {
 
 TEST_CASE("a bulk op (reduce_local on whole arrays) gives the exact sums, every algorithm") {
   const std::size_t P = world_size(), R = world_rank();
-  for (auto alg : {md::algorithm::automatic, md::algorithm::ring, md::algorithm::direct,
-                   md::algorithm::halving_doubling}) {
+  for (auto alg :
+       {md::algorithm::automatic, md::algorithm::ring, md::algorithm::direct, md::algorithm::halving_doubling}) {
     md::options o;
     o.algorithms = {alg};
     auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
@@ -478,7 +480,8 @@ TEST_CASE("a bulk op (reduce_local on whole arrays) gives the exact sums, every 
       CHECK(first_bad(n, [&](std::size_t i) { return y[i] == rs * 1000 + std::int32_t(P * (i % 1000)); }) == n);
       // every rank folds something, except the even rank of a pair in halving-doubling
       // on a non-power-of-two (it hands its range over and gets its block back)
-      const bool folds = alg != md::algorithm::halving_doubling || (P & (P - 1)) == 0 || R >= 2 * (P - std::bit_floor(P)) || R % 2 == 1;
+      const bool folds = alg != md::algorithm::halving_doubling || (P & (P - 1)) == 0 ||
+                         R >= 2 * (P - std::bit_floor(P)) || R % 2 == 1;
       if (P > 1 && n >= P && folds) CHECK(mpi_local_sum::calls.load() > 0);
       md::all_reduce(comm, x.data(), n, mpi_local_sum{});  // in place
       CHECK(x == y);
@@ -500,7 +503,9 @@ TEST_CASE("options.reproducible: every element is the contract's fold, whatever 
   // Every rank computes the contract (reproducible_reference.hpp) for every
   // element from every rank's inputs, and compares bitwise.
   const std::size_t P = world_size(), R = world_rank();
-  const std::string topo = P % 4 == 0 ? "shm:2 x shm:2 x ethernet:*" : P % 2 == 0 && P > 2 ? "shm:2 x ethernet:*" : "ethernet:*";
+  const std::string topo = P % 4 == 0            ? "shm:2 x shm:2 x ethernet:*"
+                           : P % 2 == 0 && P > 2 ? "shm:2 x ethernet:*"
+                                                 : "ethernet:*";
   const md::runtime_topology rt = md::parse_topology(topo).resolve(P);
   const std::vector<std::size_t> ext = rt.extents();
   const std::size_t nmax = 70001;
@@ -523,7 +528,8 @@ TEST_CASE("options.reproducible: every element is the contract's fold, whatever 
       const std::size_t b = n / P;
       std::vector<float> block(b);
       md::reduce_scatter(comm, x.data(), block.data(), b);
-      CHECK(first_bad(b, [&](std::size_t i) { return std::memcmp(&block[i], &expect[R * b + i], sizeof(float)) == 0; }) == b);
+      CHECK(first_bad(
+                b, [&](std::size_t i) { return std::memcmp(&block[i], &expect[R * b + i], sizeof(float)) == 0; }) == b);
       md::request rq = md::iall_reduce(comm, x.data(), n);
       rq.wait();
       CHECK(std::memcmp(x.data(), y.data(), n * sizeof(float)) == 0);

@@ -30,7 +30,8 @@ void run_cases(const char* topo, md::progress_mode mode) {
   request_cases::all_cases(bind, mode, rep);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  for (const auto& f : rep.failures) FAIL_CHECK("rank " << rank << " (" << topo << ", " << md::to_string(mode) << "): " << f);
+  for (const auto& f : rep.failures)
+    FAIL_CHECK("rank " << rank << " (" << topo << ", " << md::to_string(mode) << "): " << f);
 }
 
 }  // namespace

@@ -116,8 +116,8 @@ TEST_CASE("make_plan: ranges, peers and bytes of a hand-computed all_reduce") {
   // each stage's prediction is stage_seconds of its parameters, and they add up
   double sum = 0;
   for (auto& st : pa.stages) {
-    CHECK(st.seconds == m::stage_seconds(st.ph, st.algo, st.extent, st.range.count, 4, st.link,
-                                         m::tuning{}.gamma(st.link.space)));
+    CHECK(st.seconds ==
+          m::stage_seconds(st.ph, st.algo, st.extent, st.range.count, 4, st.link, m::tuning{}.gamma(st.link.space)));
     CHECK(st.seconds > 0);
     sum += st.seconds;
   }
@@ -160,7 +160,7 @@ TEST_CASE("make_plan: broadcast and reduce involve only the root's lines") {
   CHECK(r1.stages[2].ph == m::phase::gather);
   CHECK(r1.stages[2].participates);
   CHECK(r1.stages[2].send_to == std::vector<std::size_t>{5});
-  CHECK(r1.stages[2].bytes_sent == 8);      // block 0 of [5,10)
+  CHECK(r1.stages[2].bytes_sent == 8);     // block 0 of [5,10)
   CHECK_FALSE(r1.stages[3].participates);  // (1,0): not on the root's dim-0 line (c1 = 2)
   const auto r5 = plan_of(m::collective::reduce, t, 5, 10, ring2, 4);
   CHECK(r5.stages[2].recv_from == std::vector<std::size_t>{1, 3});
@@ -241,8 +241,8 @@ TEST_CASE("explain() prints the plan") {
   CHECK(contains(rt, "  reduce  "));
 
   // the same through a resolved runtime topology
-  CHECK(m::explain<float>(m::parse_topology("nvlink:4 x infiniband:*").resolve(256), 1 << 20,
-                          m::collective::all_reduce, 5) == s);
+  CHECK(m::explain<float>(m::parse_topology("nvlink:4 x infiniband:*").resolve(256), 1 << 20, m::collective::all_reduce,
+                          5) == s);
 
   // forcing ring through options
   m::options o;
@@ -319,13 +319,13 @@ TEST_CASE("merge_dimensions: a long ring on a switched link runs as a grid of tw
   CHECK(m::split_factor(16, 16) == 4);
   CHECK(m::split_factor(64, 16) == 8);
   CHECK(m::split_factor(256, 16) == 16);
-  CHECK(m::split_factor(24, 16) == 4);   // 4 x 6
-  CHECK(m::split_factor(18, 16) == 3);   // 3 x 6
-  CHECK(m::split_factor(17, 16) == 0);   // prime: one ring
-  CHECK(m::split_factor(15, 16) == 0);   // below the threshold
+  CHECK(m::split_factor(24, 16) == 4);  // 4 x 6
+  CHECK(m::split_factor(18, 16) == 3);  // 3 x 6
+  CHECK(m::split_factor(17, 16) == 0);  // prime: one ring
+  CHECK(m::split_factor(15, 16) == 0);  // below the threshold
   CHECK(m::split_factor(15, 4) == 3);
   CHECK(m::split_factor(4, 4) == 2);
-  CHECK(m::split_factor(64, 0) == 0);    // 0: never
+  CHECK(m::split_factor(64, 0) == 0);  // 0: never
   {
     const auto r = merged("nvlink:4 x infiniband:*", 4 * 64);
     CHECK(r.topology.to_string() == "nvlink:4 x infiniband:8 x infiniband:8");
@@ -371,8 +371,9 @@ TEST_CASE("explain() shows a split ring, and the cost model prefers it") {
   CHECK(contains(s, "split: written as nvlink:4 x infiniband:64, run as nvlink:4 x infiniband:8 x infiniband:8"));
   // merged and split in one: four dimensions written, three run
   const std::string both = m::explain<float>(m::parse_topology("shm:2 x shm:2 x shm:2 x infiniband:16"), n);
-  CHECK(contains(both, "merged and split: written as shm:2 x shm:2 x shm:2 x infiniband:16, run as shm:8 x "
-                       "infiniband:4 x infiniband:4"));
+  CHECK(contains(both,
+                 "merged and split: written as shm:2 x shm:2 x shm:2 x infiniband:16, run as shm:8 x "
+                 "infiniband:4 x infiniband:4"));
   m::options ring = rings;
   ring.tune.split_ring_extent = 0;
   const std::string r = m::explain<float>(topo, n, m::collective::all_reduce, 0, m::sum, ring);
@@ -387,7 +388,8 @@ TEST_CASE("explain() shows a split ring, and the cost model prefers it") {
   const auto split = m::merge_dimensions(topo.resolve(256), {}, m::tuning{});
   const auto one = m::merge_dimensions(topo.resolve(256), {}, ring.tune);
   const auto seconds = [&](const m::merged_dimensions& md) {
-    return m::make_plan(m::collective::all_reduce, md.topology, 0, n, 4, al(md.topology.ndims()), m::tuning{}).seconds();
+    return m::make_plan(m::collective::all_reduce, md.topology, 0, n, 4, al(md.topology.ndims()), m::tuning{})
+        .seconds();
   };
   CHECK(seconds(split) < seconds(one));
   CHECK(total(s) != total(r));
@@ -416,7 +418,7 @@ TEST_CASE("explain() shows merged dimensions") {
   CHECK(contains(s, "direct"));
   m::options o;
   o.tune.merge_same_link = false;
-  CHECK_FALSE(contains(m::explain<float>(m::parse_topology("shm:2 x shm:2"), 1 << 20, m::collective::all_reduce, 0,
-                                         m::sum, o),
-                       "merged"));
+  CHECK_FALSE(
+      contains(m::explain<float>(m::parse_topology("shm:2 x shm:2"), 1 << 20, m::collective::all_reduce, 0, m::sum, o),
+               "merged"));
 }

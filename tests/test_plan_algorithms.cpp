@@ -221,8 +221,8 @@ TEST_CASE("recursive doubling and trees: what automatic picks for a call") {
   const algorithm req[] = {algorithm::automatic, algorithm::automatic, algorithm::automatic};
   auto pick = [&](std::size_t n, const m::tuning& u, const algorithm* asked = nullptr) {
     std::vector<algorithm> al = {algorithm::direct, algorithm::ring, algorithm::ring};
-    m::algorithms_for_call(m::collective::all_reduce, topo, std::span<const algorithm>(asked ? asked : req, 3), al,
-                           n, 4, u);
+    m::algorithms_for_call(m::collective::all_reduce, topo, std::span<const algorithm>(asked ? asked : req, 3), al, n,
+                           4, u);
     return al;
   };
   const algorithm D = algorithm::direct, HD = algorithm::halving_doubling, RD = algorithm::recursive_doubling;

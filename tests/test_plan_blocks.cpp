@@ -92,7 +92,6 @@ static_assert(stage_ranges_example());
 
 }  // namespace
 
-
 TEST_CASE("block_of tiles [0, n) exactly for every (n, p)") {
   std::vector<std::size_t> ns;
   for (std::size_t n = 0; n <= 130; ++n) ns.push_back(n);
@@ -110,8 +109,8 @@ TEST_CASE("block_of tiles [0, n) exactly for every (n, p)") {
         // the first n % p blocks hold one more
         CHECK(blk.count == n / p + (j < n % p ? 1 : 0));
       }
-      CHECK(next == n);                     // covers exactly [0, n)
-      CHECK(biggest - smallest <= 1);       // balanced
+      CHECK(next == n);                // covers exactly [0, n)
+      CHECK(biggest - smallest <= 1);  // balanced
       CHECK(m::max_block(n, p) == biggest);
       if (n < p) CHECK(m::block_of(n, p, p - 1).count == 0);
     }
@@ -121,8 +120,8 @@ TEST_CASE("stage_ranges and owned_range: owned ranges tile [0, N) in nested orde
   for (const auto& e : shapes) {
     const std::size_t P = product(e), k = e.size();
     const auto t = shm_topology(e);
-    for (std::size_t N : {std::size_t(0), std::size_t(1), std::size_t(5), P - 1, P, P + 1, std::size_t(1009),
-                          3 * P + 2}) {
+    for (std::size_t N :
+         {std::size_t(0), std::size_t(1), std::size_t(5), P - 1, P, P + 1, std::size_t(1009), 3 * P + 2}) {
       INFO("shape ", t.to_string(), " N=", N);
       std::vector<m::block_range> owned(P);
       for (std::size_t r = 0; r < P; ++r) {
@@ -148,9 +147,8 @@ TEST_CASE("stage_ranges and owned_range: owned ranges tile [0, N) in nested orde
       }
       // sorted by offset (count as tie break), the owned ranges tile [0, N)
       auto sorted = owned;
-      std::sort(sorted.begin(), sorted.end(), [](auto x, auto y) {
-        return x.offset != y.offset ? x.offset < y.offset : x.count < y.count;
-      });
+      std::sort(sorted.begin(), sorted.end(),
+                [](auto x, auto y) { return x.offset != y.offset ? x.offset < y.offset : x.count < y.count; });
       std::size_t next = 0;
       for (auto& rg : sorted) {
         CHECK(rg.offset == next);

@@ -222,8 +222,8 @@ TEST_CASE("pipeline model: dimensions on the same link share it (hand-computed)"
 
 TEST_CASE("choose_algorithm rules") {
   const m::tuning t{};
-  const auto nv = m::link_info_of<m::nvlink>(), ib = m::link_info_of<m::infiniband>(),
-             sh = m::link_info_of<m::shm>(), pc = m::link_info_of<m::pcie>();
+  const auto nv = m::link_info_of<m::nvlink>(), ib = m::link_info_of<m::infiniband>(), sh = m::link_info_of<m::shm>(),
+             pc = m::link_info_of<m::pcie>();
   using m::algorithm;
   // a non-commutative op gets direct, whatever was asked and whatever the link
   CHECK(m::choose_algorithm(algorithm::automatic, ib, 64, t, false) == algorithm::direct);

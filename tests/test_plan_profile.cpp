@@ -58,7 +58,9 @@ TEST_CASE("profile: measured points become the link's curve, which the cost mode
   CHECK(m::stage_seconds(m::phase::all_gather, m::algorithm::ring, 4, 4 * 16384, 4, t.rank_link(0), 0) ==
         doctest::Approx(3 * (10e-6 + 20e-6)));
   // two dimensions of one link (a split ring) measured at the same sizes: averaged
-  p.points = {{"ethernet", 0, 8, 10e-6}, {"ethernet", 1, 8, 12e-6}, {"ethernet", 0, 65536, 30e-6},
+  p.points = {{"ethernet", 0, 8, 10e-6},
+              {"ethernet", 1, 8, 12e-6},
+              {"ethernet", 0, 65536, 30e-6},
               {"ethernet", 1, 65536, 34e-6}};
   auto w = m::parse_topology("ethernet:4");
   p.apply(w);
@@ -109,7 +111,9 @@ TEST_CASE("profile: trains split a message's time into latency and busy time (Lo
   CHECK(c.curve.latency[1] == doctest::Approx(30e-6));
   CHECK(c.curve.seconds[1] == 0);
   // two dimensions of the link with trains of different lengths: busy is their mean
-  p.points = {{"ethernet", 0, 8, 10e-6}, {"ethernet", 1, 8, 10e-6}, {"ethernet", 0, 65536, 30e-6},
+  p.points = {{"ethernet", 0, 8, 10e-6},
+              {"ethernet", 1, 8, 10e-6},
+              {"ethernet", 0, 65536, 30e-6},
               {"ethernet", 1, 65536, 30e-6}};
   p.trains = {{"ethernet", 0, 65536, 3, 50e-6}, {"ethernet", 1, 65536, 5, 78e-6}};  // busy 10 and 12 us
   const m::link_info two = p.with_curve(*p.find("ethernet"));
@@ -143,7 +147,8 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
         "mdring::calibrate?)");
   CHECK(error_of("") == "mdring::profile: test.profile, line 0: empty: expected \"mdring-profile 1\"");
   CHECK(error_of("mdring-profile 1\nlinks x\n") == "mdring::profile: test.profile, line 2: unknown line \"links\"");
-  CHECK(contains(error_of("mdring-profile 1\n\nlink x=fast,0\n"), "line 3: mdring::parse_link: \"x=fast,0\": the bandwidth"));
+  CHECK(contains(error_of("mdring-profile 1\n\nlink x=fast,0\n"),
+                 "line 3: mdring::parse_link: \"x=fast,0\": the bandwidth"));
   CHECK(contains(error_of("mdring-profile 1\nlink x=1,0\nlink x=2,0\n"), "line 3: link x appears twice"));
   CHECK(contains(error_of("mdring-profile 1\npoint x 1 2\n"), "line 2: point takes LINK DIM BYTES SECONDS"));
   CHECK(contains(error_of("mdring-profile 1\ntrain x 1 2 1e-5\n"),
@@ -157,7 +162,8 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   CHECK(contains(error_of("mdring-profile 1\npoint x 1 2 1e-5 9\n"), "line 2: unexpected text after point"));
   CHECK(contains(error_of("mdring-profile 1\nlink x=1e9,2.0\t0e-05,ring\n"), "line 2: unexpected text after link"));
   CHECK(contains(error_of("mdring-profile 1\nranks 6 x\n"), "line 2: unexpected text after ranks"));
-  CHECK(contains(error_of("mdring-profile 1\ntopology sh\x8f:2 x ethernet:3\n"), "line 2: topology: mdring::parse_topology"));
+  CHECK(contains(error_of("mdring-profile 1\ntopology sh\x8f:2 x ethernet:3\n"),
+                 "line 2: topology: mdring::parse_topology"));
   CHECK(contains(error_of("mdring-profile 1\nlink x=1e9,0,ports=1e30\n"), "not a whole number up to 10^6"));
   CHECK(contains(error_of("mdring-profile 2\n"), "line 1: expected \"mdring-profile 1\""));
   {  // a long link name: its line whole, its figures with it (a fixed buffer cut them)
@@ -192,15 +198,17 @@ TEST_CASE("profile: text round trip, exact doubles, errors naming the line, appl
   // the built-in figures are called typical, measured ones are not
   CHECK_FALSE(contains(with, "built-in"));
   const std::string plain = m::explain(m::parse_topology("nvlink:4 x infiniband:64"), 1000);
-  CHECK(contains(plain, "figures of nvlink, infiniband: the built-in typical ones, not this machine's; "
-                        "mdring-calibrate measures them"));
+  CHECK(contains(plain,
+                 "figures of nvlink, infiniband: the built-in typical ones, not this machine's; "
+                 "mdring-calibrate measures them"));
   std::remove(o.profile.c_str());
   try {
     m::explain(m::parse_topology("ethernet:2"), 1000, m::collective::all_reduce, 0, m::sum, o);
     FAIL("a missing profile was accepted");
   } catch (const m::invalid_argument& e) {
     CHECK(e.argument() == "options.profile");
-    CHECK(contains(e.what(), "mdring::explain: options.profile (or MDRING_PROFILE): mdring::profile::load: cannot read"));
+    CHECK(
+        contains(e.what(), "mdring::explain: options.profile (or MDRING_PROFILE): mdring::profile::load: cannot read"));
   }
 }
 
@@ -231,9 +239,10 @@ TEST_CASE("wisdom: text round trip, size classes, errors naming the line") {
   w.all_reduce[{4, 20}] = {{algorithm::direct, algorithm::halving_doubling}, 8, 2, 1.5e-3, 2.5e-3, 6};
   w.all_reduce[{8, 3}] = {{algorithm::ring}, 1, 4, 1e-6, 1e-6, 3};
   const std::string text = w.to_string();
-  CHECK(text == "mdring-wisdom 1\nkey 0123456789abcdef\n"
-                "all_reduce 4 20 direct,halving_doubling 8 2 0.0015 0.0025 6\n"
-                "all_reduce 8 3 ring 1 4 1e-06 1e-06 3\n");
+  CHECK(text ==
+        "mdring-wisdom 1\nkey 0123456789abcdef\n"
+        "all_reduce 4 20 direct,halving_doubling 8 2 0.0015 0.0025 6\n"
+        "all_reduce 8 3 ring 1 4 1e-06 1e-06 3\n");
   CHECK(m::wisdom::parse(text) == w);
   // calls within a factor 2 share a class: 1 MiB .. 2 MiB - 1 of floats is class 20
   CHECK(w.find(4, 1 << 20) == &w.all_reduce.at({4, 20}));
@@ -261,9 +270,10 @@ TEST_CASE("wisdom: the drop-in's native lines, sections per key, a save that kee
   a.native[{"all_reduce", 20}] = {true, 1.5e-3, 7.5e-4, 5};
   a.native[{"broadcast", 3}] = {false, 2e-6, 3e-6, 5};
   const std::string text = a.to_string();
-  CHECK(text == "mdring-wisdom 1\nkey 00000000000000aa\n"
-                "native all_reduce 20 mdring 0.0015 0.00075 5\n"
-                "native broadcast 3 mpi 2e-06 3e-06 5\n");
+  CHECK(text ==
+        "mdring-wisdom 1\nkey 00000000000000aa\n"
+        "native all_reduce 20 mdring 0.0015 0.00075 5\n"
+        "native broadcast 3 mpi 2e-06 3e-06 5\n");
   CHECK(m::wisdom::parse(text) == a);
   auto error_of = [](const std::string& t) { return parse_error<m::wisdom>(t, "w", "wisdom"); };
   CHECK(contains(error_of("mdring-wisdom 1\nnative all_reduce 20 both 0 0 5\n"), "line 2: native takes COLLECTIVE"));

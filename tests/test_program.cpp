@@ -69,17 +69,17 @@ struct world {
     md::program prog;
     std::vector<T> sendv, recvv, scratch, slots;
     std::vector<unsigned char> scratch_written, slots_written;
-    std::vector<std::vector<T>> staging;  // per dimension: 2 buffers
+    std::vector<std::vector<T>> staging;   // per dimension: 2 buffers
     std::vector<std::uint32_t> seq, left;  // per dimension: shared stages arrived at, left
     // Per dimension, by parity of the stage: a peer may have arrived at the next
     // shared stage (staged ones; and in the GPU's order, the next segment's) while
     // this rank still reads what it published for this one.
     std::vector<std::array<published, 2>> pub;
     std::vector<std::uint32_t> steps_posted;  // gpu: per dimension, message steps posted (ipc: a barrier)
-    std::vector<std::size_t> order;       // gpu: the steps in wavefront order
+    std::vector<std::size_t> order;           // gpu: the steps in wavefront order
     std::size_t cursor = 0;
     bool posted = false;
-    bool staged_open = false;             // gpu: a staged stage arrived, not yet closed
+    bool staged_open = false;  // gpu: a staged stage arrived, not yet closed
   };
   std::vector<rank_state> ranks;
   // The GPU executor's order and its ipc transport's waits (set_gpu()): every rank
@@ -106,8 +106,8 @@ struct world {
     return count;
   }
 
-  world(std::vector<dim_case> dc, collective k, std::size_t n, std::size_t rt, std::size_t len, std::size_t stg, bool ip,
-        bool tr = false)
+  world(std::vector<dim_case> dc, collective k, std::size_t n, std::size_t rt, std::size_t len, std::size_t stg,
+        bool ip, bool tr = false)
       : dims(std::move(dc)), kind(k), count(n), root(rt), seg_len(len), staging(stg), in_place(ip), trees(tr) {
     for (auto& x : dims) ext.push_back(x.extent), P *= x.extent;
     ranks.resize(P);
@@ -148,18 +148,26 @@ struct world {
     }
     if (in_place && g == region::recv && kind == collective::reduce_scatter) return rs.sendv.data() + r * count;
     switch (g) {
-      case region::send: return rs.sendv.data();
-      case region::recv: return rs.recvv.data();
-      case region::scratch: return rs.scratch.data();
-      default: return rs.slots.data();
+      case region::send:
+        return rs.sendv.data();
+      case region::recv:
+        return rs.recvv.data();
+      case region::scratch:
+        return rs.scratch.data();
+      default:
+        return rs.slots.data();
     }
   }
   std::size_t limit(std::size_t r, region g) const {
     switch (g) {
-      case region::send: return send_size();
-      case region::recv: return recv_size(r);
-      case region::scratch: return ranks[r].prog.scratch_elements;
-      default: return ranks[r].prog.slot_elements;
+      case region::send:
+        return send_size();
+      case region::recv:
+        return recv_size(r);
+      case region::scratch:
+        return ranks[r].prog.scratch_elements;
+      default:
+        return ranks[r].prog.slot_elements;
     }
   }
 
@@ -268,7 +276,8 @@ struct world {
         for (const auto& m : rs.prog.recvs_of(st)) ready = ready && sent.count(key_of(peer(r, d, m.peer), r, st));
         for (const auto& m : rs.prog.sends_of(st)) ready = ready && received.count(key_of(r, peer(r, d, m.peer), st));
         if (gpu && dims[d].shared)
-          for (std::size_t j = 0; j < ext[d]; ++j) ready = ready && ranks[peer(r, d, j)].steps_posted[d] >= rs.steps_posted[d];
+          for (std::size_t j = 0; j < ext[d]; ++j)
+            ready = ready && ranks[peer(r, d, j)].steps_posted[d] >= rs.steps_posted[d];
       } else if (st.sync != md::sync_kind::none) {
         for (std::size_t j = 0; j < ext[d]; ++j) {
           const auto& ps = ranks[peer(r, d, j)];
@@ -381,7 +390,8 @@ const std::vector<shape> shapes = {
 std::string label(const shape& s, collective k, std::size_t n, std::size_t root, std::size_t len, std::size_t stg,
                   bool ip) {
   std::string out(md::to_string(k));
-  for (const auto& d : s) out += " " + std::to_string(d.extent) + std::string(md::to_string(d.algo)) + (d.shared ? "(shared)" : "");
+  for (const auto& d : s)
+    out += " " + std::to_string(d.extent) + std::string(md::to_string(d.algo)) + (d.shared ? "(shared)" : "");
   return out + ", count " + std::to_string(n) + ", root " + std::to_string(root) + ", segment " + std::to_string(len) +
          ", staging " + std::to_string(stg) + (ip ? ", in place" : "");
 }
@@ -394,8 +404,8 @@ void check(const shape& s, collective k, std::size_t n, std::size_t root, std::s
   for (bool reverse : {false, true}) {
     world<std::int32_t> w(s, k, n, root, len, stg, ip, trees);
     if (gpu) w.set_gpu();
-    const std::string where = label(s, k, n, root, len, stg, ip) + (trees ? ", trees" : "") + (gpu ? ", gpu order" : "") +
-                              (reverse ? ", ranks moved in reverse" : "");
+    const std::string where = label(s, k, n, root, len, stg, ip) + (trees ? ", trees" : "") +
+                              (gpu ? ", gpu order" : "") + (reverse ? ", ranks moved in reverse" : "");
     const std::size_t P = w.P;
     for (std::size_t r = 0; r < P; ++r) {
       auto& rs = w.ranks[r];
@@ -423,11 +433,21 @@ void check(const shape& s, collective k, std::size_t n, std::size_t root, std::s
       for (std::size_t i = 0; i < w.recv_size(r) && bad < 3; ++i) {
         std::int32_t want = 0;
         switch (k) {
-          case collective::all_reduce: want = reduced(i); break;
-          case collective::reduce_scatter: want = reduced(r * n + i); break;
-          case collective::all_gather: want = val(i / n, i % n); break;
-          case collective::broadcast: want = val(root, i); break;
-          default: want = reduced(i); break;
+          case collective::all_reduce:
+            want = reduced(i);
+            break;
+          case collective::reduce_scatter:
+            want = reduced(r * n + i);
+            break;
+          case collective::all_gather:
+            want = val(i / n, i % n);
+            break;
+          case collective::broadcast:
+            want = val(root, i);
+            break;
+          default:
+            want = reduced(i);
+            break;
         }
         if (out[i] != want) {
           ++bad;
@@ -528,10 +548,8 @@ struct keep_left {
 
 TEST_CASE("program: a non-commutative op on direct stages combines in rank order") {
   // keep_left over ranks 0..P-1 in rank order gives rank 0's value.
-  const std::vector<shape> direct_shapes = {{{2, D, false}},
-                                            {{5, D, true}},
-                                            {{2, D, true}, {3, D, false}},
-                                            {{2, D, false}, {2, D, true}, {2, D, false}}};
+  const std::vector<shape> direct_shapes = {
+      {{2, D, false}}, {{5, D, true}}, {{2, D, true}, {3, D, false}}, {{2, D, false}, {2, D, true}, {2, D, false}}};
   auto left = [](std::int32_t a, std::int32_t) { return a; };
   for (const auto& s : direct_shapes)
     for (std::size_t stg : {std::size_t(0), std::size_t(64)}) {

@@ -54,11 +54,16 @@ enum class kind { sum, prod, min, max, avg };
 
 const char* kind_name(kind k) {
   switch (k) {
-    case kind::sum: return "sum";
-    case kind::prod: return "prod";
-    case kind::min: return "min";
-    case kind::max: return "max";
-    default: return "avg";
+    case kind::sum:
+      return "sum";
+    case kind::prod:
+      return "prod";
+    case kind::min:
+      return "min";
+    case kind::max:
+      return "max";
+    default:
+      return "avg";
   }
 }
 
@@ -80,10 +85,14 @@ T expected(kind k, const std::vector<long long>& xs, std::size_t ranks, bool fin
     hi = std::max(hi, x);
   }
   switch (k) {
-    case kind::sum: return make<T>(s);
-    case kind::prod: return make<T>(p);
-    case kind::min: return make<T>(lo);
-    case kind::max: return make<T>(hi);
+    case kind::sum:
+      return make<T>(s);
+    case kind::prod:
+      return make<T>(p);
+    case kind::min:
+      return make<T>(lo);
+    case kind::max:
+      return make<T>(hi);
     default:
       if (!final || ranks <= 1) return make<T>(s);
       if constexpr (std::is_integral_v<T>) {
@@ -119,7 +128,8 @@ struct erased_type {
 
 template <class T>
 erased_type erase_type() {
-  return {m::type_name<T>(), sizeof(T),
+  return {m::type_name<T>(),
+          sizeof(T),
           [](void* dst, long long v) { *static_cast<T*>(dst) = make<T>(v); },
           [](const void* x, const void* y) { return same(*static_cast<const T*>(x), *static_cast<const T*>(y)); },
           [](const void* x) { return show(*static_cast<const T*>(x)); },
@@ -176,9 +186,9 @@ public:
       const void* x = raw() + i * t_->size;
       const void* y = want.raw() + i * t_->size;
       if (!t_->same(x, y))
-        return i == 0 || i == n_ + 1 ? "wrote outside [0, n)"
-                                     : "element " + std::to_string(i - 1) + ": got " + t_->show(x) + ", want " +
-                                           t_->show(y);
+        return i == 0 || i == n_ + 1
+                   ? "wrote outside [0, n)"
+                   : "element " + std::to_string(i - 1) + ": got " + t_->show(x) + ", want " + t_->show(y);
     }
     return {};
   }
@@ -189,9 +199,7 @@ private:
   std::vector<std::max_align_t> store_;
 };
 
-void verdict(const std::string& diff, const std::string& context) {
-  CHECK_MESSAGE(diff.empty(), context, ": ", diff);
-}
+void verdict(const std::string& diff, const std::string& context) { CHECK_MESSAGE(diff.empty(), context, ": ", diff); }
 
 constexpr long long guard_value = 9;
 
@@ -213,7 +221,9 @@ void check_reducer(const erased_type& t, kind k, const erased_reducer& r, std::s
           buffer& dst = mode == 0 ? out : mode == 1 ? aa : bb;
           r.combine(dst.data(), aa.data(), bb.data(), n, final);
           const std::string ctx = name + " combine" + cfg +
-                                  (mode == 0 ? " out of place" : mode == 1 ? " dst == a" : " dst == b");
+                                  (mode == 0   ? " out of place"
+                                   : mode == 1 ? " dst == a"
+                                               : " dst == b");
           verdict(dst.diff(want), ctx);
           if (mode != 1) verdict(aa.diff(a), ctx + " (input a)");
           if (mode != 2) verdict(bb.diff(b), ctx + " (input b)");
@@ -269,10 +279,12 @@ void check_reducer(const erased_type& t, kind k, const erased_reducer& r, std::s
               std::vector<void*> optrs(nout);
               for (std::size_t o = 0; o < nout; ++o) optrs[o] = o == 0 && in_place ? copy[0].data() : outs[o].data();
               r.combine_n_to(optrs, ptrs, n, final, nt);
-              const std::string ctx = name + " combine_n_to k=" + std::to_string(kk) + " outputs=" +
-                                      std::to_string(nout) + (nt ? " streamed" : "") + (in_place ? " in place" : "") + cfg;
+              const std::string ctx = name + " combine_n_to k=" + std::to_string(kk) +
+                                      " outputs=" + std::to_string(nout) + (nt ? " streamed" : "") +
+                                      (in_place ? " in place" : "") + cfg;
               for (std::size_t o = 0; o < nout; ++o)
-                verdict((o == 0 && in_place ? copy[0] : outs[o]).diff(want), ctx + " (output " + std::to_string(o) + ")");
+                verdict((o == 0 && in_place ? copy[0] : outs[o]).diff(want),
+                        ctx + " (output " + std::to_string(o) + ")");
               for (std::size_t j = in_place ? 1 : 0; j < kk; ++j)
                 verdict(copy[j].diff(in[j]), ctx + " (input " + std::to_string(j) + ")");
             }
@@ -323,9 +335,9 @@ struct compose {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("host_reducer: every built-in op, in place and out of place, k = 1..9", T, std::int8_t,
-                   std::uint8_t, std::int16_t, std::uint16_t, std::int32_t, std::uint32_t, std::int64_t,
-                   std::uint64_t, char, float, double, long double, m::half, m::bfloat16) {
+TEST_CASE_TEMPLATE("host_reducer: every built-in op, in place and out of place, k = 1..9", T, std::int8_t, std::uint8_t,
+                   std::int16_t, std::uint16_t, std::int32_t, std::uint32_t, std::int64_t, std::uint64_t, char, float,
+                   double, long double, m::half, m::bfloat16) {
   check_all_builtin_ops<T>();
 }
 

@@ -197,7 +197,7 @@ namespace {
 // table[i] = the value of bit pattern i for the positive finite patterns, in order.
 std::uint16_t nearest(const std::vector<double>& table, std::uint16_t inf_bits, double next_after_max, double x) {
   auto it = std::upper_bound(table.begin(), table.end(), x);  // first > x
-  const std::size_t i = std::size_t(it - table.begin()) - 1;     // table[i] <= x
+  const std::size_t i = std::size_t(it - table.begin()) - 1;  // table[i] <= x
   const double lo = table[i];
   const double hi = i + 1 < table.size() ? table[i + 1] : next_after_max;
   const auto lo_bits = static_cast<std::uint16_t>(i);

@@ -70,7 +70,7 @@ struct outcome {
 // with the contract.
 template <class T, class Op>
 outcome run_world(const std::string& topo, std::size_t P, const variant& v, const std::vector<std::size_t>& counts,
-                   std::uint64_t seed, int spread, Op op = {}) {
+                  std::uint64_t seed, int spread, Op op = {}) {
   const md::runtime_topology rt = md::parse_topology(topo).resolve(P);
   const std::vector<std::size_t> ext = rt.extents();
   const std::size_t nmax = *std::max_element(counts.begin(), counts.end());
@@ -97,9 +97,9 @@ outcome run_world(const std::string& topo, std::size_t P, const variant& v, cons
         for (std::size_t i = 0; i < n; ++i, ++o.checked) {
           if (std::memcmp(&got[i], &expect[first + i], sizeof(T)) == 0) continue;
           if (o.wrong++ == 0)
-            o.first = std::string(what) + " count " + std::to_string(count) + " element " +
-                      std::to_string(first + i) + " on rank " + std::to_string(r) + ": got " +
-                      std::to_string(double(got[i])) + ", contract " + std::to_string(double(expect[first + i]));
+            o.first = std::string(what) + " count " + std::to_string(count) + " element " + std::to_string(first + i) +
+                      " on rank " + std::to_string(r) + ": got " + std::to_string(double(got[i])) + ", contract " +
+                      std::to_string(double(expect[first + i]));
         }
       };
       for (std::size_t n : counts) {
@@ -145,14 +145,14 @@ struct world {
 };
 
 const std::vector<world> worlds = {
-    {"shm:2 x shm:2", 4},           // merged into shm:4 (nested in this mode, flat by default)
-    {"shm:2 x shm:2 x shm:2", 8},   // merged, three levels
-    {"shm:2 x shm:1 x shm:3", 6},   // merged over an extent of 1
+    {"shm:2 x shm:2", 4},          // merged into shm:4 (nested in this mode, flat by default)
+    {"shm:2 x shm:2 x shm:2", 8},  // merged, three levels
+    {"shm:2 x shm:1 x shm:3", 6},  // merged over an extent of 1
     {"shm:3 x shm:2 x ethernet:2", 12},
-    {"shm:9", 9},                   // a ring by default (more than direct_max_extent)
-    {"ethernet:5", 5},              // a ring, halving-doubling for small calls
-    {"ethernet:16", 16},            // split into 4 x 4 by default
-    {"shm:3 x ethernet:4", 12},     // direct, then ring
+    {"shm:9", 9},                // a ring by default (more than direct_max_extent)
+    {"ethernet:5", 5},           // a ring, halving-doubling for small calls
+    {"ethernet:16", 16},         // split into 4 x 4 by default
+    {"shm:3 x ethernet:4", 12},  // direct, then ring
     {"shm:2 x shm:1 x infiniband:3 x shm:2", 12},
 };
 
@@ -186,8 +186,8 @@ TEST_CASE("reproducible: every count, segment, depth, planning, access and progr
 TEST_CASE("reproducible: the default mode gives other bits on the same inputs (the property test can fail)") {
   // Rings fold each block in a rotated order, halving-doubling in a tree, and a
   // merged shm:2 x shm:2 folds four ranks left to right: not the contract.
-  for (const auto& w : {world{"shm:2 x shm:2", 4}, world{"shm:9", 9}, world{"ethernet:16", 16},
-                        world{"shm:3 x ethernet:4", 12}}) {
+  for (const auto& w :
+       {world{"shm:2 x shm:2", 4}, world{"shm:9", 9}, world{"ethernet:16", 16}, world{"shm:3 x ethernet:4", 12}}) {
     INFO("topology \"" << w.topo << "\"");
     variant v;
     v.o.reproducible = false;
@@ -201,8 +201,8 @@ TEST_CASE("reproducible: explain() says so; the plans are direct on every dimens
   md::options o;
   o.reproducible = true;
   const auto topo = md::parse_topology("shm:2 x shm:2 x ethernet:16");
-  const std::string e = md::explain<float>(topo.resolve(64), std::size_t(1) << 20, md::collective::all_reduce, 0,
-                                           md::sum, o);
+  const std::string e =
+      md::explain<float>(topo.resolve(64), std::size_t(1) << 20, md::collective::all_reduce, 0, md::sum, o);
   INFO(e);
   CHECK(e.find("reproducible (options.reproducible)") != std::string::npos);
   CHECK(e.find(" ring ") == std::string::npos);
@@ -229,8 +229,8 @@ TEST_CASE("reproducible: explain() says so; the plans are direct on every dimens
   o.reproducible = false;
   const auto def = md::merge_dimensions(topo.resolve(64), o, true);  // merged shm:4, split 4 x 4
   CHECK(def.topology.extents() == std::vector<std::size_t>{4, 4, 4});
-  CHECK(md::explain<float>(topo.resolve(64), 1 << 20, md::collective::all_reduce, 0, md::sum, o)
-            .find("reproducible") == std::string::npos);
+  CHECK(md::explain<float>(topo.resolve(64), 1 << 20, md::collective::all_reduce, 0, md::sum, o).find("reproducible") ==
+        std::string::npos);
 }
 
 TEST_CASE("reproducible: asking for another algorithm as well is refused at bind, naming options.algorithms") {
@@ -375,10 +375,10 @@ TEST_CASE("accumulation per dimension: a float32 dimension folds direct, rounded
     CHECK(c.requested == std::vector<md::algorithm>{md::algorithm::automatic, md::algorithm::direct});
     CHECK(a.requested == std::vector<md::algorithm>{md::algorithm::direct, md::algorithm::direct});
     // ... and the same stages at the simulated sizes (automatic on nvlink:4 is direct there).
-    for (std::size_t bytes : {std::size_t(1) << 20, std::size_t(4) << 20, std::size_t(16) << 20, std::size_t(102400000)}) {
+    for (std::size_t bytes :
+         {std::size_t(1) << 20, std::size_t(4) << 20, std::size_t(16) << 20, std::size_t(102400000)}) {
       auto stages = [&](const md::options& x) {
-        const std::string e =
-            md::explain<md::bfloat16>(seed, bytes / 2, md::collective::all_reduce, 0, md::sum, x);
+        const std::string e = md::explain<md::bfloat16>(seed, bytes / 2, md::collective::all_reduce, 0, md::sum, x);
         return e.substr(0, e.find("\nlink "));
       };
       CHECK(stages(f) == stages(r));
@@ -397,7 +397,7 @@ TEST_CASE("accumulation per dimension: a float32 dimension folds direct, rounded
     CHECK(we.find("float (widened bfloat16)") != std::string::npos);
     CHECK(we.find("accumulation float32 (options.accumulation): the call is widened") != std::string::npos);
     const std::string fe = md::explain<float>(seed, 1 << 20, md::collective::all_reduce, 0, md::sum, w);
-    CHECK(we.substr(we.find("\n")) .substr(0, 400) == fe.substr(fe.find("\n")).substr(0, 400));
+    CHECK(we.substr(we.find("\n")).substr(0, 400) == fe.substr(fe.find("\n")).substr(0, 400));
   }
   // The GPU path widens nothing: every float32 dimension runs direct there.
   CHECK(md::merge_dimensions(topo, o, false).requested ==
@@ -409,8 +409,8 @@ TEST_CASE("accumulation per dimension: a float32 dimension folds direct, rounded
     a.dimension_accumulation = {md::accumulation::float32};
     auto mixed = md::bind(md::parse_topology("shm:2 x ethernet:2"), ep, a);
     CHECK(mixed.get_options().accumulation == md::accumulation::element);
-    CHECK(mixed.get_options().dimension_accumulation == std::vector<md::accumulation>{md::accumulation::float32,
-                                                                                      md::accumulation::element});
+    CHECK(mixed.get_options().dimension_accumulation ==
+          std::vector<md::accumulation>{md::accumulation::float32, md::accumulation::element});
     a.dimension_accumulation = {md::accumulation::float32, md::accumulation::float32};
     auto all = md::bind(md::parse_topology("shm:2 x ethernet:2"), ep, a);
     CHECK(all.get_options().accumulation == md::accumulation::float32);
@@ -439,9 +439,8 @@ TEST_CASE("accumulation per dimension: refused with another algorithm there, or 
     }
     // Every dimension float32: the widened call runs any algorithm.
     o.dimension_accumulation = {md::accumulation::float32, md::accumulation::float32};
-    CHECK_NOTHROW(md::threads::run(4, [&](md::threads::endpoint ep) {
-      auto comm = md::bind(md::parse_topology("shm:2 x ethernet:2"), ep, o);
-    }));
+    CHECK_NOTHROW(md::threads::run(
+        4, [&](md::threads::endpoint ep) { auto comm = md::bind(md::parse_topology("shm:2 x ethernet:2"), ep, o); }));
   }
   md::options o;
   o.dimension_accumulation.assign(3, md::accumulation::float32);
@@ -495,7 +494,8 @@ TEST_CASE("reproducible: in the topology's type, mdring::reproducible(topology)"
     auto rt = md::bind(md::reproducible(md::parse_topology("shm:2 x ethernet:3")), ep, o);
     for (std::size_t i = 0; i < n; ++i) x[i] = wide_value(3, rt.rank(), i, 24);
     md::all_reduce(rt, x.data(), n);
-    runtime_ok[rt.rank()] = rt.get_options().reproducible && std::memcmp(x.data(), expect.data(), n * sizeof(float)) == 0;
+    runtime_ok[rt.rank()] =
+        rt.get_options().reproducible && std::memcmp(x.data(), expect.data(), n * sizeof(float)) == 0;
   });
   CHECK(ok == std::vector<int>(6, 1));
   CHECK(runtime_ok == std::vector<int>(6, 1));

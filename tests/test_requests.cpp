@@ -33,7 +33,8 @@ void run_cases(const char* topo, std::size_t n, md::progress_mode mode, bool sha
     request_cases::all_cases(bind, mode, reps[ep.rank]);
   });
   for (std::size_t r = 0; r < n; ++r)
-    for (const auto& f : reps[r].failures) FAIL_CHECK("rank " << r << " (" << topo << ", " << md::to_string(mode) << "): " << f);
+    for (const auto& f : reps[r].failures)
+      FAIL_CHECK("rank " << r << " (" << topo << ", " << md::to_string(mode) << "): " << f);
 }
 
 }  // namespace
@@ -41,10 +42,10 @@ void run_cases(const char* topo, std::size_t n, md::progress_mode mode, bool sha
 TEST_CASE("requests: every case, both progress modes, several shapes") {
   for (auto mode : {md::progress_mode::agent, md::progress_mode::in_wait}) {
     CAPTURE(md::to_string(mode));
-    run_cases("shm:2 x shm:*", 6, mode);             // direct stages by shared access
-    run_cases("ethernet:2 x ethernet:*", 6, mode);   // rings of messages, pipelined
-    run_cases("shm:*", 3, mode, false);              // direct stages by messages
-    run_cases("shm:*", 1, mode);                     // one rank
+    run_cases("shm:2 x shm:*", 6, mode);            // direct stages by shared access
+    run_cases("ethernet:2 x ethernet:*", 6, mode);  // rings of messages, pipelined
+    run_cases("shm:*", 3, mode, false);             // direct stages by messages
+    run_cases("shm:*", 1, mode);                    // one rank
   }
 }
 
@@ -84,33 +85,36 @@ TEST_CASE("requests: a peer's bad argument fails the others' wait with remote_er
   for (auto mode : {md::progress_mode::agent, md::progress_mode::in_wait}) {
     std::vector<std::string> got(4);
     std::vector<std::int64_t> buf0(64, 1);
-    CHECK_THROWS_AS(md::threads::run(4, [&](md::threads::endpoint ep) {
-                      md::options o;
-                      o.progress = mode;
-                      auto comm = md::bind(md::parse_topology("ethernet:2 x ethernet:2"), ep, o);
-                      std::vector<std::int64_t> buf(64, 1);
-                      auto before = md::iall_reduce(comm, buf.data(), buf.size(), md::sum);
-                      if (ep.rank == 0) {
-                        try {
-                          auto r = md::iall_reduce(comm, static_cast<std::int64_t*>(nullptr), 64, md::sum);
-                        } catch (const md::invalid_argument& e) {
-                          got[0] = e.argument() + ": " + e.what();
-                          // the call before it completed first (it was in flight)
-                          if (!before.ready()) got[0] = "the call in flight did not complete before the error";
-                          throw;
-                        }
-                        return;
-                      }
-                      // Rank 0 completes `before` and then fails at issue; a peer may still
-                      // be finishing `before` then, so the error can surface at either wait.
-                      try {
-                        before.wait();
-                        auto r = md::iall_reduce(comm, buf.data(), buf.size(), md::sum);
-                        r.wait();
-                      } catch (const md::remote_error& e) {
-                        got[ep.rank] = "remote " + std::to_string(e.failed_rank());
-                      }
-                    }),
+    CHECK_THROWS_AS(md::threads::run(4,
+                                     [&](md::threads::endpoint ep) {
+                                       md::options o;
+                                       o.progress = mode;
+                                       auto comm = md::bind(md::parse_topology("ethernet:2 x ethernet:2"), ep, o);
+                                       std::vector<std::int64_t> buf(64, 1);
+                                       auto before = md::iall_reduce(comm, buf.data(), buf.size(), md::sum);
+                                       if (ep.rank == 0) {
+                                         try {
+                                           auto r =
+                                               md::iall_reduce(comm, static_cast<std::int64_t*>(nullptr), 64, md::sum);
+                                         } catch (const md::invalid_argument& e) {
+                                           got[0] = e.argument() + ": " + e.what();
+                                           // the call before it completed first (it was in flight)
+                                           if (!before.ready())
+                                             got[0] = "the call in flight did not complete before the error";
+                                           throw;
+                                         }
+                                         return;
+                                       }
+                                       // Rank 0 completes `before` and then fails at issue; a peer may still
+                                       // be finishing `before` then, so the error can surface at either wait.
+                                       try {
+                                         before.wait();
+                                         auto r = md::iall_reduce(comm, buf.data(), buf.size(), md::sum);
+                                         r.wait();
+                                       } catch (const md::remote_error& e) {
+                                         got[ep.rank] = "remote " + std::to_string(e.failed_rank());
+                                       }
+                                     }),
                     md::invalid_argument);
     CAPTURE(md::to_string(mode));
     CHECK_MESSAGE(got[0].rfind("sendbuf: mdring::all_reduce: sendbuf is null", 0) == 0, got[0]);

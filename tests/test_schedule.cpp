@@ -38,9 +38,9 @@ namespace {
 struct rank_state {
   std::vector<std::size_t> coords;
   md::program sch;
-  std::vector<std::size_t> order;  // wavefront_order(sch)
+  std::vector<std::size_t> order;                             // wavefront_order(sch)
   std::vector<std::int64_t> raw_send, raw_recv, raw_scratch;  // element storage with guard room
-  std::vector<unsigned char> written;                          // scratch elements written so far
+  std::vector<unsigned char> written;                         // scratch elements written so far
 };
 
 constexpr std::size_t guard = 16;
@@ -100,24 +100,27 @@ struct sim {
   }
   T* base(std::size_t r, md::region g) {
     switch (g) {
-      case md::region::send: return in_place ? recv[r].data() : send[r].data();
-      case md::region::recv: return recv[r].data();
-      default: return scratch[r].data();
+      case md::region::send:
+        return in_place ? recv[r].data() : send[r].data();
+      case md::region::recv:
+        return recv[r].data();
+      default:
+        return scratch[r].data();
     }
   }
   std::size_t limit(std::size_t r, md::region g) const { return g == md::region::scratch ? scratch[r].size() : n; }
   // Address modulo V of element `off` of region g (recv and send are misaligned by
   // mis; the device scratch block is aligned).
-  std::size_t phase_of(md::region g, std::size_t off) const {
-    return ((g == md::region::scratch ? 0 : mis) + off) % V;
-  }
+  std::size_t phase_of(md::region g, std::size_t off) const { return ((g == md::region::scratch ? 0 : mis) + off) % V; }
 
   template <class Op>
   void run(Op op) {
     const std::size_t steps = ranks[0].sch.steps.size();
     for (std::size_t r = 1; r < P; ++r) {
-      if (ranks[r].sch.steps.size() != steps) return fail("step counts differ between ranks 0 and " + std::to_string(r));
-      if (ranks[r].order != ranks[0].order) return fail("wavefront orders differ between ranks 0 and " + std::to_string(r));
+      if (ranks[r].sch.steps.size() != steps)
+        return fail("step counts differ between ranks 0 and " + std::to_string(r));
+      if (ranks[r].order != ranks[0].order)
+        return fail("wavefront orders differ between ranks 0 and " + std::to_string(r));
     }
     for (std::size_t k = 0; k < steps; ++k) {
       const std::size_t i = ranks[0].order[k];
@@ -162,7 +165,8 @@ struct sim {
           const std::size_t j = md::peer_of(r, st.dim, x.peer, ext);
           std::size_t found = 0;
           for (const auto& m : ranks[j].sch.recvs_of(ranks[j].sch.steps[i])) found += m.peer == rs.coords[st.dim];
-          if (found != 1) fail("step " + std::to_string(i) + ": a send of rank " + std::to_string(r) + " has no receiver");
+          if (found != 1)
+            fail("step " + std::to_string(i) + ": a send of rank " + std::to_string(r) + " has no receiver");
         }
       }
       // On the GPU a step's copies run concurrently with the peers' reads of this
@@ -179,7 +183,8 @@ struct sim {
         const auto recvs = sch.recvs_of(st);
         for (std::size_t a = 0; a < recvs.size(); ++a) {
           for (const auto& x : sch.sends_of(st))
-            if (overlap(recvs[a], x)) fail("step " + std::to_string(i) + ": a receive overlaps a send of the same rank");
+            if (overlap(recvs[a], x))
+              fail("step " + std::to_string(i) + ": a receive overlaps a send of the same rank");
           for (std::size_t b2 = a + 1; b2 < recvs.size(); ++b2)
             if (overlap(recvs[a], recvs[b2])) fail("step " + std::to_string(i) + ": two receives overlap");
         }
@@ -237,8 +242,8 @@ struct sim {
   }
 };
 
-std::string label(const std::vector<std::size_t>& ext, const std::vector<algorithm>& a, std::size_t n,
-                  std::size_t len, std::size_t V, std::size_t mis, bool ip) {
+std::string label(const std::vector<std::size_t>& ext, const std::vector<algorithm>& a, std::size_t n, std::size_t len,
+                  std::size_t V, std::size_t mis, bool ip) {
   std::string s = "extents";
   for (auto e : ext) s += " " + std::to_string(e);
   s += ", algorithms";
@@ -359,14 +364,17 @@ TEST_CASE("schedule: avg divides once by the owner; float quarters are exact") {
 TEST_CASE("schedule: a non-commutative op on direct stages combines in rank order") {
   // keep_left over ranks 0..P-1 in rank order gives rank 0's value.
   const std::vector<std::pair<std::vector<std::size_t>, std::vector<algorithm>>> direct_shapes = {
-      {{2}, {algorithm::direct}}, {{5}, {algorithm::direct}}, {{2, 3}, {algorithm::direct, algorithm::direct}},
+      {{2}, {algorithm::direct}},
+      {{5}, {algorithm::direct}},
+      {{2, 3}, {algorithm::direct, algorithm::direct}},
       {{2, 2, 2}, {algorithm::direct, algorithm::direct, algorithm::direct}}};
   for (const auto& [ext, algos] : direct_shapes)
     for (std::size_t n : {std::size_t(1), std::size_t(13), std::size_t(1009)})
       for (std::size_t len : {std::size_t(0), std::size_t(100)})
-        check_case<std::int32_t>(ext, algos, n, len, 1, 0, false, keep_left{},
-                                 [](std::size_t r, std::size_t i) { return std::int32_t(r * 100000 + i); },
-                                 [](std::size_t i) { return std::int32_t(i); });
+        check_case<std::int32_t>(
+            ext, algos, n, len, 1, 0, false, keep_left{},
+            [](std::size_t r, std::size_t i) { return std::int32_t(r * 100000 + i); },
+            [](std::size_t i) { return std::int32_t(i); });
 }
 
 TEST_CASE("schedule: structure") {
@@ -408,9 +416,9 @@ TEST_CASE("schedule: structure") {
   CHECK(s.stage_dims == std::vector<std::size_t>{0, 1, 1, 0});
   std::vector<std::pair<std::size_t, std::size_t>> order;  // (segment, stage)
   for (std::size_t i : md::wavefront_order(s)) order.emplace_back(s.steps[i].segment, s.steps[i].stage);
-  const std::vector<std::pair<std::size_t, std::size_t>> expect = {
-      {0, 0}, {1, 0}, {0, 1}, {2, 0}, {1, 1}, {0, 2}, {3, 0}, {2, 1}, {1, 2}, {0, 3},
-      {3, 1}, {2, 2}, {1, 3}, {3, 2}, {2, 3}, {3, 3}};
+  const std::vector<std::pair<std::size_t, std::size_t>> expect = {{0, 0}, {1, 0}, {0, 1}, {2, 0}, {1, 1}, {0, 2},
+                                                                   {3, 0}, {2, 1}, {1, 2}, {0, 3}, {3, 1}, {2, 2},
+                                                                   {1, 3}, {3, 2}, {2, 3}, {3, 3}};
   CHECK(order == expect);
   // Each segment has its own receive slots (the GPU lays them out one after the other).
   CHECK(s.slot_elements > 0);

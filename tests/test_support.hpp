@@ -27,11 +27,16 @@ inline std::string hex(unsigned long long x) {
 enum class opk { sum, prod, min, max, avg };
 inline const char* name_of(opk k) {
   switch (k) {
-    case opk::sum: return "sum";
-    case opk::prod: return "prod";
-    case opk::min: return "min";
-    case opk::max: return "max";
-    default: return "avg";
+    case opk::sum:
+      return "sum";
+    case opk::prod:
+      return "prod";
+    case opk::min:
+      return "min";
+    case opk::max:
+      return "max";
+    default:
+      return "avg";
   }
 }
 

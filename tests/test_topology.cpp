@@ -117,9 +117,9 @@ static_assert(std::is_same_v<decltype((a * b) * c), decltype(a * (b * c))>);
 // associativity, through operator==
 static_assert((a * b) * c == a * (b * c));
 // product of two products flattens too
-static_assert(std::is_same_v<decltype((a * b) * (c * a)),
-                             m::topology<m::ring_t<m::shm, 2>, m::ring_t<m::pcie, 3>, m::ring_t<m::ethernet, 5>,
-                                         m::ring_t<m::shm, 2>>>);
+static_assert(
+    std::is_same_v<decltype((a * b) * (c * a)), m::topology<m::ring_t<m::shm, 2>, m::ring_t<m::pcie, 3>,
+                                                            m::ring_t<m::ethernet, 5>, m::ring_t<m::shm, 2>>>);
 // the product is not commutative: dimension order is the plan's stage order
 static_assert(!(a * b == b * a));
 // size is multiplicative
@@ -206,7 +206,6 @@ static_assert(m::stride_of(2, ext253) == 10);
 // rank = c0 + p0 (c1 + p1 c2)
 static_assert(m::to_rank(std::array<std::size_t, 3>{1, 4, 2}, ext253) == 1 + 2 * (4 + 5 * 2));
 static_assert(m::peer_of(3, 1, 2, std::array<std::size_t, 2>{2, 3}) == 5);
-
 
 }  // namespace
 

@@ -126,8 +126,14 @@ TEST_CASE("transport: a failure passed on names the rank that failed first") {
   CHECK(own.failed_rank == 2);
   CHECK(own.reason == "rank 2: bad root");
   // Something that only looks like a relay is taken as it is.
-  CHECK(md::received_failure(4, "\x1b" "ab:cd").failed_rank == 4);
-  CHECK(md::received_failure(4, "\x1b" ":cd").failed_rank == 4);
+  CHECK(md::received_failure(4,
+                             "\x1b"
+                             "ab:cd")
+            .failed_rank == 4);
+  CHECK(md::received_failure(4,
+                             "\x1b"
+                             ":cd")
+            .failed_rank == 4);
   // Through a threads world: the first failure is remembered, a relayed one by its origin.
   md::threads::world w(3);
   w.fail(2, md::relayed_failure(0, "rank 0 threw"));

@@ -11,7 +11,7 @@
 // ---- a user-defined link tag -------------------------------------------------
 
 namespace user {
-struct upi {};  // a link the library does not know
+struct upi {};   // a link the library does not know
 struct roce {};  // one with the optional members: ports and overhead
 }  // namespace user
 

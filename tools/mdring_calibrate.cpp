@@ -139,9 +139,10 @@ int run(const args& a, BindFn&& bind_with) {
   o.memory = memory();
   auto calibrated = bind_with(o);
   if (root)
-    std::printf("# all_reduce, float sum: measured, and predicted with the links' traits and with the profile\n"
-                "# %12s %14s %14s %8s %14s %8s\n",
-                "bytes", "measured_us", "traits_us", "ratio", "profile_us", "ratio");
+    std::printf(
+        "# all_reduce, float sum: measured, and predicted with the links' traits and with the profile\n"
+        "# %12s %14s %14s %8s %14s %8s\n",
+        "bytes", "measured_us", "traits_us", "ratio", "profile_us", "ratio");
   for (std::size_t bytes : {std::size_t(4) << 10, std::size_t(64) << 10, std::size_t(1) << 20, std::size_t(16) << 20}) {
     const std::size_t n = bytes / sizeof(float);
     const double traits = comm.template make_plan<float>(n).seconds();

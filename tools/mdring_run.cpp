@@ -176,8 +176,7 @@ long parse_count(std::string_view opt, std::string_view s, long lo, long hi, con
 double parse_seconds(std::string_view opt, std::string_view s) {
   double v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || !std::isfinite(v) || v < 0 ||
-      v > max_grace_s)
+  if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || !std::isfinite(v) || v < 0 || v > max_grace_s)
     bad_usage(std::string(opt) + " expects a number of seconds >= 0, got " + quoted(s));
   return v;
 }
@@ -197,12 +196,12 @@ struct options {
   double grace_s = 5;
   bool tag_output = false;
   bool bind_core = false;  // --bind-to core
-  int program = 0;  // argv index of the program
+  int program = 0;         // argv index of the program
   // Across machines (--hosts / --hostfile): empty for a job on this machine.
   std::vector<host> hosts;
   std::string agent = "ssh";
-  std::string remote_self;                 // --launcher-path: mdring-run on the hosts
-  std::vector<std::string> exported;       // -x NAME or NAME=VALUE
+  std::string remote_self;            // --launcher-path: mdring-run on the hosts
+  std::vector<std::string> exported;  // -x NAME or NAME=VALUE
 };
 
 // ---- --hosts and --hostfile --------------------------------------------------
@@ -234,7 +233,8 @@ std::vector<host> parse_hosts(std::string_view opt, std::string_view list) {
 // form); '#' starts a comment.
 std::vector<host> read_hostfile(std::string_view opt, const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) bad_usage(std::string(opt) + " expects a readable host file, got " + quoted(path) + ": " + std::strerror(errno));
+  if (!f)
+    bad_usage(std::string(opt) + " expects a readable host file, got " + quoted(path) + ": " + std::strerror(errno));
   std::vector<host> out;
   char line[4096];
   int number = 0;
@@ -315,7 +315,8 @@ options parse(int argc, char** argv) {
       o.tag_output = true;
     } else if (name == "--hosts" || name == "-H" || name == "--host") {
       const std::string_view v = value();
-      if (v.empty()) bad_usage(std::string(name) + " expects host names (NAME or NAME:SLOTS, comma-separated), got \"\"");
+      if (v.empty())
+        bad_usage(std::string(name) + " expects host names (NAME or NAME:SLOTS, comma-separated), got \"\"");
       auto more = parse_hosts(name, v);
       o.hosts.insert(o.hosts.end(), more.begin(), more.end());
     } else if (name == "--hostfile" || name == "--host-file") {
@@ -333,8 +334,10 @@ options parse(int argc, char** argv) {
     } else if (name == "-x" || name == "--export") {
       const std::string_view v = value();
       const std::string_view var = v.substr(0, v.find('='));
-      if (var.empty() || var.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
-                             std::string_view::npos || (var[0] >= '0' && var[0] <= '9'))
+      if (var.empty() ||
+          var.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+              std::string_view::npos ||
+          (var[0] >= '0' && var[0] <= '9'))
         bad_usage(std::string(name) + " expects NAME or NAME=VALUE (a variable's name), got " + quoted(v));
       o.exported.emplace_back(v);
     } else if (name == "--bind-to" || name == "--bind_to") {
@@ -348,8 +351,9 @@ options parse(int argc, char** argv) {
   if (!o.hosts.empty()) {
     long slots = 0;
     for (const host& h : o.hosts) slots += h.slots;
-    if (slots > max_processes) bad_usage("the hosts offer " + std::to_string(slots) + " slots, more than " +
-                                         std::to_string(max_processes) + " processes");
+    if (slots > max_processes)
+      bad_usage("the hosts offer " + std::to_string(slots) + " slots, more than " + std::to_string(max_processes) +
+                " processes");
     if (have_n && o.n > slots)
       bad_usage("-n " + std::to_string(o.n) + " is more than the " + std::to_string(slots) +
                 " slots of the hosts given (NAME:SLOTS sets a host's)");
@@ -398,8 +402,7 @@ long free_port(const std::string& addr) {
   freeaddrinfo(res);
   if (port == 0) {
     if (err == EADDRNOTAVAIL)
-      bad_usage("--master-addr expects an address of this machine, got " + quoted(addr) + ": " +
-                std::strerror(err));
+      bad_usage("--master-addr expects an address of this machine, got " + quoted(addr) + ": " + std::strerror(err));
     std::fprintf(stderr, "mdring-run: cannot find a free TCP port on %s: %s (give one with --master-port)\n",
                  addr.c_str(), std::strerror(err));
     std::exit(1);
@@ -459,12 +462,12 @@ std::vector<int> watch_signals() {
     std::exit(1);
   }
   std::vector<int> handled;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   for (const int sig : forwarded_signals) {
-    struct sigaction cur{};
+    struct sigaction cur {};
     sigaction(sig, nullptr, &cur);
     if (cur.sa_handler == SIG_IGN) continue;
     sigaction(sig, &sa, nullptr);
@@ -478,7 +481,7 @@ std::vector<int> watch_signals() {
 // In a child, before exec: the handled signals and SIGCHLD back to their defaults,
 // the signal mask mdring-run started with.
 void restore_signals(const std::vector<int>& handled, const sigset_t& mask) {
-  struct sigaction dfl{};
+  struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   for (const int sig : handled) sigaction(sig, &dfl, nullptr);
@@ -490,7 +493,7 @@ void restore_signals(const std::vector<int>& handled, const sigset_t& mask) {
 // self-pipe like the forwarded ones (and restored in the processes).
 void watch_state_signal(int sig, std::vector<int>& handled) {
   if (!sig || std::find(handled.begin(), handled.end(), sig) != handled.end()) return;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
@@ -569,12 +572,12 @@ bool write_all(int fd, std::string_view s) {
 // Where this launcher's processes sit in the job: all of it on one machine, or one
 // host's share of a job across hosts (mdring-run --node, started by the agent).
 struct placement {
-  long first = 0;   // the global rank of local rank 0
-  long world = 0;   // processes in the job
-  long group = 0, groups = 1;  // this host's index, and the number of hosts
-  std::string host;            // its name, for messages ("" on one machine)
+  long first = 0;                                        // the global rank of local rank 0
+  long world = 0;                                        // processes in the job
+  long group = 0, groups = 1;                            // this host's index, and the number of hosts
+  std::string host;                                      // its name, for messages ("" on one machine)
   std::vector<std::pair<std::string, std::string>> env;  // set in every process
-  int control = -1;            // --node: commands from the launcher (see node_command)
+  int control = -1;                                      // --node: commands from the launcher (see node_command)
 };
 
 // ---- the hang report's table --------------------------------------------------------
@@ -636,8 +639,8 @@ void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, l
       ++lines_of[r];
       const std::string st = state_field(l, "state");
       const bool stuck = st == "waiting" || st == "failed";
-      if (chosen[r].empty() || (stuck && state_field(chosen[r], "state") != "waiting" &&
-                                state_field(chosen[r], "state") != "failed"))
+      if (chosen[r].empty() ||
+          (stuck && state_field(chosen[r], "state") != "waiting" && state_field(chosen[r], "state") != "failed"))
         chosen[r] = l;
     }
   }
@@ -653,8 +656,9 @@ void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, l
     const long rank = first_rank + long(r);
     const std::string& l = chosen[r];
     if (l.empty()) {
-      std::snprintf(row, sizeof row, "  %-5ld %-8d (no line: the process did not answer; stopped, or busy outside mdring)\n",
-                    rank, int(pids[r]));
+      std::snprintf(row, sizeof row,
+                    "  %-5ld %-8d (no line: the process did not answer; stopped, or busy outside mdring)\n", rank,
+                    int(pids[r]));
       out += row;
       silent.push_back(rank);
       continue;
@@ -668,7 +672,8 @@ void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, l
     const long peer = state_number(l, "peer");
     if ((st == "waiting" || st == "failed") && !dim.empty()) {
       on = peer >= 0 ? "rank " + std::to_string(peer) + " " + state_field(l, "dir") : "all of dim " + dim;
-      if (peer >= 0 && st == "waiting" && std::size_t(peer - first_rank) < pids.size()) ++waited[std::size_t(peer - first_rank)];
+      if (peer >= 0 && st == "waiting" && std::size_t(peer - first_rank) < pids.size())
+        ++waited[std::size_t(peer - first_rank)];
     }
     std::string secs = state_field(l, "waiting_s");
     if (secs.empty()) secs = state_field(l, "waited_s");
@@ -709,8 +714,12 @@ void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, l
 class launcher {
 public:
   launcher(const options& o, std::vector<char*> program, long port, std::string secret, placement where)
-      : o_(o), program_(std::move(program)), procs_(std::size_t(o.n)), port_(std::to_string(port)),
-        secret_(std::move(secret)), where_(std::move(where)) {
+      : o_(o),
+        program_(std::move(program)),
+        procs_(std::size_t(o.n)),
+        port_(std::to_string(port)),
+        secret_(std::move(secret)),
+        where_(std::move(where)) {
     if (where_.world == 0) where_.world = o.n;
     program_.push_back(nullptr);
   }
@@ -787,7 +796,7 @@ private:
     watch_state_signal(state_signal_, handled_);
     if (o_.tag_output) {
       // A closed stdout is passed on to the processes (see emit), not fatal here.
-      struct sigaction cur{};
+      struct sigaction cur {};
       sigaction(SIGPIPE, nullptr, &cur);
       sigpipe_ignored_ = cur.sa_handler == SIG_IGN;
       signal(SIGPIPE, SIG_IGN);
@@ -820,9 +829,9 @@ private:
   std::string on_host() const { return where_.host.empty() ? "" : " on host " + where_.host; }
 
   [[noreturn]] void child(long r, pid_t parent, int pipes[2][2]) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive mdring-run, even a SIGKILLed one
+    prctl(PR_SET_PDEATHSIG, SIGKILL);   // never outlive mdring-run, even a SIGKILLed one
     if (getppid() != parent) _exit(1);  // it died before prctl
-    if (where_.control >= 0) {  // the launcher's commands are not the program's input
+    if (where_.control >= 0) {          // the launcher's commands are not the program's input
       const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (null < 0 || dup2(null, 0) < 0) _exit(127);
     }
@@ -834,8 +843,8 @@ private:
       CPU_ZERO(&one);
       CPU_SET(cpus_[std::size_t(r) % cpus_.size()], &one);
       if (sched_setaffinity(0, sizeof one, &one) != 0) {
-        std::fprintf(stderr, "mdring-run: cannot bind rank %ld%s to CPU %d: %s\n", where_.first + r,
-                     on_host().c_str(), cpus_[std::size_t(r) % cpus_.size()], std::strerror(errno));
+        std::fprintf(stderr, "mdring-run: cannot bind rank %ld%s to CPU %d: %s\n", where_.first + r, on_host().c_str(),
+                     cpus_[std::size_t(r) % cpus_.size()], std::strerror(errno));
         _exit(127);
       }
     }
@@ -903,13 +912,20 @@ private:
 
   static std::string sigabbrev(int sig) {
     switch (sig) {
-      case SIGINT: return "SIGINT";
-      case SIGTERM: return "SIGTERM";
-      case SIGHUP: return "SIGHUP";
-      case SIGQUIT: return "SIGQUIT";
-      case SIGUSR1: return "SIGUSR1";
-      case SIGUSR2: return "SIGUSR2";
-      default: return "signal " + std::to_string(sig);
+      case SIGINT:
+        return "SIGINT";
+      case SIGTERM:
+        return "SIGTERM";
+      case SIGHUP:
+        return "SIGHUP";
+      case SIGQUIT:
+        return "SIGQUIT";
+      case SIGUSR1:
+        return "SIGUSR1";
+      case SIGUSR2:
+        return "SIGUSR2";
+      default:
+        return "signal " + std::to_string(sig);
     }
   }
 
@@ -1061,8 +1077,7 @@ private:
     // behind may still hold one open: only what is there now is read).
     for (std::size_t r = 0; r < procs_.size(); ++r)
       for (auto& s : procs_[r].streams) {
-        for (int k = 0; k < 64 && drain(r, s); ++k) {
-        }
+        for (int k = 0; k < 64 && drain(r, s); ++k) {}
         if (s.fd >= 0) {
           emit(r, s, true);
           close(s.fd);
@@ -1087,10 +1102,18 @@ private:
       return;
     }
     for (ssize_t j = 0; j < k; ++j) switch (cmds[j]) {
-        case 'I': on_received(SIGINT); break;
-        case 'T': on_received(SIGTERM); break;
-        case 'H': on_received(SIGHUP); break;
-        case 'Q': on_received(SIGQUIT); break;
+        case 'I':
+          on_received(SIGINT);
+          break;
+        case 'T':
+          on_received(SIGTERM);
+          break;
+        case 'H':
+          on_received(SIGHUP);
+          break;
+        case 'Q':
+          on_received(SIGQUIT);
+          break;
         case 'U':  // the hang report's signal (MDRING_STATE_SIGNAL)
           if (state_signal_) on_received(state_signal_);
           break;
@@ -1105,7 +1128,8 @@ private:
           kill_all(SIGKILL);
           phase_ = phase::killed;
           break;
-        default: break;
+        default:
+          break;
       }
   }
 
@@ -1126,13 +1150,12 @@ private:
   std::vector<int> cpus_;  // --bind-to core: the CPUs to bind to, in order
   placement where_;
   const std::string role_ = "default";
-  std::string state_dir_;        // MDRING_STATE_DIR of the processes
-  bool own_state_dir_ = false;   // made here, removed at the end
-  int state_signal_ = 0;         // MDRING_STATE_SIGNAL, 0: none
-  bool table_pending_ = false;   // the table is due at table_at_
+  std::string state_dir_;       // MDRING_STATE_DIR of the processes
+  bool own_state_dir_ = false;  // made here, removed at the end
+  int state_signal_ = 0;        // MDRING_STATE_SIGNAL, 0: none
+  bool table_pending_ = false;  // the table is due at table_at_
   clk::time_point table_at_{};
 };
-
 
 // ---- across hosts --------------------------------------------------------------
 //
@@ -1208,8 +1231,7 @@ std::string capture(const std::vector<std::string>& words, int* status) {
   close(out[0]);
   *status = -1;
   if (pid > 0)
-    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {}
   return text;
 }
 
@@ -1250,8 +1272,10 @@ public:
   int run() {
     const std::string remote = o_.remote_self.empty() ? self_path() : o_.remote_self;
     if (remote.find_first_of(shell_special) != std::string::npos) {
-      std::fprintf(stderr, "mdring-run: its path \"%s\" has characters a remote shell would split or expand: "
-                   "give --launcher-path\n", remote.c_str());
+      std::fprintf(stderr,
+                   "mdring-run: its path \"%s\" has characters a remote shell would split or expand: "
+                   "give --launcher-path\n",
+                   remote.c_str());
       return 2;
     }
     handled_ = watch_signals();
@@ -1447,8 +1471,8 @@ private:
       deadline_ = now + std::chrono::seconds(5);
     } else if (phase_ == phase::killed) {
       if (live_ > 0)
-        std::fprintf(stderr, "mdring-run: %ld agent%s still running 5 s after the ranks were killed: SIGKILL\n",
-                     live_, live_ == 1 ? "" : "s");
+        std::fprintf(stderr, "mdring-run: %ld agent%s still running 5 s after the ranks were killed: SIGKILL\n", live_,
+                     live_ == 1 ? "" : "s");
       stop_all(true);
       deadline_ = clk::time_point::max();
     }
@@ -1490,8 +1514,9 @@ int node_main() {
     const ssize_t k = read(0, &ch, 1);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {
-      std::fprintf(stderr, "mdring-run --node: the launcher's description of the job ended early (this mode is "
-                           "for mdring-run --hosts, through its agent)\n");
+      std::fprintf(stderr,
+                   "mdring-run --node: the launcher's description of the job ended early (this mode is "
+                   "for mdring-run --hosts, through its agent)\n");
       return 2;
     }
     if (ch != '\0') {
@@ -1528,7 +1553,8 @@ int node_main() {
       const auto e = value.find('=');
       where.env.emplace_back(value.substr(0, e), e == std::string::npos ? "" : value.substr(e + 1));
       // The hang report's signal is this host's mdring-run's business too.
-      if (where.env.back().first == "MDRING_STATE_SIGNAL") setenv("MDRING_STATE_SIGNAL", where.env.back().second.c_str(), 1);
+      if (where.env.back().first == "MDRING_STATE_SIGNAL")
+        setenv("MDRING_STATE_SIGNAL", where.env.back().second.c_str(), 1);
     } else if (key == "arg") args.push_back(value);
   }
   if (o.n < 1 || where.world < o.n || args.empty() || port < 1 || secret.empty()) {

@@ -14,8 +14,9 @@ void reduce_one(Comm& comm) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   {
-    auto comm = mdring::bind(mdring::ring<mdring::nvlink, 1> * mdring::ring<mdring::shm> * mdring::ring<mdring::infiniband, 1>,
-                             MPI_COMM_WORLD);
+    auto comm =
+        mdring::bind(mdring::ring<mdring::nvlink, 1> * mdring::ring<mdring::shm> * mdring::ring<mdring::infiniband, 1>,
+                     MPI_COMM_WORLD);
     reduce_one<float>(comm);
     reduce_one<double>(comm);
     reduce_one<mdring::bfloat16>(comm);

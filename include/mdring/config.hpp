@@ -11,25 +11,29 @@
 #define MDRING_VERSION_PATCH 0
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
-#  define MDRING_HOST_DEVICE __host__ __device__
+#define MDRING_HOST_DEVICE __host__ __device__
 #else
-#  define MDRING_HOST_DEVICE
+#define MDRING_HOST_DEVICE
 #endif
 
 // Everything lives in a versioned inline namespace, so that two shared objects that
 // vendor different mdring versions never exchange template instances by accident.
-#define MDRING_NAMESPACE_BEGIN namespace mdring { inline namespace v0 {
-#define MDRING_NAMESPACE_END } }
+#define MDRING_NAMESPACE_BEGIN \
+  namespace mdring {           \
+  inline namespace v0 {
+#define MDRING_NAMESPACE_END \
+  }                          \
+  }
 
 // Hidden visibility for symbols that must not leak across shared objects (kernels).
 #if defined(__GNUC__) || defined(__clang__)
-#  define MDRING_HIDDEN __attribute__((visibility("hidden")))
+#define MDRING_HIDDEN __attribute__((visibility("hidden")))
 #else
-#  define MDRING_HIDDEN
+#define MDRING_HIDDEN
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
-#  define MDRING_RESTRICT __restrict__
+#define MDRING_RESTRICT __restrict__
 #else
-#  define MDRING_RESTRICT
+#define MDRING_RESTRICT
 #endif

@@ -35,8 +35,7 @@ public:
 // documentation spells it ("sendbuf", "count", "root", "topology", ...).
 class invalid_argument : public error {
 public:
-  invalid_argument(std::string argument, const std::string& what)
-      : error(what), argument_(std::move(argument)) {}
+  invalid_argument(std::string argument, const std::string& what) : error(what), argument_(std::move(argument)) {}
   const std::string& argument() const noexcept { return argument_; }
 
 private:
@@ -53,10 +52,14 @@ public:
 // within that phase, and the peer's rank in the bound communicator.
 class timeout_error : public error {
 public:
-  timeout_error(const std::string& what, std::string collective, std::size_t dimension,
-                std::string phase, std::size_t step, std::size_t peer)
-      : error(what), collective_(std::move(collective)), dimension_(dimension),
-        phase_(std::move(phase)), step_(step), peer_(peer) {}
+  timeout_error(const std::string& what, std::string collective, std::size_t dimension, std::string phase,
+                std::size_t step, std::size_t peer)
+      : error(what),
+        collective_(std::move(collective)),
+        dimension_(dimension),
+        phase_(std::move(phase)),
+        step_(step),
+        peer_(peer) {}
   const std::string& collective() const noexcept { return collective_; }
   std::size_t dimension() const noexcept { return dimension_; }
   const std::string& phase() const noexcept { return phase_; }
@@ -75,8 +78,7 @@ private:
 // error) and told the others, so that they stop waiting instead of hanging.
 class remote_error : public error {
 public:
-  remote_error(const std::string& what, std::size_t failed_rank)
-      : error(what), failed_rank_(failed_rank) {}
+  remote_error(const std::string& what, std::size_t failed_rank) : error(what), failed_rank_(failed_rank) {}
   std::size_t failed_rank() const noexcept { return failed_rank_; }
 
 private:

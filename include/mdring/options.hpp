@@ -57,11 +57,16 @@ enum class algorithm { automatic, ring, direct, halving_doubling, recursive_doub
 
 constexpr std::string_view to_string(algorithm a) noexcept {
   switch (a) {
-    case algorithm::ring: return "ring";
-    case algorithm::direct: return "direct";
-    case algorithm::halving_doubling: return "halving_doubling";
-    case algorithm::recursive_doubling: return "recursive_doubling";
-    default: return "automatic";
+    case algorithm::ring:
+      return "ring";
+    case algorithm::direct:
+      return "direct";
+    case algorithm::halving_doubling:
+      return "halving_doubling";
+    case algorithm::recursive_doubling:
+      return "recursive_doubling";
+    default:
+      return "automatic";
   }
 }
 
@@ -92,12 +97,18 @@ enum class device_transport { automatic, nccl, mpi_staged, mpi_cuda_aware, local
 
 constexpr std::string_view to_string(device_transport t) noexcept {
   switch (t) {
-    case device_transport::nccl: return "nccl";
-    case device_transport::mpi_staged: return "mpi_staged";
-    case device_transport::mpi_cuda_aware: return "mpi_cuda_aware";
-    case device_transport::local: return "local";
-    case device_transport::ipc: return "ipc";
-    default: return "automatic";
+    case device_transport::nccl:
+      return "nccl";
+    case device_transport::mpi_staged:
+      return "mpi_staged";
+    case device_transport::mpi_cuda_aware:
+      return "mpi_cuda_aware";
+    case device_transport::local:
+      return "local";
+    case device_transport::ipc:
+      return "ipc";
+    default:
+      return "automatic";
   }
 }
 
@@ -147,9 +158,12 @@ enum class progress_mode { automatic, agent, in_wait };
 
 constexpr std::string_view to_string(progress_mode m) noexcept {
   switch (m) {
-    case progress_mode::agent: return "agent";
-    case progress_mode::in_wait: return "in_wait";
-    default: return "automatic";
+    case progress_mode::agent:
+      return "agent";
+    case progress_mode::in_wait:
+      return "in_wait";
+    default:
+      return "automatic";
   }
 }
 
@@ -261,8 +275,8 @@ inline bool default_shared() {
   return !(s && std::string_view(s) == "0");
 }
 inline progress_mode default_progress() {
-  if (const char* s = env_choice("MDRING_PROGRESS", {"agent", "in_wait", "wait", "automatic"},
-                                 "agent, in_wait or automatic")) {
+  if (const char* s =
+          env_choice("MDRING_PROGRESS", {"agent", "in_wait", "wait", "automatic"}, "agent, in_wait or automatic")) {
     if (std::string_view(s) == "agent") return progress_mode::agent;
     if (std::string_view(s) == "in_wait" || std::string_view(s) == "wait") return progress_mode::in_wait;
   }
@@ -427,13 +441,13 @@ inline void validate(const options& o) {
   if (o.timeout.count() <= 0)
     throw invalid_argument("options.timeout", "mdring::bind: options.timeout must be positive");
   if (o.max_message_bytes == 0 || o.max_message_bytes > (std::size_t(1) << 31) - 1)
-    throw invalid_argument("options.max_message_bytes",
-                           "mdring::bind: options.max_message_bytes must be in [1, 2^31 - 1], got " +
-                               std::to_string(o.max_message_bytes));
+    throw invalid_argument(
+        "options.max_message_bytes",
+        "mdring::bind: options.max_message_bytes must be in [1, 2^31 - 1], got " + std::to_string(o.max_message_bytes));
   if (o.tune.pipeline_depth < 1 || o.tune.pipeline_depth > 8)
-    throw invalid_argument("options.tune.pipeline_depth",
-                           "mdring::bind: options.tune.pipeline_depth must be in [1, 8], got " +
-                               std::to_string(o.tune.pipeline_depth));
+    throw invalid_argument(
+        "options.tune.pipeline_depth",
+        "mdring::bind: options.tune.pipeline_depth must be in [1, 8], got " + std::to_string(o.tune.pipeline_depth));
   if (o.tune.max_segments < 1)
     throw invalid_argument("options.tune.max_segments", "mdring::bind: options.tune.max_segments must be at least 1");
   if (o.tune.staging_chunk_bytes < 4096 || o.tune.staging_chunk_bytes > (std::size_t(1) << 30))

@@ -63,7 +63,8 @@ public:
     s_->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
   }
   std::string get(const std::string& key, mdring::rendezvous::clock::time_point deadline) override {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - mdring::rendezvous::clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - mdring::rendezvous::clock::now());
     try {
       s_->wait({key}, std::max(left, std::chrono::milliseconds(1)));
     } catch (const std::exception&) {
@@ -79,15 +80,24 @@ private:
 
 dtype dtype_of(const at::Tensor& t, const char* what) {
   switch (t.scalar_type()) {
-    case at::kFloat: return dtype::f32;
-    case at::kDouble: return dtype::f64;
-    case at::kHalf: return dtype::f16;
-    case at::kBFloat16: return dtype::bf16;
-    case at::kChar: return dtype::i8;
-    case at::kByte: return dtype::u8;
-    case at::kShort: return dtype::i16;
-    case at::kInt: return dtype::i32;
-    case at::kLong: return dtype::i64;
+    case at::kFloat:
+      return dtype::f32;
+    case at::kDouble:
+      return dtype::f64;
+    case at::kHalf:
+      return dtype::f16;
+    case at::kBFloat16:
+      return dtype::bf16;
+    case at::kChar:
+      return dtype::i8;
+    case at::kByte:
+      return dtype::u8;
+    case at::kShort:
+      return dtype::i16;
+    case at::kInt:
+      return dtype::i32;
+    case at::kLong:
+      return dtype::i64;
     default:
       TORCH_CHECK(false, "mdring: ", what, ": tensors of ", t.scalar_type(),
                   " are not supported (float32, float64, float16, bfloat16, int8, uint8, int16, int32, int64)");
@@ -96,11 +106,16 @@ dtype dtype_of(const at::Tensor& t, const char* what) {
 
 redop redop_of(const ::c10d::ReduceOp& o, const char* what) {
   switch (::c10d::ReduceOp::RedOpType(o)) {
-    case ::c10d::ReduceOp::SUM: return redop::sum;
-    case ::c10d::ReduceOp::AVG: return redop::avg;
-    case ::c10d::ReduceOp::PRODUCT: return redop::prod;
-    case ::c10d::ReduceOp::MIN: return redop::min;
-    case ::c10d::ReduceOp::MAX: return redop::max;
+    case ::c10d::ReduceOp::SUM:
+      return redop::sum;
+    case ::c10d::ReduceOp::AVG:
+      return redop::avg;
+    case ::c10d::ReduceOp::PRODUCT:
+      return redop::prod;
+    case ::c10d::ReduceOp::MIN:
+      return redop::min;
+    case ::c10d::ReduceOp::MAX:
+      return redop::max;
     default:
       TORCH_CHECK(false, "mdring: ", what, ": reduce op ", int(::c10d::ReduceOp::RedOpType(o)),
                   " is not supported (SUM, AVG, PRODUCT, MIN, MAX)");
@@ -147,7 +162,8 @@ void same_kind(const at::Tensor& a, const at::Tensor& b, const char* what, const
 class work final : public ::c10d::Work {
 public:
   work(int rank, ::c10d::OpType t, std::vector<at::Tensor> outputs)
-      : Work(rank, t), outputs_(std::move(outputs)),
+      : Work(rank, t),
+        outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
   bool wait(std::chrono::milliseconds timeout) override {
@@ -189,7 +205,7 @@ public:
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
     C10_CUDA_CHECK(cudaEventRecord(ev_, stream_.stream()));
     future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
-                                                      std::vector<c10::Device>{device_});
+                                                       std::vector<c10::Device>{device_});
     c10::cuda::CUDAStreamGuard sg(stream_);
     future_->markCompleted(c10::IValue(outputs_));
   }
@@ -301,17 +317,15 @@ public:
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 #endif
 
-  c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& ts,
-                                             const ::c10d::AllreduceOptions& o) override {
+  c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& ts, const ::c10d::AllreduceOptions& o) override {
     const auto& t = single(ts, "allreduce");
     const auto op = redop_of(o.reduceOp, "allreduce");
     if (t.is_cuda())
       return on_device(::c10d::OpType::ALLREDUCE, ts, t.device(), [&](device_group& d, void* s) {
         d.all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t, ""), op, s);
       });
-    return enqueue(::c10d::OpType::ALLREDUCE, ts, {}, [&] {
-      return ops1(host().all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t, ""), op));
-    });
+    return enqueue(::c10d::OpType::ALLREDUCE, ts, {},
+                   [&] { return ops1(host().all_reduce(t.data_ptr(), t.data_ptr(), t.numel(), dtype_of(t, ""), op)); });
   }
 
   c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
@@ -351,8 +365,7 @@ public:
     });
   }
 
-  c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& ts,
-                                             const ::c10d::BroadcastOptions& o) override {
+  c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& ts, const ::c10d::BroadcastOptions& o) override {
     const auto& t = single(ts, "broadcast");
     const auto root = checked_root(o.rootRank, o.rootTensor, "broadcast");
     if (t.is_cuda())
@@ -376,8 +389,7 @@ public:
     });
   }
 
-  c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs,
-                                             std::vector<at::Tensor>& ins,
+  c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                              const ::c10d::AllgatherOptions&) override {
     const auto& in = single(ins, "allgather");
     TORCH_CHECK(outs.size() == 1, "mdring: allgather takes one list of output tensors (got ", outs.size(), ")");
@@ -491,17 +503,17 @@ public:
     if (!on_host) {
       const int dev = o.device_ids.empty() ? int(c10::cuda::current_device()) : int(o.device_ids[0]);
       at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::Device(at::kCUDA, dev)));
-      return on_device(::c10d::OpType::BARRIER, {one}, one.device(), [&](device_group& d, void* s) {
-        d.all_reduce(one.data_ptr(), one.data_ptr(), 1, dtype::i32, redop::sum, s);
-      }, true);
+      return on_device(
+          ::c10d::OpType::BARRIER, {one}, one.device(),
+          [&](device_group& d, void* s) { d.all_reduce(one.data_ptr(), one.data_ptr(), 1, dtype::i32, redop::sum, s); },
+          true);
     }
 #endif
     (void)o;
     (void)on_host;
     at::Tensor one = at::zeros({1}, at::kInt);
-    return enqueue(::c10d::OpType::BARRIER, {}, {one}, [&] {
-      return ops1(host().all_reduce(one.data_ptr(), one.data_ptr(), 1, dtype::i32, redop::sum));
-    });
+    return enqueue(::c10d::OpType::BARRIER, {}, {one},
+                   [&] { return ops1(host().all_reduce(one.data_ptr(), one.data_ptr(), 1, dtype::i32, redop::sum)); });
   }
 
 private:
@@ -546,8 +558,9 @@ private:
       TORCH_CHECK(!destroyed_, "mdring: the process group was destroyed");
       try {
         if (!dev_) {
-          TORCH_CHECK(origin_.store, "mdring: CUDA tensors need the group's store (torchrun's env:// rendezvous); "
-                                     "this group was made without one");
+          TORCH_CHECK(origin_.store,
+                      "mdring: CUDA tensors need the group's store (torchrun's env:// rendezvous); "
+                      "this group was made without one");
           dev_store_ = std::make_unique<c10d_store>(origin_.store);
           std::optional<pybind11::gil_scoped_release> nogil;  // binding waits for the other ranks
           if (PyGILState_Check()) nogil.emplace();
@@ -645,9 +658,7 @@ public:
 
 #if MDRING_TORCH2  // allocate() is not const there, and copy_data() is pure
   c10::DataPtr allocate(std::size_t n) override { return allocate_block(n); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 #else
   c10::DataPtr allocate(std::size_t n) const override { return allocate_block(n); }
 #endif

@@ -9,13 +9,17 @@ namespace mdring_torch {
 std::size_t size_of(dtype t) noexcept {
   switch (t) {
     case dtype::f64:
-    case dtype::i64: return 8;
+    case dtype::i64:
+      return 8;
     case dtype::f32:
-    case dtype::i32: return 4;
+    case dtype::i32:
+      return 4;
     case dtype::f16:
     case dtype::bf16:
-    case dtype::i16: return 2;
-    default: return 1;
+    case dtype::i16:
+      return 2;
+    default:
+      return 1;
   }
 }
 

@@ -41,7 +41,8 @@ mdring::runtime_topology device_topology(mdring::rendezvous::store& store, const
 class device_group_impl final : public device_group {
 public:
   using comm_t = mdring::cuda::store_communicator<mdring::runtime_topology>;
-  device_group_impl(comm_t c, int device, std::string desc) : comm_(std::move(c)), device_(device), desc_(std::move(desc)) {}
+  device_group_impl(comm_t c, int device, std::string desc)
+      : comm_(std::move(c)), device_(device), desc_(std::move(desc)) {}
 
   void all_reduce(const void* in, void* out, std::size_t n, dtype t, redop o, void* stream) override {
     typed(t, o, [&]<class T>(auto op) {
@@ -93,9 +94,12 @@ std::unique_ptr<device_group> make_device_group(mdring::rendezvous::store& store
   mdring::options o;
   o.timeout = cfg.timeout;
   // Keys under the group's name: each group binds once, whatever other groups do.
-  auto comm = mdring::cuda::bind(topo, mdring::cuda::store_world{store, cfg.rank, cfg.size, "mdring_torch/cuda/" + cfg.name}, o);
-  std::string desc = "cuda:" + std::to_string(device) + ", topology " + topo.to_string() + " (" + source + "), transports";
-  for (std::size_t d = 0; d < topo.ndims(); ++d) desc += std::string(d ? ", " : " ") + std::string(mdring::to_string(comm.transport_of(d)));
+  auto comm = mdring::cuda::bind(
+      topo, mdring::cuda::store_world{store, cfg.rank, cfg.size, "mdring_torch/cuda/" + cfg.name}, o);
+  std::string desc =
+      "cuda:" + std::to_string(device) + ", topology " + topo.to_string() + " (" + source + "), transports";
+  for (std::size_t d = 0; d < topo.ndims(); ++d)
+    desc += std::string(d ? ", " : " ") + std::string(mdring::to_string(comm.transport_of(d)));
   return std::make_unique<device_group_impl>(std::move(comm), device, std::move(desc));
 }
 

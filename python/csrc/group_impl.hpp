@@ -19,15 +19,24 @@ namespace detail {
 template <class F>
 decltype(auto) on_type(dtype t, F&& f) {
   switch (t) {
-    case dtype::f32: return f.template operator()<float>();
-    case dtype::f64: return f.template operator()<double>();
-    case dtype::f16: return f.template operator()<mdring::half>();
-    case dtype::bf16: return f.template operator()<mdring::bfloat16>();
-    case dtype::i8: return f.template operator()<std::int8_t>();
-    case dtype::u8: return f.template operator()<std::uint8_t>();
-    case dtype::i16: return f.template operator()<std::int16_t>();
-    case dtype::i32: return f.template operator()<std::int32_t>();
-    case dtype::i64: return f.template operator()<std::int64_t>();
+    case dtype::f32:
+      return f.template operator()<float>();
+    case dtype::f64:
+      return f.template operator()<double>();
+    case dtype::f16:
+      return f.template operator()<mdring::half>();
+    case dtype::bf16:
+      return f.template operator()<mdring::bfloat16>();
+    case dtype::i8:
+      return f.template operator()<std::int8_t>();
+    case dtype::u8:
+      return f.template operator()<std::uint8_t>();
+    case dtype::i16:
+      return f.template operator()<std::int16_t>();
+    case dtype::i32:
+      return f.template operator()<std::int32_t>();
+    case dtype::i64:
+      return f.template operator()<std::int64_t>();
   }
   throw mdring::invalid_argument("dtype", "mdring_torch: unknown dtype " + std::to_string(int(t)));
 }
@@ -35,11 +44,16 @@ decltype(auto) on_type(dtype t, F&& f) {
 template <class F>
 decltype(auto) on_op(redop o, F&& f) {
   switch (o) {
-    case redop::sum: return f(mdring::sum);
-    case redop::avg: return f(mdring::avg);
-    case redop::prod: return f(mdring::prod);
-    case redop::min: return f(mdring::min);
-    case redop::max: return f(mdring::max);
+    case redop::sum:
+      return f(mdring::sum);
+    case redop::avg:
+      return f(mdring::avg);
+    case redop::prod:
+      return f(mdring::prod);
+    case redop::min:
+      return f(mdring::min);
+    case redop::max:
+      return f(mdring::max);
   }
   throw mdring::invalid_argument("op", "mdring_torch: unknown reduce op " + std::to_string(int(o)));
 }
@@ -121,10 +135,14 @@ inline fold_fn fold_of(dtype t, redop o) {
   return on_type(t, [&]<class T>() -> fold_fn {
     switch (o) {
       case redop::sum:
-      case redop::avg: return &fold<T, mdring::sum_t>;
-      case redop::prod: return &fold<T, mdring::prod_t>;
-      case redop::min: return &fold<T, mdring::min_t>;
-      case redop::max: return &fold<T, mdring::max_t>;
+      case redop::avg:
+        return &fold<T, mdring::sum_t>;
+      case redop::prod:
+        return &fold<T, mdring::prod_t>;
+      case redop::min:
+        return &fold<T, mdring::min_t>;
+      case redop::max:
+        return &fold<T, mdring::max_t>;
     }
     return nullptr;
   });
@@ -152,13 +170,15 @@ public:
       : keep_(std::move(keep)), comm_(std::move(comm)), pos_(std::move(position)), desc_(std::move(description)) {}
 
   op all_reduce(const void* in, void* out, std::size_t n, dtype t, redop o) override {
-    return reduction(t, o, out, n, [&](auto* i, auto* r, auto f) { return mdring::iall_reduce(comm_, i, r, n, f); }, in);
+    return reduction(
+        t, o, out, n, [&](auto* i, auto* r, auto f) { return mdring::iall_reduce(comm_, i, r, n, f); }, in);
   }
 
   op reduce(const void* in, void* out, std::size_t n, std::size_t root, dtype t, redop o) override {
     const std::size_t m = md(root);
-    return reduction(t, o, out, n, [&](auto* i, auto* r, auto f) { return mdring::ireduce(comm_, i, r, n, m, f); },
-                     in, m == comm_.rank());
+    return reduction(
+        t, o, out, n, [&](auto* i, auto* r, auto f) { return mdring::ireduce(comm_, i, r, n, m, f); }, in,
+        m == comm_.rank());
   }
 
   op reduce_scatter(const void* in, void* out, std::size_t n, dtype t, redop o) override {
@@ -170,9 +190,12 @@ public:
         std::memcpy(tmp.get() + pos_[r] * b, static_cast<const std::uint8_t*>(in) + r * b, b);
       in = tmp.get();
     }
-    op x = reduction(t, o, out, n,
-                     [&](auto* i, auto* r, auto f) { return mdring::ireduce_scatter(comm_, i, r, n, f); }, in);
-    if (tmp) x.after = [tmp, a = std::move(x.after)] { if (a) a(); };
+    op x = reduction(
+        t, o, out, n, [&](auto* i, auto* r, auto f) { return mdring::ireduce_scatter(comm_, i, r, n, f); }, in);
+    if (tmp)
+      x.after = [tmp, a = std::move(x.after)] {
+        if (a) a();
+      };
     return x;
   }
 
@@ -222,10 +245,14 @@ private:
     const detail::fold_fn fn = detail::fold_of(t, o);
     op x = [&] {
       switch (size_of(t)) {
-        case 1: return bulk<std::uint8_t>(call, in, out, fn);
-        case 2: return bulk<std::uint16_t>(call, in, out, fn);
-        case 4: return bulk<std::uint32_t>(call, in, out, fn);
-        default: return bulk<std::uint64_t>(call, in, out, fn);
+        case 1:
+          return bulk<std::uint8_t>(call, in, out, fn);
+        case 2:
+          return bulk<std::uint16_t>(call, in, out, fn);
+        case 4:
+          return bulk<std::uint32_t>(call, in, out, fn);
+        default:
+          return bulk<std::uint64_t>(call, in, out, fn);
       }
     }();
     if (o == redop::avg && result_here) x.after = [out, n, t, p = comm_.size()] { detail::divide(out, n, t, p); };

@@ -103,11 +103,11 @@ std::unique_ptr<group> make_mpi_group(const std::vector<int>& world_ranks, const
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (world_ranks.empty()) {
     if (std::size_t(world_size) != cfg.size || std::size_t(world_rank) != cfg.rank)
-      throw mdring::invalid_argument(
-          "RANK", "mdring_torch: torch's rank " + std::to_string(cfg.rank) + " of " + std::to_string(cfg.size) +
-                      " is not MPI's (" + std::to_string(world_rank) + " of " + std::to_string(world_size) +
-                      "); under mpirun leave RANK and WORLD_SIZE to mdring_torch, or set "
-                      "MDRING_TORCH_TRANSPORT=ucx");
+      throw mdring::invalid_argument("RANK", "mdring_torch: torch's rank " + std::to_string(cfg.rank) + " of " +
+                                                 std::to_string(cfg.size) + " is not MPI's (" +
+                                                 std::to_string(world_rank) + " of " + std::to_string(world_size) +
+                                                 "); under mpirun leave RANK and WORLD_SIZE to mdring_torch, or set "
+                                                 "MDRING_TORCH_TRANSPORT=ucx");
     MPI_Comm_dup(MPI_COMM_WORLD, &c->group);
   } else {
     MPI_Group all, mine;

@@ -21,8 +21,8 @@ std::unique_ptr<group> make_ucx_group(std::unique_ptr<mdring::rendezvous::store>
   const auto fake = detail::test_layout(cfg.rank, cfg.size);
   const auto deadline = mdring::rendezvous::clock::now() + cfg.timeout;
   auto p = detail::place(cfg, fake ? *fake : world.layout(), [&](int key) {
-    const auto all =
-        mdring::rendezvous::all_gather(*s->torch, "mdring_torch/key", cfg.rank, cfg.size, std::to_string(key), deadline);
+    const auto all = mdring::rendezvous::all_gather(*s->torch, "mdring_torch/key", cfg.rank, cfg.size,
+                                                    std::to_string(key), deadline);
     std::vector<int> keys(all.size());
     for (std::size_t r = 0; r < all.size(); ++r) keys[r] = std::stoi(all[r]);
     return keys;

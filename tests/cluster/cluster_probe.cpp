@@ -24,8 +24,8 @@ int probe(int argc, char** argv) {
   auto comm = md::bind(w.topology(), w);
   if (mode == "check") {
     std::size_t bytes = 0;
-    for (std::size_t n : {std::size_t(1), std::size_t(1000), std::size_t(65536), std::size_t(262147),
-                          std::size_t(1) << 20}) {
+    for (std::size_t n :
+         {std::size_t(1), std::size_t(1000), std::size_t(65536), std::size_t(262147), std::size_t(1) << 20}) {
       std::vector<std::int64_t> v(n);
       for (std::size_t j = 0; j < n; ++j) v[j] = std::int64_t(r + 1) * std::int64_t(j % 1000 + 1);
       md::all_reduce(comm, v.data(), n, md::sum);

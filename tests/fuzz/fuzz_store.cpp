@@ -32,7 +32,7 @@ rv::tcp_store& server() {
   static std::unique_ptr<rv::tcp_store> s = [] {
     rv::tcp_store_options o;
     o.secret = secret;
-    o.max_keys = 4096;                  // what strangers may store stays small
+    o.max_keys = 4096;  // what strangers may store stays small
     o.max_value_bytes = 1 << 16;
     o.connect_timeout = std::chrono::milliseconds(5000);
     return std::make_unique<rv::tcp_store>(true, o);

@@ -38,7 +38,8 @@ namespace {
 void check_rejection(const char* reader, std::string_view text, const md::invalid_argument& e) {
   const std::string w = e.what();
   if (w.empty()) finding(reader, text, "an empty error message");
-  if (w.rfind("mdring", 0) != 0 && w.rfind("MDRING_", 0) != 0) finding(reader, text, ("unprefixed message: " + w).c_str());
+  if (w.rfind("mdring", 0) != 0 && w.rfind("MDRING_", 0) != 0)
+    finding(reader, text, ("unprefixed message: " + w).c_str());
   if (e.argument().empty()) finding(reader, text, "an error that names no argument");
 }
 
@@ -80,12 +81,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       reader("profile", text, [&] {
         const md::profile p = md::profile::parse(text, "fuzz");
         const std::string again = p.to_string();
-        if (md::profile::parse(again, "fuzz").to_string() != again) finding("profile", text, "to_string() does not round-trip");
+        if (md::profile::parse(again, "fuzz").to_string() != again)
+          finding("profile", text, "to_string() does not round-trip");
       });
       break;
     case 5: {
-      static const char* const names[] = {"MDRING_PMPI",        "MDRING_PMPI_MIN_BYTES", "MDRING_TOPOLOGY",
-                                          "MDRING_REPORT",      "MDRING_PMPI_THREAD",    "MDRING_REPRODUCIBLE",
+      static const char* const names[] = {"MDRING_PMPI",   "MDRING_PMPI_MIN_BYTES", "MDRING_TOPOLOGY",
+                                          "MDRING_REPORT", "MDRING_PMPI_THREAD",    "MDRING_REPRODUCIBLE",
                                           "MDRING_TIMEOUT"};
       std::size_t pos = 0;
       while (pos <= text.size()) {
@@ -101,7 +103,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::vector<std::string> problems;
         const mdring_pmpi::config c = mdring_pmpi::read_config(problems);
         for (const auto& p : problems)
-          if (p.rfind("MDRING_", 0) != 0) finding("pmpi settings", text, ("a problem that names no variable: " + p).c_str());
+          if (p.rfind("MDRING_", 0) != 0)
+            finding("pmpi settings", text, ("a problem that names no variable: " + p).c_str());
         if (c.reproducible && std::getenv("MDRING_PMPI_MIN_BYTES") == nullptr && c.min_bytes != 0)
           finding("pmpi settings", text, "reproducible without a threshold of 0");
       } catch (const std::exception& e) {
@@ -114,7 +117,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       reader("wisdom", text, [&] {
         const md::wisdom w = md::wisdom::parse(text, "fuzz");
         const std::string again = w.to_string();
-        if (md::wisdom::parse(again, "fuzz").to_string() != again) finding("wisdom", text, "to_string() does not round-trip");
+        if (md::wisdom::parse(again, "fuzz").to_string() != again)
+          finding("wisdom", text, "to_string() does not round-trip");
       });
       break;
   }

@@ -124,11 +124,16 @@ double to_double(const T& x) {
 template <class F>
 void with_op(opk k, F&& f) {
   switch (k) {
-    case opk::sum: return f(md::sum);
-    case opk::prod: return f(md::prod);
-    case opk::min: return f(md::min);
-    case opk::max: return f(md::max);
-    default: return f(md::avg);
+    case opk::sum:
+      return f(md::sum);
+    case opk::prod:
+      return f(md::prod);
+    case opk::min:
+      return f(md::min);
+    case opk::max:
+      return f(md::max);
+    default:
+      return f(md::avg);
   }
 }
 
@@ -147,10 +152,17 @@ bool check_against_reference(const std::string& where, opk k, const std::vector<
       for (std::size_t j = 1; j < P; ++j) {
         const double x = to_double(xs[j][i]);
         switch (k) {
-          case opk::prod: ref *= x; break;
-          case opk::min: ref = x < ref ? x : ref; break;
-          case opk::max: ref = ref < x ? x : ref; break;
-          default: ref += x;
+          case opk::prod:
+            ref *= x;
+            break;
+          case opk::min:
+            ref = x < ref ? x : ref;
+            break;
+          case opk::max:
+            ref = ref < x ? x : ref;
+            break;
+          default:
+            ref += x;
         }
         mag = k == opk::prod ? std::fabs(ref) : mag + std::fabs(x);
       }
@@ -171,9 +183,9 @@ bool check_against_reference(const std::string& where, opk k, const std::vector<
       const double u = unit_roundoff<T>();
       // Accumulation in float (or double) plus the roundings to T.
       const double acc_u = std::is_same_v<T, double> ? 0x1.0p-53 : 0x1.0p-24;
-      const double tol = (k == opk::min || k == opk::max)
-                             ? 0
-                             : (double(P) * acc_u + roundings * u) * mag * 1.01 + roundings * subnormal_roundoff<T>() * grow + 1e-300;
+      const double tol = (k == opk::min || k == opk::max) ? 0
+                                                          : (double(P) * acc_u + roundings * u) * mag * 1.01 +
+                                                                roundings * subnormal_roundoff<T>() * grow + 1e-300;
       if (!(std::fabs(g - ref) <= tol))
         ++bad, check(false, where, " element ", i, ": got ", g, ", float64 reference ", ref, " (bound ", tol, ")");
     } else {

@@ -110,7 +110,7 @@ inline int run_all(int argc, char** argv) {
 
 #define GPU_TEST_CAT2(a, b) a##b
 #define GPU_TEST_CAT(a, b) GPU_TEST_CAT2(a, b)
-#define GPU_TEST(name)                                                                              \
-  static void GPU_TEST_CAT(gpu_test_fn_, __LINE__)();                                               \
+#define GPU_TEST(name)                                                                                                \
+  static void GPU_TEST_CAT(gpu_test_fn_, __LINE__)();                                                                 \
   static const gpu_test::registrar GPU_TEST_CAT(gpu_test_reg_, __LINE__)(name, GPU_TEST_CAT(gpu_test_fn_, __LINE__)); \
   static void GPU_TEST_CAT(gpu_test_fn_, __LINE__)()

@@ -107,7 +107,8 @@ struct streams_t {
   std::vector<md::cuda::unique_stream> owned;
   std::vector<cudaStream_t> raw;
   explicit streams_t(std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) owned.push_back(md::cuda::unique_stream::create()), raw.push_back(owned.back().get());
+    for (std::size_t i = 0; i < n; ++i)
+      owned.push_back(md::cuda::unique_stream::create()), raw.push_back(owned.back().get());
   }
 };
 
@@ -300,7 +301,8 @@ GPU_TEST("all_reduce: float32 accumulation runs its dimensions direct, each roun
     std::vector<md::accumulation> per;
     md::accumulation all;
   };
-  for (const variant& v : {variant{"nvlink:2 x infiniband:3", {md::accumulation::element, md::accumulation::float32},
+  for (const variant& v : {variant{"nvlink:2 x infiniband:3",
+                                   {md::accumulation::element, md::accumulation::float32},
                                    md::accumulation::element},
                            variant{"nvlink:2 x nvlink:2 x infiniband:3", {}, md::accumulation::float32}}) {
     const auto topo = md::parse_topology(v.topo);
@@ -376,8 +378,8 @@ GPU_TEST("all_reduce: captured into a CUDA graph and replayed") {
           }
           cuda_ok(cudaGraphLaunch(exec, origin.get()), "cudaGraphLaunch");
           cuda_ok(cudaStreamSynchronize(origin.get()), "sync");
-          check_results<float>(cat("graph \"", text, "\" segment_bytes ", seg, per_rank ? " per-rank streams" : " one stream",
-                                   " replay ", round),
+          check_results<float>(cat("graph \"", text, "\" segment_bytes ", seg,
+                                   per_rank ? " per-rank streams" : " one stream", " replay ", round),
                                b, n, opk::sum);
         }
         cudaGraphExecDestroy(exec);
@@ -392,8 +394,7 @@ namespace {
 // does not wait for runs first (a missing ordering then shows as a wrong result).
 __global__ void spin_for(unsigned long long ns) {
   const unsigned long long t0 = clock64();
-  while (clock64() - t0 < ns) {
-  }
+  while (clock64() - t0 < ns) {}
 }
 }  // namespace
 
@@ -469,7 +470,8 @@ void expect_invalid(const char* arg, const std::string& where, F&& f) {
     f();
     check(false, where, ": no exception");
   } catch (const md::invalid_argument& e) {
-    check(e.argument() == arg, where, ": argument() is \"", e.argument(), "\", expected \"", arg, "\" (", e.what(), ")");
+    check(e.argument() == arg, where, ": argument() is \"", e.argument(), "\", expected \"", arg, "\" (", e.what(),
+          ")");
   } catch (const std::exception& e) {
     check(false, where, ": unexpected exception ", e.what());
   }

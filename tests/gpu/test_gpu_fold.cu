@@ -30,7 +30,9 @@ using namespace gpu_test;
 // internal linkage cannot be given hidden visibility, and nvcc says so, warning 1407).
 struct xor_op {
   template <class T>
-  __host__ __device__ T operator()(T a, T b) const { return T(a ^ b); }
+  __host__ __device__ T operator()(T a, T b) const {
+    return T(a ^ b);
+  }
 };
 
 namespace {
@@ -129,8 +131,8 @@ void fold_case(opk k, Op op, std::size_t inputs, std::size_t n, int align, bool 
            ranks);
   const std::vector<T> got = in_place ? d[0]->download() : out.download();
 
-  const std::string where = cat(emulate ? "emulated " : "", "fold<", md::type_name<T>(), "> ", name_of(k),
-                                " inputs ", inputs, " n ", n, " align ", align, final ? " final" : "");
+  const std::string where = cat(emulate ? "emulated " : "", "fold<", md::type_name<T>(), "> ", name_of(k), " inputs ",
+                                inputs, " n ", n, " align ", align, final ? " final" : "");
   std::vector<const T*> hp;
   for (auto& v : h) hp.push_back(v.data());
   std::vector<T> want(n);
@@ -254,8 +256,7 @@ GPU_TEST("fold: dst may not alias an input of a later pass") {
 GPU_TEST("fold: a user op (xor) in device code") {
   need_gpu();
   for (int align = 0; align < 4; ++align)
-    for (std::size_t in : {2, 5})
-      fold_case<std::uint32_t>(opk::sum, xor_op{}, in, 4099, align, false, 99);
+    for (std::size_t in : {2, 5}) fold_case<std::uint32_t>(opk::sum, xor_op{}, in, 4099, align, false, 99);
 }
 
 GPU_TEST("fold: half and bfloat16 accumulate in float and round once") {
@@ -267,7 +268,8 @@ GPU_TEST("fold: half and bfloat16 accumulate in float and round once") {
   h[0].assign(n, md::half(1.0f));
   std::vector<std::unique_ptr<buf<md::half>>> d;
   std::vector<const md::half*> ptrs;
-  for (auto& v : h) d.push_back(std::make_unique<buf<md::half>>(n)), d.back()->upload(v), ptrs.push_back(d.back()->get());
+  for (auto& v : h)
+    d.push_back(std::make_unique<buf<md::half>>(n)), d.back()->upload(v), ptrs.push_back(d.back()->get());
   buf<md::half> out(n);
   run_fold(out.get(), std::span<const md::half* const>(ptrs.data(), k), n, md::sum, false, 1);
   const auto got = out.download();

@@ -114,8 +114,9 @@ void collectives_case(ipc_comm& comm, opk k, Op op, std::size_t n, bool in_place
     cuda_ok(cudaMemcpy(got.data(), out, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
     std::vector<const T*> ptrs;
     for (auto& x : xs) ptrs.push_back(x.data() + me * n);
-    check_against_reference<T>(cat(label, " reduce_scatter<", tn, "> ", name_of(k), " n ", n, in_place ? " in place" : ""),
-                               k, ptrs, got.data(), n, roundings);
+    check_against_reference<T>(
+        cat(label, " reduce_scatter<", tn, "> ", name_of(k), " n ", n, in_place ? " in place" : ""), k, ptrs,
+        got.data(), n, roundings);
   }
   // all_gather: every rank's n, in rank order.
   if (k == opk::sum) {
@@ -163,8 +164,9 @@ void collectives_case(ipc_comm& comm, opk k, Op op, std::size_t n, bool in_place
     const auto got = ip ? send.download() : recv.download();
     std::vector<const T*> ptrs;
     for (auto& x : xs) ptrs.push_back(x.data());
-    check_against_reference<T>(cat(label, " reduce<", tn, "> ", name_of(k), " n ", n, " root ", root, ip ? " in place" : ""),
-                               k, ptrs, got.data(), n, roundings);
+    check_against_reference<T>(
+        cat(label, " reduce<", tn, "> ", name_of(k), " n ", n, " root ", root, ip ? " in place" : ""), k, ptrs,
+        got.data(), n, roundings);
   }
 }
 
@@ -201,7 +203,7 @@ GPU_TEST("ipc: automatic picks ipc for a node's GPU link; all_reduce over the co
   cases.push_back({"pcie:*", {}});
   if (P % 2 == 0) {
     md::options o;
-    o.tune.ipc_staging_bytes = 4096;  // small stages staged, the rest in place
+    o.tune.ipc_staging_bytes = 4096;            // small stages staged, the rest in place
     cases.push_back({"nvlink:2 x pcie:*", o});  // two ipc dimensions, pipelined
 #ifndef MDRING_TEST_STORE
     cases.push_back({"nvlink:2 x ethernet:*", o});  // ipc, then MPI
@@ -400,8 +402,7 @@ GPU_TEST("ipc: a buffer CUDA IPC cannot share fails on its rank and stops the ot
   cuda_ok(cudaStreamSynchronize(s.get()), "sync (nothing may be left waiting on the GPU)");
   if (comm.rank() == 0)
     check(got == "invalid_argument" && arg == "sendbuf", "rank 0 (managed memory): got ", got, " (", arg, ")");
-  else
-    check(got == "remote_error", "rank ", comm.rank(), ": got ", got, " instead of remote_error");
+  else check(got == "remote_error", "rank ", comm.rank(), ": got ", got, " instead of remote_error");
   check(!comm.usable(), "the communicator is unusable after the failure");
   cudaFree(managed);
 }

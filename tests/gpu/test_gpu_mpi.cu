@@ -68,8 +68,8 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
     auto comm = md::cuda::bind(topo, MPI_COMM_WORLD);
     check(comm.algorithm_of(0) == md::algorithm::direct && comm.algorithm_of(1) == md::algorithm::ring,
           "ring<nvlink, 2> * ring<infiniband>: nvlink direct, infiniband ring");
-    const auto mpi = md::cuda::mpi_is_cuda_aware() ? md::device_transport::mpi_cuda_aware
-                                                   : md::device_transport::mpi_staged;
+    const auto mpi =
+        md::cuda::mpi_is_cuda_aware() ? md::device_transport::mpi_cuda_aware : md::device_transport::mpi_staged;
 #ifndef MDRING_CUDA_NO_NCCL
     const auto want = G >= P ? md::device_transport::nccl : mpi;
 #else
@@ -104,8 +104,8 @@ GPU_TEST("mpi: staged and CUDA-aware transports") {
     try {
       auto comm = md::cuda::bind(md::parse_topology("nvlink:*"), MPI_COMM_WORLD, o);
     } catch (const md::invalid_argument& e) {
-      refused = e.argument() == "options.device_transports" &&
-                std::string(e.what()).find("share a GPU") != std::string::npos;
+      refused =
+          e.argument() == "options.device_transports" && std::string(e.what()).find("share a GPU") != std::string::npos;
       if (!refused) std::printf("  got: %s\n", e.what());
     }
     check(refused, "nccl requested where processes share a GPU: not refused with invalid_argument naming why");

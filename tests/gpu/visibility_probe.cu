@@ -8,9 +8,8 @@
 // result, whichever of the two provides it.)
 #include <mdring/cuda/reduce.cuh>
 
-extern "C" __attribute__((visibility("default"))) void mdring_visibility_probe(float* d, const float* a,
-                                                                                const float* b, std::size_t n,
-                                                                                cudaStream_t s) {
+extern "C" __attribute__((visibility("default"))) void mdring_visibility_probe(float* d, const float* a, const float* b,
+                                                                               std::size_t n, cudaStream_t s) {
   const float* in[2] = {a, b};
   mdring::cuda::fold(d, std::span<const float* const>(in, 2), n, mdring::sum, false, 1, s);
 }

@@ -86,10 +86,26 @@ int main(int argc, char** argv) {
     if (a == "env") {
       const std::string dir = arg();
       std::string text;
-      for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                            "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "MDRING_SECRET",
-                            "MDRING_RANK", "MDRING_WORLD_SIZE", "MDRING_LOCAL_RANK", "MDRING_LOCAL_WORLD_SIZE",
-                            "LAUNCHER_TEST_INHERITED", "LAUNCHER_TEST_HOST", "LAUNCHER_TEST_X", "MDRING_TEST_FORWARDED"})
+      for (const char* k : {"RANK",
+                            "WORLD_SIZE",
+                            "LOCAL_RANK",
+                            "LOCAL_WORLD_SIZE",
+                            "GROUP_RANK",
+                            "GROUP_WORLD_SIZE",
+                            "ROLE_RANK",
+                            "ROLE_WORLD_SIZE",
+                            "ROLE_NAME",
+                            "MASTER_ADDR",
+                            "MASTER_PORT",
+                            "MDRING_SECRET",
+                            "MDRING_RANK",
+                            "MDRING_WORLD_SIZE",
+                            "MDRING_LOCAL_RANK",
+                            "MDRING_LOCAL_WORLD_SIZE",
+                            "LAUNCHER_TEST_INHERITED",
+                            "LAUNCHER_TEST_HOST",
+                            "LAUNCHER_TEST_X",
+                            "MDRING_TEST_FORWARDED"})
         if (const char* v = std::getenv(k)) text += std::string(k) + "=" + v + "\n";
       write_file(dir + "/env." + std::to_string(getpid()), text);
     } else if (a == "cwd") {
@@ -131,7 +147,7 @@ int main(int argc, char** argv) {
       const std::string path = std::string(arg()) + "/signal." + rank;
       if (path.size() >= sizeof signal_path) usage("trap");
       std::strcpy(signal_path, path.c_str());
-      struct sigaction sa{};
+      struct sigaction sa {};
       sa.sa_handler = on_signal;
       sigemptyset(&sa.sa_mask);
       for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(sig, &sa, nullptr);
@@ -141,7 +157,7 @@ int main(int argc, char** argv) {
       const std::string dir = arg();
       std::string text;
       for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) {
-        struct sigaction cur{};
+        struct sigaction cur {};
         sigaction(sig, nullptr, &cur);
         if (cur.sa_handler == SIG_IGN) text += std::to_string(sig) + "\n";
       }
@@ -184,7 +200,8 @@ int main(int argc, char** argv) {
       const int sig = to_int(arg());
       if (r == rank) raise(sig);
     } else if (a == "sleep") {
-      const auto until = steady_clock::now() + duration_cast<steady_clock::duration>(duration<double>(std::atof(arg())));
+      const auto until =
+          steady_clock::now() + duration_cast<steady_clock::duration>(duration<double>(std::atof(arg())));
       std::this_thread::sleep_until(std::min(until, started + seconds(60)));  // restarts after EINTR
     } else if (a == "done") {
       write_file(std::string(arg()) + "/done." + rank, "done\n");

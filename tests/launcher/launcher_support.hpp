@@ -197,7 +197,7 @@ struct job {
 };
 
 inline job run(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
-        const std::vector<int>& ignored = {}) {
+               const std::vector<int>& ignored = {}) {
   job j;
   j.start(args, env, ignored);
   j.finish();
@@ -248,11 +248,12 @@ inline std::vector<env_map> read_envs(const scratch& s) {
 }
 
 inline bool is_hex32(const std::string& s) {
-  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return s.size() == 32 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+inline bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
 
 }  // namespace

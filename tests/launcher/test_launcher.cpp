@@ -110,8 +110,8 @@ TEST_CASE("secret: an MDRING_SECRET in the environment is passed on unchanged") 
 
 TEST_CASE("exit_code: a rank exits 3; the others are terminated after the grace period") {
   scratch s;
-  const job j = run({"-n", "4", "--grace", "0.5", probe(), "pid", s.str(), "wait-files", s.str(), "pid", "4",
-                     "exit-if", "2", "3", "sleep", "60"});
+  const job j = run({"-n", "4", "--grace", "0.5", probe(), "pid", s.str(), "wait-files", s.str(), "pid", "4", "exit-if",
+                     "2", "3", "sleep", "60"});
   INFO("stderr: " << j.err);
   CHECK(j.exit_code() == 3);
   const auto pids = pids_of(s, 4);
@@ -126,12 +126,13 @@ TEST_CASE("exit_code: a rank exits 3; the others are terminated after the grace 
 
 TEST_CASE("grace: the other ranks may finish on their own within it") {
   scratch s;
-  const job j = run({"-n", "3", "--grace", "20", probe(), "pid", s.str(), "wait-files", s.str(), "pid", "3",
-                     "exit-if", "1", "5", "sleep", "0.3", "done", s.str(), "wait-gone", s.str(), "1", "exit-if", "2", "4"});
+  const job j =
+      run({"-n", "3", "--grace", "20",  probe(), "pid",   s.str(),     "wait-files", s.str(), "pid",     "3", "exit-if",
+           "1",  "5", "sleep",   "0.3", "done",  s.str(), "wait-gone", s.str(),      "1",     "exit-if", "2", "4"});
   INFO("stderr: " << j.err);
   CHECK(j.exit_code() == 5);  // the first failure, not rank 2's later one
-  CHECK(lines(j.err) == std::vector<std::string>{"mdring-run: rank 1 (pid " + std::to_string(s.pid_of(1)) +
-                                                 ") exited with code 5"});
+  CHECK(lines(j.err) ==
+        std::vector<std::string>{"mdring-run: rank 1 (pid " + std::to_string(s.pid_of(1)) + ") exited with code 5"});
   CHECK(s.files("done") == std::vector<std::string>{"done.0", "done.2"});
   CHECK(j.seconds_taken < 15);
   check_nothing_left(j, pids_of(s, 3));
@@ -247,14 +248,17 @@ TEST_CASE("bad_arguments: exit 2 and a message that names the argument") {
       {{"-n", "0", p, "done", d}, "mdring-run: -n expects a positive process count, got \"0\""},
       {{"-n", "x", p, "done", d}, "mdring-run: -n expects a positive process count, got \"x\""},
       {{"-n", "-2", p, "done", d}, "mdring-run: -n expects a positive process count, got \"-2\""},
-      {{"-n", "100000", p, "done", d}, "mdring-run: -n expects a positive process count of at most 4096, got \"100000\""},
+      {{"-n", "100000", p, "done", d},
+       "mdring-run: -n expects a positive process count of at most 4096, got \"100000\""},
       {{"-n", "2"}, "mdring-run: no program to run"},
       {{"-n", "2", "--"}, "mdring-run: no program to run"},
       {{p, "done", d}, "mdring-run: missing -n N"},
       {{"-n"}, "mdring-run: -n expects a value"},
-      {{"-n", "2", "--grace", "soon", p, "done", d}, "mdring-run: --grace expects a number of seconds >= 0, got \"soon\""},
+      {{"-n", "2", "--grace", "soon", p, "done", d},
+       "mdring-run: --grace expects a number of seconds >= 0, got \"soon\""},
       {{"-n", "2", "--grace", "-1", p, "done", d}, "mdring-run: --grace expects a number of seconds >= 0, got \"-1\""},
-      {{"-n", "2", "--master-port", "0", p, "done", d}, "mdring-run: --master-port expects a TCP port number, got \"0\""},
+      {{"-n", "2", "--master-port", "0", p, "done", d},
+       "mdring-run: --master-port expects a TCP port number, got \"0\""},
       {{"-n", "2", "--master-port", "65536", p, "done", d},
        "mdring-run: --master-port expects a TCP port number of at most 65535, got \"65536\""},
       {{"-n", "2", "--master-addr", "no-such-host.invalid", p, "done", d},
@@ -304,7 +308,8 @@ TEST_CASE("bind: --bind-to core puts rank r on the r-th allowed CPU, round robin
   REQUIRE(j.exit_code() == 0);
   for (long r = 0; r < n; ++r) {
     CAPTURE(r);
-    CHECK(s.read("affinity." + std::to_string(r)).value_or("(none)") == std::to_string(cpus[std::size_t(r) % cpus.size()]));
+    CHECK(s.read("affinity." + std::to_string(r)).value_or("(none)") ==
+          std::to_string(cpus[std::size_t(r) % cpus.size()]));
   }
   for (const std::string none : {"--bind-to=none", "--tag-output"}) {  // explicit, and the default
     scratch s2;

@@ -18,10 +18,11 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 
 TEST_CASE("hosts: --hosts a:2,b:1: each host's ranks get global and local ranks, the store's address, the secret") {
   scratch s;
-  const job j = run(with(with({"--hosts", "hostA:2,hostB:1", "--master-addr", "127.0.0.1", "-x", "LAUNCHER_TEST_X=given"},
-                              bare_agent()),
-                         {probe(), "env", s.str(), "cwd", s.str(), "secret-seen", s.str()}),
-                    {"MDRING_SECRET", "LAUNCHER_TEST_INHERITED=not forwarded", "MDRING_TEST_FORWARDED=forwarded"});
+  const job j =
+      run(with(with({"--hosts", "hostA:2,hostB:1", "--master-addr", "127.0.0.1", "-x", "LAUNCHER_TEST_X=given"},
+                    bare_agent()),
+               {probe(), "env", s.str(), "cwd", s.str(), "secret-seen", s.str()}),
+          {"MDRING_SECRET", "LAUNCHER_TEST_INHERITED=not forwarded", "MDRING_TEST_FORWARDED=forwarded"});
   INFO("stderr: " << j.err);
   REQUIRE(j.exit_code() == 0);
   CHECK(j.err.empty());
@@ -157,15 +158,13 @@ TEST_CASE("hosts: SIGKILL of mdring-run takes every host's ranks with it") {
   const auto until = steady_clock::now() + seconds(20);
   for (const pid_t p : pids) {
     while (!gone(p) && steady_clock::now() < until) {
-      while (waitpid(-1, nullptr, WNOHANG) > 0) {
-      }
+      while (waitpid(-1, nullptr, WNOHANG) > 0) {}
       std::this_thread::sleep_for(milliseconds(5));
     }
     CHECK_MESSAGE(gone(p), "rank process " << p << " outlived mdring-run");
   }
   for (int spin = 0; spin < 100; ++spin) {
-    while (waitpid(-1, nullptr, WNOHANG) > 0) {
-    }
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {}
     std::this_thread::sleep_for(milliseconds(10));
   }
   check_nothing_left(j, pids);

@@ -34,9 +34,10 @@ long natural_row(int rank, int size) {
   const double t_mpi = MPI_Wtime() - t0;
   for (std::size_t i = 0; i < n; ++i) bad += out[i] != ref[i];
   if (rank == 0)
-    std::printf("smpi smoke natural: nvlink:4 x infiniband:%d, SMPI's default network, 4 MiB all_reduce: "
-                "%.1f us simulated (%.1f us predicted), MPI_Allreduce %.1f us: %.3f x\n",
-                size / 4, t_md * 1e6, comm.make_plan<float>(n).seconds() * 1e6, t_mpi * 1e6, t_md / t_mpi);
+    std::printf(
+        "smpi smoke natural: nvlink:4 x infiniband:%d, SMPI's default network, 4 MiB all_reduce: "
+        "%.1f us simulated (%.1f us predicted), MPI_Allreduce %.1f us: %.3f x\n",
+        size / 4, t_md * 1e6, comm.make_plan<float>(n).seconds() * 1e6, t_mpi * 1e6, t_md / t_mpi);
   return bad;
 }
 
@@ -106,8 +107,8 @@ long fitted_links(int rank, int size) {
       bad += out[i] != want;
     }
     if (rank == 0 && n == 262144)
-      std::printf("smpi smoke: all_reduce of 1 MiB on %d simulated ranks: %.1f us simulated, %.1f us predicted\n",
-                  size, t * 1e6, comm.make_plan<float>(n).seconds() * 1e6);
+      std::printf("smpi smoke: all_reduce of 1 MiB on %d simulated ranks: %.1f us simulated, %.1f us predicted\n", size,
+                  t * 1e6, comm.make_plan<float>(n).seconds() * 1e6);
     std::vector<int> b(n, rank == 3 ? 42 : 0);
     mdring::broadcast(comm, b.data(), n, 3);
     for (int v : b) bad += v != 42;

@@ -185,8 +185,9 @@ void run_typed(C& comm, const choice& ch, std::uint64_t round, int opcode, tally
         y.assign(n, poison);
         T* dst = ch.in_place ? x.data() : y.data();
         if (ch.k == k_all_reduce) {
-          if (ch.calls) reqs.push_back(ch.in_place ? md::iall_reduce(comm, x.data(), n, Op{})
-                                                   : md::iall_reduce(comm, x.data(), dst, n, Op{}));
+          if (ch.calls)
+            reqs.push_back(ch.in_place ? md::iall_reduce(comm, x.data(), n, Op{})
+                                       : md::iall_reduce(comm, x.data(), dst, n, Op{}));
           else if (ch.in_place) md::all_reduce(comm, x.data(), n, Op{});
           else md::all_reduce(comm, x.data(), dst, n, Op{});
         } else {
@@ -220,12 +221,15 @@ void run_typed(C& comm, const choice& ch, std::uint64_t round, int opcode, tally
         else md::broadcast(comm, x.data(), n, ch.root);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   if (!reqs.empty()) {
     switch (ch.wait_how) {
-      case 0: md::wait_all(reqs); break;
+      case 0:
+        md::wait_all(reqs);
+        break;
       case 1:
         for (auto& q : reqs) q.wait();
         break;
@@ -234,8 +238,7 @@ void run_typed(C& comm, const choice& ch, std::uint64_t round, int opcode, tally
         break;
       default:
         for (auto& q : reqs)
-          while (!q.test()) {
-          }
+          while (!q.test()) {}
         break;
     }
   }
@@ -257,18 +260,27 @@ void run_typed(C& comm, const choice& ch, std::uint64_t round, int opcode, tally
       for (std::size_t i = 0; i < n; ++i) {
         T want = input<T>(rd, 0, i, opcode);
         for (std::size_t q = 1; q < P; ++q) want = combine(want, input<T>(rd, q, i, opcode), Op{});
-        if (!same_bits(res[i], want)) { bad(i, res[i], want); break; }
+        if (!same_bits(res[i], want)) {
+          bad(i, res[i], want);
+          break;
+        }
       }
     } else if (ch.k == k_reduce) {
       if (!ch.in_place)
         for (std::size_t i = 0; i < n; ++i)
-          if (!same_bits(y[i], poison)) { bad(i, y[i], poison); break; }  // a non-root's buffer untouched
+          if (!same_bits(y[i], poison)) {
+            bad(i, y[i], poison);
+            break;
+          }  // a non-root's buffer untouched
     } else if (ch.k == k_reduce_scatter) {
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t e = r * n + i;
         T want = input<T>(rd, 0, e, opcode);
         for (std::size_t q = 1; q < P; ++q) want = combine(want, input<T>(rd, q, e, opcode), Op{});
-        if (!same_bits(y[i], want)) { bad(i, y[i], want); break; }
+        if (!same_bits(y[i], want)) {
+          bad(i, y[i], want);
+          break;
+        }
       }
     } else if (ch.k == k_all_gather) {
       for (std::size_t q = 0, stop = 0; q < P && !stop; ++q)
@@ -280,7 +292,10 @@ void run_typed(C& comm, const choice& ch, std::uint64_t round, int opcode, tally
           }
     } else if (ch.k == k_broadcast) {
       for (std::size_t i = 0; i < n; ++i)
-        if (!same_bits(x[i], input<T>(rd, ch.root, i, opcode))) { bad(i, x[i], input<T>(rd, ch.root, i, opcode)); break; }
+        if (!same_bits(x[i], input<T>(rd, ch.root, i, opcode))) {
+          bad(i, x[i], input<T>(rd, ch.root, i, opcode));
+          break;
+        }
     }
     ++t.collectives;
     t.elements += n;
@@ -290,14 +305,30 @@ void run_typed(C& comm, const choice& ch, std::uint64_t round, int opcode, tally
 template <class C>
 void run_one(C& comm, const choice& ch, std::uint64_t round, tally& t) {
   switch (ch.type_op) {
-    case 0: run_typed<std::int32_t, md::sum_t>(comm, ch, round, 0, t); break;
-    case 1: run_typed<std::int32_t, md::max_t>(comm, ch, round, 1, t); break;
-    case 2: run_typed<std::int64_t, md::sum_t>(comm, ch, round, 0, t); break;
-    case 3: run_typed<std::int64_t, md::prod_t>(comm, ch, round, 3, t); break;
-    case 4: run_typed<float, md::sum_t>(comm, ch, round, 0, t); break;
-    case 5: run_typed<double, md::sum_t>(comm, ch, round, 0, t); break;
-    case 6: run_typed<double, md::min_t>(comm, ch, round, 2, t); break;
-    default: run_typed<std::uint8_t, md::max_t>(comm, ch, round, 1, t); break;
+    case 0:
+      run_typed<std::int32_t, md::sum_t>(comm, ch, round, 0, t);
+      break;
+    case 1:
+      run_typed<std::int32_t, md::max_t>(comm, ch, round, 1, t);
+      break;
+    case 2:
+      run_typed<std::int64_t, md::sum_t>(comm, ch, round, 0, t);
+      break;
+    case 3:
+      run_typed<std::int64_t, md::prod_t>(comm, ch, round, 3, t);
+      break;
+    case 4:
+      run_typed<float, md::sum_t>(comm, ch, round, 0, t);
+      break;
+    case 5:
+      run_typed<double, md::sum_t>(comm, ch, round, 0, t);
+      break;
+    case 6:
+      run_typed<double, md::min_t>(comm, ch, round, 2, t);
+      break;
+    default:
+      run_typed<std::uint8_t, md::max_t>(comm, ch, round, 1, t);
+      break;
   }
 }
 

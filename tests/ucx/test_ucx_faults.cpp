@@ -31,9 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // ---- worker side --------------------------------------------------------------
 struct outcome {
@@ -277,8 +275,9 @@ outcome read_outcome(const std::string& file) {
 // Runs n workers of `mode` with torchrun's variables (extra: more of them).
 job_result run_job(const std::string& mode, std::size_t n, std::vector<std::string> extra = {}) {
   static int serial = 0;
-  const std::string dir = (fs::temp_directory_path() / ("mdring-ucx-faults-" + std::to_string(getpid()) + "-" +
-                                                        std::to_string(serial++))).string();
+  const std::string dir =
+      (fs::temp_directory_path() / ("mdring-ucx-faults-" + std::to_string(getpid()) + "-" + std::to_string(serial++)))
+          .string();
   fs::create_directories(dir + "/store");
   // A free port: bind port 0, read it, close (the job's rank 0 takes it next).
   int port = 0;

@@ -28,12 +28,10 @@ auto all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcoun
   constexpr const char* name = "all_gather";
   const std::size_t total = sendcount * comm.size();
   const bool in_place = addr(sendbuf) == addr(recvbuf) + comm.rank() * sendcount * sizeof(T);
-  auto err = detail::first_error(
-      std::move(pre),
-      detail::check_null(name, "sendbuf", sendbuf, sendcount, "sendcount"),
-      detail::check_null(name, "recvbuf", recvbuf, total, "size() * sendcount"),
-      detail::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T), in_place,
-                            "sendbuf must be recvbuf + rank() * sendcount"));
+  auto err = detail::first_error(std::move(pre), detail::check_null(name, "sendbuf", sendbuf, sendcount, "sendcount"),
+                                 detail::check_null(name, "recvbuf", recvbuf, total, "size() * sendcount"),
+                                 detail::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T),
+                                                       in_place, "sendbuf must be recvbuf + rank() * sendcount"));
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), sendcount, 0,
                                   [=](auto& e) { e.start_all_gather(sendbuf, recvbuf, sendcount); });
 }
@@ -58,8 +56,9 @@ template <bound_communicator C, class T>
 
 template <bound_communicator C, class T>
 [[nodiscard]] request iall_gather(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf) {
-  return detail::all_gather_impl<true>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(),
-                                       detail::gathered_sizes("iall_gather", comm.size(), sendbuf.size(), recvbuf.size()));
+  return detail::all_gather_impl<true>(
+      comm, sendbuf.data(), recvbuf.data(), sendbuf.size(),
+      detail::gathered_sizes("iall_gather", comm.size(), sendbuf.size(), recvbuf.size()));
 }
 
 MDRING_NAMESPACE_END

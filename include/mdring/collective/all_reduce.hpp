@@ -30,14 +30,13 @@ auto all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, O
   constexpr const char* name = "all_reduce";
   const std::size_t bytes = count * sizeof(T);
   auto err = detail::first_error(
-      std::move(pre),
-      detail::check_null(name, "sendbuf", sendbuf, count),
+      std::move(pre), detail::check_null(name, "sendbuf", sendbuf, count),
       detail::check_null(name, "recvbuf", recvbuf, count),
       detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice"));
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // in place on the float32 copy
-      return detail::launch_widened<Async>(comm, name, op, std::move(err), count, 0, count, sendbuf, count, recvbuf,
-                                           0, count, [=](auto& e, float* w) { e.start_all_reduce(w, w, count); });
+      return detail::launch_widened<Async>(comm, name, op, std::move(err), count, 0, count, sendbuf, count, recvbuf, 0,
+                                           count, [=](auto& e, float* w) { e.start_all_reduce(w, w, count); });
   return detail::launch<Async, T>(comm, name, op, std::move(err), count, 0,
                                   [=](auto& e) { e.start_all_reduce(sendbuf, recvbuf, count); });
 }

@@ -20,8 +20,8 @@ template <bool Async, class C, class T>
 auto broadcast_impl(C& comm, T* buf, std::size_t count, std::size_t root) {
   detail::static_checks<C, T, sum_t>();
   constexpr const char* name = "broadcast";
-  auto err = detail::first_error(detail::check_root(name, root, comm.size()),
-                                 detail::check_null(name, "buf", buf, count));
+  auto err =
+      detail::first_error(detail::check_root(name, root, comm.size()), detail::check_null(name, "buf", buf, count));
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), count, root,
                                   [=](auto& e) { e.start_broadcast(buf, count, root); });
 }

@@ -88,8 +88,9 @@ inline void check_calibration(const calibration& how) {
                                             "{8, 65536, 1048576, 8388608}");
   if (how.trials == 0) throw invalid_argument("how.trials", "mdring::calibrate: how.trials must be at least 1");
   if (how.train == 1)
-    throw invalid_argument("how.train", "mdring::calibrate: how.train must be 0 (no trains) or at least 2 messages "
-                                        "in flight, not 1");
+    throw invalid_argument("how.train",
+                           "mdring::calibrate: how.train must be 0 (no trains) or at least 2 messages "
+                           "in flight, not 1");
 }
 
 // `reps` ring steps of `bytes` in dimension d, each a train of `train` messages to

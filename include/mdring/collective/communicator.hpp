@@ -126,7 +126,8 @@ private:
 class workspace {
 public:
   explicit workspace(std::pmr::memory_resource* mr) : mr_(mr ? mr : std::pmr::get_default_resource()) {}
-  workspace(workspace&& o) noexcept : mr_(o.mr_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  workspace(workspace&& o) noexcept
+      : mr_(o.mr_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
   workspace& operator=(workspace&& o) noexcept {
     if (this != &o) {
       release();
@@ -203,12 +204,9 @@ struct executor_slot {
 // MPI_THREAD_MULTIPLE); one that does not say allows it.
 template <class Transport>
 bool background_progress_allowed(const Transport& t) {
-  if constexpr (reports_background_progress<Transport>)
-    return t.background_progress();
-  else
-    return true;
+  if constexpr (reports_background_progress<Transport>) return t.background_progress();
+  else return true;
 }
-
 
 // A program run with MDRING_STATE_SIGNAL handles that signal from its start, not
 // from its first communicator: a rank still in its rendezvous, or a PyTorch rank
@@ -258,8 +256,11 @@ public:
   using transport_type = Transport;
 
   communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
-      : tr_(std::move(tr)), opts_(std::move(opts)), ws_(opts_.memory),
-        wide_(std::make_shared<detail::block_pool>(opts_.memory, !Transport::same_address_space && opts_.shared_memory)) {
+      : tr_(std::move(tr)),
+        opts_(std::move(opts)),
+        ws_(opts_.memory),
+        wide_(
+            std::make_shared<detail::block_pool>(opts_.memory, !Transport::same_address_space && opts_.shared_memory)) {
     detail::validate(opts_);
     size_ = tr_->size();
     rank_ = tr_->rank();
@@ -271,7 +272,8 @@ public:
     {  // one accumulation per dimension; `accumulation` float32 only when the calls widen
       std::vector<accumulation> acc(topo_.ndims());
       for (std::size_t d = 0; d < acc.size(); ++d) acc[d] = detail::accumulation_of(opts_, d);
-      opts_.accumulation = detail::accumulates_float32(opts_, acc.size()) ? accumulation::float32 : accumulation::element;
+      opts_.accumulation =
+          detail::accumulates_float32(opts_, acc.size()) ? accumulation::float32 : accumulation::element;
       opts_.dimension_accumulation = std::move(acc);
     }
     const runtime_topology& ex = merged_.topology;
@@ -431,7 +433,7 @@ public:
   // options.planning = measure: the measured all_reduce plans (plan/wisdom.hpp), and
   // what the executor is measuring (executor/host/engine.hpp).
   struct measuring_state {
-    bool active = false;                     // timing candidates: no new measurement, no wisdom
+    bool active = false;                      // timing candidates: no new measurement, no wisdom
     const measured_choice* forced = nullptr;  // the candidate being timed
   };
   wisdom& measured_plans() noexcept { return wisdom_; }

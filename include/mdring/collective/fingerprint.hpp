@@ -102,7 +102,8 @@ inline wisdom load_wisdom(const runtime_topology& written, const options& o) {
   try {
     return wisdom::load(o.wisdom, wisdom_key(written, o));
   } catch (const invalid_argument& e) {
-    throw invalid_argument("options.wisdom", std::string("mdring::bind: options.wisdom (or MDRING_WISDOM): ") + e.what());
+    throw invalid_argument("options.wisdom",
+                           std::string("mdring::bind: options.wisdom (or MDRING_WISDOM): ") + e.what());
   }
 }
 

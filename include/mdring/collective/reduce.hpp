@@ -29,18 +29,16 @@ auto reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::
   constexpr const char* name = "reduce";
   const bool is_root = comm.rank() == root;
   const std::size_t bytes = count * sizeof(T);
-  auto err = detail::first_error(
-      std::move(pre),
-      detail::check_root(name, root, comm.size()),
-      detail::check_null(name, "sendbuf", sendbuf, count),
-      is_root ? detail::check_null(name, "recvbuf", recvbuf, count) : std::nullopt,
-      is_root ? detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf,
-                                      "pass the same pointer twice")
-              : std::nullopt);
+  auto err = detail::first_error(std::move(pre), detail::check_root(name, root, comm.size()),
+                                 detail::check_null(name, "sendbuf", sendbuf, count),
+                                 is_root ? detail::check_null(name, "recvbuf", recvbuf, count) : std::nullopt,
+                                 is_root ? detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes,
+                                                                 sendbuf == recvbuf, "pass the same pointer twice")
+                                         : std::nullopt);
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // in place on the float32 copy
-      return detail::launch_widened<Async>(comm, name, op, std::move(err), count, root, count, sendbuf, count,
-                                           recvbuf, 0, is_root ? count : 0,
+      return detail::launch_widened<Async>(comm, name, op, std::move(err), count, root, count, sendbuf, count, recvbuf,
+                                           0, is_root ? count : 0,
                                            [=](auto& e, float* w) { e.start_reduce(w, w, count, root); });
   return detail::launch<Async, T>(comm, name, op, std::move(err), count, root,
                                   [=](auto& e) { e.start_reduce(sendbuf, recvbuf, count, root); });

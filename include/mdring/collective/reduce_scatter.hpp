@@ -18,7 +18,8 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-inline std::optional<arg_error> scattered_sizes(const char* name, std::size_t size, std::size_t send, std::size_t recv) {
+inline std::optional<arg_error> scattered_sizes(const char* name, std::size_t size, std::size_t send,
+                                                std::size_t recv) {
   if (send == recv * size) return std::nullopt;
   return arg_error{"sendbuf", std::string("mdring::") + name + ": sendbuf has " + std::to_string(send) +
                                   " elements; expected size() * recvbuf.size() = " + std::to_string(recv * size)};
@@ -31,17 +32,16 @@ auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recv
   constexpr const char* name = "reduce_scatter";
   const std::size_t total = recvcount * comm.size();
   const bool in_place = addr(recvbuf) == addr(sendbuf) + comm.rank() * recvcount * sizeof(T);
-  auto err = detail::first_error(
-      std::move(pre),
-      detail::check_null(name, "sendbuf", sendbuf, total, "size() * recvcount"),
-      detail::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
-      detail::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T), in_place,
-                            "recvbuf must be sendbuf + rank() * recvcount"));
+  auto err =
+      detail::first_error(std::move(pre), detail::check_null(name, "sendbuf", sendbuf, total, "size() * recvcount"),
+                          detail::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
+                          detail::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T),
+                                                in_place, "recvbuf must be sendbuf + rank() * recvcount"));
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // float32 copy, then its block
-      return detail::launch_widened<Async>(
-          comm, name, op, std::move(err), recvcount, 0, total + recvcount, sendbuf, total, recvbuf, total, recvcount,
-          [=](auto& e, float* w) { e.start_reduce_scatter(w, w + total, recvcount); });
+      return detail::launch_widened<Async>(comm, name, op, std::move(err), recvcount, 0, total + recvcount, sendbuf,
+                                           total, recvbuf, total, recvcount,
+                                           [=](auto& e, float* w) { e.start_reduce_scatter(w, w + total, recvcount); });
   return detail::launch<Async, T>(comm, name, op, std::move(err), recvcount, 0,
                                   [=](auto& e) { e.start_reduce_scatter(sendbuf, recvbuf, recvcount); });
 }
@@ -54,8 +54,9 @@ void reduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount
 
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
-  detail::reduce_scatter_impl<false>(comm, sendbuf.data(), recvbuf.data(), recvbuf.size(), op,
-                                     detail::scattered_sizes("reduce_scatter", comm.size(), sendbuf.size(), recvbuf.size()));
+  detail::reduce_scatter_impl<false>(
+      comm, sendbuf.data(), recvbuf.data(), recvbuf.size(), op,
+      detail::scattered_sizes("reduce_scatter", comm.size(), sendbuf.size(), recvbuf.size()));
 }
 
 // Nonblocking (collective/request.hpp).

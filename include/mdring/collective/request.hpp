@@ -96,8 +96,7 @@ private:
   void settle() noexcept {
     try {
       if (st_ && !st_->done.load(std::memory_order_acquire)) ex_->wait(*st_);
-    } catch (...) {
-    }
+    } catch (...) {}
     st_.reset();
     ex_.reset();
   }

@@ -39,8 +39,8 @@ struct first_ring_only_link<topology<R...>> {
   };
   template <class H, class... Tl>
   struct pick<H, Tl...> {
-    using type = std::conditional_t<!link_traits<typename H::link_type>::fully_connected,
-                                    typename H::link_type, typename pick<Tl...>::type>;
+    using type = std::conditional_t<!link_traits<typename H::link_type>::fully_connected, typename H::link_type,
+                                    typename pick<Tl...>::type>;
   };
   using type = typename pick<R...>::type;
 };

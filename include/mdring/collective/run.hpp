@@ -105,14 +105,13 @@ std::optional<arg_error> check_op(Comm& comm, bool commutative, const char* name
                                  ", but the op is not commutative; only the direct algorithm combines in "
                                  "rank order"};
     if (!dim.link.fully_connected)
-      return arg_error{"op",
-                       std::string("mdring::") + name + ": the op is not commutative, but dimension " +
-                           std::to_string(d) + " (" + dim.link.name +
-                           ") is ring-only (its link is not fully connected); a ring folds blocks in rotated order"};
+      return arg_error{
+          "op", std::string("mdring::") + name + ": the op is not commutative, but dimension " + std::to_string(d) +
+                    " (" + dim.link.name +
+                    ") is ring-only (its link is not fully connected); a ring folds blocks in rotated order"};
   }
   return std::nullopt;
 }
-
 
 [[noreturn]] inline void throw_unusable(const std::string& name, const std::string& failure) {
   throw communicator_error("mdring::" + name + ": the communicator is unusable after an earlier error (" + failure +
@@ -165,7 +164,13 @@ class collective_call final : public call_state {
 public:
   collective_call(Comm& comm, const char* name, const Op& op, std::optional<arg_error> err, std::size_t count,
                   std::size_t root, Start start, Finish finish = {})
-      : comm_(comm), name_(name), op_(op), err_(std::move(err)), count_(count), root_(root), start_(std::move(start)),
+      : comm_(comm),
+        name_(name),
+        op_(op),
+        err_(std::move(err)),
+        count_(count),
+        root_(root),
+        start_(std::move(start)),
         finish_(std::move(finish)) {}
 
   bool advance(bool block) override {
@@ -198,8 +203,7 @@ private:
       report_failure(b);
     } catch (const remote_error&) {
       report_failure(b);
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 
   bool step(bool block) {
@@ -208,8 +212,8 @@ private:
       if (!comm_.usable()) throw_unusable(name_, comm_.failure());
       stage_ = 2;
       if (comm_.get_options().checks == check_level::collective) {
-        values_ = agreement_of(comm_.rank(), err_, std::int64_t(count_), type_id<T>(), type_id<Op>(),
-                               std::int64_t(root_));
+        values_ =
+            agreement_of(comm_.rank(), err_, std::int64_t(count_), type_id<T>(), type_id<Op>(), std::int64_t(root_));
         guarded([&] {
           agree_.emplace(comm_, name_, max_t{}, true);
           agree_->start_all_reduce(values_.v, values_.v, 9);
@@ -359,11 +363,12 @@ auto launch_widened(C& comm, const char* name, const Op& op, std::optional<arg_e
   } else {
     out_n = 0;
   }
-  return launch<Async, float>(comm, name, op, std::move(err), count, root, [=](auto& e) { start(e, wp); },
-                              [w, out, res = wp ? wp + out_at : nullptr, out_n]() mutable {
-                                widened_convert(static_cast<const float*>(res), out, out_n);
-                                w.reset();  // back to the pool now, not when the call is destroyed
-                              });
+  return launch<Async, float>(
+      comm, name, op, std::move(err), count, root, [=](auto& e) { start(e, wp); },
+      [w, out, res = wp ? wp + out_at : nullptr, out_n]() mutable {
+        widened_convert(static_cast<const float*>(res), out, out_n);
+        w.reset();  // back to the pool now, not when the call is destroyed
+      });
 }
 
 inline void agreement(const char* name, const std::optional<arg_error>& err, const agreement_values& a) {
@@ -393,8 +398,8 @@ inline void agreement(const char* name, const std::optional<arg_error>& err, con
 inline std::optional<arg_error> check_null(const char* name, const char* arg, const void* p, std::size_t count,
                                            const char* count_text = "count") {
   if (count > 0 && p == nullptr)
-    return arg_error{arg, std::string("mdring::") + name + ": " + arg + " is null but must hold " + count_text +
-                              " = " + std::to_string(count) + " elements"};
+    return arg_error{arg, std::string("mdring::") + name + ": " + arg + " is null but must hold " + count_text + " = " +
+                              std::to_string(count) + " elements"};
   return std::nullopt;
 }
 
@@ -410,10 +415,9 @@ inline std::optional<arg_error> check_root(const char* name, std::size_t root, s
 inline std::optional<arg_error> check_overlap(const char* name, const void* s, std::size_t sn, const void* r,
                                               std::size_t rn, bool in_place, const char* in_place_rule) {
   if (in_place || !overlaps(s, sn, r, rn)) return std::nullopt;
-  return arg_error{"recvbuf",
-                   std::string("mdring::") + name + ": sendbuf [" + ptr_string(s) + ", +" + std::to_string(sn) +
-                       " bytes) and recvbuf [" + ptr_string(r) + ", +" + std::to_string(rn) +
-                       " bytes) overlap partially; for in place " + in_place_rule};
+  return arg_error{"recvbuf", std::string("mdring::") + name + ": sendbuf [" + ptr_string(s) + ", +" +
+                                  std::to_string(sn) + " bytes) and recvbuf [" + ptr_string(r) + ", +" +
+                                  std::to_string(rn) + " bytes) overlap partially; for in place " + in_place_rule};
 }
 
 template <class... E>

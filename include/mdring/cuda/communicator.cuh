@@ -61,8 +61,7 @@ public:
   // The bind functions then install each dimension's link (set_link).
   communicator(const Topology& topo, std::size_t size, std::size_t rank, options opts,
                const device_transport_support& support, int device)
-      : opts_(std::move(opts)), size_(size), rank_(rank), device_(device),
-        ws_(opts_.device_memory, device) {
+      : opts_(std::move(opts)), size_(size), rank_(rank), device_(device), ws_(opts_.device_memory, device) {
     mdring::detail::validate(opts_);
     topo_ = mdring::detail::to_runtime(topo).resolve(size_, "cuda::bind");
     mdring::detail::check_algorithm_count(topo_, opts_, "mdring::cuda::bind");
@@ -81,18 +80,18 @@ public:
       algos_.push_back(choose_algorithm(requested, ex.dim(d).link, extents_[d], opts_.tune, true));
       members_.push_back(ex.peers(rank_, d));
       if (algos_[d] == algorithm::direct && extents_[d] > std::size_t(max_fold_inputs))
-        throw invalid_argument("options.algorithms",
-                               "mdring::cuda::bind: dimension " + std::to_string(d) + " (" + ex.dim(d).link.name + ":" +
-                                   std::to_string(extents_[d]) + ") runs the direct algorithm over more than " +
-                                   std::to_string(max_fold_inputs) +
-                                   " ranks, more inputs than the GPU path folds in one pass; " +
-                                   (opts_.reproducible ? std::string("options.reproducible needs direct on every "
-                                                                     "dimension: write it as two dimensions")
-                                    : mdring::detail::accumulation_of(opts_, merged_.user_of[d]) == accumulation::float32
-                                        ? std::string("a float32 accumulation (options.accumulation, "
-                                                      "options.dimension_accumulation) runs direct there: write it "
-                                                      "as two dimensions or leave that dimension element")
-                                        : std::string("use ring there")));
+        throw invalid_argument(
+            "options.algorithms",
+            "mdring::cuda::bind: dimension " + std::to_string(d) + " (" + ex.dim(d).link.name + ":" +
+                std::to_string(extents_[d]) + ") runs the direct algorithm over more than " +
+                std::to_string(max_fold_inputs) + " ranks, more inputs than the GPU path folds in one pass; " +
+                (opts_.reproducible ? std::string("options.reproducible needs direct on every "
+                                                  "dimension: write it as two dimensions")
+                 : mdring::detail::accumulation_of(opts_, merged_.user_of[d]) == accumulation::float32
+                     ? std::string("a float32 accumulation (options.accumulation, "
+                                   "options.dimension_accumulation) runs direct there: write it "
+                                   "as two dimensions or leave that dimension element")
+                     : std::string("use ring there")));
     }
     links_.resize(extents_.size());
   }
@@ -224,7 +223,7 @@ private:
   std::vector<std::size_t> extents_, coords_;
   std::vector<algorithm> algos_;
   std::vector<std::vector<std::size_t>> members_;
-  std::vector<dim_program> shared_;  // per executed dimension: shared access and its staging bytes
+  std::vector<dim_program> shared_;            // per executed dimension: shared access and its staging bytes
   std::vector<std::shared_ptr<void>> owners_;  // destroyed after the links
   std::vector<link_variant> links_;
   detail::device_workspace ws_;
@@ -250,13 +249,13 @@ concept lock_step_link = requires { requires L::lock_step; };
 // stage_end closes a stage that arrived without a leave (staging); view() says
 // where the peers' buffers are.
 template <class L>
-concept shared_access_link = requires(L& l, const void* c, void* v, std::uint64_t sig, cudaStream_t s,
-                                      const step_context& cx) {
-  l.arrive(c, v, sig, s, cx);
-  l.leave(s, cx);
-  l.stage_end(s, cx);
-  { l.view() } -> std::convertible_to<const remote_view*>;
-};
+concept shared_access_link =
+    requires(L& l, const void* c, void* v, std::uint64_t sig, cudaStream_t s, const step_context& cx) {
+      l.arrive(c, v, sig, s, cx);
+      l.leave(s, cx);
+      l.stage_end(s, cx);
+      { l.view() } -> std::convertible_to<const remote_view*>;
+    };
 
 template <class C>
 struct is_device_communicator : std::false_type {};
@@ -295,10 +294,11 @@ std::optional<mdring::detail::arg_error> check_all_reduce(C& comm, const T* send
                                                           const char* name) {
   namespace md = mdring::detail;
   const std::size_t bytes = count * sizeof(T);
-  auto err = md::first_error(
-      md::check_null(name, "sendbuf", send, count), md::check_null(name, "recvbuf", recv, count),
-      md::check_overlap(name, send, bytes, recv, bytes, send == recv, "pass the same pointer twice"),
-      check_alignment(name, "sendbuf", send, alignof(T), count), check_alignment(name, "recvbuf", recv, alignof(T), count));
+  auto err =
+      md::first_error(md::check_null(name, "sendbuf", send, count), md::check_null(name, "recvbuf", recv, count),
+                      md::check_overlap(name, send, bytes, recv, bytes, send == recv, "pass the same pointer twice"),
+                      check_alignment(name, "sendbuf", send, alignof(T), count),
+                      check_alignment(name, "recvbuf", recv, alignof(T), count));
   if (!err) err = check_device_op<C, Op>(comm, name);
   return err;
 }
@@ -317,9 +317,11 @@ void check_capturable(C& comm, const program& pr, bool capturing, const char* na
   if (pr.steps.empty() || !capturing) return;
   for (std::size_t d : pr.stage_dims) {
     bool ok = true;
-    std::visit([&](auto& l) {
-      if constexpr (requires { l.capturable(); }) ok = l.capturable();
-    }, comm.link(d));
+    std::visit(
+        [&](auto& l) {
+          if constexpr (requires { l.capturable(); }) ok = l.capturable();
+        },
+        comm.link(d));
     if (!ok)
       throw invalid_argument("stream", std::string("mdring::cuda::") + name + ": dimension " + std::to_string(d) +
                                            " (" + comm.executed_topology().dim(d).link.name + ") uses the " +
@@ -350,47 +352,50 @@ void enqueue_program(C& comm, const program& pr, const call_buffers<T>& b, const
     cx.ph = st.ph;
     cx.step = st.index;
     cx.deadline = deadline_clock::now() + comm.get_options().timeout;
-    std::visit([&](auto& l) {
-      using L = std::decay_t<decltype(l)>;
-      const remote_view* rv = nullptr;
-      if constexpr (shared_access_link<L>) rv = l.view();
-      run_ops(pr, pr.pre_of(st), st, b, op, comm.size(), s, rv);
-      constexpr bool every_step = requires { requires bool(L::collective_steps); };
-      if (st.sends + st.recvs || (every_step && st.sync == sync_kind::messages)) {
-        step_messages(pr, st, b, comm.send_slots(), comm.recv_slots());
-        if constexpr (requires { l.exchange(comm.send_slots(), comm.recv_slots(), s, cx); })
-          l.exchange(comm.send_slots(), comm.recv_slots(), s, cx);
-        else
-          throw transport_error(cx.where() + ": this dimension has no transport", 0);
-      }
-      if (st.sync == sync_kind::arrive || st.sync == sync_kind::leave) {
-        if constexpr (shared_access_link<L>) {
-          if (st.sync == sync_kind::arrive)
-            l.arrive(st.publishes_src ? b.at(st.publish_src, st.segment) : nullptr,
-                     st.publishes_dst ? b.at(st.publish_dst, st.segment) : nullptr,
-                     std::uint64_t(st.signature) * 64 + sizeof(T) % 64, s, cx);
-          else
-            l.leave(s, cx);
-          rv = l.view();
-        } else {
-          throw transport_error(cx.where() + ": a shared-access step on a dimension whose transport has no shared "
-                                             "access (an internal error)",
-                                0);
-        }
-      }
-      run_ops(pr, pr.ops_of(st), st, b, op, comm.size(), s, rv);
-      if constexpr (shared_access_link<L>)
-        if (st.stage_end) l.stage_end(s, cx);
-    }, comm.link(st.dim));
+    std::visit(
+        [&](auto& l) {
+          using L = std::decay_t<decltype(l)>;
+          const remote_view* rv = nullptr;
+          if constexpr (shared_access_link<L>) rv = l.view();
+          run_ops(pr, pr.pre_of(st), st, b, op, comm.size(), s, rv);
+          constexpr bool every_step = requires { requires bool(L::collective_steps); };
+          if (st.sends + st.recvs || (every_step && st.sync == sync_kind::messages)) {
+            step_messages(pr, st, b, comm.send_slots(), comm.recv_slots());
+            if constexpr (requires { l.exchange(comm.send_slots(), comm.recv_slots(), s, cx); })
+              l.exchange(comm.send_slots(), comm.recv_slots(), s, cx);
+            else throw transport_error(cx.where() + ": this dimension has no transport", 0);
+          }
+          if (st.sync == sync_kind::arrive || st.sync == sync_kind::leave) {
+            if constexpr (shared_access_link<L>) {
+              if (st.sync == sync_kind::arrive)
+                l.arrive(st.publishes_src ? b.at(st.publish_src, st.segment) : nullptr,
+                         st.publishes_dst ? b.at(st.publish_dst, st.segment) : nullptr,
+                         std::uint64_t(st.signature) * 64 + sizeof(T) % 64, s, cx);
+              else l.leave(s, cx);
+              rv = l.view();
+            } else {
+              throw transport_error(cx.where() +
+                                        ": a shared-access step on a dimension whose transport has no shared "
+                                        "access (an internal error)",
+                                    0);
+            }
+          }
+          run_ops(pr, pr.ops_of(st), st, b, op, comm.size(), s, rv);
+          if constexpr (shared_access_link<L>)
+            if (st.stage_end) l.stage_end(s, cx);
+        },
+        comm.link(st.dim));
     sp.leave(st, s);
   }
   sp.end();
   // Every call leaves each shared link's barriers at an even count (ipc_window.hpp);
   // finish() would pad one that did not (it never has to: each stage closes itself).
   for (std::size_t d = 0; d < comm.executed_extents().size(); ++d)
-    std::visit([&](auto& l) {
-      if constexpr (requires { l.finish(stream); }) l.finish(stream);
-    }, comm.link(d));
+    std::visit(
+        [&](auto& l) {
+          if constexpr (requires { l.finish(stream); }) l.finish(stream);
+        },
+        comm.link(d));
 }
 
 // Runs body(); on an exception marks the communicator unusable, tells the links
@@ -404,18 +409,23 @@ void guarded(C& comm, Body&& body) {
   } catch (const remote_error& e) {
     comm.mark_broken(e.what());
     for (std::size_t d = 0; d < comm.executed_extents().size(); ++d)
-      std::visit([&](auto& l) {
-        if constexpr (requires { l.abort_local(); }) l.abort_local();
-        // Passed on, naming the rank that failed first (transport.hpp relayed_failure).
-        if constexpr (requires { l.abort(std::string()); }) l.abort(relayed_failure(e.failed_rank(), e.what()));
-      }, comm.link(d));
+      std::visit(
+          [&](auto& l) {
+            if constexpr (requires { l.abort_local(); }) l.abort_local();
+            // Passed on, naming the rank that failed first (transport.hpp relayed_failure).
+            if constexpr (requires { l.abort(std::string()); }) l.abort(relayed_failure(e.failed_rank(), e.what()));
+          },
+          comm.link(d));
     throw;
   } catch (const std::exception& e) {
     comm.mark_broken(e.what());
     for (std::size_t d = 0; d < comm.executed_extents().size(); ++d)
-      std::visit([&](auto& l) {
-        if constexpr (requires { l.abort(std::string()); }) l.abort(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
-      }, comm.link(d));
+      std::visit(
+          [&](auto& l) {
+            if constexpr (requires { l.abort(std::string()); })
+              l.abort(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
+          },
+          comm.link(d));
     throw;
   }
 }
@@ -441,8 +451,7 @@ void run_collective(communicator<Topology, Links...>& comm, collective kind, con
   }
   if constexpr (std::is_trivially_copyable_v<T> && reduction_for<Op, T>) {
     device_guard g(comm.device());
-    const program& pr =
-        comm.template program_for<T>(kind, count, root, op_traits<Op>::commutative, misalignment(recv));
+    const program& pr = comm.template program_for<T>(kind, count, root, op_traits<Op>::commutative, misalignment(recv));
     const bool cap = capturing(stream);
     check_capturable(comm, pr, cap, name);
     T* scratch = static_cast<T*>(comm.workspace().get(scratch_elements(pr) * sizeof(T), cap, name));
@@ -487,13 +496,12 @@ void reduce_scatter(communicator<Topology, Links...>& comm, const T* sendbuf, T*
   constexpr const char* name = "reduce_scatter";
   const std::size_t total = recvcount * comm.size();
   const bool in_place = md::addr(recvbuf) == md::addr(sendbuf) + comm.rank() * recvcount * sizeof(T);
-  auto err = md::first_error(
-      md::check_null(name, "sendbuf", sendbuf, total, "size() * recvcount"),
-      md::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
-      md::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T), in_place,
-                        "recvbuf must be sendbuf + rank() * recvcount"),
-      detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), total),
-      detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), recvcount));
+  auto err = md::first_error(md::check_null(name, "sendbuf", sendbuf, total, "size() * recvcount"),
+                             md::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
+                             md::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T),
+                                               in_place, "recvbuf must be sendbuf + rank() * recvcount"),
+                             detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), total),
+                             detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), recvcount));
   detail::run_collective<T>(comm, collective::reduce_scatter, name, std::move(err), sendbuf, recvbuf, recvcount, 0, op,
                             stream);
 }
@@ -507,15 +515,14 @@ void all_gather(communicator<Topology, Links...>& comm, const T* sendbuf, T* rec
   constexpr const char* name = "all_gather";
   const std::size_t total = sendcount * comm.size();
   const bool in_place = md::addr(sendbuf) == md::addr(recvbuf) + comm.rank() * sendcount * sizeof(T);
-  auto err = md::first_error(
-      md::check_null(name, "sendbuf", sendbuf, sendcount, "sendcount"),
-      md::check_null(name, "recvbuf", recvbuf, total, "size() * sendcount"),
-      md::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T), in_place,
-                        "sendbuf must be recvbuf + rank() * sendcount"),
-      detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), sendcount),
-      detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), total));
-  detail::run_collective<T>(comm, collective::all_gather, name, std::move(err), sendbuf, recvbuf, sendcount, 0,
-                            sum_t{}, stream);
+  auto err = md::first_error(md::check_null(name, "sendbuf", sendbuf, sendcount, "sendcount"),
+                             md::check_null(name, "recvbuf", recvbuf, total, "size() * sendcount"),
+                             md::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T),
+                                               in_place, "sendbuf must be recvbuf + rank() * sendcount"),
+                             detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), sendcount),
+                             detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), total));
+  detail::run_collective<T>(comm, collective::all_gather, name, std::move(err), sendbuf, recvbuf, sendcount, 0, sum_t{},
+                            stream);
 }
 
 // broadcast: every rank's buf gets root's.
@@ -541,8 +548,9 @@ void reduce(communicator<Topology, Links...>& comm, const T* sendbuf, T* recvbuf
   auto err = md::first_error(
       md::check_root(name, root, comm.size()), md::check_null(name, "sendbuf", sendbuf, count),
       is_root ? md::check_null(name, "recvbuf", recvbuf, count) : std::nullopt,
-      is_root ? md::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice")
-              : std::nullopt,
+      is_root
+          ? md::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice")
+          : std::nullopt,
       detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), count),
       is_root ? detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), count) : std::nullopt);
   detail::run_collective<T>(comm, collective::reduce, name, std::move(err), sendbuf, recvbuf, count, root, op, stream);

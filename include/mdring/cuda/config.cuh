@@ -31,9 +31,7 @@ namespace cuda {
 
 namespace detail {
 
-inline std::string error_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
+inline std::string error_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
 
 // Throws cuda_error("mdring::cuda: <what> failed: <name>: <text>") unless e is cudaSuccess.
 inline void check(cudaError_t e, const char* what) {

@@ -62,8 +62,8 @@ inline void driver_check(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return;
   const char* text = nullptr;
   if (driver().error_string) driver().error_string(r, &text);
-  throw cuda_error(std::string("mdring::cuda: ") + what + " failed: " + (text ? text : "error " + std::to_string(int(r))),
-                   int(r));
+  throw cuda_error(
+      std::string("mdring::cuda: ") + what + " failed: " + (text ? text : "error " + std::to_string(int(r))), int(r));
 }
 
 inline const driver_api& require_driver() {
@@ -76,8 +76,8 @@ inline const driver_api& require_driver() {
 }
 
 inline void stream_write(cudaStream_t s, void* addr, std::uint32_t value) {
-  driver_check(require_driver().write_value32(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr),
-                                              value, CU_STREAM_WRITE_VALUE_DEFAULT),
+  driver_check(require_driver().write_value32(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr), value,
+                                              CU_STREAM_WRITE_VALUE_DEFAULT),
                "cuStreamWriteValue32");
 }
 inline void stream_wait(cudaStream_t s, void* addr, std::uint32_t value) {
@@ -97,8 +97,8 @@ struct allocation_info {
 // The allocation that holds p (a device pointer of this process).
 inline allocation_info allocation_of(const void* p) {
   CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                                 CU_POINTER_ATTRIBUTE_BUFFER_ID, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-                                 CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+                                 CU_POINTER_ATTRIBUTE_BUFFER_ID,        CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                 CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_IS_MANAGED};
   CUdeviceptr start = 0;
   std::size_t size = 0;
   unsigned long long id = 0;

@@ -92,8 +92,12 @@ class device_workspace {
 public:
   explicit device_workspace(std::pmr::memory_resource* mr = nullptr, int device = 0) : mr_(mr), device_(device) {}
   device_workspace(device_workspace&& o) noexcept
-      : mr_(o.mr_), device_(o.device_), p_(std::exchange(o.p_, nullptr)), bytes_(std::exchange(o.bytes_, 0)),
-        captured_(std::exchange(o.captured_, false)), retired_(std::move(o.retired_)) {}
+      : mr_(o.mr_),
+        device_(o.device_),
+        p_(std::exchange(o.p_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)),
+        captured_(std::exchange(o.captured_, false)),
+        retired_(std::move(o.retired_)) {}
   device_workspace& operator=(device_workspace&& o) noexcept {
     if (this != &o) {
       release_all();
@@ -199,7 +203,8 @@ public:
     last_.assign(segments, nullptr);
     forked_ = dims;
     check(cudaEventRecord(fork_.get(), user), "cudaEventRecord");
-    for (std::size_t d = 0; d < dims; ++d) check(cudaStreamWaitEvent(dim_streams_[d].get(), fork_.get(), 0), "cudaStreamWaitEvent");
+    for (std::size_t d = 0; d < dims; ++d)
+      check(cudaStreamWaitEvent(dim_streams_[d].get(), fork_.get(), 0), "cudaStreamWaitEvent");
   }
 
   // The stream step `st` runs on, after what it depends on.
@@ -269,11 +274,16 @@ struct call_buffers {
   // step's dimension's remote view).
   T* at(slice s, std::size_t segment, const remote_view* rv = nullptr) const {
     switch (s.where) {
-      case region::send: return const_cast<T*>(send) + s.offset;
-      case region::recv: return recv + s.offset;
-      case region::scratch: return scratch + s.offset;
-      case region::slot: return scratch + scratch_elements + segment * slot_elements + s.offset;
-      default: break;
+      case region::send:
+        return const_cast<T*>(send) + s.offset;
+      case region::recv:
+        return recv + s.offset;
+      case region::scratch:
+        return scratch + s.offset;
+      case region::slot:
+        return scratch + scratch_elements + segment * slot_elements + s.offset;
+      default:
+        break;
     }
     const void* p = nullptr;
     if (rv) {
@@ -283,9 +293,10 @@ struct call_buffers {
       else if (s.where == region::staging_next) p = rv->staging_next;
     }
     if (!p)
-      throw transport_error("mdring::cuda: a program step reads another rank's memory, but its dimension's "
-                            "transport published none (an internal error)",
-                            0);
+      throw transport_error(
+          "mdring::cuda: a program step reads another rank's memory, but its dimension's "
+          "transport published none (an internal error)",
+          0);
     return const_cast<T*>(static_cast<const T*>(p)) + s.offset;
   }
 };

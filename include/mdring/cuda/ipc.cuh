@@ -254,7 +254,8 @@ public:
       if (e != cudaSuccess) {
         (void)cudaGetLastError();
         ok = 0;
-        err = "cudaIpcOpenMemHandle of rank " + std::to_string(members[j]) + "'s control block: " + detail::error_text(e);
+        err =
+            "cudaIpcOpenMemHandle of rank " + std::to_string(members[j]) + "'s control block: " + detail::error_text(e);
         break;
       }
       st->peer_block[j] = static_cast<char*>(q);
@@ -263,7 +264,8 @@ public:
     ex.all_gather(&ok, sizeof ok, oks.data());
     for (int v : oks) ok &= v;
     if (!ok) {
-      if (why_not) *why_not = err.empty() ? "CUDA IPC failed on another rank of the dimension" : "CUDA IPC failed: " + err;
+      if (why_not)
+        *why_not = err.empty() ? "CUDA IPC failed on another rank of the dimension" : "CUDA IPC failed: " + err;
       return l;  // state's destructor closes and frees what was opened
     }
     st->src.assign(p, nullptr);
@@ -388,8 +390,8 @@ private:
     mdring::detail::ipc_window window;
     std::size_t p = 0, me = 0, staging = 0;
     std::vector<std::size_t> members;
-    void* own = nullptr;                 // this rank's control block
-    std::vector<char*> peer_block;       // every rank's control block, mapped here
+    void* own = nullptr;            // this rank's control block
+    std::vector<char*> peer_block;  // every rank's control block, mapped here
     detail::ipc_exports exports;
     detail::ipc_mappings maps;
     std::vector<const void*> src;
@@ -423,8 +425,10 @@ private:
     s.ops.clear();
     mdring::detail::barrier_ops(s.p, s.me, s.barriers++, s.ops);
     for (const auto& op : s.ops) {
-      if (op.kind == mdring::detail::flag_op::write_peer) detail::stream_write(stream, flag(op.peer, op.index), op.value);
-      else if (op.kind == mdring::detail::flag_op::wait_own) detail::stream_wait(stream, flag(s.me, op.index), op.value);
+      if (op.kind == mdring::detail::flag_op::write_peer)
+        detail::stream_write(stream, flag(op.peer, op.index), op.value);
+      else if (op.kind == mdring::detail::flag_op::wait_own)
+        detail::stream_wait(stream, flag(s.me, op.index), op.value);
       else detail::stream_write(stream, flag(s.me, op.index), op.value);
     }
   }
@@ -436,9 +440,9 @@ private:
     if (st.kind == wait_status::peer_failed) {
       // The window names a member; a relayed failure names the global rank that failed first.
       const wait_status g = received_failure(s.members[st.failed_rank], st.reason);
-      throw remote_error(cx.where() + ": rank " + std::to_string(g.failed_rank) +
-                             " failed, so this rank stopped waiting: " + g.reason,
-                         g.failed_rank);
+      throw remote_error(
+          cx.where() + ": rank " + std::to_string(g.failed_rank) + " failed, so this rank stopped waiting: " + g.reason,
+          g.failed_rank);
     }
     throw timeout_error(cx.where() + ": timed out waiting for rank " + std::to_string(s.members[st.index]) +
                             " to reach the same step (ipc transport)",

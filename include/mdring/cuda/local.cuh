@@ -176,8 +176,8 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
   for (std::size_t r = 0; r < P; ++r) {
     detail::check_usable(comms[r], name);
     if (comms[r].rank() != r || comms[r].size() != P || comms[r].device() != comms[0].device())
-      throw invalid_argument("comms", "mdring::cuda::all_reduce: comms[" + std::to_string(r) +
-                                          "] is not rank " + std::to_string(r) +
+      throw invalid_argument("comms", "mdring::cuda::all_reduce: comms[" + std::to_string(r) + "] is not rank " +
+                                          std::to_string(r) +
                                           " of the same local world; pass the communicators bind() returned, in order");
   }
   auto sizes = [&](std::size_t n, const char* arg) {
@@ -190,8 +190,9 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
   if (streams.size() > 1) sizes(streams.size(), "streams");
   for (std::size_t r = 0; r < P; ++r)
     if (auto err = detail::check_all_reduce<C, T, Op>(comms[r], sendbufs[r], recvbufs[r], count, name))
-      throw invalid_argument(err->argument == "sendbuf" ? "sendbufs" : err->argument == "recvbuf" ? "recvbufs"
-                                                                                                     : err->argument,
+      throw invalid_argument(err->argument == "sendbuf"   ? "sendbufs"
+                             : err->argument == "recvbuf" ? "recvbufs"
+                                                          : err->argument,
                              err->what + " (rank " + std::to_string(r) + ")");
   if constexpr (std::is_trivially_copyable_v<T> && reduction_for<Op, T>) {
     detail::device_guard g(comms[0].device());

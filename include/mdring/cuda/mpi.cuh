@@ -67,14 +67,17 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-
 // The link of one dimension over MPI (see the top).
 class mpi_link {
 public:
   mpi_link(std::shared_ptr<mdring::mpi::transport> tr, mdring::mpi::transport::channel ch, bool cuda_aware,
            std::size_t chunk_bytes)
-      : tr_(std::move(tr)), ch_(std::move(ch)), aware_(cuda_aware), chunk_(chunk_bytes),
-        ready_(unique_event::create()), copies_(unique_stream::create()) {}
+      : tr_(std::move(tr)),
+        ch_(std::move(ch)),
+        aware_(cuda_aware),
+        chunk_(chunk_bytes),
+        ready_(unique_event::create()),
+        copies_(unique_stream::create()) {}
   mpi_link(mpi_link&&) noexcept = default;
   mpi_link& operator=(mpi_link&&) noexcept = default;
 
@@ -97,8 +100,10 @@ private:
 
   [[noreturn]] void fail(const wait_status& st, const step_context& cx, std::size_t peer) {
     if (st.kind == wait_status::peer_failed)
-      throw remote_error(cx.where() + ": rank " + std::to_string(st.failed_rank) + " failed, so this rank stopped "
-                                      "waiting: " + st.reason,
+      throw remote_error(cx.where() + ": rank " + std::to_string(st.failed_rank) +
+                             " failed, so this rank stopped "
+                             "waiting: " +
+                             st.reason,
                          st.failed_rank);
     throw timeout_error(cx.where() + ": timed out waiting for rank " + std::to_string(peer) + " (mpi transport)",
                         cx.collective, cx.dim, std::string(to_string(cx.ph)), cx.step, peer);
@@ -165,7 +170,8 @@ private:
       f.send = i >= recvs.size();
       f.m = f.send ? &sends[i - recvs.size()] : &recvs[i];
       f.chunks = (f.m->bytes + chunk_ - 1) / chunk_;
-      for (int k = 0; k < 2; ++k) f.slot[k] = host + (2 * i + std::size_t(k)) * chunk_, f.ev[k] = events_[2 * i + k].get();
+      for (int k = 0; k < 2; ++k)
+        f.slot[k] = host + (2 * i + std::size_t(k)) * chunk_, f.ev[k] = events_[2 * i + k].get();
     }
     try {
       for (unsigned spin = 0;; ++spin) {
@@ -192,8 +198,8 @@ private:
     // Copy the next chunk from the device into a free slot.
     if (f.staged < f.chunks && f.state[f.staged % 2] == flow::idle) {
       const int k = int(f.staged % 2);
-      detail::check(cudaMemcpyAsync(f.slot[k], device_at(f, f.staged), chunk_bytes(f, f.staged),
-                                    cudaMemcpyDeviceToHost, copies_.get()),
+      detail::check(cudaMemcpyAsync(f.slot[k], device_at(f, f.staged), chunk_bytes(f, f.staged), cudaMemcpyDeviceToHost,
+                                    copies_.get()),
                     "cudaMemcpyAsync");
       detail::check(cudaEventRecord(f.ev[k], copies_.get()), "cudaEventRecord");
       f.state[k] = flow::copying, f.chunk_of[k] = f.staged++;
@@ -222,9 +228,9 @@ private:
     if (f.next < f.staged) {
       const int k = int(f.next % 2);
       if (f.state[k] == flow::wire && test(f.rq[k], cx, peer)) {
-        detail::check(cudaMemcpyAsync(device_at(f, f.next), f.slot[k], chunk_bytes(f, f.next), cudaMemcpyHostToDevice,
-                                      stream),
-                      "cudaMemcpyAsync");
+        detail::check(
+            cudaMemcpyAsync(device_at(f, f.next), f.slot[k], chunk_bytes(f, f.next), cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync");
         detail::check(cudaEventRecord(f.ev[k], stream), "cudaEventRecord");
         f.state[k] = flow::landing, ++f.next;
       }
@@ -253,8 +259,6 @@ template <class Topology>
 using mpi_communicator = communicator<Topology, nccl_link, mpi_link, ipc_link>;
 #endif
 
-
-
 // Binds a topology to an MPI communicator for device buffers (collective over comm; see the top).
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
@@ -273,11 +277,11 @@ mpi_communicator<Topology> bind(const Topology& topo, MPI_Comm comm, options opt
   support.mpi = true;
   support.cuda_aware_mpi = all_aware != 0;
   const int dev = detail::current_device();
-  auto ipc = detail::open_ipc_links(topo, tr->size(), tr->rank(), opts, support,
-                                    [&](std::size_t d, std::span<const std::size_t> members, std::size_t me) {
-                                      return mdring::mpi::detail::allgather_exchange{
-                                          tr->make_channel(d, members, me).comm};
-                                    });
+  auto ipc =
+      detail::open_ipc_links(topo, tr->size(), tr->rank(), opts, support,
+                             [&](std::size_t d, std::span<const std::size_t> members, std::size_t me) {
+                               return mdring::mpi::detail::allgather_exchange{tr->make_channel(d, members, me).comm};
+                             });
 #ifndef MDRING_CUDA_NO_NCCL
   // NCCL needs one GPU per rank ("Duplicate GPU detected" otherwise): where two
   // ranks share a GPU (a test on one GPU, an oversubscribed node), automatic
@@ -285,8 +289,9 @@ mpi_communicator<Topology> bind(const Topology& topo, MPI_Comm comm, options opt
   const std::size_t shared_gpu = detail::ranks_sharing_a_gpu(tr->control_comm(), dev);
   support.nccl = shared_gpu == 0;
   if (shared_gpu)
-    support.nccl_unavailable = std::to_string(shared_gpu) + " ranks share a GPU with another rank, and NCCL needs "
-                                                            "one GPU per rank";
+    support.nccl_unavailable = std::to_string(shared_gpu) +
+                               " ranks share a GPU with another rank, and NCCL needs "
+                               "one GPU per rank";
 #endif
   mpi_communicator<Topology> c(topo, tr->size(), tr->rank(), std::move(opts), support, dev);
   detail::install_ipc_links(c, ipc);

@@ -52,8 +52,8 @@ inline void wait_for_stream(cudaEvent_t ev, mdring::mpi::transport& tr, const st
         throw remote_error(cx.where() + ": rank " + std::to_string(st.failed_rank) + " failed: " + st.reason,
                            st.failed_rank);
       if (deadline_clock::now() >= cx.deadline)
-        throw timeout_error(cx.where() + ": timed out waiting for the GPU to reach the MPI transfer",
-                            cx.collective, cx.dim, std::string(to_string(cx.ph)), cx.step, cx.rank);
+        throw timeout_error(cx.where() + ": timed out waiting for the GPU to reach the MPI transfer", cx.collective,
+                            cx.dim, std::string(to_string(cx.ph)), cx.step, cx.rank);
       std::this_thread::yield();
     }
   }
@@ -67,9 +67,9 @@ inline std::size_t ranks_sharing_a_gpu(MPI_Comm comm, int device) {
   int n = 0;
   MPI_Comm_size(comm, &n);
   std::vector<char> all(std::size_t(n) * sizeof prop.uuid);
-  mdring::mpi::detail::check(MPI_Allgather(&prop.uuid, int(sizeof prop.uuid), MPI_BYTE, all.data(),
-                                           int(sizeof prop.uuid), MPI_BYTE, comm),
-                             "MPI_Allgather");
+  mdring::mpi::detail::check(
+      MPI_Allgather(&prop.uuid, int(sizeof prop.uuid), MPI_BYTE, all.data(), int(sizeof prop.uuid), MPI_BYTE, comm),
+      "MPI_Allgather");
   std::vector<std::string> ids;
   for (int i = 0; i < n; ++i) ids.emplace_back(all.data() + std::size_t(i) * sizeof prop.uuid, sizeof prop.uuid);
   std::sort(ids.begin(), ids.end());

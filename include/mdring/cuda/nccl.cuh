@@ -180,15 +180,17 @@ nccl_communicator<Topology> bind(const Topology& topo, ncclComm_t parent, option
   support.nccl = true;
   nccl_communicator<Topology> c(topo, std::size_t(n), std::size_t(r), std::move(opts), support, dev);
   if (!detail::nccl_agree(parent, mdring::detail::fnv1a(detail::device_fingerprint(c))))
-    throw topology_error("topology", where + ": the ranks of the NCCL communicator bound different topologies, "
-                                             "algorithms, options or transports (this rank: \"" +
-                                             detail::device_fingerprint(c) + "\")");
+    throw topology_error("topology", where +
+                                         ": the ranks of the NCCL communicator bound different topologies, "
+                                         "algorithms, options or transports (this rank: \"" +
+                                         detail::device_fingerprint(c) + "\")");
   for (std::size_t d = 0; d < c.executed_extents().size(); ++d) {
     if (c.executed_extents()[d] < 2) continue;
     ncclComm_t sub = nullptr;
     // No config: the new communicator inherits the parent's (blocking or not, CGA
     // size, ...); a nonblocking one is waited for (nccl_settle).
-    const ncclResult_t sr0 = ncclCommSplit(parent, int(c.members(d)[0]), int(c.executed_coordinates()[d]), &sub, nullptr);
+    const ncclResult_t sr0 =
+        ncclCommSplit(parent, int(c.members(d)[0]), int(c.executed_coordinates()[d]), &sub, nullptr);
     detail::nccl_check(detail::nccl_settle(sr0, sr0 == ncclInProgress && sub ? sub : parent), where, "ncclCommSplit",
                        parent);
     nccl_link link(sub);

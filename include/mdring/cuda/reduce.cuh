@@ -62,9 +62,9 @@ namespace cuda {
 // `#pragma unroll` where nvcc compiles for the device; nothing in the host pass
 // (fold_thread is __host__ __device__, and host compilers do not know the pragma).
 #ifdef __CUDA_ARCH__
-#  define MDRING_UNROLL _Pragma("unroll")
+#define MDRING_UNROLL _Pragma("unroll")
 #else
-#  define MDRING_UNROLL
+#define MDRING_UNROLL
 #endif
 
 inline constexpr int max_fold_inputs = 64;
@@ -114,7 +114,7 @@ struct arith {
 template <class T>
 struct fold_params {
   T* dst[max_fold_outputs];
-  int outs;           // outputs, 1 to max_fold_outputs: each gets the same values
+  int outs;  // outputs, 1 to max_fold_outputs: each gets the same values
   const T* in[max_fold_inputs];
   int k;
   std::size_t n;      // elements
@@ -165,31 +165,29 @@ MDRING_HOST_DEVICE __forceinline__ void fold_thread(const fold_params<T>& p, con
     for (std::size_t base = tid; base < p.nvec; base += stride * U) {
       acc a[U][V];
       T x[U][V]{};  // zeros where v >= nvec: folded, never stored
-MDRING_UNROLL
+      MDRING_UNROLL
       for (int u = 0; u < U; ++u) {
         const std::size_t v = base + std::size_t(u) * stride;
         if (v < p.nvec) load_vector(p.in[0] + p.head + v * V, x[u]);
       }
-MDRING_UNROLL
-      for (int u = 0; u < U; ++u)
-MDRING_UNROLL
-        for (int e = 0; e < V; ++e) a[u][e] = A::load(x[u][e]);
+      MDRING_UNROLL
+      for (int u = 0; u < U; ++u) MDRING_UNROLL
+      for (int e = 0; e < V; ++e) a[u][e] = A::load(x[u][e]);
       for (int j = 1; j < k; ++j) {
-MDRING_UNROLL
+        MDRING_UNROLL
         for (int u = 0; u < U; ++u) {
           const std::size_t v = base + std::size_t(u) * stride;
           if (v < p.nvec) load_vector(p.in[j] + p.head + v * V, x[u]);
         }
-MDRING_UNROLL
-        for (int u = 0; u < U; ++u)
-MDRING_UNROLL
-          for (int e = 0; e < V; ++e) a[u][e] = op(a[u][e], A::load(x[u][e]));
+        MDRING_UNROLL
+        for (int u = 0; u < U; ++u) MDRING_UNROLL
+        for (int e = 0; e < V; ++e) a[u][e] = op(a[u][e], A::load(x[u][e]));
       }
-MDRING_UNROLL
+      MDRING_UNROLL
       for (int u = 0; u < U; ++u) {
         const std::size_t v = base + std::size_t(u) * stride;
         if (v >= p.nvec) continue;
-MDRING_UNROLL
+        MDRING_UNROLL
         for (int e = 0; e < V; ++e) x[u][e] = A::store(fin(a[u][e]));
         for (int o = 0; o < p.outs; ++o) store_vector(p.dst[o] + p.head + v * V, x[u]);
       }
@@ -210,8 +208,7 @@ MDRING_UNROLL
 
 template <class T, class Op, int K>
 MDRING_KERNEL void __launch_bounds__(fold_threads) fold_kernel(const fold_params<T> p, const Op op) {
-  fold_thread<T, Op, K>(p, op, std::size_t(blockIdx.x) * blockDim.x + threadIdx.x,
-                        std::size_t(gridDim.x) * blockDim.x);
+  fold_thread<T, Op, K>(p, op, std::size_t(blockIdx.x) * blockDim.x + threadIdx.x, std::size_t(gridDim.x) * blockDim.x);
 }
 
 // The parameters of one pass over k inputs into dsts (at most max_fold_outputs),
@@ -279,17 +276,15 @@ void fold_with(std::span<T* const> dsts, std::span<const T* const> in, std::size
   auto rest = [&] {
     for (std::size_t o = max_fold_outputs; o < dsts.size(); ++o) copy(dsts[o], dst);
   };
-  const std::span<T* const> first_outs = dsts.first(dsts.size() < std::size_t(max_fold_outputs)
-                                                        ? dsts.size()
-                                                        : std::size_t(max_fold_outputs));
+  const std::span<T* const> first_outs =
+      dsts.first(dsts.size() < std::size_t(max_fold_outputs) ? dsts.size() : std::size_t(max_fold_outputs));
   // More inputs than one launch takes: fold them in passes, the partial result
   // first. A later pass must not read an input that the first one overwrote.
   for (std::size_t j = max_fold_inputs; j < in.size(); ++j)
     if (in[j] == dst)
       throw invalid_argument("in", "mdring::cuda::fold: dst is input " + std::to_string(j) + " of " +
                                        std::to_string(in.size()) + "; with more than " +
-                                       std::to_string(max_fold_inputs) +
-                                       " inputs dst may only be one of the first " +
+                                       std::to_string(max_fold_inputs) + " inputs dst may only be one of the first " +
                                        std::to_string(max_fold_inputs));
   const T* chunk[max_fold_inputs];
   std::size_t next = 0;

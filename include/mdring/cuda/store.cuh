@@ -103,8 +103,8 @@ store_communicator<Topology> bind(const Topology& topo, const store_world& world
   const std::string where = "mdring::cuda::bind";
   mdring::detail::validate(opts);
   if (world.size == 0 || world.rank >= world.size)
-    throw invalid_argument("world", where + ": rank " + std::to_string(world.rank) + " is not in [0, size = " +
-                                        std::to_string(world.size) + ")");
+    throw invalid_argument("world", where + ": rank " + std::to_string(world.rank) +
+                                        " is not in [0, size = " + std::to_string(world.size) + ")");
   const std::string base = world.prefix + "/" + std::to_string(detail::next_bind(world.prefix));
   const auto deadline = rendezvous::clock::now() + opts.timeout;
   auto gather = [&](const std::string& tag, const std::string& mine) {
@@ -141,13 +141,13 @@ store_communicator<Topology> bind(const Topology& topo, const store_world& world
   support.nccl_unavailable = "mdring was built without NCCL";
 #endif
   // 3. The ipc links (collective per dimension, through the store).
-  auto ipc = detail::open_ipc_links(topo, world.size, world.rank, opts, support,
-                                    [&](std::size_t d, std::span<const std::size_t> members, std::size_t me) {
-                                      return detail::store_exchange{&world.store,
-                                                                    base + "/ipc" + std::to_string(d) + "/" +
-                                                                        std::to_string(members[0]),
-                                                                    me, members.size(), deadline};
-                                    });
+  auto ipc =
+      detail::open_ipc_links(topo, world.size, world.rank, opts, support,
+                             [&](std::size_t d, std::span<const std::size_t> members, std::size_t me) {
+                               return detail::store_exchange{
+                                   &world.store, base + "/ipc" + std::to_string(d) + "/" + std::to_string(members[0]),
+                                   me, members.size(), deadline};
+                             });
   store_communicator<Topology> c(topo, world.size, world.rank, std::move(opts), support, dev);
   detail::install_ipc_links(c, ipc);
   // 4. NCCL for the other dimensions; every rank says whether it could.
@@ -168,9 +168,8 @@ store_communicator<Topology> bind(const Topology& topo, const store_world& world
           std::memcpy(&id, v.data(), sizeof id);
         }
         ncclComm_t sub = nullptr;
-        detail::nccl_check(
-            ncclCommInitRank(&sub, int(c.executed_extents()[d]), id, int(c.executed_coordinates()[d])), where,
-            "ncclCommInitRank");
+        detail::nccl_check(ncclCommInitRank(&sub, int(c.executed_extents()[d]), id, int(c.executed_coordinates()[d])),
+                           where, "ncclCommInitRank");
         c.set_link(d, nccl_link(sub));
       } catch (const std::exception& e) {
         failed = e.what();
@@ -180,14 +179,14 @@ store_communicator<Topology> bind(const Topology& topo, const store_world& world
 #endif
     failed = where + ": dimension " + std::to_string(d) + " (" + c.executed_topology().dim(d).link.name +
              ") cannot run on a store-bound communicator: it needs the ipc transport (a GPU link within a node) "
-             "or nccl, and got " + std::string(to_string(c.executed_transports()[d]));
+             "or nccl, and got " +
+             std::string(to_string(c.executed_transports()[d]));
   }
   const auto status = gather("status", failed);
   if (!failed.empty()) throw transport_error(failed, 0);
   for (std::size_t r = 0; r < world.size; ++r)
     if (!status[r].empty())
-      throw remote_error(where + ": rank " + std::to_string(r) + " could not bind, so this rank stopped: " +
-                             status[r],
+      throw remote_error(where + ": rank " + std::to_string(r) + " could not bind, so this rank stopped: " + status[r],
                          r);
   return c;
 }

@@ -110,8 +110,7 @@ private:
   void run(const std::function<void(std::exception_ptr)>& f) noexcept {
     try {
       f(error);
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   std::mutex cb_m_;
   std::function<void(std::exception_ptr)> callback_;
@@ -232,9 +231,7 @@ public:
   deadline_clock::time_point touched() const noexcept {
     return deadline_clock::time_point(deadline_clock::duration(touched_.load(std::memory_order_relaxed)));
   }
-  void touch() noexcept {
-    touched_.store(deadline_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-  }
+  void touch() noexcept { touched_.store(deadline_clock::now().time_since_epoch().count(), std::memory_order_relaxed); }
 
   // Until c has completed (its error stays in c).
   void wait(const call_state& c) {
@@ -305,11 +302,11 @@ private:
   std::mutex run_m_;  // held by whoever runs this communicator's calls
   std::mutex q_m_;
   std::deque<std::shared_ptr<call_state>> queue_;
-  std::atomic<std::size_t> pending_{0};  // queued or running
-  std::mutex n_m_;                                    // guards the two below
+  std::atomic<std::size_t> pending_{0};                // queued or running
+  std::mutex n_m_;                                     // guards the two below
   std::deque<std::shared_ptr<call_state>> completed_;  // not yet notified, in order
-  std::thread::id notifier_;                          // the thread notifying them
-  std::atomic<unsigned> waiters_{0};     // threads in wait() or drain()
+  std::thread::id notifier_;                           // the thread notifying them
+  std::atomic<unsigned> waiters_{0};                   // threads in wait() or drain()
   std::atomic<deadline_clock::rep> touched_{0};
 };
 
@@ -357,8 +354,7 @@ inline void progress_agent::run() {
       ++driven;
       try {  // nothing may leave the agent's thread: a call's failure is its own (advance keeps it)
         moved |= e->try_step();
-      } catch (...) {
-      }
+      } catch (...) {}
     }
     round.clear();
     if (driven) {

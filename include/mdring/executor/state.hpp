@@ -81,7 +81,10 @@ public:
   // timeout: the communicator's (a wait's deadline minus it is when the wait began).
   state_board(std::size_t rank, std::size_t size, std::string transport, std::vector<std::string> links,
               std::chrono::nanoseconds timeout)
-      : rank_(rank), size_(size), transport_(std::move(transport)), links_(std::move(links)),
+      : rank_(rank),
+        size_(size),
+        transport_(std::move(transport)),
+        links_(std::move(links)),
         timeout_ns_(timeout.count()) {
     auto& r = board_registry::get();
     {
@@ -164,8 +167,8 @@ public:
     const st s = state_.load(std::memory_order_relaxed);
     std::string out = "mdring-state: rank=" + std::to_string(rank_) + " size=" + std::to_string(size_) +
                       " comm=" + std::to_string(id_) + " pid=" + std::to_string(long(getpid())) + " host=" + host +
-                      " transport=" + transport_ + " call=" + std::to_string(started) + " done=" +
-                      std::to_string(finished) + " state=" + states[int(s)];
+                      " transport=" + transport_ + " call=" + std::to_string(started) +
+                      " done=" + std::to_string(finished) + " state=" + states[int(s)];
     const char* coll = coll_.load(std::memory_order_relaxed);
     if (!coll) return out;  // no call yet
     const char* type = type_.load(std::memory_order_relaxed);
@@ -279,7 +282,7 @@ inline int state_signal_from_env() {
   static const struct {
     const char* name;
     int sig;
-  } names[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"QUIT", SIGQUIT},
+  } names[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2},   {"HUP", SIGHUP}, {"QUIT", SIGQUIT},
                {"PWR", SIGPWR},   {"WINCH", SIGWINCH}, {"URG", SIGURG}};
   for (const auto& n : names)
     if (s == n.name) return n.sig;

@@ -39,8 +39,8 @@ constexpr std::size_t max_block(std::size_t n, std::size_t p) noexcept { return 
 // ranges[d] = the range (absolute offset, count) that stage d works on, for a rank
 // with the given coordinates; the rank owns block coords[d] of it afterwards.
 // Postcondition: ranges[0] == {0, n}; ranges[d+1] is block coords[d] of ranges[d].
-constexpr void stage_ranges(std::size_t n, std::span<const std::size_t> extents,
-                            std::span<const std::size_t> coords, std::span<block_range> ranges) noexcept {
+constexpr void stage_ranges(std::size_t n, std::span<const std::size_t> extents, std::span<const std::size_t> coords,
+                            std::span<block_range> ranges) noexcept {
   block_range cur{0, n};
   for (std::size_t d = 0; d < extents.size(); ++d) {
     ranges[d] = cur;
@@ -83,8 +83,7 @@ constexpr std::size_t ring_ag_recv_block(std::size_t c, std::size_t s, std::size
 // radix number with coordinate 0 most significant. reduce_scatter and all_gather
 // deliver block `rank` of the user's buffer, so they map between the two orders.
 // Example, extents (2, 3): rank 1 = (1,0) owns nested block 3; rank 2 = (0,1) owns 1.
-constexpr std::size_t nested_index(std::span<const std::size_t> extents,
-                                   std::span<const std::size_t> coords) noexcept {
+constexpr std::size_t nested_index(std::span<const std::size_t> extents, std::span<const std::size_t> coords) noexcept {
   std::size_t q = 0;
   for (std::size_t d = 0; d < extents.size(); ++d) q = q * extents[d] + coords[d];
   return q;

@@ -49,9 +49,9 @@ struct program_params {
   std::size_t count = 0;
   std::size_t rank = 0, root = 0;
   std::size_t elem_size = 4;
-  std::size_t segment_length = 0;        // all_reduce: 0 or >= count for one segment
-  std::size_t vector_elements = 1;       // receive slots aligned like their fold's destination
-  std::size_t recv_misalignment = 0;     // (address of recvbuf / elem_size) % vector_elements
+  std::size_t segment_length = 0;     // all_reduce: 0 or >= count for one segment
+  std::size_t vector_elements = 1;    // receive slots aligned like their fold's destination
+  std::size_t recv_misalignment = 0;  // (address of recvbuf / elem_size) % vector_elements
   std::size_t nontemporal_bytes = std::numeric_limits<std::size_t>::max();  // tuning::nontemporal_bytes
   bool trees = false;  // broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
 };
@@ -132,7 +132,7 @@ protected:
     if (dim(d).algo == algorithm::direct) return dim(d).shared ? 2 : 1;
     const algorithm a = dim(d).algo;
     return a == algorithm::halving_doubling || a == algorithm::recursive_doubling ? hd_shape_of(ext_[d]).steps()
-                                                                                   : ext_[d] - 1;
+                                                                                  : ext_[d] - 1;
   }
 
   // ---- emitting steps ----------------------------------------------------------
@@ -164,7 +164,8 @@ protected:
   }
   template <class F>
   void message_stage(std::size_t d, phase ph, std::size_t n, F&& f) {
-    stage(d, ph, n, [](std::size_t) { return sync_kind::messages; }, f);
+    stage(
+        d, ph, n, [](std::size_t) { return sync_kind::messages; }, f);
   }
   void send(std::size_t peer, slice at, std::size_t n) {
     if (n) out_.sends.push_back({peer, at, n});
@@ -231,7 +232,8 @@ protected:
   }
   // A stage whose range is empty on every rank of the ring: its steps, doing nothing.
   void empty_stage(std::size_t d, phase ph, std::size_t n) {
-    stage(d, ph, n, [](std::size_t) { return sync_kind::none; }, [](std::size_t) {});
+    stage(
+        d, ph, n, [](std::size_t) { return sync_kind::none; }, [](std::size_t) {});
   }
 
   const program_params& p_;

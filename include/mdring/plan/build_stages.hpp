@@ -161,7 +161,8 @@ protected:
       const bool nt = stream(bc.count * p_.elem_size);
       s.src.runs(r.offset + bc.offset, bc.count, [&](slice own, std::size_t rel, std::size_t len) {
         ins_.clear();
-        for (std::size_t j = 0; j < p; ++j) ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
+        for (std::size_t j = 0; j < p; ++j)
+          ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
         const slice o = s.out + rel;
         op(local_op::fold, {&o, 1}, ins_, len, s.final, nt);
       });
@@ -194,8 +195,9 @@ protected:
   }
   void fused_ag(std::size_t d, block_range r) {
     const bool leave = r.count && !staged(d, r.count);
-    stage(d, phase::all_gather, 1, [&](std::size_t) { return leave ? sync_kind::leave : sync_kind::none; },
-          [](std::size_t) {});
+    stage(
+        d, phase::all_gather, 1, [&](std::size_t) { return leave ? sync_kind::leave : sync_kind::none; },
+        [](std::size_t) {});
   }
 
   // Recursive doubling: all_reduce of range r over dimension d, whole
@@ -245,7 +247,9 @@ protected:
         }
         for (std::size_t j = 0; j < p; ++j) {
           const block_range bj = block_of(r.count, p, j);
-          if (j != c) copy(buf + bj.offset, peer_slice(small ? region::staging : region::peer_dst, j, small ? 0 : bj.offset), bj.count);
+          if (j != c)
+            copy(buf + bj.offset, peer_slice(small ? region::staging : region::peer_dst, j, small ? 0 : bj.offset),
+                 bj.count);
         }
       });
       return;
@@ -272,7 +276,6 @@ protected:
       send((c + 1) % p, buf + bs.offset, bs.count);
     });
   }
-
 };
 
 }  // namespace detail

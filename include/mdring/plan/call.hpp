@@ -40,8 +40,8 @@ MDRING_NAMESPACE_BEGIN
 
 struct call_request {
   collective kind = collective::all_reduce;
-  const runtime_topology& topology;          // executed dimensions (plan/merge.hpp)
-  std::span<const algorithm> requested;      // options.algorithms, per executed dimension
+  const runtime_topology& topology;            // executed dimensions (plan/merge.hpp)
+  std::span<const algorithm> requested;        // options.algorithms, per executed dimension
   std::span<const algorithm> bind_algorithms;  // choose_algorithm at bind, commutative ops
   bool commutative = true;
   std::size_t count = 0;  // the collective's count argument (per rank for reduce_scatter, all_gather)
@@ -63,8 +63,8 @@ struct call_decision {
   std::vector<algorithm> algos;    // per executed dimension
   std::size_t segment_length = 0;  // all_reduce; 0 (one segment) for the others
   std::size_t segments = 1;
-  std::size_t depth = 1;           // segments in flight
-  bool trees = false;              // broadcast, reduce
+  std::size_t depth = 1;  // segments in flight
+  bool trees = false;     // broadcast, reduce
   origin source = origin::estimate;
 };
 

@@ -51,11 +51,21 @@ public:
       if (ext_[d] > 1) nontrivial_.push_back(d);
     if (p_.kind != collective::all_reduce) begin_segment(0);
     switch (p_.kind) {
-      case collective::all_reduce: all_reduce(); break;
-      case collective::reduce_scatter: reduce_scatter(); break;
-      case collective::all_gather: all_gather(); break;
-      case collective::broadcast: broadcast(); break;
-      default: reduce(); break;
+      case collective::all_reduce:
+        all_reduce();
+        break;
+      case collective::reduce_scatter:
+        reduce_scatter();
+        break;
+      case collective::all_gather:
+        all_gather();
+        break;
+      case collective::broadcast:
+        broadcast();
+        break;
+      default:
+        reduce();
+        break;
     }
     out_.segment_begin.push_back(out_.steps.size());
     return std::move(out_);
@@ -96,7 +106,8 @@ private:
     for (std::size_t d : nontrivial_)
       out_.stage_dims.push_back(d), out_.stage_phases.push_back(rd(d) ? phase::all_reduce : phase::reduce_scatter);
     for (std::size_t i = nontrivial_.size(); i-- > 0;)
-      if (!rd(nontrivial_[i])) out_.stage_dims.push_back(nontrivial_[i]), out_.stage_phases.push_back(phase::all_gather);
+      if (!rd(nontrivial_[i]))
+        out_.stage_dims.push_back(nontrivial_[i]), out_.stage_phases.push_back(phase::all_gather);
     if (n == 0 || nontrivial_.empty()) begin_segment(0);
     if (n == 0) return;
     if (nontrivial_.empty()) return local_copy(n, true);
@@ -113,8 +124,8 @@ private:
       const std::size_t range = sg.full[d].count, mb = max_block(range, ext_[d]);
       const std::size_t slots = dim(d).algo == algorithm::direct ? ext_[d] - 1 : 1;
       const std::size_t need = dim(d).algo == algorithm::halving_doubling ? hd_receive_elements(d, range)
-                               : rd(d)                                      ? range
-                                                                            : mb;
+                               : rd(d)                                    ? range
+                                                                          : mb;
       stride_[d] = (need + (V_ > 1 ? V_ : 0) + V_ - 1) / V_ * V_;
       out_.slot_elements = slots * stride_[d] > out_.slot_elements ? slots * stride_[d] : out_.slot_elements;
     }
@@ -245,9 +256,8 @@ private:
     const std::size_t p = ext_[d], c = coords_[d], n = r.count;
     const block_range bc = block_of(n, p, c);
     auto put = [&](slice from, const block_range& b, bool pre) {
-      outv.runs(r.offset + b.offset, b.count, [&](slice to, std::size_t rel, std::size_t len) {
-        copy(to, from + rel, len, pre);
-      });
+      outv.runs(r.offset + b.offset, b.count,
+                [&](slice to, std::size_t rel, std::size_t len) { copy(to, from + rel, len, pre); });
     };
     auto put_all = [&](auto&& from) {  // every peer's block, from(j)
       for (std::size_t j = 0; j < p; ++j)
@@ -401,7 +411,9 @@ private:
     for (std::size_t d : nontrivial_) {
       const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
       if (r.count == 0) continue;
-      if (root) reduce_scatter_stage({d, r, d == first() ? sendv : recvv, recvv.at(r.offset), recvv.at(r.offset + b.offset), d == last()});
+      if (root)
+        reduce_scatter_stage(
+            {d, r, d == first() ? sendv : recvv, recvv.at(r.offset), recvv.at(r.offset + b.offset), d == last()});
       else if (d == first()) reduce_scatter_stage({d, r, sendv, std::nullopt, w.at(w_lo), d == last()});
       else reduce_scatter_stage({d, r, w, w.at(r.offset), w.at(r.offset + b.offset), d == last()});
     }

@@ -46,11 +46,16 @@ enum class collective { all_reduce, reduce_scatter, all_gather, broadcast, reduc
 
 constexpr std::string_view to_string(collective c) noexcept {
   switch (c) {
-    case collective::all_reduce: return "all_reduce";
-    case collective::reduce_scatter: return "reduce_scatter";
-    case collective::all_gather: return "all_gather";
-    case collective::broadcast: return "broadcast";
-    default: return "reduce";
+    case collective::all_reduce:
+      return "all_reduce";
+    case collective::reduce_scatter:
+      return "reduce_scatter";
+    case collective::all_gather:
+      return "all_gather";
+    case collective::broadcast:
+      return "broadcast";
+    default:
+      return "reduce";
   }
 }
 
@@ -60,13 +65,20 @@ enum class phase { reduce_scatter, all_gather, scatter, gather, all_reduce, broa
 
 constexpr std::string_view to_string(phase p) noexcept {
   switch (p) {
-    case phase::reduce_scatter: return "reduce-scatter";
-    case phase::all_gather: return "all-gather";
-    case phase::scatter: return "scatter";
-    case phase::gather: return "gather";
-    case phase::all_reduce: return "all-reduce";
-    case phase::broadcast: return "broadcast";
-    default: return "reduce";
+    case phase::reduce_scatter:
+      return "reduce-scatter";
+    case phase::all_gather:
+      return "all-gather";
+    case phase::scatter:
+      return "scatter";
+    case phase::gather:
+      return "gather";
+    case phase::all_reduce:
+      return "all-reduce";
+    case phase::broadcast:
+      return "broadcast";
+    default:
+      return "reduce";
   }
 }
 

@@ -76,7 +76,7 @@ constexpr hd_shape hd_shape_of(std::size_t p) noexcept {
 // What step s of a stage does on coordinate c.
 struct hd_step {
   enum kind_t { fold_in, exchange, hand_out } kind = exchange;
-  std::size_t partner = 0;  // the coordinate messages go to and come from (exchange)
+  std::size_t partner = 0;     // the coordinate messages go to and come from (exchange)
   block_range send{}, recv{};  // element ranges, relative to the stage's range
   bool sends = false, receives = false;
 };
@@ -174,7 +174,8 @@ static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 1).recv == block_range{0, 40});
 static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 1).send == block_range{40, 20});
 static_assert(hd_rs_step(hd_shape_of(6), 60, 1, 2).recv == block_range{0, 20});
 static_assert(hd_rs_step(hd_shape_of(6), 60, 5, 2).recv == block_range{50, 10});
-static_assert(hd_rs_step(hd_shape_of(6), 60, 0, 3).receives && hd_rs_step(hd_shape_of(6), 60, 0, 3).recv == block_range{0, 10});
+static_assert(hd_rs_step(hd_shape_of(6), 60, 0, 3).receives &&
+              hd_rs_step(hd_shape_of(6), 60, 0, 3).recv == block_range{0, 10});
 static_assert(!hd_rs_step(hd_shape_of(6), 60, 0, 1).sends && !hd_rs_step(hd_shape_of(6), 60, 0, 1).receives);
 
 // Recursive doubling, p = 6: coordinate 1 (v = 0) exchanges with 3 (v = 1) first, its

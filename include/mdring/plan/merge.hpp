@@ -72,8 +72,9 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::spa
     const auto& dim = topo.dim(d);
     if (!out.empty() && tune.merge_same_link) {
       auto& prev = out.back();
-      const bool mergeable = dim.link.fully_connected && prev.link == dim.link && m.requested.back() == algorithm::automatic &&
-                             req(d) == algorithm::automatic && prev.extent * dim.extent <= tune.direct_max_extent;
+      const bool mergeable = dim.link.fully_connected && prev.link == dim.link &&
+                             m.requested.back() == algorithm::automatic && req(d) == algorithm::automatic &&
+                             prev.extent * dim.extent <= tune.direct_max_extent;
       if (mergeable) {
         prev.extent *= dim.extent;
         m.nest.back().push_back(dim.extent);

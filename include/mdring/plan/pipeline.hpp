@@ -58,7 +58,7 @@ MDRING_NAMESPACE_BEGIN
 // planner allocates nothing for it), on the heap beyond; value-initialized.
 template <class T>
 class small_buffer {
- public:
+public:
   explicit small_buffer(std::size_t n) : n_(n) {
     if (n > on_stack_.size()) on_heap_.assign(n, T{});
   }
@@ -67,7 +67,7 @@ class small_buffer {
   T* data() noexcept { return n_ > on_stack_.size() ? on_heap_.data() : on_stack_.data(); }
   std::span<T> span() noexcept { return {data(), n_}; }
 
- private:
+private:
   std::size_t n_;
   std::array<T, 16> on_stack_{};
   std::vector<T> on_heap_;
@@ -95,8 +95,8 @@ inline double closed_pace(std::span<const double> demands, double delay, std::si
 // Predicted seconds of the reduce-scatter plus all-gather of every dimension, for
 // an all_reduce of n elements (ranges shrink by each dimension's extent).
 struct dimension_times {
-  double sum = 0;      // all stages, one after the other
-  double pace = 0;     // seconds between segments done, `concurrent` in flight
+  double sum = 0;   // all stages, one after the other
+  double pace = 0;  // seconds between segments done, `concurrent` in flight
 };
 
 inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, std::span<const algorithm> algos,
@@ -176,11 +176,13 @@ inline void call_algorithms(const runtime_topology& topo, std::span<const algori
     extents = std::span<const std::size_t>(ext.data(), k);
   }
   if (rank_links.size() == k)
-    return call_algorithms(extents, [&](std::size_t d) -> const link_info& { return rank_links[d]; }, requested,
-                           algos, n, elem_size, tune);
+    return call_algorithms(
+        extents, [&](std::size_t d) -> const link_info& { return rank_links[d]; }, requested, algos, n, elem_size,
+        tune);
   link_info computed;
-  call_algorithms(extents, [&](std::size_t d) -> const link_info& { return computed = topo.rank_link(d); }, requested,
-                  algos, n, elem_size, tune);
+  call_algorithms(
+      extents, [&](std::size_t d) -> const link_info& { return computed = topo.rank_link(d); }, requested, algos, n,
+      elem_size, tune);
 }
 
 // How an all_reduce of `count` elements is cut into segments of `length` elements
@@ -341,10 +343,11 @@ inline void algorithms_for_call(collective kind, const runtime_topology& topo, s
 // and the cost model predicts the trees faster. Every rank decides alike (the
 // nominal ranges of call_algorithms).
 inline bool trees_for_call(collective kind, const runtime_topology& topo, std::span<const algorithm> requested,
-                           std::span<const algorithm> algos, std::size_t n, std::size_t elem_size,
-                           const tuning& tune, bool commutative) {
+                           std::span<const algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune,
+                           bool commutative) {
   if ((kind != collective::broadcast && kind != collective::reduce) || n == 0 || topo.size() <= 1 ||
-      n > tune.recursive_doubling_max_bytes / (elem_size ? elem_size : 1) || (kind == collective::reduce && !commutative))
+      n > tune.recursive_doubling_max_bytes / (elem_size ? elem_size : 1) ||
+      (kind == collective::reduce && !commutative))
     return false;
   double tree = 0, blocks = 0;
   std::size_t range = n;

@@ -39,9 +39,9 @@ MDRING_NAMESPACE_BEGIN
 struct plan_stage {
   phase ph = phase::reduce_scatter;
   std::size_t dim = 0;
-  link_info link;                    // as the topology has it
-  double rank_bandwidth = 0;         // this rank's share of it (runtime_topology::rank_link)
-  std::size_t port_sharers = 1;      // ranks of the node using its ports at once
+  link_info link;                // as the topology has it
+  double rank_bandwidth = 0;     // this rank's share of it (runtime_topology::rank_link)
+  std::size_t port_sharers = 1;  // ranks of the node using its ports at once
   std::size_t extent = 1;
   std::size_t coordinate = 0;
   algorithm algo = algorithm::ring;
@@ -50,20 +50,20 @@ struct plan_stage {
   std::size_t steps = 0;             // rounds of messages
   std::vector<std::size_t> send_to;  // global ranks
   std::vector<std::size_t> recv_from;
-  std::size_t bytes_sent = 0;        // by this rank
+  std::size_t bytes_sent = 0;  // by this rank
   std::size_t bytes_received = 0;
-  double seconds = 0;                // predicted for the whole stage
+  double seconds = 0;  // predicted for the whole stage
 };
 
 struct plan {
   collective kind = collective::all_reduce;
-  std::string type;            // element type name
+  std::string type;  // element type name
   std::size_t elem_size = 0;
-  std::size_t count = 0;       // as passed to the collective
-  std::size_t elements = 0;    // elements of the whole buffer the stages cut up
+  std::size_t count = 0;     // as passed to the collective
+  std::size_t elements = 0;  // elements of the whole buffer the stages cut up
   std::string op;
-  runtime_topology topology;   // resolved, as executed (same-link dimensions merged)
-  runtime_topology written;    // as the user wrote it (resolved), when known
+  runtime_topology topology;  // resolved, as executed (same-link dimensions merged)
+  runtime_topology written;   // as the user wrote it (resolved), when known
   std::size_t rank = 0;
   std::vector<std::size_t> coords;
   std::size_t root = 0;
@@ -133,9 +133,9 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 // the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
 // into that many instead of the model's count. topo must be resolved.
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
-                      std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune,
-                      std::size_t root = 0, std::string type = "float", std::string op = "sum",
-                      std::size_t segments = 0, bool trees = false) {
+                      std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune, std::size_t root = 0,
+                      std::string type = "float", std::string op = "sum", std::size_t segments = 0,
+                      bool trees = false) {
   plan pl;
   pl.kind = kind;
   pl.type = std::move(type);
@@ -188,7 +188,8 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
         if (b ? v < m && v + m < p : v % (2 * m) == 0 && v + m < p)
           (b ? st.send_to : st.recv_from).push_back(peer((c + m) % p)), (b ? st.bytes_sent : st.bytes_received) += all;
         if (b ? v >= m && v < 2 * m : v % (2 * m) == m)
-          (b ? st.recv_from : st.send_to).push_back(peer((c + p - m) % p)), (b ? st.bytes_received : st.bytes_sent) += all;
+          (b ? st.recv_from : st.send_to).push_back(peer((c + p - m) % p)),
+              (b ? st.bytes_received : st.bytes_sent) += all;
       }
     } else if (ph == phase::all_reduce) {  // recursive doubling of the whole range
       const hd_shape h = hd_shape_of(p);
@@ -234,7 +235,8 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
       st.steps = 1;
       for (std::size_t j = 0; j < p; ++j) {
         if (j == c) continue;
-        const std::size_t out = bytes(ph == phase::reduce_scatter ? j : c), in = bytes(ph == phase::reduce_scatter ? c : j);
+        const std::size_t out = bytes(ph == phase::reduce_scatter ? j : c),
+                          in = bytes(ph == phase::reduce_scatter ? c : j);
         if (out) st.send_to.push_back(peer(j)), st.bytes_sent += out;  // empty blocks are not sent
         if (in) st.recv_from.push_back(peer(j)), st.bytes_received += in;
       }
@@ -248,7 +250,8 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
       if (st.bytes_sent) st.send_to.push_back(peer((c + 1) % p));  // only empty blocks: no message
       if (st.bytes_received) st.recv_from.push_back(peer((c + p - 1) % p));
     }
-    st.seconds = st.participates ? stage_seconds(ph, st.algo, p, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
+    st.seconds =
+        st.participates ? stage_seconds(ph, st.algo, p, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
     pl.stages.push_back(std::move(st));
   };
 
@@ -258,7 +261,8 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
   } else if (trees && kind == collective::reduce) {
     for (std::size_t d = 0; d < k; ++d) add(phase::reduce, d);
   } else {
-    const bool has_rs = kind == collective::all_reduce || kind == collective::reduce_scatter || kind == collective::reduce;
+    const bool has_rs =
+        kind == collective::all_reduce || kind == collective::reduce_scatter || kind == collective::reduce;
     if (has_rs)
       for (std::size_t d = 0; d < k; ++d) add(rd(d) ? phase::all_reduce : phase::reduce_scatter, d);
     if (kind == collective::broadcast)
@@ -282,17 +286,17 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
 inline std::string plan::to_string() const {
   std::string s;
   char line[512];
-  std::snprintf(line, sizeof line, "mdring plan: %s of %zu x %s (%s)%s%s\n", std::string(mdring::to_string(kind)).c_str(),
-                count, type.c_str(), detail::human_bytes(double(count) * double(elem_size)).c_str(),
-                op == "-" ? "" : ", op ", op == "-" ? "" : op.c_str());
+  std::snprintf(line, sizeof line, "mdring plan: %s of %zu x %s (%s)%s%s\n",
+                std::string(mdring::to_string(kind)).c_str(), count, type.c_str(),
+                detail::human_bytes(double(count) * double(elem_size)).c_str(), op == "-" ? "" : ", op ",
+                op == "-" ? "" : op.c_str());
   s += line;
   std::string c;
   for (std::size_t i = 0; i < coords.size(); ++i) c += (i ? "," : "") + std::to_string(coords[i]);
-  std::snprintf(line, sizeof line, "topology: %s = %zu ranks; shown for rank %zu at (%s)%s\n",
-                topology.to_string().c_str(), topology.size(), rank, c.c_str(),
-                kind == collective::broadcast || kind == collective::reduce
-                    ? (", root " + std::to_string(root)).c_str()
-                    : "");
+  std::snprintf(
+      line, sizeof line, "topology: %s = %zu ranks; shown for rank %zu at (%s)%s\n", topology.to_string().c_str(),
+      topology.size(), rank, c.c_str(),
+      kind == collective::broadcast || kind == collective::reduce ? (", root " + std::to_string(root)).c_str() : "");
   s += line;
   if (written.ndims() && written != topology) {
     // Merging only joins fully connected dimensions, splitting only cuts the
@@ -310,8 +314,8 @@ inline std::string plan::to_string() const {
         "adjacent dimensions of one fully connected link",
         "a long ring as a grid of two: fewer latencies, the same bytes; tune.split_ring_extent",
         "adjacent dimensions of one fully connected link as one, a long ring as two"};
-    std::snprintf(line, sizeof line, "%s: written as %s, run as %s (%s)\n", label[shape],
-                  written.to_string().c_str(), topology.to_string().c_str(), why[shape]);
+    std::snprintf(line, sizeof line, "%s: written as %s, run as %s (%s)\n", label[shape], written.to_string().c_str(),
+                  topology.to_string().c_str(), why[shape]);
     s += line;
   }
   std::snprintf(line, sizeof line, "  %-2s %-15s %3s %-11s %5s %-16s %6s %-16s %-16s %11s %11s\n", "#", "phase", "dim",
@@ -352,8 +356,8 @@ inline std::string plan::to_string() const {
                     st.link.name.c_str(), cv.points, detail::human_bytes(cv.bytes[0]).c_str(),
                     detail::human_bytes(cv.bytes[cv.points - 1]).c_str(), detail::human_seconds(cv.latency[0]).c_str(),
                     detail::human_seconds(cv.latency[cv.points - 1]).c_str(),
-                    detail::human_seconds(cv.seconds[0]).c_str(), detail::human_seconds(cv.seconds[cv.points - 1]).c_str(),
-                    shared.c_str());
+                    detail::human_seconds(cv.seconds[0]).c_str(),
+                    detail::human_seconds(cv.seconds[cv.points - 1]).c_str(), shared.c_str());
     } else {
       std::snprintf(line, sizeof line, "link %s: %s/s per rank, latency %s, overhead %s per message%s\n",
                     st.link.name.c_str(), detail::human_bytes(st.rank_bandwidth).c_str(),

@@ -104,7 +104,7 @@ struct program_step {
   std::size_t first_pre = 0, pre = 0;  // into program::ops
   std::size_t first_send = 0, sends = 0;
   std::size_t first_recv = 0, recvs = 0;
-  std::size_t first_op = 0, ops = 0;   // into program::ops
+  std::size_t first_op = 0, ops = 0;  // into program::ops
   // arrive: what this rank publishes (peers read peer_src / peer_dst relative to
   // it), and the stage's range in elements, which every peer must agree on.
   slice publish_src{}, publish_dst{};
@@ -114,18 +114,18 @@ struct program_step {
 
 struct program {
   collective kind = collective::all_reduce;
-  std::size_t count = 0;                // the call's count argument
+  std::size_t count = 0;  // the call's count argument
   std::size_t segments = 1, segment_length = 0;
   std::vector<std::size_t> stage_dims;  // the stages of one segment: dimension and phase of each
   std::vector<phase> stage_phases;
-  std::vector<program_step> steps;      // segment after segment
+  std::vector<program_step> steps;         // segment after segment
   std::vector<std::size_t> segment_begin;  // steps of segment s: [segment_begin[s], segment_begin[s+1])
   std::vector<transfer> sends, recvs;
   std::vector<local_op> ops;
   std::vector<slice> slices;
-  std::size_t scratch_elements = 0;     // the scratch region
-  std::size_t slot_elements = 0;        // the receive slots of one segment
-  bool shared = false;                  // some step synchronizes by shared access
+  std::size_t scratch_elements = 0;  // the scratch region
+  std::size_t slot_elements = 0;     // the receive slots of one segment
+  bool shared = false;               // some step synchronizes by shared access
 
   std::span<const transfer> sends_of(const program_step& s) const { return {sends.data() + s.first_send, s.sends}; }
   std::span<const transfer> recvs_of(const program_step& s) const { return {recvs.data() + s.first_recv, s.recvs}; }

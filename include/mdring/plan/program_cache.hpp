@@ -56,7 +56,8 @@ private:
     return e.kind == p.kind && e.count == p.count && e.rank == p.rank && e.root == p.root &&
            e.elem_size == p.elem_size && e.segment_length == p.segment_length &&
            e.vector_elements == p.vector_elements && e.recv_misalignment == p.recv_misalignment &&
-           e.nontemporal_bytes == p.nontemporal_bytes && e.trees == p.trees && std::equal(e.dims.begin(), e.dims.end(), p.dims.begin(), p.dims.end());
+           e.nontemporal_bytes == p.nontemporal_bytes && e.trees == p.trees &&
+           std::equal(e.dims.begin(), e.dims.end(), p.dims.begin(), p.dims.end());
   }
   std::array<entry, capacity> entries_{};
   std::uint64_t clock_ = 0, built_ = 0;

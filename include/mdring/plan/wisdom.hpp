@@ -65,7 +65,9 @@ struct measured_choice {
 // than 5 % faster, since a pick made by noise would cost every later call.
 inline constexpr double measured_margin_min = 0.01, measured_margin_max = 0.05;
 inline double measured_margin(double spread) noexcept {
-  return spread > measured_margin_max ? measured_margin_max : spread > measured_margin_min ? spread : measured_margin_min;
+  return spread > measured_margin_max   ? measured_margin_max
+         : spread > measured_margin_min ? spread
+                                        : measured_margin_min;
 }
 inline std::size_t pick_measured(const std::vector<double>& medians, double spread) noexcept {
   std::size_t best = 0;
@@ -100,7 +102,7 @@ struct native_choice {
 struct wisdom {
   std::string key;  // hex of the fingerprint it was measured under
   std::map<std::pair<std::size_t, std::size_t>, measured_choice> all_reduce;  // (element size, size class)
-  std::map<std::pair<std::string, std::size_t>, native_choice> native;       // (collective, size class)
+  std::map<std::pair<std::string, std::size_t>, native_choice> native;        // (collective, size class)
 
   const measured_choice* find(std::size_t elem_size, std::size_t bytes) const {
     auto it = all_reduce.find({elem_size, size_class(bytes)});
@@ -161,8 +163,8 @@ struct wisdom {
         header = true;
       } else if (k == "key") {
         std::string key(ls.word());
-        if (key.empty() || !std::all_of(key.begin(), key.end(), [](char c) { return std::isxdigit((unsigned char)c); }) ||
-            !ls.end())
+        if (key.empty() ||
+            !std::all_of(key.begin(), key.end(), [](char c) { return std::isxdigit((unsigned char)c); }) || !ls.end())
           throw fail("key takes the fingerprint's hexadecimal digits");
         for (const auto& w : all)
           if (w.key == key) throw fail("key " + key + " appears twice");
@@ -172,7 +174,8 @@ struct wisdom {
         std::string coll(ls.word()), side;
         std::size_t cls = 0;
         native_choice c;
-        if (!(!coll.empty() && std::all_of(coll.begin(), coll.end(), [](char ch) { return (ch >= 'a' && ch <= 'z') || ch == '_'; }) &&
+        if (!(!coll.empty() &&
+              std::all_of(coll.begin(), coll.end(), [](char ch) { return (ch >= 'a' && ch <= 'z') || ch == '_'; }) &&
               ls.count(cls) && !(side = std::string(ls.word())).empty() && ls.real(c.native_seconds) &&
               ls.real(c.mdring_seconds) && ls.count(c.trials) && ls.end()) ||
             (side != "mdring" && side != "mpi") || cls >= 64)
@@ -262,7 +265,6 @@ private:
   }
 
 public:
-
   friend bool operator==(const wisdom&, const wisdom&) = default;
 };
 

@@ -27,16 +27,16 @@
 // A loop over [0, n) as blocks of a compile-time width plus a scalar tail: GCC's
 // -O2 vectorizer (cost model "very cheap") only takes loops whose trip count it
 // knows, so the blocks vectorize at -O2 as well as at -O3.
-#define MDRING_VECTOR_LOOP(n, i, ...)                                          \
-  do {                                                                        \
-    std::size_t i##_block = 0;                                                \
-    for (; i##_block + vector_width <= (n); i##_block += vector_width)        \
-      for (std::size_t i = i##_block; i < i##_block + vector_width; ++i) {    \
-        __VA_ARGS__;                                                          \
-      }                                                                       \
-    for (std::size_t i = i##_block; i < (n); ++i) {                           \
-      __VA_ARGS__;                                                            \
-    }                                                                         \
+#define MDRING_VECTOR_LOOP(n, i, ...)                                      \
+  do {                                                                     \
+    std::size_t i##_block = 0;                                             \
+    for (; i##_block + vector_width <= (n); i##_block += vector_width)     \
+      for (std::size_t i = i##_block; i < i##_block + vector_width; ++i) { \
+        __VA_ARGS__;                                                       \
+      }                                                                    \
+    for (std::size_t i = i##_block; i < (n); ++i) {                        \
+      __VA_ARGS__;                                                         \
+    }                                                                      \
   } while (0)
 
 MDRING_NAMESPACE_BEGIN
@@ -118,7 +118,8 @@ public:
       for (std::size_t j = 1; j < k; ++j) fold_tile(buf, in[j] + base, m);
       fin_now ? store_tile<true>(res, buf, m) : store_tile<false>(res, buf, m);
       for (std::size_t o = 0; o < nout; ++o)
-        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T)) : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
+        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T))
+               : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
     }
     if (stream) detail::stream_fence();
   }
@@ -141,7 +142,8 @@ public:
       nested_tile(buf, lvl, nest, nest.size() - 1, in, k, base, m);
       fin_now ? store_tile<true>(res, buf, m) : store_tile<false>(res, buf, m);
       for (std::size_t o = 0; o < nout; ++o)
-        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T)) : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
+        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T))
+               : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
     }
     if (stream) detail::stream_fence();
   }
@@ -179,8 +181,7 @@ private:
   }
 
   template <bool Final>
-  void outofplace(T* MDRING_RESTRICT dst, const T* MDRING_RESTRICT a, const T* MDRING_RESTRICT b,
-                  std::size_t n) const {
+  void outofplace(T* MDRING_RESTRICT dst, const T* MDRING_RESTRICT a, const T* MDRING_RESTRICT b, std::size_t n) const {
     const Op op = op_;
     MDRING_VECTOR_LOOP(n, i, dst[i] = store(fin<Final>(op(load(a[i]), load(b[i])))));
   }
@@ -263,9 +264,7 @@ private:
     const Op op = op_;
     MDRING_VECTOR_LOOP(m, i, to[i] = op(to[i], load(store(op(load(a[i]), load(b[i]))))));
   }
-  static void round_tile(acc* MDRING_RESTRICT x, std::size_t m) {
-    MDRING_VECTOR_LOOP(m, i, x[i] = load(store(x[i])));
-  }
+  static void round_tile(acc* MDRING_RESTRICT x, std::size_t m) { MDRING_VECTOR_LOOP(m, i, x[i] = load(store(x[i]))); }
 
   Op op_;
   std::size_t ranks_;
@@ -287,15 +286,15 @@ public:
     if (n == 0) return;
     if (dst == b) return op_.reduce_local(a, dst, n);  // dst = a op dst
     if (dst != a) std::memcpy(dst, a, n * sizeof(T));
-    op_.reduce_local(b, dst, n);                       // dst = b op a (commutative)
+    op_.reduce_local(b, dst, n);  // dst = b op a (commutative)
   }
   void combine_n(T* dst, const T* const* in, std::size_t k, std::size_t n, bool final) const {
     combine_n_to(&dst, 1, in, k, n, final, false);
   }
   // Each tile is folded in a buffer before any out[o] is written, so an out[o] may
   // be one of the inputs.
-  void combine_n_to(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n,
-                    bool /*final*/, bool stream) const {
+  void combine_n_to(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool /*final*/,
+                    bool stream) const {
     if (n == 0) return;
     alignas(64) T buf[tile];
     for (std::size_t base = 0; base < n; base += tile) {
@@ -303,15 +302,16 @@ public:
       std::memcpy(buf, in[0] + base, m * sizeof(T));
       for (std::size_t j = 1; j < k; ++j) op_.reduce_local(in[j] + base, buf, m);
       for (std::size_t o = 0; o < nout; ++o)
-        stream ? detail::stream_copy(out[o] + base, buf, m * sizeof(T)) : void(std::memcpy(out[o] + base, buf, m * sizeof(T)));
+        stream ? detail::stream_copy(out[o] + base, buf, m * sizeof(T))
+               : void(std::memcpy(out[o] + base, buf, m * sizeof(T)));
     }
     if (stream) detail::stream_fence();
   }
   // The nested fold of the generic reducer's combine_nested, in T (a bulk op has no
   // accumulator of its own), one level's tile after the other.
   static constexpr std::size_t max_nest = 8;
-  void combine_nested(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n,
-                      bool /*final*/, bool stream, std::span<const std::size_t> nest) const {
+  void combine_nested(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool /*final*/,
+                      bool stream, std::span<const std::size_t> nest) const {
     if (n == 0) return;
     constexpr std::size_t m_tile = tile / max_nest < 1 ? 1 : tile / max_nest;
     alignas(64) T lvl[m_tile * max_nest];
@@ -320,7 +320,8 @@ public:
       nested_tile(lvl, m_tile, nest, nest.size() - 1, in, k, base, m);
       const T* res = lvl + (nest.size() - 1) * m_tile;
       for (std::size_t o = 0; o < nout; ++o)
-        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T)) : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
+        stream ? detail::stream_copy(out[o] + base, res, m * sizeof(T))
+               : void(std::memcpy(out[o] + base, res, m * sizeof(T)));
     }
     if (stream) detail::stream_fence();
   }

@@ -55,28 +55,38 @@ MDRING_HOST_DEVICE constexpr T wrap_mul(T a, T b) noexcept {
 struct sum_t {
   static constexpr const char* name = "sum";
   template <class A>
-  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return detail::wrap_add(a, b); }
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return detail::wrap_add(a, b);
+  }
 };
 struct prod_t {
   static constexpr const char* name = "prod";
   template <class A>
-  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return detail::wrap_mul(a, b); }
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return detail::wrap_mul(a, b);
+  }
 };
 struct min_t {
   static constexpr const char* name = "min";
   template <class A>
-  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return b < a ? b : a; }
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return b < a ? b : a;
+  }
 };
 struct max_t {
   static constexpr const char* name = "max";
   template <class A>
-  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return a < b ? b : a; }
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return a < b ? b : a;
+  }
 };
 // Sum, then one division by the number of ranks, fused into the owner's last pass.
 struct avg_t {
   static constexpr const char* name = "avg";
   template <class A>
-  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept { return detail::wrap_add(a, b); }
+  MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
+    return detail::wrap_add(a, b);
+  }
   // The division happens in the widest type of A's kind, so that `ranks` never
   // wraps (300 ranks of uint8 divide by 300, not by 44).
   template <class A>
@@ -85,8 +95,7 @@ struct avg_t {
       return static_cast<A>(static_cast<long long>(a) / static_cast<long long>(ranks));
     else if constexpr (std::is_integral_v<A>)
       return static_cast<A>(static_cast<unsigned long long>(a) / static_cast<unsigned long long>(ranks));
-    else
-      return static_cast<A>(a / static_cast<A>(ranks));
+    else return static_cast<A>(a / static_cast<A>(ranks));
   }
 };
 
@@ -115,11 +124,16 @@ constexpr non_commutative_op<std::decay_t<F>> non_commutative(F&& f) {
 namespace detail {
 template <class Op>
 struct builtin_op : std::false_type {};
-template <> struct builtin_op<sum_t> : std::true_type {};
-template <> struct builtin_op<prod_t> : std::true_type {};
-template <> struct builtin_op<min_t> : std::true_type {};
-template <> struct builtin_op<max_t> : std::true_type {};
-template <> struct builtin_op<avg_t> : std::true_type {};
+template <>
+struct builtin_op<sum_t> : std::true_type {};
+template <>
+struct builtin_op<prod_t> : std::true_type {};
+template <>
+struct builtin_op<min_t> : std::true_type {};
+template <>
+struct builtin_op<max_t> : std::true_type {};
+template <>
+struct builtin_op<avg_t> : std::true_type {};
 
 template <class Op>
 constexpr bool declared_commutative() {
@@ -153,8 +167,9 @@ struct op_traits {
 // executor calls it on tiles of a few KiB; it must be commutative (the folds give
 // it its inputs in either order), and it has no finalize. The GPU path rejects it.
 template <class Op, class T>
-concept bulk_reduction = !op_traits<Op>::builtin && op_traits<Op>::commutative &&
-                         requires(const Op& op, const T* in, T* inout, std::size_t n) { op.reduce_local(in, inout, n); };
+concept bulk_reduction =
+    !op_traits<Op>::builtin && op_traits<Op>::commutative &&
+    requires(const Op& op, const T* in, T* inout, std::size_t n) { op.reduce_local(in, inout, n); };
 
 // Op can reduce elements of type T: a built-in op on a built-in element type, a
 // callable (T, T) -> T on a trivially copyable T, or a bulk op.

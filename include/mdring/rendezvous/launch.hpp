@@ -74,9 +74,9 @@ inline std::size_t env_count(const char* mdring_name, const char* torch_name, st
   char* end = nullptr;
   const long long x = std::strtoll(v, &end, 10);
   if (*end || x < 0)
-    throw invalid_argument(torch_name ? torch_name : mdring_name,
-                           fn + ": " + (torch_name ? torch_name : mdring_name) +
-                               " must be a non-negative integer, not \"" + v + "\"");
+    throw invalid_argument(
+        torch_name ? torch_name : mdring_name,
+        fn + ": " + (torch_name ? torch_name : mdring_name) + " must be a non-negative integer, not \"" + v + "\"");
   return std::size_t(x);
 }
 }  // namespace detail
@@ -94,8 +94,8 @@ struct launched_job {
     j.rank = detail::env_count("MDRING_RANK", "RANK", 0, fn);
     if (j.size == 0) throw invalid_argument("WORLD_SIZE", fn + ": WORLD_SIZE must be at least 1");
     if (j.rank >= j.size)
-      throw invalid_argument("RANK", fn + ": RANK " + std::to_string(j.rank) + " is not below WORLD_SIZE " +
-                                         std::to_string(j.size));
+      throw invalid_argument(
+          "RANK", fn + ": RANK " + std::to_string(j.rank) + " is not below WORLD_SIZE " + std::to_string(j.size));
     j.local_size = detail::env_count("MDRING_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", 0, fn);
     if (j.size == 1) {
       j.local_size = 1;
@@ -110,10 +110,10 @@ struct launched_job {
                                                 " but MASTER_PORT is not set: start the processes with mdring-run "
                                                 "or torchrun, or set MASTER_ADDR and MASTER_PORT");
     if (!secret || !*secret)
-      throw invalid_argument("MDRING_SECRET",
-                             fn + ": MDRING_SECRET is not set: mdring-run sets it; with another "
-                                  "launcher, export the same secret to every process (e.g. MDRING_SECRET=$(openssl rand "
-                                  "-hex 16)); the store refuses connections without it");
+      throw invalid_argument(
+          "MDRING_SECRET", fn + ": MDRING_SECRET is not set: mdring-run sets it; with another "
+                                "launcher, export the same secret to every process (e.g. MDRING_SECRET=$(openssl rand "
+                                "-hex 16)); the store refuses connections without it");
     tcp_store_options o;
     o.host = addr ? addr : "127.0.0.1";
     const std::size_t p = detail::env_count("MDRING_STORE_PORT", "MASTER_PORT", 0, fn);

@@ -31,7 +31,8 @@ inline std::string random_secret() {
   std::size_t got = 0;
   while (got < sizeof b) {
     const ssize_t n = getrandom(b + got, sizeof b - got, 0);
-    if (n <= 0 && errno != EINTR) throw transport_error("mdring: getrandom failed: " + std::string(std::strerror(errno)), errno);
+    if (n <= 0 && errno != EINTR)
+      throw transport_error("mdring: getrandom failed: " + std::string(std::strerror(errno)), errno);
     if (n > 0) got += std::size_t(n);
   }
   static const char* hex = "0123456789abcdef";
@@ -136,7 +137,8 @@ inline int connect_until(int s, const sockaddr* a, socklen_t len, std::chrono::s
 inline io recv_all(int s, void* p, std::size_t n, std::chrono::steady_clock::time_point deadline) {
   auto* c = static_cast<char*>(p);
   while (n) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return io::timeout;
     pollfd pf{s, POLLIN, 0};
     const int r = ::poll(&pf, 1, int(std::min<long long>(left.count() + 1, 1000)));

@@ -198,8 +198,9 @@ public:
   // is_server: this process hosts the store (and is a client of it too).
   tcp_store(bool is_server, tcp_store_options o) : o_(std::move(o)) {
     if (o_.secret.empty())
-      throw invalid_argument("secret", "mdring::rendezvous::tcp_store: the secret is empty (MDRING_SECRET: every "
-                                       "process of the job must present the same one)");
+      throw invalid_argument("secret",
+                             "mdring::rendezvous::tcp_store: the secret is empty (MDRING_SECRET: every "
+                             "process of the job must present the same one)");
     if (is_server) {
       server_ = std::make_unique<detail::store_server>(o_);
       o_.port = server_->port();
@@ -241,10 +242,10 @@ private:
       if (s_) break;
       if (clock::now() >= until) {
         // Refused: nothing listens there (yet); else the host did not answer at all.
-        const std::string why = err == ECONNREFUSED ? "nothing listens there"
-                                : err == ETIMEDOUT  ? "no answer from that host within " +
-                                                         std::to_string(o_.connect_timeout.count()) + " ms"
-                                                    : std::strerror(err);
+        const std::string why =
+            err == ECONNREFUSED ? "nothing listens there"
+            : err == ETIMEDOUT ? "no answer from that host within " + std::to_string(o_.connect_timeout.count()) + " ms"
+                               : std::strerror(err);
         throw transport_error("mdring::rendezvous::tcp_store: no store at " + where() + " (" + why +
                                   "; is rank 0 running, with the same MASTER_ADDR and MASTER_PORT, and can this "
                                   "host reach it?)",
@@ -271,9 +272,9 @@ private:
       throw invalid_argument("key", "mdring::rendezvous::tcp_store: a key of " + std::to_string(key.size()) +
                                         " bytes; the limit is max_key_bytes = " + std::to_string(o_.max_key_bytes));
     if (value.size() > o_.max_value_bytes)
-      throw invalid_argument("value", "mdring::rendezvous::tcp_store: a value of " + std::to_string(value.size()) +
-                                          " bytes; the limit is max_value_bytes = " +
-                                          std::to_string(o_.max_value_bytes));
+      throw invalid_argument("value",
+                             "mdring::rendezvous::tcp_store: a value of " + std::to_string(value.size()) +
+                                 " bytes; the limit is max_value_bytes = " + std::to_string(o_.max_value_bytes));
     if (!s_) connect();
     std::string out(1, op);
     detail::put_u32(out, std::uint32_t(key.size()));
@@ -291,18 +292,20 @@ private:
     if (kind == 'K') return {};
     unsigned char len[4];
     std::string v;
-    if (kind != 'V' || detail::recv_all(s_.get(), len, 4, deadline + std::chrono::seconds(10)) != detail::io::ok) lost();
+    if (kind != 'V' || detail::recv_all(s_.get(), len, 4, deadline + std::chrono::seconds(10)) != detail::io::ok)
+      lost();
     v.resize(detail::get_u32(len));
-    if (!v.empty() && detail::recv_all(s_.get(), v.data(), v.size(), deadline + std::chrono::seconds(10)) != detail::io::ok)
+    if (!v.empty() &&
+        detail::recv_all(s_.get(), v.data(), v.size(), deadline + std::chrono::seconds(10)) != detail::io::ok)
       lost();
     return v;
   }
 
   [[noreturn]] void lost() {
     s_.reset();
-    throw transport_error("mdring::rendezvous::tcp_store: lost the connection to the store at " + where() +
-                              " (rank 0's process ended?)",
-                          0);
+    throw transport_error(
+        "mdring::rendezvous::tcp_store: lost the connection to the store at " + where() + " (rank 0's process ended?)",
+        0);
   }
 
   tcp_store_options o_;

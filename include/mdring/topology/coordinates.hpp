@@ -29,8 +29,7 @@ constexpr void to_coordinates(std::size_t rank, std::span<const std::size_t> ext
 }
 
 // The inverse of to_coordinates. Postcondition: to_coordinates(to_rank(c)) == c.
-constexpr std::size_t to_rank(std::span<const std::size_t> coords,
-                              std::span<const std::size_t> extents) noexcept {
+constexpr std::size_t to_rank(std::span<const std::size_t> coords, std::span<const std::size_t> extents) noexcept {
   std::size_t rank = 0;
   for (std::size_t d = extents.size(); d-- > 0;) rank = rank * extents[d] + coords[d];
   return rank;

@@ -56,7 +56,9 @@ inline node_layout layout_from_node_ids(const std::vector<int>& given, std::size
   std::vector<int> ids = leaders;
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  auto node_of = [&](int r) { return std::size_t(std::lower_bound(ids.begin(), ids.end(), leaders[std::size_t(r)]) - ids.begin()); };
+  auto node_of = [&](int r) {
+    return std::size_t(std::lower_bound(ids.begin(), ids.end(), leaders[std::size_t(r)]) - ids.begin());
+  };
   std::vector<std::size_t> count(ids.size(), 0), local(std::size_t(size), 0);
   for (int r = 0; r < size; ++r) local[std::size_t(r)] = count[node_of(r)]++;
   std::vector<std::size_t> first(ids.size(), 0);  // node-major position of each node's first rank
@@ -81,7 +83,8 @@ inline node_layout layout_from_node_ids(const std::vector<int>& given, std::size
 inline runtime_topology topology_of(const node_layout& l) {
   std::string t;
   if (l.nodes <= 1) t = "shm:" + std::to_string(l.ranks);
-  else if (l.ranks_per_node > 1) t = "shm:" + std::to_string(l.ranks_per_node) + " x " + l.network + ":" + std::to_string(l.nodes);
+  else if (l.ranks_per_node > 1)
+    t = "shm:" + std::to_string(l.ranks_per_node) + " x " + l.network + ":" + std::to_string(l.nodes);
   else t = l.network + ":" + std::to_string(l.ranks);
   return parse_topology(t);
 }

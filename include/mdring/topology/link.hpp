@@ -47,9 +47,7 @@ MDRING_NAMESPACE_BEGIN
 // Where the buffers of a dimension live: the transport is chosen from this.
 enum class memory_space { host, device };
 
-constexpr std::string_view to_string(memory_space s) noexcept {
-  return s == memory_space::host ? "host" : "device";
-}
+constexpr std::string_view to_string(memory_space s) noexcept { return s == memory_space::host ? "host" : "device"; }
 
 // Primary template: deliberately undefined. A link tag is usable once it has a
 // specialization with the five members shown above.
@@ -200,8 +198,14 @@ link_info link_info_of() {
   using t = link_traits<L>;
   link_info l{std::string(t::name), double(t::bandwidth), double(t::latency), bool(t::fully_connected),
               memory_space(t::space)};
-  if constexpr (requires { { t::ports } -> std::convertible_to<std::size_t>; }) l.ports = std::size_t(t::ports);
-  if constexpr (requires { { t::overhead } -> std::convertible_to<double>; }) l.overhead = double(t::overhead);
+  if constexpr (requires {
+                  { t::ports } -> std::convertible_to<std::size_t>;
+                })
+    l.ports = std::size_t(t::ports);
+  if constexpr (requires {
+                  { t::overhead } -> std::convertible_to<double>;
+                })
+    l.overhead = double(t::overhead);
   return l;
 }
 

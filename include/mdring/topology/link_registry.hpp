@@ -57,7 +57,8 @@ link_info parse_link_with(std::string_view text, Lookup&& known) {
   auto number = [&](const std::string& v, const char* what) {
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end || !(x >= 0) || x == HUGE_VAL) throw fail(std::string(what) + " \"" + v + "\" is not a number >= 0");
+    if (v.empty() || *end || !(x >= 0) || x == HUGE_VAL)
+      throw fail(std::string(what) + " \"" + v + "\" is not a number >= 0");
     return x;
   };
   if (f.size() < 2) throw fail("needs a bandwidth and a latency");

@@ -45,16 +45,12 @@ template <class... Specs>
 struct topology_base {
   static constexpr std::size_t ndims() noexcept { return sizeof...(Specs); }
 
-  static constexpr std::array<std::size_t, sizeof...(Specs)> extents() noexcept {
-    return {Specs::extent...};
-  }
+  static constexpr std::array<std::size_t, sizeof...(Specs)> extents() noexcept { return {Specs::extent...}; }
 
   // The extent of dimension d (dynamic_extent for the dynamic one).
   static constexpr std::size_t extent(std::size_t d) noexcept { return extents()[d]; }
 
-  static constexpr std::size_t dynamic_count() noexcept {
-    return ((Specs::extent == dynamic_extent ? 1u : 0u) + ...);
-  }
+  static constexpr std::size_t dynamic_count() noexcept { return ((Specs::extent == dynamic_extent ? 1u : 0u) + ...); }
 
   static constexpr bool is_static() noexcept { return dynamic_count() == 0; }
 
@@ -77,9 +73,7 @@ struct topology_base {
   }
 
   // The number of ranks, or dynamic_extent when one extent is dynamic.
-  static constexpr std::size_t size() noexcept {
-    return is_static() ? static_size() : dynamic_extent;
-  }
+  static constexpr std::size_t size() noexcept { return is_static() ? static_size() : dynamic_extent; }
 
   // Coordinates of a rank; only for static topologies (bind or resolve() a
   // dynamic one first). Example, ring<shm,2> * ring<shm,3>: coordinates(3) == {1, 1}.
@@ -173,8 +167,8 @@ struct concat<type_list<A...>, type_list<B...>> {
 
 // A compile-time topology: a ring_t or a topology<...>.
 template <class T>
-concept static_topology = detail::is_ring<std::remove_cv_t<T>>::value ||
-                          detail::is_topology_type<std::remove_cv_t<T>>::value;
+concept static_topology =
+    detail::is_ring<std::remove_cv_t<T>>::value || detail::is_topology_type<std::remove_cv_t<T>>::value;
 
 // The product: flattens, so it is associative, and keeps dimension order.
 //   ring<nvlink,4> * ring<infiniband,64>  ->  topology<ring_t<nvlink,4>, ring_t<infiniband,64>>

@@ -56,8 +56,7 @@ public:
   }
 
   bool is_static() const noexcept {
-    return std::none_of(dims_.begin(), dims_.end(),
-                        [](const dimension& d) { return d.extent == dynamic_extent; });
+    return std::none_of(dims_.begin(), dims_.end(), [](const dimension& d) { return d.extent == dynamic_extent; });
   }
 
   std::size_t static_size() const noexcept {
@@ -79,18 +78,14 @@ public:
     const std::size_t fixed = static_size();
     if (is_static()) {
       if (fixed != world_size)
-        throw topology_error("topology", fn + "topology \"" + to_string() + "\" has " +
-                                             std::to_string(fixed) +
-                                             " ranks but the communicator has " +
-                                             std::to_string(world_size));
+        throw topology_error("topology", fn + "topology \"" + to_string() + "\" has " + std::to_string(fixed) +
+                                             " ranks but the communicator has " + std::to_string(world_size));
       return r;
     }
     if (world_size == 0 || world_size % fixed != 0)
-      throw topology_error("topology", fn + "the communicator's size " +
-                                           std::to_string(world_size) +
+      throw topology_error("topology", fn + "the communicator's size " + std::to_string(world_size) +
                                            " is not a multiple of " + std::to_string(fixed) +
-                                           ", the product of the static extents of \"" +
-                                           to_string() + "\"");
+                                           ", the product of the static extents of \"" + to_string() + "\"");
     for (auto& d : r.dims_)
       if (d.extent == dynamic_extent) d.extent = world_size / fixed;
     return r;
@@ -171,14 +166,14 @@ private:
       dyn += d.extent == dynamic_extent;
     }
     if (dyn > 1)
-      throw topology_error("topology", "mdring::runtime_topology: \"" + to_string() +
-                                           "\" has more than one dynamic extent '*'");
+      throw topology_error("topology",
+                           "mdring::runtime_topology: \"" + to_string() + "\" has more than one dynamic extent '*'");
   }
 
   void require_static(const char* fn) const {
     if (!is_static())
-      throw topology_error("topology", std::string("mdring::runtime_topology::") + fn + ": \"" +
-                                           to_string() + "\" has a dynamic extent; resolve() it first");
+      throw topology_error("topology", std::string("mdring::runtime_topology::") + fn + ": \"" + to_string() +
+                                           "\" has a dynamic extent; resolve() it first");
   }
 
   std::vector<dimension> dims_;
@@ -201,9 +196,8 @@ inline const runtime_topology& describe(const runtime_topology& t) { return t; }
 inline runtime_topology parse_topology(std::string_view text) {
   const std::string quoted = "\"" + std::string(text) + "\"";
   auto fail = [&](std::size_t pos, const std::string& why) -> topology_error {
-    return topology_error("topology", "mdring::parse_topology: " + quoted + " at position " +
-                                          std::to_string(pos) + ": " + why +
-                                          " (expected e.g. \"nvlink:4 x infiniband:*\")");
+    return topology_error("topology", "mdring::parse_topology: " + quoted + " at position " + std::to_string(pos) +
+                                          ": " + why + " (expected e.g. \"nvlink:4 x infiniband:*\")");
   };
   std::size_t i = 0;
   auto skip = [&] {
@@ -233,8 +227,8 @@ inline runtime_topology parse_topology(std::string_view text) {
     std::size_t extent = 0;
     if (i < text.size() && text[i] == '*') {
       if (dynamic_at != std::string_view::npos)
-        throw fail(i, "a second dynamic extent '*' (the first is at position " +
-                          std::to_string(dynamic_at) + "); at most one is allowed");
+        throw fail(i, "a second dynamic extent '*' (the first is at position " + std::to_string(dynamic_at) +
+                          "); at most one is allowed");
       dynamic_at = i;
       extent = dynamic_extent;
       ++i;

@@ -72,12 +72,18 @@ inline device_transport default_device_transport(const link_info& link, const de
 // Whether the communicator can run transport t on executed dimension d.
 inline bool supports(const device_transport_support& s, device_transport t, std::size_t d = std::size_t(-1)) noexcept {
   switch (t) {
-    case device_transport::nccl: return s.nccl;
-    case device_transport::mpi_staged: return s.mpi;
-    case device_transport::mpi_cuda_aware: return s.mpi && s.cuda_aware_mpi;
-    case device_transport::local: return s.local;
-    case device_transport::ipc: return s.ipc_on(d);
-    default: return true;
+    case device_transport::nccl:
+      return s.nccl;
+    case device_transport::mpi_staged:
+      return s.mpi;
+    case device_transport::mpi_cuda_aware:
+      return s.mpi && s.cuda_aware_mpi;
+    case device_transport::local:
+      return s.local;
+    case device_transport::ipc:
+      return s.ipc_on(d);
+    default:
+      return true;
   }
 }
 
@@ -143,9 +149,8 @@ inline std::vector<device_transport> select_device_transports(const runtime_topo
                              where + entry + ", which this communicator cannot use (it supports: " +
                                  detail::device_support_string(s, e) + ")" +
                                  (t == device_transport::nccl && !s.nccl_unavailable.empty() ? ": " + s.nccl_unavailable
-                                  : t == device_transport::ipc && !s.ipc_unavailable.empty()
-                                      ? ": " + s.ipc_unavailable
-                                      : std::string()));
+                                  : t == device_transport::ipc && !s.ipc_unavailable.empty() ? ": " + s.ipc_unavailable
+                                                                                             : std::string()));
     if (out[e] != device_transport::automatic && out[e] != t)
       throw invalid_argument("options.device_transports",
                              where + entry + " but options.device_transports[" + std::to_string(from[e]) + "] is " +
@@ -161,9 +166,9 @@ inline std::vector<device_transport> select_device_transports(const runtime_topo
     if (out[e] != device_transport::automatic) continue;
     out[e] = default_device_transport(m.topology.dim(e).link, s, e);
     if (out[e] == device_transport::automatic && m.topology.extent(e) > 1)
-      throw invalid_argument("options.device_transports",
-                             where + "no transport can move device buffers in dimension " + std::to_string(e) + " (" +
-                                 m.topology.dim(e).link.name + "): the communicator supports none");
+      throw invalid_argument("options.device_transports", where + "no transport can move device buffers in dimension " +
+                                                              std::to_string(e) + " (" + m.topology.dim(e).link.name +
+                                                              "): the communicator supports none");
   }
   return out;
 }

@@ -142,8 +142,8 @@ struct alignas(64) ipc_slot {
   std::atomic<std::uint32_t> published{0};  // publications so far
   std::atomic<std::uint32_t> failed{0};     // this rank failed: peers stop waiting for it
   std::int64_t pid = 0;
-  char reason[176] = {};                    // why it failed
-  ipc_publication entry[2];                 // by parity of the publication number
+  char reason[176] = {};     // why it failed
+  ipc_publication entry[2];  // by parity of the publication number
 };
 
 // Builds one publication: add() returns the ipc_pointer of an address given as
@@ -167,9 +167,8 @@ public:
   }
   void message(std::size_t peer, ipc_pointer at, std::uint64_t bytes) {
     if (p_.messages_count == ipc_max_ranks)
-      throw transport_error("mdring::cuda: a step has more than " + std::to_string(ipc_max_ranks) +
-                                " messages (an internal error)",
-                            0);
+      throw transport_error(
+          "mdring::cuda: a step has more than " + std::to_string(ipc_max_ranks) + " messages (an internal error)", 0);
     p_.msg[p_.messages_count++] = {std::uint32_t(peer), 0, at, bytes};
   }
 

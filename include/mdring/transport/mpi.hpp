@@ -65,7 +65,8 @@ public:
 
   // Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
   transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
-      : max_bytes_(opts.max_message_bytes), shared_memory_(opts.shared_memory && !MDRING_SMPI),
+      : max_bytes_(opts.max_message_bytes),
+        shared_memory_(opts.shared_memory && !MDRING_SMPI),
         staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64) {
     int init = 0;
     MPI_Initialized(&init);
@@ -86,14 +87,16 @@ public:
     detail::check(MPI_Allreduce(v, m, 2, MPI_UINT64_T, MPI_MAX, ctrl_), "MPI_Allreduce");
     if (m[0] != ~m[1]) {
       free_all();
-      throw topology_error("topology", "mdring::bind: the ranks of the MPI communicator bound different topologies, "
-                                       "algorithms or options (this rank: \"" + fingerprint + "\")");
+      throw topology_error("topology",
+                           "mdring::bind: the ranks of the MPI communicator bound different topologies, "
+                           "algorithms or options (this rank: \"" +
+                               fingerprint + "\")");
     }
     detail::check(MPI_Type_contiguous(int(max_bytes_), MPI_BYTE, &chunk_), "MPI_Type_contiguous");
     detail::check(MPI_Type_commit(&chunk_), "MPI_Type_commit");
-    detail::check(MPI_Irecv(control_buf_, sizeof control_buf_ - 1, MPI_CHAR, MPI_ANY_SOURCE, control_tag, ctrl_,
-                            &control_req_),
-                  "MPI_Irecv");
+    detail::check(
+        MPI_Irecv(control_buf_, sizeof control_buf_ - 1, MPI_CHAR, MPI_ANY_SOURCE, control_tag, ctrl_, &control_req_),
+        "MPI_Irecv");
   }
 
   transport(const transport&) = delete;
@@ -250,8 +253,7 @@ public:
     aborted_ = true;
     try {
       reason_ = reason.substr(0, sizeof control_buf_ - 2);
-    } catch (...) {
-    }
+    } catch (...) {}
     for (std::size_t r = 0; r < size_; ++r) {
       if (r == rank_) continue;
       MPI_Request req;
@@ -284,10 +286,10 @@ private:
     }
     const std::size_t chunks = bytes / max_bytes_, rest = bytes % max_bytes_;
     if (chunks > std::size_t(INT_MAX))
-      throw invalid_argument("options.max_message_bytes",
-                             "mdring::mpi: a message of " + std::to_string(bytes) +
-                                 " bytes needs more than INT_MAX pieces of options.max_message_bytes = " +
-                                 std::to_string(max_bytes_));
+      throw invalid_argument(
+          "options.max_message_bytes",
+          "mdring::mpi: a message of " + std::to_string(bytes) +
+              " bytes needs more than INT_MAX pieces of options.max_message_bytes = " + std::to_string(max_bytes_));
     piece(buf, int(chunks), chunk_);
     if (rest) piece(static_cast<char*>(buf) + chunks * max_bytes_, int(rest), MPI_BYTE);
   }
@@ -320,9 +322,7 @@ private:
     failed_reason_ = got.reason;
     return failed_status();
   }
-  wait_status failed_status() const {
-    return wait_status{wait_status::peer_failed, 0, failed_rank_, failed_reason_};
-  }
+  wait_status failed_status() const { return wait_status{wait_status::peer_failed, 0, failed_rank_, failed_reason_}; }
 
   void free_all() noexcept {
     mappings_.release();

@@ -28,9 +28,9 @@ struct mpi_request {
   MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int n = 0;
   bool recv = false;
-  std::size_t peer = 0;           // global rank
-  std::size_t bytes = 0;          // expected
-  int expect[2] = {0, 0};         // elements of each piece's datatype
+  std::size_t peer = 0;    // global rank
+  std::size_t bytes = 0;   // expected
+  int expect[2] = {0, 0};  // elements of each piece's datatype
   MPI_Datatype type[2] = {MPI_BYTE, MPI_BYTE};
 };
 
@@ -52,11 +52,12 @@ inline void check_received(const mpi_request& rq, const MPI_Status* st, std::siz
     if (got != rq.expect[i]) {
       int bytes = 0;
       MPI_Get_count(&st[i], MPI_BYTE, &bytes);
-      throw transport_error("mdring::mpi: rank " + std::to_string(rq.peer) + " sent a message of " +
-                                (bytes == MPI_UNDEFINED ? std::string("an unexpected size") : std::to_string(bytes) + " bytes") +
-                                " where rank " + std::to_string(rank) + " expected " + std::to_string(rq.bytes) +
-                                ": the ranks passed different counts, types or roots to the same collective",
-                            0);
+      throw transport_error(
+          "mdring::mpi: rank " + std::to_string(rq.peer) + " sent a message of " +
+              (bytes == MPI_UNDEFINED ? std::string("an unexpected size") : std::to_string(bytes) + " bytes") +
+              " where rank " + std::to_string(rank) + " expected " + std::to_string(rq.bytes) +
+              ": the ranks passed different counts, types or roots to the same collective",
+          0);
     }
   }
 }

@@ -99,15 +99,16 @@ inline void cma(long pid, std::size_t rank, void* remote, void* local, std::size
   auto* r = static_cast<char*>(remote);
   while (bytes) {
     iovec lv{l, bytes}, rv{r, bytes};
-    const ssize_t n = to_remote ? process_vm_writev(pid_t(pid), &lv, 1, &rv, 1, 0)
-                                : process_vm_readv(pid_t(pid), &lv, 1, &rv, 1, 0);
+    const ssize_t n =
+        to_remote ? process_vm_writev(pid_t(pid), &lv, 1, &rv, 1, 0) : process_vm_readv(pid_t(pid), &lv, 1, &rv, 1, 0);
     if (n <= 0) {
       // The peer's process ended, or its buffer is gone (it left the call after a
       // failure and freed it): that rank's failure, as the peers' others are.
       if (errno == ESRCH || errno == EFAULT)
         throw remote_error(std::string("mdring: cross-memory attach ") + (to_remote ? "write to" : "read from") +
                                " rank " + std::to_string(rank) + " failed (" + std::strerror(errno) + "): rank " +
-                               std::to_string(rank) + " left the call (its process ended, or it gave up on the call "
+                               std::to_string(rank) +
+                               " left the call (its process ended, or it gave up on the call "
                                "after a failure and freed its buffers)",
                            rank);
       throw transport_error(std::string("mdring: cross-memory attach ") + (to_remote ? "write to" : "read from") +
@@ -181,8 +182,9 @@ public:
     bytes_ = bytes;
     if (me == 0) {
       static std::atomic<unsigned> counter{0};
-      std::snprintf(name.data(), name.size(), "/mdring.%ld.%u.%lx", long(getpid()), counter.fetch_add(1),
-                    static_cast<unsigned long>(reinterpret_cast<std::uintptr_t>(&name) ^ std::uintptr_t(time(nullptr))));
+      std::snprintf(
+          name.data(), name.size(), "/mdring.%ld.%u.%lx", long(getpid()), counter.fetch_add(1),
+          static_cast<unsigned long>(reinterpret_cast<std::uintptr_t>(&name) ^ std::uintptr_t(time(nullptr))));
       const int fd = shm_open(name.data(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
       const bool mapped = fd >= 0 && ftruncate(fd, off_t(bytes_)) == 0 && map(fd);
       if (fd >= 0) ::close(fd);
@@ -353,8 +355,7 @@ public:
     auto* base = static_cast<char*>(segment_.data());
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // let peers attach under Yama
     std::vector<access_slot*> slots(p);
-    for (std::size_t j = 0; j < p; ++j)
-      slots[j] = base ? reinterpret_cast<access_slot*>(base + j * region) : nullptr;
+    for (std::size_t j = 0; j < p; ++j) slots[j] = base ? reinterpret_cast<access_slot*>(base + j * region) : nullptr;
     // 3. The probe: publish two words, read each peer's, write into it.
     std::uint64_t probe[2] = {probe_value(members[me]), 0};
     if (ok) {
@@ -368,8 +369,7 @@ public:
       if (j == me) continue;
       std::uint64_t got = 0, mark = probe_value(members[me]);
       iovec l{&got, sizeof got}, r{reinterpret_cast<void*>(slots[j]->src), sizeof got};
-      if (process_vm_readv(pid_t(pids_[j]), &l, 1, &r, 1, 0) != ssize_t(sizeof got) ||
-          got != probe_value(members[j]))
+      if (process_vm_readv(pid_t(pids_[j]), &l, 1, &r, 1, 0) != ssize_t(sizeof got) || got != probe_value(members[j]))
         ok = 0;
       iovec lw{&mark, sizeof mark}, rw{reinterpret_cast<void*>(slots[j]->dst), sizeof mark};
       if (ok && process_vm_writev(pid_t(pids_[j]), &lw, 1, &rw, 1, 0) != ssize_t(sizeof mark)) ok = 0;
@@ -416,7 +416,6 @@ public:
 #endif
     return nullptr;
   }
-
 
 private:
   // Outside the template open(): nvcc finds no placement new for the over-aligned

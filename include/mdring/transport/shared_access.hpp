@@ -57,11 +57,11 @@ namespace detail {
 // One rank's control slot, in memory that every rank of the dimension maps. Each
 // rank writes only its own slot.
 struct alignas(64) access_slot {
-  std::atomic<std::uint32_t> arrive{0};  // futex word: stages this rank has arrived at
-  std::atomic<std::uint32_t> leave{0};   // futex word: stages this rank has left
+  std::atomic<std::uint32_t> arrive{0};    // futex word: stages this rank has arrived at
+  std::atomic<std::uint32_t> leave{0};     // futex word: stages this rank has left
   std::atomic<std::uint32_t> sleepers{0};  // peers asleep on this slot's words: wake only then
   std::uint32_t unused = 0;
-  std::uint64_t src = 0;                 // addresses published at arrive (in the owner's space)
+  std::uint64_t src = 0;  // addresses published at arrive (in the owner's space)
   std::uint64_t dst = 0;
   std::uint64_t pid = 0;
   // What the stage works on (elements, element size), by stage parity: peers

@@ -46,8 +46,8 @@ class transport {
 public:
   struct channel {
     std::uint32_t dim = 0;
-    std::vector<std::size_t> members;  // global ranks, by coordinate
-    std::size_t index = 0;             // this rank's coordinate
+    std::vector<std::size_t> members;    // global ranks, by coordinate
+    std::size_t index = 0;               // this rank's coordinate
     mdring::detail::access_group group;  // shared access (all threads share memory)
   };
 
@@ -71,7 +71,10 @@ public:
 
   transport(endpoint ep, const std::string& topology, bool shared_memory = true,
             std::size_t staging = std::size_t(16) << 10)
-      : w_(ep.w), rank_(ep.rank), context_(ep.w->new_context(ep.rank, topology)), shared_memory_(shared_memory),
+      : w_(ep.w),
+        rank_(ep.rank),
+        context_(ep.w->new_context(ep.rank, topology)),
+        shared_memory_(shared_memory),
         staging_((staging + 63) / 64 * 64) {}
 
   std::size_t size() const noexcept { return w_->size(); }
@@ -85,7 +88,8 @@ public:
       auto* regions = w_->access_regions(context_, dim, members[0], members.size(), staging_);
       std::vector<mdring::detail::access_slot*> ptrs;
       for (std::size_t j = 0; j < members.size(); ++j)
-        ptrs.push_back(reinterpret_cast<mdring::detail::access_slot*>(regions + j * mdring::detail::access_region_bytes(staging_)));
+        ptrs.push_back(reinterpret_cast<mdring::detail::access_slot*>(
+            regions + j * mdring::detail::access_region_bytes(staging_)));
       ch.group = mdring::detail::access_group(ptrs.data(), members.size(), my_index, staging_, false,
                                               mdring::detail::oversubscribed(w_->size()));
     }
@@ -140,9 +144,12 @@ public:
   // becomes complete at the sender's next wait, not in between (see transport.hpp).
   static bool complete(const request& r) noexcept {
     switch (r.kind) {
-      case request::send: return r.sent;
-      case request::recv: return r.done;
-      default: return true;
+      case request::send:
+        return r.sent;
+      case request::recv:
+        return r.done;
+      default:
+        return true;
     }
   }
 
@@ -159,8 +166,7 @@ public:
             r.desc.state.store(detail::send_desc::idle, std::memory_order_relaxed);
           }
         }
-        while (r.desc.state.load(std::memory_order_acquire) == detail::send_desc::taken)
-          std::this_thread::yield();
+        while (r.desc.state.load(std::memory_order_acquire) == detail::send_desc::taken) std::this_thread::yield();
       }
       r.kind = request::none;
     }
@@ -235,8 +241,7 @@ private:
     box.cv.notify_all();
     if (sent != r.bytes)
       throw transport_error("mdring::threads: rank " + std::to_string(r.peer) + " sent " + std::to_string(sent) +
-                                " bytes but rank " + std::to_string(rank_) + " expected " +
-                                std::to_string(r.bytes) +
+                                " bytes but rank " + std::to_string(rank_) + " expected " + std::to_string(r.bytes) +
                                 ": the ranks passed different counts, types or roots to the same collective",
                             0);
     r.done = true;

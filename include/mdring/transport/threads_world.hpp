@@ -51,7 +51,7 @@ struct mailbox {
   std::condition_variable cv;
   send_desc* head = nullptr;  // FIFO of sends addressed to this rank
   send_desc* tail = nullptr;
-  std::uint64_t events = 0;   // bumped on every change that may end a wait
+  std::uint64_t events = 0;  // bumped on every change that may end a wait
   std::uint64_t next_context = 0;
 
   void push(send_desc* d) {
@@ -114,8 +114,7 @@ public:
           const wait_status st = received_failure(rank, reason);  // a relayed one names the first to fail
           failed_rank_ = st.failed_rank;
           reason_ = st.reason;
-        } catch (...) {
-        }
+        } catch (...) {}
         failed_.store(true, std::memory_order_release);
       }
     }
@@ -149,7 +148,8 @@ public:
     if (!r) {
       const std::size_t bytes = p * mdring::detail::access_region_bytes(staging);
       r.reset(static_cast<unsigned char*>(::operator new(bytes, std::align_val_t{64})));
-      for (std::size_t j = 0; j < p; ++j) new (r.get() + j * mdring::detail::access_region_bytes(staging)) mdring::detail::access_slot{};
+      for (std::size_t j = 0; j < p; ++j)
+        new (r.get() + j * mdring::detail::access_region_bytes(staging)) mdring::detail::access_slot{};
     }
     return r.get();
   }
@@ -181,7 +181,8 @@ private:
   struct aligned_delete {
     void operator()(unsigned char* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
   };
-  std::map<std::tuple<std::uint64_t, std::size_t, std::size_t>, std::unique_ptr<unsigned char, aligned_delete>> regions_;
+  std::map<std::tuple<std::uint64_t, std::size_t, std::size_t>, std::unique_ptr<unsigned char, aligned_delete>>
+      regions_;
 };
 
 // Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f

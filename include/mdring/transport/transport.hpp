@@ -76,9 +76,8 @@ inline wait_status received_failure(std::size_t sender, std::string reason) {
 
 template <class T>
 concept transport = requires(T& t, const T& ct, typename T::channel& ch, typename T::request& r,
-                             std::span<typename T::request> rs, std::span<const std::size_t> members,
-                             const void* cbuf, void* buf, std::size_t n, int tag, deadline_clock::time_point dl,
-                             const std::string& why) {
+                             std::span<typename T::request> rs, std::span<const std::size_t> members, const void* cbuf,
+                             void* buf, std::size_t n, int tag, deadline_clock::time_point dl, const std::string& why) {
   { ct.size() } -> std::convertible_to<std::size_t>;
   { ct.rank() } -> std::convertible_to<std::size_t>;
   { ct.name() } -> std::convertible_to<std::string>;
@@ -98,8 +97,8 @@ concept transport = requires(T& t, const T& ct, typename T::channel& ch, typenam
 
 // Segments of a pipelined all_reduce may complete their steps out of order.
 template <class T>
-concept waits_for_any = transport<T> && requires(T& t, std::span<typename T::request> rs,
-                                                 const typename T::request& r, deadline_clock::time_point dl) {
+concept waits_for_any = transport<T> && requires(T& t, std::span<typename T::request> rs, const typename T::request& r,
+                                                 deadline_clock::time_point dl) {
   { t.wait_any(rs, dl) } -> std::same_as<wait_status>;
   { T::complete(r) } -> std::convertible_to<bool>;
 };

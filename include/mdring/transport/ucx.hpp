@@ -50,7 +50,6 @@ MDRING_NAMESPACE_BEGIN
 
 namespace ucx {
 
-
 class transport {
 public:
   static constexpr bool same_address_space = false;
@@ -63,8 +62,12 @@ public:
 
   // Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
   transport(const world& w, const options& opts, const std::string& fingerprint)
-      : world_(w), rank_(w.rank()), size_(w.size()), shared_memory_(opts.shared_memory),
-        staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64), timeout_(opts.timeout),
+      : world_(w),
+        rank_(w.rank()),
+        size_(w.size()),
+        shared_memory_(opts.shared_memory),
+        staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64),
+        timeout_(opts.timeout),
         crowded_(mdring::detail::oversubscribed(w.local_size())) {
     if (size_ > detail::max_ranks)
       throw invalid_argument("world", "mdring::ucx: at most 2^24 ranks, not " + std::to_string(size_));
@@ -138,8 +141,8 @@ public:
          bytes, rq, true);
   }
   void irecv(channel& ch, void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
-    post(ch.members[peer], detail::make_tag(detail::data, ch.id, ch.members[peer], std::uint32_t(tag)), buf, bytes,
-         rq, false);
+    post(ch.members[peer], detail::make_tag(detail::data, ch.id, ch.members[peer], std::uint32_t(tag)), buf, bytes, rq,
+         false);
   }
 
   wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
@@ -177,8 +180,7 @@ public:
     aborted_ = true;
     try {
       reason_ = reason.substr(0, 1000);
-    } catch (...) {
-    }
+    } catch (...) {}
     std::vector<void*> sent;
     for (std::size_t r = 0; r < size_; ++r) {
       if (r == rank_ || !eps_[r] || ep_failed_[r]) continue;
@@ -218,12 +220,11 @@ private:
       const auto st = t.wait_until(rs, deadline_clock::now() + t.timeout_, false);
       if (st.kind != wait_status::done) {
         t.cancel_all(rs);
-        throw transport_error("mdring::ucx: setting up shared access with rank " +
-                                  std::to_string(st.kind == wait_status::timeout ? ch.members[st.index / 2]
-                                                                                 : st.failed_rank) +
-                                  " failed: " + (st.kind == wait_status::timeout ? "no answer before the deadline"
-                                                                                  : st.reason),
-                              0);
+        throw transport_error(
+            "mdring::ucx: setting up shared access with rank " +
+                std::to_string(st.kind == wait_status::timeout ? ch.members[st.index / 2] : st.failed_rank) +
+                " failed: " + (st.kind == wait_status::timeout ? "no answer before the deadline" : st.reason),
+            0);
       }
     }
   };
@@ -250,15 +251,16 @@ private:
       if (all[r].size() < sizeof h || std::memcmp(all[r].data(), &h, sizeof h) != 0)
         throw topology_error("topology", "mdring::bind: rank " + std::to_string(r) +
                                              " of the UCX world bound a different topology, algorithms or options "
-                                             "(this rank: \"" + fingerprint + "\")");
+                                             "(this rank: \"" +
+                                             fingerprint + "\")");
     eps_.assign(size_, nullptr);
     ep_failed_.assign(size_, 0);
     peers_.resize(size_);
     for (std::size_t r = 0; r < size_; ++r) {
       peers_[r] = {this, r};
       ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.field_mask =
+          UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.address = reinterpret_cast<const ucp_address_t*>(all[r].data() + sizeof h);
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &transport::on_ep_error;
@@ -361,7 +363,8 @@ private:
     if (ep_errors_ != seen_ep_errors_) {
       seen_ep_errors_ = ep_errors_;
       for (std::size_t r = 0; r < size_; ++r)
-        if (ep_failed_[r]) return gone(r, std::string("its connection failed (UCX: ") + ucs_status_string(ep_status_) + ")");
+        if (ep_failed_[r])
+          return gone(r, std::string("its connection failed (UCX: ") + ucs_status_string(ep_status_) + ")");
     }
     return std::nullopt;
   }

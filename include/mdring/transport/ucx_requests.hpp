@@ -39,8 +39,8 @@ struct ucx_request {
 };
 
 [[noreturn]] inline void wrong_size(const ucx_request& rq, const std::string& got, std::size_t rank) {
-  throw transport_error("mdring::ucx: rank " + std::to_string(rq.peer) + " sent a message of " + got +
-                            " where rank " + std::to_string(rank) + " expected " + std::to_string(rq.bytes) +
+  throw transport_error("mdring::ucx: rank " + std::to_string(rq.peer) + " sent a message of " + got + " where rank " +
+                            std::to_string(rank) + " expected " + std::to_string(rq.bytes) +
                             ": the ranks passed different counts, types or roots to the same collective",
                         0);
 }

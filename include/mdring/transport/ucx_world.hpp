@@ -46,8 +46,6 @@
 
 MDRING_NAMESPACE_BEGIN
 
-
-
 namespace ucx {
 
 namespace detail {
@@ -149,8 +147,8 @@ private:
       : s_(std::make_shared<state>()) {
     if (size == 0) throw invalid_argument("size", "mdring::ucx::world: size must be at least 1");
     if (rank >= size)
-      throw invalid_argument("rank", "mdring::ucx::world: rank " + std::to_string(rank) + " is not below size " +
-                                         std::to_string(size));
+      throw invalid_argument(
+          "rank", "mdring::ucx::world: rank " + std::to_string(rank) + " is not below size " + std::to_string(size));
     s_->owned = std::move(owned);
     s_->store = store ? store : s_->owned.get();
     s_->rank = rank;

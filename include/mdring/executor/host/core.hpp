@@ -54,18 +54,26 @@ public:
   using request_t = typename transport_t::request;
 
   engine_core(Comm& c, const char* name, Op op, bool commutative)
-      : c_(c), tr_(c.get_transport()), red_(op, c.size()), name_(name), dims_(c.dims()),
-        ext_(c.executed_extents()), coords_(c.executed_coordinates()), reqs_(c.requests()), infos_(c.request_infos()),
-        per_slot_(c.request_slot_size()), commutative_(commutative) {}
+      : c_(c),
+        tr_(c.get_transport()),
+        red_(op, c.size()),
+        name_(name),
+        dims_(c.dims()),
+        ext_(c.executed_extents()),
+        coords_(c.executed_coordinates()),
+        reqs_(c.requests()),
+        infos_(c.request_infos()),
+        per_slot_(c.request_slot_size()),
+        commutative_(commutative) {}
 
   // The buffers of the call: the user's, and the scratch the engine laid out.
   struct buffers {
     const T* send = nullptr;
     T* recv = nullptr;
-    T* scratch = nullptr;         // program::scratch_elements
-    T* slots = nullptr;           // receive slots, slot_stride apart per pipeline slot
+    T* scratch = nullptr;  // program::scratch_elements
+    T* slots = nullptr;    // receive slots, slot_stride apart per pipeline slot
     std::size_t slot_stride = 0;
-    T* pieces = nullptr;          // p-1 pieces for cross-memory attach
+    T* pieces = nullptr;  // p-1 pieces for cross-memory attach
   };
 
   // ---- where a slice lives -------------------------------------------------------
@@ -73,11 +81,16 @@ public:
   // segment runs in.
   T* local(slice s, std::size_t d, std::size_t slot) const {
     switch (s.where) {
-      case region::send: return const_cast<T*>(buf_.send) + s.offset;
-      case region::recv: return buf_.recv + s.offset;
-      case region::scratch: return buf_.scratch + s.offset;
-      case region::slot: return buf_.slots + slot * buf_.slot_stride + s.offset;
-      default: return static_cast<T*>(staging_of(d, s)) + s.offset;
+      case region::send:
+        return const_cast<T*>(buf_.send) + s.offset;
+      case region::recv:
+        return buf_.recv + s.offset;
+      case region::scratch:
+        return buf_.scratch + s.offset;
+      case region::slot:
+        return buf_.slots + slot * buf_.slot_stride + s.offset;
+      default:
+        return static_cast<T*>(staging_of(d, s)) + s.offset;
     }
   }
 
@@ -86,10 +99,8 @@ public:
 
   // Dimension d runs its direct stages by shared access in this call.
   bool shared(std::size_t d) {
-    if constexpr (has_shared_access)
-      return algo(d) == algorithm::direct && tr_.shared(dims_[d].ch);
-    else
-      return (void)d, false;
+    if constexpr (has_shared_access) return algo(d) == algorithm::direct && tr_.shared(dims_[d].ch);
+    else return (void)d, false;
   }
   std::size_t staging_bytes(std::size_t d) {
     if constexpr (has_shared_access) return shared(d) ? tr_.group(dims_[d].ch).staging_bytes() : 0;
@@ -192,8 +203,8 @@ public:
       throw transport_error(std::string("mdring::") + name_ + ": rank " + std::to_string(dims_[d].members[j]) +
                                 " works on " + std::to_string(g.signature(j) / 64) + " elements of " +
                                 std::to_string(g.signature(j) % 64) + " bytes in dimension " + std::to_string(d) +
-                                " where rank " + std::to_string(c_.rank()) + " works on " + std::to_string(n) +
-                                " of " + std::to_string(sizeof(T) % 64) +
+                                " where rank " + std::to_string(c_.rank()) + " works on " + std::to_string(n) + " of " +
+                                std::to_string(sizeof(T) % 64) +
                                 ": the ranks passed different counts, types or roots to the same collective",
                             0);
   }
@@ -223,9 +234,9 @@ public:
       throw timeout_error(what, name_, d, std::string(to_string(ph)), step, peer);
     }
     throw remote_error(std::string("mdring::") + name_ + ": rank " + std::to_string(st.failed_rank) +
-                           on_host(st.failed_rank) + " failed, so rank " + std::to_string(c_.rank()) + " stopped waiting in dimension " +
-                           std::to_string(d) + ", " + std::string(to_string(ph)) + " step " + std::to_string(step) +
-                           ": " + st.reason,
+                           on_host(st.failed_rank) + " failed, so rank " + std::to_string(c_.rank()) +
+                           " stopped waiting in dimension " + std::to_string(d) + ", " + std::string(to_string(ph)) +
+                           " step " + std::to_string(step) + ": " + st.reason,
                        st.failed_rank);
   }
 

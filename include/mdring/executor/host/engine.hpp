@@ -74,10 +74,10 @@ public:
   const call_decision& decide(collective kind, std::size_t count, int force_hd = -1) {
     call_decision& d = c_.decision();
     const std::size_t n = call_elements(kind, count, c_.size());
-    decide_call(d, call_request{kind, c_.executed_topology(), c_.requested_algorithms(), c_.bind_algorithms(),
-                                commutative_, count, c_.size(), sizeof(T), c_.get_options().tune,
-                                kind == collective::all_reduce ? measured_for(n) : nullptr, c_.rank_links(), ext_,
-                                force_hd});
+    decide_call(
+        d, call_request{kind, c_.executed_topology(), c_.requested_algorithms(), c_.bind_algorithms(), commutative_,
+                        count, c_.size(), sizeof(T), c_.get_options().tune,
+                        kind == collective::all_reduce ? measured_for(n) : nullptr, c_.rank_links(), ext_, force_hd});
     std::copy(d.algos.begin(), d.algos.end(), c_.algorithm_slots().begin());
     return d;
   }
