@@ -123,11 +123,10 @@ constexpr std::string_view to_string(device_transport t) noexcept {
 //            memory between the processes of a node, else options.memory). Host
 //            path; the GPU path runs every dimension direct instead (one rounding
 //            per dimension).
-// Per dimension (options::dimension_accumulation, or accumulate<float>(ring<...>)
-// in the topology's type): a float32 dimension's partial results are not rounded
-// inside it. The dimension runs direct: every rank's 16-bit inputs to a block
-// reach its owner, which folds them in float and rounds once, as the block
-// leaves the dimension. The bytes are those of a ring's reduce-scatter (16 bits);
+// Per dimension (options::dimension_accumulation, MDRING_ACCUMULATION=element,float32):
+// a float32 dimension's partial results are not rounded inside it. The dimension
+// runs direct: every rank's 16-bit inputs to a block reach its owner, which folds
+// them in float and rounds once, as the block leaves the dimension. The bytes are those of a ring's reduce-scatter (16 bits);
 // what it costs is (p - 1) messages in flight instead of one. Rings of the other
 // dimensions still round per hop. Every dimension float32 is the widened call.
 // Other element types and user ops are not affected.
