@@ -23,7 +23,7 @@ if [ "${1:-}" = --check ]; then
   if [ ${#bad[@]} -gt 0 ]; then
     echo "format.sh: ${#bad[@]} of ${#files[@]} files do not follow .clang-format (scripts/format.sh fixes them):"
     printf '  %s\n' "${bad[@]}"
-    "$cf" --dry-run "${bad[0]}" 2>&1 | head -20
+    "$cf" --dry-run "${bad[0]}" 2>&1 | head -20 || true
     exit 1
   fi
   echo "format.sh: ${#files[@]} files follow .clang-format"

@@ -126,10 +126,11 @@ constexpr std::string_view to_string(device_transport t) noexcept {
 // Per dimension (options::dimension_accumulation, MDRING_ACCUMULATION=element,float32):
 // a float32 dimension's partial results are not rounded inside it. The dimension
 // runs direct: every rank's 16-bit inputs to a block reach its owner, which folds
-// them in float and rounds once, as the block leaves the dimension. The bytes are those of a ring's reduce-scatter (16 bits);
-// what it costs is (p - 1) messages in flight instead of one. Rings of the other
-// dimensions still round per hop. Every dimension float32 is the widened call.
-// Other element types and user ops are not affected.
+// them in float and rounds once, as the block leaves the dimension. The bytes are
+// those of a ring's reduce-scatter (16 bits); what it costs is (p - 1) messages in
+// flight instead of one. Rings of the other dimensions still round per hop. Every
+// dimension float32 is the widened call. Other element types and user ops are not
+// affected.
 enum class accumulation { element, float32 };
 
 constexpr std::string_view to_string(accumulation a) noexcept {
