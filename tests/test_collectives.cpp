@@ -445,5 +445,8 @@ TEST_CASE("collectives: explain names the stages") {
     CHECK(!t.empty());
     CHECK(t.find("reduce-scatter") != std::string::npos);
     CHECK(t.find("all-gather") != std::string::npos);
+    // One direct stage over the six threads, which read and write each other's buffers.
+    CHECK(t.find("(shared access)") != std::string::npos);
+    CHECK(t.find("shared access: the stages marked so move no messages") != std::string::npos);
   }
 }

@@ -35,6 +35,7 @@
 #include "../topology/runtime.hpp"
 #include "../executor/progress.hpp"
 #include "../executor/state.hpp"
+#include "../transport/shared_access.hpp"
 #include "../transport/transport.hpp"
 
 #include <algorithm>
@@ -379,6 +380,9 @@ public:
     plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, at.size, al, tune, root, at.name,
                                 op_traits<Op>::name(), m ? m->segments : 0, trees);
     pl.accumulation = at.note;
+    if constexpr (shared_access_transport<Transport>)  // what the engine runs by shared access (executor/host/core.hpp)
+      for (auto& st : pl.stages)
+        st.shared_access = al[st.dim] == algorithm::direct && dims_[st.dim].extent > 1 && tr_->shared(dims_[st.dim].ch);
     if (m) {
       char buf[200];
       std::snprintf(buf, sizeof buf,

@@ -53,6 +53,10 @@ struct plan_stage {
   std::size_t bytes_sent = 0;  // by this rank
   std::size_t bytes_received = 0;
   double seconds = 0;  // predicted for the whole stage
+  // A direct stage the bound communicator runs by shared access: no messages; this
+  // rank reads its peers' buffers (reduce-scatter) and writes into them (all-gather)
+  // in place. Set by communicator::make_plan (the free explain() knows no transport).
+  bool shared_access = false;
 };
 
 struct plan {
@@ -327,9 +331,19 @@ inline std::string plan::to_string() const {
                   std::string(mdring::to_string(st.ph)).c_str(), st.dim, st.link.name.c_str(), st.extent,
                   std::string(mdring::to_string(st.algo)).c_str(), st.steps, detail::rank_list(st.send_to).c_str(),
                   detail::rank_list(st.recv_from).c_str(), detail::human_bytes(double(st.bytes_sent)).c_str(),
-                  detail::human_seconds(st.seconds).c_str(), st.participates ? "" : "  (idle)");
+                  detail::human_seconds(st.seconds).c_str(),
+                  !st.participates   ? "  (idle)"
+                  : st.shared_access ? "  (shared access)"
+                                     : "");
     s += line;
   }
+  for (auto& st : stages)
+    if (st.shared_access) {
+      s += "shared access: the stages marked so move no messages; this rank reads its peers' buffers in place "
+           "(reduce-scatter) and writes into them (all-gather): \"sends to\" and \"receives from\" are the peers "
+           "whose memory it writes and reads, the bytes what it moves\n";
+      break;
+    }
   if (stages.empty())
     s += elements == 0 ? "  (no elements: nothing to do)\n" : "  (one rank: a local copy, no stage)\n";
   // Each link once: what one rank gets of it, and of what (ports shared by the node's ranks).
