@@ -161,6 +161,7 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
           std::lock_guard l(m);
           for (const auto& st : pl.stages) {
             seen.insert(std::string(md::to_string(st.algo)));
+            if (st.shared_access) seen.insert("(shared access)");
             const bool own_algo = st.ph != md::phase::scatter && st.ph != md::phase::gather;
             if (own_algo && st.algo != d.algos.at(st.dim))
               errors.push_back(std::string(text) + " " + std::string(md::to_string(kind)) + " n=" + std::to_string(n) +
@@ -175,9 +176,12 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
           // the direct stages it runs by shared access (threads: every shm stage).
           md::plan unmarked = pl;
           for (auto& st : unmarked.stages) {
-            // threads share every dimension's memory: the engine runs a dimension
-            // by shared access where the call runs it direct.
-            const bool want = d.algos.at(st.dim) == md::algorithm::direct && st.extent > 1;
+            // The engine ran the dimension by shared access (program_dims: the
+            // parameters the call's program was built with); of its stages, the
+            // reduce-scatter and all-gather ones read and write peers' buffers, while
+            // scatter, gather and tree stages move messages (plan/build_stages.hpp).
+            const bool want = (st.ph == md::phase::reduce_scatter || st.ph == md::phase::all_gather) &&
+                              comm.program_dims().at(st.dim).shared;
             if (st.shared_access != want)
               errors.push_back(std::string(text) + " n=" + std::to_string(n) + ": stage " +
                                std::string(md::to_string(st.ph)) + " of dimension " + std::to_string(st.dim) +
@@ -203,6 +207,9 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
       CHECK(seen.count("recursive_doubling"));
       CHECK(seen.count("halving_doubling"));
       CHECK(seen.count("ring"));
+      CHECK(!seen.count("(shared access)"));
+    } else {  // shm:2 runs direct, the threads reading each other's buffers
+      CHECK(seen.count("(shared access)"));
     }
   }
 }

@@ -380,9 +380,13 @@ public:
     plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, at.size, al, tune, root, at.name,
                                 op_traits<Op>::name(), m ? m->segments : 0, trees);
     pl.accumulation = at.note;
-    if constexpr (shared_access_transport<Transport>)  // what the engine runs by shared access (executor/host/core.hpp)
+    // What the engine runs by shared access: the reduce-scatter and all-gather stages
+    // of a dimension the call runs direct whose ranks share memory (executor/host/core.hpp
+    // shared(d), plan/build_stages.hpp); tree, scatter and gather stages move messages.
+    if constexpr (shared_access_transport<Transport>)
       for (auto& st : pl.stages)
-        st.shared_access = al[st.dim] == algorithm::direct && dims_[st.dim].extent > 1 && tr_->shared(dims_[st.dim].ch);
+        st.shared_access = (st.ph == phase::reduce_scatter || st.ph == phase::all_gather) &&
+                           al[st.dim] == algorithm::direct && dims_[st.dim].extent > 1 && tr_->shared(dims_[st.dim].ch);
     if (m) {
       char buf[200];
       std::snprintf(buf, sizeof buf,
