@@ -27,6 +27,7 @@
 #include <mdring/reduce/ops.hpp>
 #include <mdring/topology/coordinates.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,7 @@ struct dim_case {
   std::size_t extent;
   algorithm algo;
   bool shared;
+  bool streamed = false;  // dim_program::streamed (all_reduce's pull form)
 };
 
 template <class T>
@@ -80,6 +82,8 @@ struct world {
     std::size_t cursor = 0;
     bool posted = false;
     bool staged_open = false;  // gpu: a staged stage arrived, not yet closed
+    bool streams = false;      // regions source and result are `copy` (the executor's block), else send and recv
+    std::vector<T> copy;
   };
   std::vector<rank_state> ranks;
   // The GPU executor's order and its ipc transport's waits (set_gpu()): every rank
@@ -117,13 +121,14 @@ struct world {
       md::to_coordinates(r, ext, rs.coords);
       std::vector<md::dim_program> dp;
       for (std::size_t d = 0; d < dims.size(); ++d)
-        dp.push_back({dims[d].extent, rs.coords[d], dims[d].algo, dims[d].shared, staging});
+        dp.push_back({dims[d].extent, rs.coords[d], dims[d].algo, dims[d].shared, staging, dims[d].streamed});
       md::program_params p;
       p.kind = kind, p.dims = dp, p.count = count, p.rank = r, p.root = root, p.elem_size = sizeof(T);
       p.segment_length = seg_len, p.nontemporal_bytes = 4096, p.trees = trees;
       rs.prog = md::make_program(p);
       rs.sendv.assign(send_size(), T{});
       rs.recvv.assign(recv_size(r), T(-7));
+      rs.copy.assign(send_size(), T(-9));
       rs.scratch.assign(rs.prog.scratch_elements, T{});
       rs.scratch_written.assign(rs.prog.scratch_elements, 0);
       rs.slots.assign(rs.prog.segments * rs.prog.slot_elements, T{});
@@ -195,6 +200,13 @@ struct world {
     return resolve_own(r, s, n, write, st);
   }
   T* resolve_own(std::size_t r, md::slice s, std::size_t n, bool write, const md::program_step& st) {
+    if (s.where == region::source || s.where == region::result) {  // a streamed dimension's
+      if (kind != collective::all_reduce) return fail("region source or result outside all_reduce"), nullptr;
+      auto& cp = ranks[r].copy;
+      if (!ranks[r].streams) s.where = s.where == region::source ? region::send : region::recv;
+      else if (s.offset + n > cp.size()) return fail("out of bounds in the streamed copy"), nullptr;
+      else return cp.data() + s.offset;
+    }
     if (s.offset + n > limit(r, s.where)) return fail("out of bounds in " + std::to_string(int(s.where))), nullptr;
     auto& rs = ranks[r];
     if (s.where == region::scratch || s.where == region::slot) {
@@ -391,7 +403,8 @@ std::string label(const shape& s, collective k, std::size_t n, std::size_t root,
                   bool ip) {
   std::string out(md::to_string(k));
   for (const auto& d : s)
-    out += " " + std::to_string(d.extent) + std::string(md::to_string(d.algo)) + (d.shared ? "(shared)" : "");
+    out += " " + std::to_string(d.extent) + std::string(md::to_string(d.algo)) + (d.shared ? "(shared)" : "") +
+           (d.streamed ? "(streamed)" : "");
   return out + ", count " + std::to_string(n) + ", root " + std::to_string(root) + ", segment " + std::to_string(len) +
          ", staging " + std::to_string(stg) + (ip ? ", in place" : "");
 }
@@ -400,12 +413,15 @@ std::string label(const shape& s, collective k, std::size_t n, std::size_t root,
 // values as the op does (for the expected values), fin(x) finalizes.
 template <class Op, class Val, class Combine, class Fin>
 void check(const shape& s, collective k, std::size_t n, std::size_t root, std::size_t len, std::size_t stg, bool ip,
-           Op op, Val val, Combine combine, Fin fin, bool trees = false, bool gpu = false) {
+           Op op, Val val, Combine combine, Fin fin, bool trees = false, bool gpu = false, int streams = 0) {
   for (bool reverse : {false, true}) {
     world<std::int32_t> w(s, k, n, root, len, stg, ip, trees);
     if (gpu) w.set_gpu();
-    const std::string where = label(s, k, n, root, len, stg, ip) + (trees ? ", trees" : "") +
-                              (gpu ? ", gpu order" : "") + (reverse ? ", ranks moved in reverse" : "");
+    // Which ranks keep their results in their copy of send (streams 1: all, 2: every other one).
+    for (std::size_t r = 0; r < w.P; ++r) w.ranks[r].streams = streams == 1 || (streams == 2 && r % 2 == 1);
+    const std::string where =
+        label(s, k, n, root, len, stg, ip) + (trees ? ", trees" : "") + (gpu ? ", gpu order" : "") +
+        (streams ? ", streaming ranks " + std::to_string(streams) : "") + (reverse ? ", ranks moved in reverse" : "");
     const std::size_t P = w.P;
     for (std::size_t r = 0; r < P; ++r) {
       auto& rs = w.ranks[r];
@@ -481,6 +497,44 @@ TEST_CASE("program: all_reduce, int32 sum, every shape, count, segment length an
   }
 }
 
+namespace {
+struct keep_left {
+  static constexpr bool is_commutative = false;
+  std::int32_t operator()(std::int32_t a, std::int32_t) const { return a; }
+};
+}  // namespace
+
+TEST_CASE("program: all_reduce's pull form (a streamed dimension), whichever ranks keep their results in send") {
+  // dim_program::streamed: peers read a rank's region source and result, which are
+  // its send and recv, or one block (the executor streams where its buffers cannot
+  // be mapped) that the program fills; any mix of ranks works. Where the dimension
+  // is not the call's only one, the fused form runs.
+  const std::vector<shape> streamed = {
+      {{2, D, true, true}},
+      {{5, D, true, true}},
+      {{1, R, false}, {4, D, true, true}, {1, R, false}},
+      {{2, D, true, true}, {3, R, false}},
+      {{3, R, false}, {2, D, true, true}},
+  };
+  auto val = [](std::size_t r, std::size_t i) { return std::int32_t(3 * r + i % 5); };
+  auto left = [](std::int32_t a, std::int32_t) { return a; };
+  for (const auto& s : streamed) {
+    const std::size_t P = size_of(s);
+    auto fin = [P](std::int32_t a) { return std::int32_t(a / std::int32_t(P)); };
+    for (int streams : {0, 1, 2})
+      for (std::size_t stg : {std::size_t(0), std::size_t(64)}) {
+        for (std::size_t n : {std::size_t(0), std::size_t(1), P - 1, std::size_t(13), std::size_t(1009)})
+          for (std::size_t len : {std::size_t(0), std::size_t(64), std::size_t(300)})
+            for (bool ip : {false, true})
+              check(s, collective::all_reduce, n, 0, len, stg, ip, md::sum, value, add, same, false, false, streams);
+        check(s, collective::all_reduce, 97, 0, 32, stg, false, md::avg, val, add, fin, false, false, streams);
+        if (std::all_of(s.begin(), s.end(), [](const dim_case& d) { return d.extent == 1 || d.algo == D; }))
+          check(s, collective::all_reduce, 1009, 0, 100, stg, false, keep_left{}, value, left, same, false, false,
+                streams);  // in rank order (direct dimensions only)
+      }
+  }
+}
+
 TEST_CASE("program: reduce_scatter, all_gather, broadcast and reduce, every shape, count, root and staging") {
   for (const auto& s : shapes) {
     const std::size_t P = size_of(s);
@@ -539,13 +593,6 @@ TEST_CASE("program: avg divides once, by the owner") {
   }
 }
 
-namespace {
-struct keep_left {
-  static constexpr bool is_commutative = false;
-  std::int32_t operator()(std::int32_t a, std::int32_t) const { return a; }
-};
-}  // namespace
-
 TEST_CASE("program: a non-commutative op on direct stages combines in rank order") {
   // keep_left over ranks 0..P-1 in rank order gives rank 0's value.
   const std::vector<shape> direct_shapes = {
@@ -557,39 +604,4 @@ TEST_CASE("program: a non-commutative op on direct stages combines in rank order
       check(s, collective::reduce_scatter, 13, 0, 0, stg, false, keep_left{}, value, left, same);
       check(s, collective::reduce, 97, 1, 0, stg, false, keep_left{}, value, left, same);
     }
-}
-
-TEST_CASE("program: structure of a shared stage and of a pipelined call") {
-  // (The worked example of program.hpp by messages, and the wavefront order, are in
-  // tests/test_schedule.cpp.)
-  md::program_params p;
-  p.count = 10;
-  // 2 ranks by shared access, all_reduce of 10, rank 0: arrive (publishing sendbuf
-  // and recvbuf), one fused fold into both ranks' recvbufs, then leave.
-  const std::vector<md::dim_program> sh = {{2, 0, algorithm::direct, true, 0}};
-  p.dims = sh;
-  const auto pr = md::make_program(p);
-  REQUIRE(pr.steps.size() == 2);
-  CHECK(pr.shared);
-  CHECK(pr.steps[0].sync == md::sync_kind::arrive);
-  CHECK(pr.steps[0].publish_src == md::slice{region::send, 0, 0});
-  CHECK(pr.steps[0].publish_dst == md::slice{region::recv, 0, 0});
-  CHECK(pr.steps[0].signature == 10);
-  REQUIRE(pr.steps[0].ops == 1);
-  const auto& fu = pr.ops[pr.steps[0].first_op];
-  CHECK(fu.outs == 2);
-  CHECK(pr.outputs_of(fu)[1] == md::slice{region::peer_dst, 1, 0});
-  CHECK(pr.inputs_of(fu)[1] == md::slice{region::peer_src, 1, 0});
-  CHECK(pr.steps[1].sync == md::sync_kind::leave);
-  CHECK(pr.slot_elements == 0);
-
-  // 4 segments over 2 dimensions (2 stages each way): segment after segment in the
-  // program (the host's cursor admits them one behind the other).
-  const std::vector<md::dim_program> two = {{2, 0, algorithm::direct, false, 0}, {2, 0, algorithm::direct, false, 0}};
-  p.dims = two, p.count = 400, p.segment_length = 100;
-  const auto piped = md::make_program(p);
-  CHECK(piped.segments == 4);
-  CHECK(piped.segment_begin == std::vector<std::size_t>{0, 4, 8, 12, 16});
-  for (std::size_t seg = 0; seg < 4; ++seg)
-    for (std::size_t k = 0; k < 4; ++k) CHECK(piped.steps[4 * seg + k].segment == seg);
 }

@@ -436,3 +436,69 @@ TEST_CASE("schedule: structure") {
   CHECK(s.ops[0].ins == 1);
   CHECK(s.inputs_of(s.ops[0])[0] == md::slice{md::region::send, 0, 0});
 }
+
+TEST_CASE("program: structure of a shared stage and of a pipelined call") {
+  // (The worked example of program.hpp by messages, and the wavefront order, are
+  // above.)
+  md::program_params p;
+  p.count = 10;
+  // 2 ranks by shared access, all_reduce of 10, rank 0: arrive (publishing sendbuf
+  // and recvbuf), one fused fold into both ranks' recvbufs, then leave.
+  const std::vector<md::dim_program> sh = {{2, 0, algorithm::direct, true, 0}};
+  p.dims = sh;
+  const auto pr = md::make_program(p);
+  REQUIRE(pr.steps.size() == 2);
+  CHECK(pr.shared);
+  CHECK(pr.steps[0].sync == md::sync_kind::arrive);
+  CHECK(pr.steps[0].publish_src == md::slice{md::region::send, 0, 0});
+  CHECK(pr.steps[0].publish_dst == md::slice{md::region::recv, 0, 0});
+  CHECK(pr.steps[0].signature == 10);
+  REQUIRE(pr.steps[0].ops == 1);
+  const auto& fu = pr.ops[pr.steps[0].first_op];
+  CHECK(fu.outs == 2);
+  CHECK(pr.outputs_of(fu)[1] == md::slice{md::region::peer_dst, 1, 0});
+  CHECK(pr.inputs_of(fu)[1] == md::slice{md::region::peer_src, 1, 0});
+  CHECK(pr.steps[1].sync == md::sync_kind::leave);
+  CHECK(pr.slot_elements == 0);
+
+  // The same streamed (the pull form): copy block 1 of send into source (pre),
+  // arrive publishing source, fold block 0 into recv and result; arrive publishing
+  // both, copy block 1 from rank 1's result; leave.
+  const std::vector<md::dim_program> st = {{2, 0, algorithm::direct, true, 0, true}};
+  p.dims = st;
+  const auto pull = md::make_program(p);
+  REQUIRE(pull.steps.size() == 3);
+  CHECK(pull.steps[0].sync == md::sync_kind::arrive);
+  CHECK(pull.steps[0].publish_src == md::slice{md::region::source, 0, 0});
+  CHECK_FALSE(pull.steps[0].publishes_dst);
+  REQUIRE(pull.steps[0].pre == 1);
+  const auto& in = pull.ops[pull.steps[0].first_pre];
+  CHECK(pull.inputs_of(in)[0] == md::slice{md::region::send, 0, 5});
+  CHECK(pull.outputs_of(in)[0] == md::slice{md::region::source, 0, 5});
+  CHECK(in.count == 5);
+  REQUIRE(pull.steps[0].ops == 1);
+  const auto& fold = pull.ops[pull.steps[0].first_op];
+  CHECK(pull.outputs_of(fold)[0] == md::slice{md::region::recv, 0, 0});
+  CHECK(pull.outputs_of(fold)[1] == md::slice{md::region::result, 0, 0});
+  CHECK(pull.inputs_of(fold)[0] == md::slice{md::region::send, 0, 0});
+  CHECK(pull.inputs_of(fold)[1] == md::slice{md::region::peer_src, 1, 0});
+  CHECK(fold.count == 5);
+  CHECK(pull.steps[1].sync == md::sync_kind::arrive);
+  CHECK(pull.steps[1].publish_src == md::slice{md::region::source, 0, 0});
+  CHECK(pull.steps[1].publish_dst == md::slice{md::region::result, 0, 0});
+  REQUIRE(pull.steps[1].ops == 1);
+  const auto& cp = pull.ops[pull.steps[1].first_op];
+  CHECK(pull.inputs_of(cp)[0] == md::slice{md::region::peer_dst, 1, 5});
+  CHECK(pull.outputs_of(cp)[0] == md::slice{md::region::recv, 0, 5});
+  CHECK(pull.steps[2].sync == md::sync_kind::leave);
+
+  // 4 segments over 2 dimensions (2 stages each way): segment after segment in the
+  // program (the host's cursor admits them one behind the other).
+  const std::vector<md::dim_program> two = {{2, 0, algorithm::direct, false, 0}, {2, 0, algorithm::direct, false, 0}};
+  p.dims = two, p.count = 400, p.segment_length = 100;
+  const auto piped = md::make_program(p);
+  CHECK(piped.segments == 4);
+  CHECK(piped.segment_begin == std::vector<std::size_t>{0, 4, 8, 12, 16});
+  for (std::size_t seg = 0; seg < 4; ++seg)
+    for (std::size_t k = 0; k < 4; ++k) CHECK(piped.steps[4 * seg + k].segment == seg);
+}

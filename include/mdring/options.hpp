@@ -181,6 +181,21 @@ struct tuning {
   // rank's staging buffers (copy in, one synchronization, read the peers') rather
   // than reading the peers' buffers in place or by cross-memory attach.
   std::size_t shared_staging_bytes = std::size_t(16) << 10;
+  // Shared access between processes, buffers the peers cannot map (not from
+  // node_alloc: the heap, a PyTorch tensor, an MPI program's malloc): seconds per
+  // byte that peers take to read or write them by cross-memory attach
+  // (process_vm_readv / writev), and that a rank takes to copy them itself. Where
+  // the model says so (plan/cost.hpp streaming_pays), all_reduce streams them
+  // through node memory instead: such a rank copies the blocks of sendbuf its peers
+  // fold into node memory, which they map, and its results land there too (one
+  // more synchronization per segment). Not below stream_min_bytes: a smaller call's
+  // buffers sit in the cache, where cross-memory attach is about as fast as the
+  // copy and the synchronization. Measured on a 2-core EPYC (docs/PERFORMANCE.md):
+  // cross-memory attach about 4.5 GB/s from memory, a copy about 7 GB/s, equal
+  // times at 1 MiB. cma_gamma 0: never stream.
+  double cma_gamma = 1.0 / 4.5e9;
+  double copy_gamma = 1.0 / 7e9;
+  std::size_t stream_min_bytes = std::size_t(1) << 20;
   // Shared access: a rank whose results of one stage (its block, times the ranks
   // it writes it to) reach this many bytes writes them with non-temporal stores,
   // which skip reading the destination lines and leave the cache alone: about 2 x

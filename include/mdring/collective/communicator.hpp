@@ -310,6 +310,7 @@ public:
     ptrs_.resize(pmax);
     call_algos_.resize(k);
     program_dims_.resize(k);
+    unmapped_.assign(k, 0);
     progress_mode mode = opts_.progress;
     if (mode == progress_mode::automatic)
       mode = detail::background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
@@ -383,10 +384,27 @@ public:
     // What the engine runs by shared access: the reduce-scatter and all-gather stages
     // of a dimension the call runs direct whose ranks share memory (executor/host/core.hpp
     // shared(d), plan/build_stages.hpp); tree, scatter and gather stages move messages.
-    if constexpr (shared_access_transport<Transport>)
+    if constexpr (shared_access_transport<Transport>) {
       for (auto& st : pl.stages)
         st.shared_access = (st.ph == phase::reduce_scatter || st.ph == phase::all_gather) &&
                            al[st.dim] == algorithm::direct && dims_[st.dim].extent > 1 && tr_->shared(dims_[st.dim].ch);
+      // The engine's pull form (executor/host/engine.hpp program_of): the same test.
+      std::size_t nontrivial = 0, sd = 0;
+      for (std::size_t e = 0; e < extents_.size(); ++e)
+        if (extents_[e] > 1) ++nontrivial, sd = e;
+      // (A widened call runs on node memory of its own: nothing to stream.)
+      const std::size_t bytes = count * at.size;
+      const std::size_t seg = (pl.segments > 1 && pl.segment_elements ? pl.segment_elements : count) * at.size;
+      const std::size_t staging = (opts_.tune.shared_staging_bytes + 63) / 64 * 64;  // as the transports open it
+      if (!Transport::same_address_space && kind == collective::all_reduce && nontrivial == 1 && at.size == sizeof(T) &&
+          al[sd] == algorithm::direct && tr_->shared(dims_[sd].ch) && seg > staging &&
+          streaming_pays(extents_[sd], bytes, pl.segments, dims_[sd].link, opts_.tune))
+        pl.streaming =
+            "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
+            "the first such one (tune.cma_gamma, copy_gamma, stream_min_bytes): each such rank copies the "
+            "peers' blocks into node memory, and the all-gather reads the peers' results (one more "
+            "synchronization per segment)";
+    }
     if (m) {
       char buf[200];
       std::snprintf(buf, sizeof buf,
@@ -438,6 +456,9 @@ public:
   // parameters a call's program is looked up with.
   program_cache& programs() noexcept { return programs_; }
   std::vector<dim_program>& program_dims() noexcept { return program_dims_; }
+  // Per executed dimension: whether the last all_reduce that noted it had buffers
+  // some rank's peers could not map (executor/host/core.hpp; dim_program::streamed).
+  std::vector<unsigned char>& unmapped_buffers() noexcept { return unmapped_; }
   // options.planning = measure: the measured all_reduce plans (plan/wisdom.hpp), and
   // what the executor is measuring (executor/host/engine.hpp).
   struct measuring_state {
@@ -476,6 +497,7 @@ private:
   std::vector<link_info> rank_links_;
   call_decision decision_;
   std::vector<dim_program> program_dims_;
+  std::vector<unsigned char> unmapped_;
   program_cache programs_;
   wisdom wisdom_;
   measuring_state measuring_;

@@ -75,6 +75,9 @@ inline std::string fingerprint_core(const runtime_topology& written, const optio
   real("host gamma", u.host_gamma);
   real("device gamma", u.device_gamma);
   num("shared staging", u.shared_staging_bytes);
+  real("cma gamma", u.cma_gamma);
+  real("copy gamma", u.copy_gamma);
+  num("stream min", u.stream_min_bytes);
   num("staging chunk", u.staging_chunk_bytes);
   num("ipc staging", u.ipc_staging_bytes);
   real("ipc publish", u.ipc_publish_seconds);

@@ -469,6 +469,10 @@ void communicator<Topology, Transport>::reserve(std::size_t count) {
     }
   }
   ws_.get(bytes);
+  // A streamed all_reduce's block of node memory (executor/host/engine.hpp
+  // stream_in), kept by the pool for the calls.
+  if constexpr (!Transport::same_address_space)
+    if (opts_.shared_memory && count) (void)wide_->take(count * sizeof(T));
 }
 
 MDRING_NAMESPACE_END

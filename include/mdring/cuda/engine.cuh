@@ -275,8 +275,10 @@ struct call_buffers {
   T* at(slice s, std::size_t segment, const remote_view* rv = nullptr) const {
     switch (s.where) {
       case region::send:
+      case region::source:  // the GPU path streams nothing (dim_program::streamed is host only)
         return const_cast<T*>(send) + s.offset;
       case region::recv:
+      case region::result:
         return recv + s.offset;
       case region::scratch:
         return scratch + s.offset;

@@ -38,6 +38,12 @@ struct dim_program {
   algorithm algo = algorithm::ring;  // ring, direct or halving_doubling
   bool shared = false;               // direct stages by shared access (ranks of a node)
   std::size_t staging_bytes = 0;     // shared: ranges of at most this many bytes are staged
+  // shared, all_reduce with this dimension the only one of more than one rank, ranges
+  // above staging_bytes: the pull form (build_stages.hpp streamed_rs). Peers read a
+  // rank's `source` and `result` (plan/program.hpp), which each rank places alone: a
+  // rank whose buffers its peers cannot map streams them through node memory while
+  // its peers read theirs in place (executor/host/engine.hpp stream_in).
+  bool streamed = false;
   friend constexpr bool operator==(const dim_program&, const dim_program&) = default;
 };
 
@@ -192,8 +198,8 @@ protected:
   void fold(slice dst, std::initializer_list<slice> ins, std::size_t n, bool final) {
     op(local_op::fold, {&dst, 1}, {ins.begin(), ins.size()}, n, final, false);
   }
-  void copy(slice dst, slice src, std::size_t n, bool pre = false) {
-    op(local_op::copy, {&dst, 1}, {&src, 1}, n, false, false, pre);
+  void copy(slice dst, slice src, std::size_t n, bool pre = false, bool nt = false) {
+    op(local_op::copy, {&dst, 1}, {&src, 1}, n, false, nt, pre);
   }
   // Copies the runs of [lo, lo+n) of v to `to` (pre: packing before a send).
   void pack(const bview& v, std::size_t lo, std::size_t n, slice to, bool pre = true) {

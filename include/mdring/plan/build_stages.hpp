@@ -193,6 +193,41 @@ protected:
       op(local_op::fold, outs_, ins_, bc.count, true, stream(bc.count * p_.elem_size * p));
     });
   }
+  // The pull form of the same (dim_program::streamed; the source is send). Step 1:
+  // copy the peers' blocks of send into `source` (pre: nothing where source is
+  // send), arrive, fold block c from every peer's source into recv and `result`.
+  // All-gather: arrive (every peer's fold is done), copy block j from peer j's
+  // result, leave. The two addresses are published at both arrives (an arrive
+  // rewrites both, and a peer may still be folding from this rank's source).
+  void streamed_rs(std::size_t d, block_range r) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const block_range bc = block_of(r.count, p, c);
+    const slice send{region::send, 0, r.offset}, src{region::source, 0, r.offset};
+    stage(d, phase::reduce_scatter, 1, shared_sync, [&](std::size_t) {
+      const bool nt = stream(r.count * p_.elem_size);
+      copy(src, send, bc.offset, true, nt);
+      copy(src + (bc.offset + bc.count), send + (bc.offset + bc.count), r.count - bc.offset - bc.count, true, nt);
+      publish(r.count, &src, nullptr);
+      ins_.clear();
+      for (std::size_t j = 0; j < p; ++j)
+        ins_.push_back(j == c ? send + bc.offset : peer_slice(region::peer_src, j, bc.offset));
+      const slice outs[] = {{region::recv, 0, r.offset + bc.offset}, {region::result, 0, r.offset + bc.offset}};
+      op(local_op::fold, outs, ins_, bc.count, true, stream(bc.count * p_.elem_size * 2));
+    });
+  }
+  void streamed_ag(std::size_t d, block_range r) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const slice buf{region::recv, 0, r.offset}, res{region::result, 0, r.offset}, src{region::source, 0, r.offset};
+    stage(d, phase::all_gather, 2, shared_sync, [&](std::size_t i) {
+      if (i) return;
+      publish(r.count, &src, &res);
+      const bool nt = stream(r.count * p_.elem_size);
+      for (std::size_t j = 0; j < p; ++j) {
+        const block_range bj = block_of(r.count, p, j);
+        if (j != c) copy(buf + bj.offset, peer_slice(region::peer_dst, j, bj.offset), bj.count, false, nt);
+      }
+    });
+  }
   void fused_ag(std::size_t d, block_range r) {
     const bool leave = r.count && !staged(d, r.count);
     stage(

@@ -100,6 +100,9 @@ private:
 
   // ---- all_reduce -------------------------------------------------------------------
   bool rd(std::size_t d) const { return dim(d).algo == algorithm::recursive_doubling; }
+  // The pull form (dim_program::streamed): the source is send itself, and the range
+  // is not staged (on every rank of the ring alike: they share the range).
+  bool pull(std::size_t d, block_range r) const { return dim(d).streamed && first() == last() && !staged(d, r.count); }
 
   void all_reduce() {
     const std::size_t n = p_.count;
@@ -142,7 +145,8 @@ private:
           continue;
         }
         if (fuse && d == last()) {
-          fused_rs(d, r, src);
+          if (pull(d, r)) streamed_rs(d, r);
+          else fused_rs(d, r, src);
           continue;
         }
         const slice mid{region::recv, 0, r.offset};
@@ -151,7 +155,7 @@ private:
       for (std::size_t i = nontrivial_.size(); i-- > 0;) {
         const std::size_t d = nontrivial_[i];
         if (rd(d)) continue;
-        if (fuse && d == last()) fused_ag(d, range(d));
+        if (fuse && d == last()) pull(d, range(d)) ? streamed_ag(d, range(d)) : fused_ag(d, range(d));
         else all_gather_stage(d, range(d), {region::recv, 0, range(d).offset});
       }
     }

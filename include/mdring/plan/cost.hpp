@@ -125,6 +125,21 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
 }
 
 // The algorithm `automatic` stands for on this dimension.
+// all_reduce of `bytes` in `segments` over one dimension of p ranks that share
+// memory between processes (the fused shared stage): whether its pull form pays
+// (build_program.hpp dim_program::streamed). A rank whose buffers its peers cannot
+// map then copies the peers' blocks of its sendbuf into node memory ((p - 1) / p
+// of the bytes at copy_gamma) instead of the peers reading them and writing its
+// results by cross-memory attach (twice that at cma_gamma); the pull form costs
+// one more synchronization per segment (the link's latency). Never below
+// stream_min_bytes (see tuning). The same answer on every rank.
+inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segments, const link_info& link,
+                           const tuning& t) {
+  if (p < 2 || !(t.cma_gamma > 0) || bytes < t.stream_min_bytes) return false;
+  const double share = double(p - 1) / double(p) * double(bytes);
+  return 2.0 * share * t.cma_gamma > share * t.copy_gamma + double(segments) * link.latency;
+}
+
 inline algorithm choose_algorithm(algorithm requested, const link_info& link, std::size_t p, const tuning& t,
                                   bool commutative) noexcept {
   if (!commutative) return algorithm::direct;  // only direct combines in rank order

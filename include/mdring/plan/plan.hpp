@@ -86,6 +86,9 @@ struct plan {
   // half and bfloat16 reductions under a float32 accumulation (options.accumulation,
   // options.dimension_accumulation): what it does, printed as it is.
   std::string accumulation;
+  // A bound communicator's all_reduce that would stream heap buffers through node
+  // memory (tuning::cma_gamma): what it does, printed as it is.
+  std::string streaming;
 
   double seconds() const noexcept {
     if (segments > 1) return pipelined_seconds;
@@ -394,6 +397,7 @@ inline std::string plan::to_string() const {
          "MDRING_PROFILE), options.planning = measure times the plans\n";
   if (!chosen_by.empty()) s += "plan: " + chosen_by + "\n";
   if (!accumulation.empty()) s += accumulation + "\n";
+  if (!streaming.empty()) s += streaming + "\n";
   if (reproducible)
     s += "reproducible (options.reproducible): direct on every dimension, unsplit, innermost first, each folding its "
          "ranks left to right in coordinate order (merged dimensions nested, as the stages they replace); the same "

@@ -28,6 +28,11 @@
 //                  elements further (in the peer's memory)
 //   staging        peer `peer`'s staging buffer of the stage just arrived at;
 //   staging_next   this rank's staging buffer for the next arrive
+//   source, result what this rank's peers read of it on a streamed dimension
+//                  (build_program.hpp dim_program::streamed): its sendbuf and
+//                  recvbuf, or, where the executor streams them, one block of node
+//                  memory that holds both (the program copies the peers' blocks of
+//                  send into it, and this rank's results land there too)
 //
 // A call of all_reduce is cut into segments (plan/pipeline.hpp); the steps are
 // stored segment after segment, and every segment has the same stages, with the
@@ -58,7 +63,18 @@
 
 MDRING_NAMESPACE_BEGIN
 
-enum class region : std::uint8_t { send, recv, scratch, slot, peer_src, peer_dst, staging, staging_next };
+enum class region : std::uint8_t {
+  send,
+  recv,
+  scratch,
+  slot,
+  peer_src,
+  peer_dst,
+  staging,
+  staging_next,
+  source,
+  result
+};
 
 // Elements [offset, offset + count) of a region (the count is held by the user of the slice).
 struct slice {

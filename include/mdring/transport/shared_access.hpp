@@ -60,7 +60,10 @@ struct alignas(64) access_slot {
   std::atomic<std::uint32_t> arrive{0};    // futex word: stages this rank has arrived at
   std::atomic<std::uint32_t> leave{0};     // futex word: stages this rank has left
   std::atomic<std::uint32_t> sleepers{0};  // peers asleep on this slot's words: wake only then
-  std::uint32_t unused = 0;
+  // By stage parity, bit seq % 2: this rank's buffers of that stage are ones its
+  // peers cannot map (set by the host executor for all_reduce, which streams them
+  // through node memory from the next call on: executor/host/engine.hpp).
+  std::atomic<std::uint32_t> flags{0};
   std::uint64_t src = 0;  // addresses published at arrive (in the owner's space)
   std::uint64_t dst = 0;
   std::uint64_t pid = 0;
@@ -143,8 +146,10 @@ public:
   std::size_t index() const noexcept { return me_; }
   access_slot& slot(std::size_t j) const noexcept { return *slots_[j]; }
 
-  void arrive(const void* src, void* dst, std::uint64_t signature) noexcept {
+  void arrive(const void* src, void* dst, std::uint64_t signature, bool unmapped = false) noexcept {
     auto& s = slot(me_);
+    const std::uint32_t bit = 1u << ((seq_ + 1) % 2), f = s.flags.load(std::memory_order_relaxed);
+    s.flags.store(unmapped ? f | bit : f & ~bit, std::memory_order_relaxed);  // published by the arrive below
     s.src = reinterpret_cast<std::uintptr_t>(src);
     s.dst = reinterpret_cast<std::uintptr_t>(dst);
     if (publish_) {
@@ -194,6 +199,12 @@ public:
     return p_;
   }
   std::uint64_t signature(std::size_t j) const noexcept { return slot(j).signature[seq_ % 2]; }
+  // After wait_arrived: whether any rank (this one too) arrived with `unmapped`.
+  bool any_unmapped() const noexcept {
+    for (std::size_t j = 0; j < p_; ++j)
+      if ((slot(j).flags.load(std::memory_order_relaxed) >> (seq_ % 2)) & 1u) return true;
+    return false;
+  }
 
   const void* peer_src(std::size_t j) const noexcept { return reinterpret_cast<const void*>(slot(j).src); }
   void* peer_dst(std::size_t j) const noexcept { return reinterpret_cast<void*>(slot(j).dst); }

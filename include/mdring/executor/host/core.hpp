@@ -74,6 +74,10 @@ public:
     T* slots = nullptr;    // receive slots, slot_stride apart per pipeline slot
     std::size_t slot_stride = 0;
     T* pieces = nullptr;  // p-1 pieces for cross-memory attach
+    // A streamed dimension's region::source and region::result: send and recv, or
+    // one block of node memory (engine.hpp stream_in).
+    const T* source = nullptr;
+    T* result = nullptr;
   };
 
   // ---- where a slice lives -------------------------------------------------------
@@ -89,6 +93,10 @@ public:
         return buf_.scratch + s.offset;
       case region::slot:
         return buf_.slots + slot * buf_.slot_stride + s.offset;
+      case region::source:
+        return const_cast<T*>(buf_.source) + s.offset;
+      case region::result:
+        return buf_.result + s.offset;
       default:
         return static_cast<T*>(staging_of(d, s)) + s.offset;
     }
@@ -144,7 +152,7 @@ public:
         auto& g = tr_.group(dims_[d].ch);
         g.arrive(st.publishes_src ? local(st.publish_src, d, slot) : nullptr,
                  st.publishes_dst ? local(st.publish_dst, d, slot) : nullptr,
-                 std::uint64_t(st.signature) * 64 + sizeof(T) % 64);
+                 std::uint64_t(st.signature) * 64 + sizeof(T) % 64, unmapped_);
       } else if (st.sync == sync_kind::leave) {
         tr_.group(dims_[d].ch).leave();
       }
@@ -191,7 +199,12 @@ public:
         raise(w, st.ph, d, arrive ? 0 : 1, dims_[d].members[w.index],
               arrive ? " to publish its buffers to rank " : " to finish with the buffers of rank ",
               state_board::dir::group);
-      if (arrive) check_signatures(g, d, st.signature);
+      if (arrive) {
+        check_signatures(g, d, st.signature);
+        // Every rank of the ring reads the same flags: the next all_reduce on d
+        // decides the same (engine.hpp program_of).
+        if (note_unmapped_) c_.unmapped_buffers()[d] = g.any_unmapped();
+      }
     }
     return true;  // sync_kind::none
   }
@@ -254,6 +267,10 @@ public:
   std::size_t per_slot_;
   bool commutative_;
   buffers buf_;
+  // all_reduce between processes (engine.hpp program_of, stream_in): this call's
+  // buffers are ones the peers cannot map (published at every arrive), and whether
+  // the call notes what its ranks published, for the next call to decide on.
+  bool unmapped_ = false, note_unmapped_ = false;
 };
 
 }  // namespace detail

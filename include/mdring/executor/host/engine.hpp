@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <memory>
 #include <memory_resource>
 #include <utility>
 #include <vector>
@@ -40,7 +42,7 @@ public:
         !c_.measured_plans().find(sizeof(T), n * sizeof(T)))
       measure(n);
     const auto [pr, depth] = all_reduce_plan(n);
-    start(*pr, depth, send, recv);
+    start(*pr, depth, send, recv, n);
   }
   void start_reduce_scatter(const T* send, T* recv, std::size_t rc) {
     decide(collective::reduce_scatter, rc);
@@ -84,9 +86,22 @@ public:
   // The program of the call decided last (decide), with seg_len elements per segment.
   const program& program_of(collective kind, std::size_t count, std::size_t root, std::size_t seg_len = 0) {
     auto& dp = c_.program_dims();
+    const std::size_t nontrivial = std::size_t(std::count_if(ext_.begin(), ext_.end(), [](auto e) { return e > 1; }));
+    const std::size_t seg = seg_len && seg_len < count ? seg_len : count;
+    this->note_unmapped_ = false;
     for (std::size_t d = 0; d < dims_.size(); ++d) {
-      dp[d] = {ext_[d], coords_[d], this->algo(d), false, 0};
-      if (ext_[d] > 1 && shared(d)) dp[d].shared = true, dp[d].staging_bytes = this->staging_bytes(d);
+      dp[d] = {ext_[d], coords_[d], this->algo(d), false, 0, false};
+      if (ext_[d] > 1 && shared(d)) {
+        dp[d].shared = true, dp[d].staging_bytes = this->staging_bytes(d);
+        // The pull form where it pays and the last all_reduce on d had buffers some
+        // rank's peers could not map (core.hpp sync: the same on every rank).
+        const bool pays =
+            !transport_t::same_address_space && kind == collective::all_reduce && nontrivial == 1 &&
+            seg * sizeof(T) > dp[d].staging_bytes &&
+            streaming_pays(ext_[d], count * sizeof(T), (count + seg - 1) / seg, dims_[d].link, c_.get_options().tune);
+        this->note_unmapped_ |= pays;
+        dp[d].streamed = pays && c_.unmapped_buffers()[d];
+      }
     }
     program_params p;
     p.kind = kind, p.dims = dp, p.count = count, p.rank = c_.rank(), p.root = root, p.elem_size = sizeof(T);
@@ -126,9 +141,11 @@ public:
     return align_up(pr.scratch_elements * sizeof(T)) + depth * align_up(pr.slot_elements * sizeof(T)) +
            align_up(piece_elements(pr) * sizeof(T));
   }
-  void start(const program& pr, std::size_t depth, const T* send, T* recv) {
+  // all_reduce passes its count (stream_in).
+  void start(const program& pr, std::size_t depth, const T* send, T* recv, std::size_t all_reduce_count = 0) {
     auto* base = static_cast<unsigned char*>(c_.scratch().get(scratch_bytes_of(pr, depth)));
-    buf_.send = send, buf_.recv = recv;
+    buf_.send = buf_.source = send, buf_.recv = buf_.result = recv;
+    if (all_reduce_count) stream_in(send, recv, all_reduce_count);
     buf_.scratch = reinterpret_cast<T*>(base);
     base += align_up(pr.scratch_elements * sizeof(T));
     buf_.slots = reinterpret_cast<T*>(base);
@@ -136,6 +153,31 @@ public:
     buf_.pieces = reinterpret_cast<T*>(base + depth * align_up(pr.slot_elements * sizeof(T)));
     this->begin(pr, depth);
   }
+
+  // The pull form (build_program.hpp dim_program::streamed, chosen alike on every
+  // rank by program_of): a rank whose buffers its peers cannot map takes a block of
+  // node memory as its region::source and region::result; the program copies the
+  // peers' blocks of sendbuf into it, segment by segment, and this rank's results
+  // land there too, so its peers map it instead of reaching its buffers by
+  // cross-memory attach. A rank whose buffers are node memory, or that gets none,
+  // runs on its own buffers (its peers map them, or use cross-memory attach):
+  // correct either way, each rank deciding alone.
+  void stream_in(const T* send, T* recv, std::size_t n) {
+    if constexpr (!transport_t::same_address_space) {
+      const std::size_t bytes = n * sizeof(T);
+      this->unmapped_ = this->note_unmapped_ && !(is_node_memory(send, bytes) && is_node_memory(recv, bytes));
+      const auto& dp = c_.program_dims();
+      if (!this->unmapped_ || std::none_of(dp.begin(), dp.end(), [](const dim_program& d) { return d.streamed; }))
+        return;
+      copy_ = c_.widened_scratch().take(bytes);
+      if (!is_node_memory(copy_.get(), bytes)) return copy_.reset();
+      buf_.result = static_cast<T*>(copy_.get());
+      buf_.source = buf_.result;
+    } else {
+      (void)send, (void)recv, (void)n;
+    }
+  }
+  std::shared_ptr<void> copy_;  // stream_in's copy, back to the pool with the engine
 
   // Scratch bytes a call of this kind and count needs, with halving-doubling forced
   // on dimension `force_hd` (>= 0; all_reduce then counts tuning::pipeline_depth

@@ -10,6 +10,7 @@
 
 #include "core.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 MDRING_NAMESPACE_BEGIN
@@ -58,24 +59,30 @@ public:
     }
   }
 
-  // Every output = the fold of the inputs (coordinate order).
+  // Every output = the fold of the inputs (coordinate order). Outputs that are one
+  // place (a streamed dimension's recv and result, when result is recv) are written once.
   void fold(const program& pr, const local_op& o, std::size_t d, std::size_t slot) {
     const auto ins = pr.inputs_of(o), outs = pr.outputs_of(o);
     auto& ptrs = c_.pointer_slots();
     T* to[access_group::max_ranks];
+    std::size_t nout = 0;
     bool direct = outs.size() <= access_group::max_ranks;
     for (std::size_t j = 0; j < ins.size() && direct; ++j) direct = (ptrs[j] = reach(ins[j], d, slot, o.count));
-    for (std::size_t k = 0; k < outs.size() && direct; ++k) direct = (to[k] = reach(outs[k], d, slot, o.count));
+    for (std::size_t k = 0; k < outs.size() && direct; ++k) {
+      T* t = reach(outs[k], d, slot, o.count);
+      direct = t != nullptr;
+      if (direct && std::find(to, to + nout, t) == to + nout) to[nout++] = t;
+    }
     const T* const* in = reinterpret_cast<const T* const*>(ptrs.data());
     const auto& nest = dims_[d].nest;  // options.reproducible, merged dimensions
     if (direct && !nest.empty())
-      return red_.combine_nested(to, outs.size(), in, ins.size(), o.count, o.final, o.nontemporal, nest);
+      return red_.combine_nested(to, nout, in, ins.size(), o.count, o.final, o.nontemporal, nest);
     if (direct) {
-      if (outs.size() == 1 && !o.nontemporal) {
+      if (nout == 1 && !o.nontemporal) {
         if (ins.size() == 2) return red_.combine(to[0], in[0], in[1], o.count, o.final);
         return red_.combine_n(to[0], in, ins.size(), o.count, o.final);
       }
-      return red_.combine_n_to(to, outs.size(), in, ins.size(), o.count, o.final, o.nontemporal);
+      return red_.combine_n_to(to, nout, in, ins.size(), o.count, o.final, o.nontemporal);
     }
     if constexpr (has_shared_access) fold_by_pieces(pr, o, d, slot);
   }
@@ -88,8 +95,13 @@ public:
     auto& ptrs = c_.pointer_slots();
     const std::size_t c = coords_[d];
     T* mine = nullptr;  // the output in this rank's memory (every op that reads peers has one)
+    T* also = nullptr;  // a second one (a streamed dimension's result, when it is not recv)
     for (const auto& s : outs)
-      if (!s.remote()) mine = local(s, d, slot);
+      if (!s.remote()) {
+        T* t = local(s, d, slot);
+        if (!mine) mine = t;
+        else if (t != mine) also = t;
+      }
     for (std::size_t done = 0; done < o.count; done += piece) {
       const std::size_t m = o.count - done < piece ? o.count - done : piece;
       for (std::size_t j = 0; j < ins.size(); ++j) {
@@ -107,6 +119,7 @@ public:
         T* at = mine + done;
         red_.combine_nested(&at, 1, in, ins.size(), m, o.final, false, dims_[d].nest);
       }
+      if (also) std::memcpy(also + done, mine + done, m * sizeof(T));
       for (const auto& s : outs)
         if (s.remote()) tr_.write(ch, s.peer, mine + done, const_cast<T*>(remote(s, d)) + done, m * sizeof(T));
     }
@@ -129,7 +142,9 @@ public:
           continue;
         }
       }
-      if (to != from) std::memcpy(to, from, bytes);
+      if (to == from) continue;
+      if (o.nontemporal) detail::stream_copy(to, from, bytes), detail::stream_fence();
+      else std::memcpy(to, from, bytes);
     }
   }
 };
