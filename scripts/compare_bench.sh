@@ -6,9 +6,12 @@
 # machine's speed hits both alike; the table gives each size's ratio to MPI and
 # mdring's own time (medians of the rounds) before and after, and the changes.
 #
-#   scripts/compare_bench.sh OLD/mdring-bench NEW/mdring-bench [ROUNDS] > table.md
+#   scripts/compare_bench.sh OLD/mdring-bench NEW/mdring-bench [ROUNDS] [node|heap] > table.md
+#
+# The buffers come from mdring::node_alloc (node, the default) or the heap.
 set -euo pipefail
-old=$1 new=$2 rounds=${3:-2}
+old=$1 new=$2 rounds=${3:-2} alloc=${4:-node}
+case $alloc in node | heap) ;; *) echo "compare_bench: the 4th argument is node or heap (got '$alloc')" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 mdring_mpi_env
@@ -25,7 +28,7 @@ for ((round = 0; round < rounds; ++round)); do
       for range in "4K 1M 40 8" "4M 256M 8 2"; do
         read -r lo hi iters warm <<<"$range"
         mpirun -n "$np" "$bin" --op all_reduce --topology "$topo" --min-bytes "$lo" --max-bytes "$hi" --factor 4 \
-          --iters "$iters" --warmup "$warm" --baseline mpi --json | grep '^{' >>"$out/$which-np$np.jsonl"
+          --iters "$iters" --warmup "$warm" --baseline mpi --alloc "$alloc" --json | grep '^{' >>"$out/$which-np$np.jsonl"
       done
     done
   done
