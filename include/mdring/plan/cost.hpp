@@ -124,7 +124,6 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
   return others * (alpha + move + fold);
 }
 
-// The algorithm `automatic` stands for on this dimension.
 // all_reduce of `bytes` in `segments` over one dimension of p ranks that share
 // memory between processes (the fused shared stage): whether its pull form pays
 // (build_program.hpp dim_program::streamed). A rank whose buffers its peers cannot
@@ -140,6 +139,7 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
   return 2.0 * share * t.cma_gamma > share * t.copy_gamma + double(segments) * link.latency;
 }
 
+// The algorithm `automatic` stands for on this dimension.
 inline algorithm choose_algorithm(algorithm requested, const link_info& link, std::size_t p, const tuning& t,
                                   bool commutative) noexcept {
   if (!commutative) return algorithm::direct;  // only direct combines in rank order
