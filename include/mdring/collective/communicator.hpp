@@ -389,16 +389,16 @@ public:
         st.shared_access = (st.ph == phase::reduce_scatter || st.ph == phase::all_gather) &&
                            al[st.dim] == algorithm::direct && dims_[st.dim].extent > 1 && tr_->shared(dims_[st.dim].ch);
       // The engine's pull form (executor/host/engine.hpp program_of): the same test.
-      std::size_t nontrivial = 0, sd = 0;
-      for (std::size_t e = 0; e < extents_.size(); ++e)
-        if (extents_[e] > 1) ++nontrivial, sd = e;
       // (A widened call runs on node memory of its own: nothing to stream.)
       const std::size_t bytes = count * at.size;
       const std::size_t seg = (pl.segments > 1 && pl.segment_elements ? pl.segment_elements : count) * at.size;
       const std::size_t staging = (opts_.tune.shared_staging_bytes + 63) / 64 * 64;  // as the transports open it
-      if (!Transport::same_address_space && kind == collective::all_reduce && nontrivial == 1 && at.size == sizeof(T) &&
-          al[sd] == algorithm::direct && tr_->shared(dims_[sd].ch) && seg > staging &&
-          streaming_pays(extents_[sd], bytes, pl.segments, dims_[sd].link, opts_.tune))
+      bool streams = false;
+      for (std::size_t d = 0; d < extents_.size() && !streams && at.size == sizeof(T); ++d)
+        streams = streams_when_unmapped({kind, extents_, d, al[d], extents_[d] > 1 && tr_->shared(dims_[d].ch),
+                                         Transport::same_address_space, bytes, seg, pl.segments, staging},
+                                        dims_[d].link, opts_.tune);
+      if (streams)
         pl.streaming =
             "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
             "the first such one (tune.cma_gamma, copy_gamma, stream_min_bytes): each such rank copies the "

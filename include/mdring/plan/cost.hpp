@@ -37,6 +37,7 @@
 #include "halving_doubling.hpp"
 
 #include <cstddef>
+#include <span>
 #include <string_view>
 
 MDRING_NAMESPACE_BEGIN
@@ -137,6 +138,30 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
   if (p < 2 || !(t.cma_gamma > 0) || bytes < t.stream_min_bytes) return false;
   const double share = double(p - 1) / double(p) * double(bytes);
   return 2.0 * share * t.cma_gamma > share * t.copy_gamma + double(segments) * link.latency;
+}
+
+// Whether an all_reduce of `bytes` runs its pull form on dimension `dim` when some
+// rank's buffers cannot be mapped (dim_program::streamed): the one test the host
+// engine (executor/host/engine.hpp program_of) builds the program by and explain()
+// (collective/communicator.hpp make_plan) reports. Only an all_reduce whose one
+// dimension of more than one rank runs direct by shared access between processes,
+// with segments larger than the staging buffer, where streaming_pays says so.
+struct stream_query {
+  collective kind = collective::all_reduce;
+  std::span<const std::size_t> extents;  // the executed dimensions'
+  std::size_t dim = 0;
+  algorithm algo = algorithm::direct;  // what the call runs on dim
+  bool shared = false;                 // dim's ranks share memory (the transport's answer)
+  bool same_address_space = false;     // the transport's ranks are threads of one process
+  std::size_t bytes = 0, segment_bytes = 0, segments = 1, staging_bytes = 0;
+};
+inline bool streams_when_unmapped(const stream_query& q, const link_info& link, const tuning& t) {
+  if (q.kind != collective::all_reduce || q.same_address_space || !q.shared || q.algo != algorithm::direct)
+    return false;
+  if (q.dim >= q.extents.size() || q.extents[q.dim] < 2) return false;
+  for (std::size_t e = 0; e < q.extents.size(); ++e)
+    if (e != q.dim && q.extents[e] > 1) return false;  // a second nontrivial dimension
+  return q.segment_bytes > q.staging_bytes && streaming_pays(q.extents[q.dim], q.bytes, q.segments, link, t);
 }
 
 // The algorithm `automatic` stands for on this dimension.

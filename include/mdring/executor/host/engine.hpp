@@ -86,7 +86,6 @@ public:
   // The program of the call decided last (decide), with seg_len elements per segment.
   const program& program_of(collective kind, std::size_t count, std::size_t root, std::size_t seg_len = 0) {
     auto& dp = c_.program_dims();
-    const std::size_t nontrivial = std::size_t(std::count_if(ext_.begin(), ext_.end(), [](auto e) { return e > 1; }));
     const std::size_t seg = seg_len && seg_len < count ? seg_len : count;
     this->note_unmapped_ = false;
     for (std::size_t d = 0; d < dims_.size(); ++d) {
@@ -96,9 +95,9 @@ public:
         // The pull form where it pays and the last all_reduce on d had buffers some
         // rank's peers could not map (core.hpp sync: the same on every rank).
         const bool pays =
-            !transport_t::same_address_space && kind == collective::all_reduce && nontrivial == 1 &&
-            seg * sizeof(T) > dp[d].staging_bytes &&
-            streaming_pays(ext_[d], count * sizeof(T), (count + seg - 1) / seg, dims_[d].link, c_.get_options().tune);
+            streams_when_unmapped({kind, ext_, d, dp[d].algo, true, transport_t::same_address_space, count * sizeof(T),
+                                   seg * sizeof(T), seg ? (count + seg - 1) / seg : 0, dp[d].staging_bytes},
+                                  dims_[d].link, c_.get_options().tune);
         this->note_unmapped_ |= pays;
         dp[d].streamed = pays && c_.unmapped_buffers()[d];
       }
