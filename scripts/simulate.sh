@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mdring on simulated clusters of up to 1024 ranks with SimGrid SMPI (docs/SCALING.md).
+# mdring on simulated clusters of up to 4096 ranks with SimGrid SMPI (docs/SCALING.md).
 # Installs what is missing (libsimgrid-dev, python3-matplotlib), builds the `smpi`
 # preset (mdring-bench and smpi-pingpong with smpicxx, in build-smpi/), then runs
 # scripts/smpi/simulate.py with the arguments given:
@@ -11,7 +11,9 @@
 #   scripts/simulate.sh --large            # and 1024 ranks (256 nodes x 4): long
 #   scripts/simulate.sh --rerun mdring     # re-simulate mdring only (after a library change
 #                                          # that its hash of include/ did not notice)
-#   scripts/simulate.sh --publish docs/scaling   # also copy CSVs, plots and tables there
+#   scripts/simulate.sh --publish docs/scaling   # also copy CSVs, plots and tables there and
+#                                                # render docs/SCALING.md from them
+#                                                # (scripts/scaling_report.py --write)
 #
 # Results are cached in out/simulate/results.jsonl (see --help for the rest).
 set -euo pipefail

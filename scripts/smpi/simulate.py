@@ -673,7 +673,7 @@ def table_ddl(rows) -> str:
     return "\n".join(s) + "\n"
 
 
-def plot(rows_ranks, rows_bytes, out: Path) -> list[Path]:
+def plot(rows_ranks, rows_bytes, out: Path, suffix: str = "") -> list[Path]:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -682,8 +682,8 @@ def plot(rows_ranks, rows_bytes, out: Path) -> list[Path]:
         log("simulate: no matplotlib (apt-get install python3-matplotlib): no plots")
         return []
     made = []
-    for rows, xkey, name, xlabel in ((rows_ranks, "ranks", "scaling_ranks.png", "ranks (4 GPUs per node)"),
-                                     (rows_bytes, "bytes", "scaling_bytes.png", "bytes")):
+    for rows, xkey, name, xlabel in ((rows_ranks, "ranks", f"scaling_ranks{suffix}.png", "ranks (4 GPUs per node)"),
+                                     (rows_bytes, "bytes", f"scaling_bytes{suffix}.png", "bytes")):
         if not rows:
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
@@ -745,7 +745,8 @@ def main() -> int:
                     help="the platforms of the natural section (comma separated)")
     ap.add_argument("--out", default=str(ROOT / "out" / "simulate"))
     ap.add_argument("--publish", metavar="DIR", help="also copy the CSVs, plots and tables.md here "
-                    "(docs/scaling for the repository's)")
+                    "(docs/scaling for the repository's: then docs/SCALING.md is rendered again with "
+                    "scripts/scaling_report.py --write)")
     args = ap.parse_args()
     args.builtins = [b for b in args.builtins.split(",") if b]
     args.platforms = [p for p in args.platforms.split(",") if p]
@@ -773,39 +774,48 @@ def main() -> int:
     paper = PLATFORMS["paper"]
     report = [f"Simulated with {sim.simgrid} (network: {args.network}), mdring code {sim.code}.", ""]
     csvs = []
+    # The ideal network's files keep their plain names; SMPI's network gets its own
+    # (scaling_ranks_smpi.csv, ...), so that --publish of one does not overwrite the other.
+    suffix = "" if args.network == "ideal" else f"_{args.network}"
+    named = lambda stem, ext="csv": out / f"{stem}{suffix}.{ext}"  # noqa: E731
 
     if "links" in sections or "model" in sections:
         report += ["### Links (measured with smpi-pingpong on two nodes)", "",
                    "| platform | intra: 1-byte message us, GB/s per rank, overhead us | inter: the same "
                    "| one message through the uplink: GB/s (B_node) |",
                    "| :--- | ---: | ---: | ---: |"]
+        links = []
         for name in ("paper", "dgx", "ethernet", "fatnic"):
             L = sim.links(PLATFORMS[name])
             report.append(f"| {PLATFORMS[name].describe()} | {L['alpha_intra'] * 1e6:.2f}, {L['bw_intra_rank'] / 1e9:.2f}, "
                           f"{L['o_intra'] * 1e6:.2f} | {L['alpha_inter'] * 1e6:.2f}, {L['bw_inter_rank'] / 1e9:.3f}, "
                           f"{L['o_inter'] * 1e6:.2f} | {L['bw_node'] / 1e9:.3f} |")
+            links.append({"platform": name, **{k: L[k] for k in ("alpha_intra", "bw_intra_rank", "o_intra", "alpha_inter",
+                                                                "bw_inter_rank", "o_inter", "bw_node")}})
         report.append("")
+        write_csv(named("links"), links)
+        csvs.append(named("links"))
 
     rows_ranks, rows_bytes = [], []
     nodes_list = [1, 2, 4, 8, 16, 32, 64] + ([256] if "large" in sections else [])
     if "ranks" in sections or "paper" in sections or "large" in sections:
         rows_ranks = sweep(sim, paper, [(n, RESNET50_BYTES) for n in nodes_list
                                         if "ranks" in sections or "large" in sections or n <= 64])
-        write_csv(out / "scaling_ranks.csv", rows_ranks)
-        csvs.append(out / "scaling_ranks.csv")
+        write_csv(named("scaling_ranks"), rows_ranks)
+        csvs.append(named("scaling_ranks"))
         report.append(table_scaling(rows_ranks, f"Time against ranks: {paper.describe()}, 102.4 MB"))
     if "bytes" in sections:
         rows_bytes = sweep(sim, paper, [(64, b) for b in (MiB, 4 * MiB, 16 * MiB, 64 * MiB)]
                            + [(64, RESNET50_BYTES)])
-        write_csv(out / "scaling_bytes.csv", rows_bytes)
-        csvs.append(out / "scaling_bytes.csv")
+        write_csv(named("scaling_bytes"), rows_bytes)
+        csvs.append(named("scaling_bytes"))
         report.append(table_scaling(rows_bytes, f"Time against bytes: {paper.describe()}, 256 ranks"))
     if "model" in sections:
         pts = []
         for name, nodes in (("paper", 64), ("dgx", 16), ("ethernet", 16), ("fatnic", 32)):
             pts += sweep(sim, PLATFORMS[name], [(nodes, b) for b in (MiB, 16 * MiB, RESNET50_BYTES)], builtins=False)
-        write_csv(out / "cost_model.csv", pts)
-        csvs.append(out / "cost_model.csv")
+        write_csv(named("cost_model"), pts)
+        csvs.append(named("cost_model"))
         report += ["### Cost model (explain()) against simulation", "", table_model(pts)]
     if "natural" in sections:
         cases = [(PLATFORMS[name], nodes, RESNET50_BYTES)
@@ -818,15 +828,15 @@ def main() -> int:
                    f"{args.network}", "", table_natural(nat)]
     if "paper" in sections and rows_ranks:
         pr = [r for r in rows_ranks if r["ranks"] in PAPER_GPUS]
-        write_csv(out / "paper_table.csv", [{"gpus": r["ranks"], "paper": e, "compute_s": PAPER_COMPUTE_S,
-                                             "mdring": efficiency(r["mdring_s"]),
-                                             "flat_ring": efficiency(r["flat_s"]),
-                                             "best_builtin": efficiency(r["best_builtin_s"]),
-                                             "best_builtin_name": r["best_builtin"],
-                                             "at_bound": efficiency(r["bound_s"]) if r["bound_s"] == r["bound_s"] else 1.0,
-                                             "mdring_all_reduce_s": r["mdring_s"]}
-                                            for r, e in zip(pr, PAPER_EFFICIENCY)])
-        csvs.append(out / "paper_table.csv")
+        write_csv(named("paper_table"), [{"gpus": r["ranks"], "paper": e, "compute_s": PAPER_COMPUTE_S,
+                                          "mdring": efficiency(r["mdring_s"]),
+                                          "flat_ring": efficiency(r["flat_s"]),
+                                          "best_builtin": efficiency(r["best_builtin_s"]),
+                                          "best_builtin_name": r["best_builtin"],
+                                          "at_bound": efficiency(r["bound_s"]) if r["bound_s"] == r["bound_s"] else 1.0,
+                                          "mdring_all_reduce_s": r["mdring_s"]}
+                                         for r, e in zip(pr, PAPER_EFFICIENCY)])
+        csvs.append(named("paper_table"))
         report += ["### ResNet-50 scaling efficiency (paper platform)", "", table_paper(pr)]
     if "sizes" in sections:
         # The natural input at every size (issue 17: at most the best built-in at
@@ -881,22 +891,29 @@ def main() -> int:
         for mode, mb, cal in runs:
             for nodes in (1, 2, 4, 8, 16, 32, 64):
                 ddl.append(sim.ddl_point(paper, nodes, mode, mb, cal))
-        write_csv(out / "ddl.csv", [{k: r.get(k) for k in ("ranks", "mode", "bucket_mb", "calibrated", "efficiency", "step_s",
-                                                          "exposed_s", "all_reduce_s", "buckets", "status")}
-                                    for r in ddl])
-        csvs.append(out / "ddl.csv")
+        write_csv(named("ddl"), [{k: r.get(k) for k in ("ranks", "mode", "bucket_mb", "calibrated", "efficiency", "step_s",
+                                                       "exposed_s", "all_reduce_s", "buckets", "status")}
+                                 for r in ddl])
+        csvs.append(named("ddl"))
         report += ["### ResNet-50 with the all-reduce overlapped (paper platform)", "", table_ddl(ddl)]
-    pngs = plot(rows_ranks if "ranks" in sections or "large" in sections else [], rows_bytes, out)
+    pngs = plot(rows_ranks if "ranks" in sections or "large" in sections else [], rows_bytes, out, suffix)
     text = "\n".join(report)
-    (out / "tables.md").write_text(text)
+    tables = named("tables", "md")
+    tables.write_text(text)
     print(text)
-    log(f"simulate: {sim.wall_total:.0f} s of simulations in this run; tables in {out / 'tables.md'}")
+    log(f"simulate: {sim.wall_total:.0f} s of simulations in this run; tables in {tables}")
     if args.publish:
         dest = Path(args.publish)
         dest.mkdir(parents=True, exist_ok=True)
-        for f in csvs + pngs + [out / "tables.md"]:
+        for f in csvs + pngs + [tables]:
             shutil.copy(f, dest / f.name)
         log(f"simulate: copied {len(csvs) + len(pngs) + 1} files to {dest}")
+        if dest.resolve() == (ROOT / "docs" / "scaling").resolve():
+            # docs/SCALING.md is rendered from docs/scaling alone: render it again (a CSV
+            # that docs/scaling/page.md does not name yet is reported, not shown).
+            rc = subprocess.run([sys.executable, str(ROOT / "scripts" / "scaling_report.py"), "--write"]).returncode
+            log("simulate: docs/SCALING.md rendered again" if rc == 0 else "simulate: scripts/scaling_report.py failed")
+            return rc
     return 0
 
 
