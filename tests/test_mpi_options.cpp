@@ -217,7 +217,7 @@ TEST_CASE("heap buffers streamed through node memory: the next call decides, ali
       if (!in_place) CHECK(first_bad(n, [&](std::size_t i) { return send[i] == val(R, i); }) == n);
       CHECK(send.guards_intact(-77));
       CHECK(recv.guards_intact(-77));
-      CHECK(comm.program_dims().at(0).streamed == (shared && before));
+      CHECK(md::detail::internals_of(comm).program_dims().at(0).streamed == (shared && before));
       before = unmapped;
     }
   }

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -230,6 +231,64 @@ TEST_CASE("measured planning keeps a plan only when it beats the estimate's by m
   CHECK(m::measured_margin(0.025) == 0.025);
   CHECK(m::measured_margin(1.0) == 0.05);
   CHECK(m::pick_measured({10.0}, 0.0) == 0);
+}
+
+TEST_CASE("measured planning times the estimate first, then each automatic dimension flipped, then segment counts") {
+  using A = m::algorithm;
+  const m::tuning tune;
+  const std::size_t D = tune.pipeline_depth;
+  auto topo = [](std::vector<std::pair<m::link_info, std::size_t>> dims) {
+    std::vector<m::runtime_topology::dimension> d;
+    for (auto& [l, e] : dims) d.push_back({l, e});
+    return m::runtime_topology(d);
+  };
+  auto shape = [](const std::vector<m::measured_choice>& c) {
+    std::vector<std::tuple<std::vector<A>, std::size_t, std::size_t>> r;
+    for (auto& x : c) r.emplace_back(x.algos, x.segments, x.depth);
+    return r;
+  };
+  using row = std::tuple<std::vector<A>, std::size_t, std::size_t>;
+  const auto eth = m::link_info_of<m::ethernet>(), shm = m::link_info_of<m::shm>();
+  {  // one ring dimension (no pipelining: one segment): the ring, then halving-doubling
+    const auto t = topo({{eth, 8}});
+    const std::vector<A> est{A::ring}, req{A::automatic}, bind{A::ring};
+    CHECK(shape(m::measured_candidates(t, est, req, bind, 1000, 4, tune)) ==
+          std::vector<row>{{{A::ring}, 1, D}, {{A::halving_doubling}, 1, D}});
+    // the estimate chose halving-doubling for this size: flipped back to the ring
+    const std::vector<A> hd{A::halving_doubling};
+    CHECK(shape(m::measured_candidates(t, hd, req, bind, 1000, 4, tune)) ==
+          std::vector<row>{{{A::halving_doubling}, 1, D}, {{A::ring}, 1, D}});
+    // an algorithm the user asked for is never flipped
+    const std::vector<A> asked{A::ring};
+    CHECK(shape(m::measured_candidates(t, est, asked, bind, 1000, 4, tune)) == std::vector<row>{{{A::ring}, 1, D}});
+  }
+  {  // a fully connected dimension of 4 runs direct: also as a ring and as halving-doubling
+    const auto t = topo({{shm, 4}});
+    const std::vector<A> est{A::direct}, req{A::automatic}, bind{A::direct};
+    CHECK(shape(m::measured_candidates(t, est, req, bind, 1000, 4, tune)) ==
+          std::vector<row>{{{A::direct}, 1, D}, {{A::ring}, 1, D}, {{A::halving_doubling}, 1, D}});
+    // two ranks: direct only (a ring of two is the same exchange)
+    const auto two = topo({{shm, 2}});
+    CHECK(shape(m::measured_candidates(two, est, req, bind, 1000, 4, tune)) == std::vector<row>{{{A::direct}, 1, D}});
+  }
+  {  // two dimensions that pipeline: the segment counts around the estimate's K
+    const auto t = topo({{shm, 2}, {eth, 4}});
+    const std::vector<A> est{A::direct, A::ring}, req{A::automatic, A::automatic}, bind{A::direct, A::ring};
+    const std::size_t n = std::size_t(1) << 24;
+    REQUIRE(m::pipelines(t, est));
+    const std::size_t K = m::segment_count(n, m::segment_elements(t, est, n, 4, tune));
+    REQUIRE(K > 4);
+    REQUIRE(4 * K <= tune.max_segments);
+    CHECK(shape(m::measured_candidates(t, est, req, bind, n, 4, tune)) ==
+          std::vector<row>{{est, K, D},
+                           {{A::direct, A::halving_doubling}, K, D},
+                           {est, 1, D},
+                           {est, 2 * K, D},
+                           {est, K / 2, D},
+                           {est, 4 * K, D},
+                           {est, K / 4, D},
+                           {est, K, 2}});
+  }
 }
 
 TEST_CASE("wisdom: text round trip, size classes, errors naming the line") {

@@ -100,7 +100,7 @@ template <class Comm>
 double ring_steps(Comm& comm, std::size_t d, std::size_t bytes, std::size_t reps, unsigned char* send,
                   unsigned char* recv, std::size_t train = 1) {
   auto& tr = comm.get_transport();
-  auto& dim = comm.dims()[d];
+  auto& dim = detail::internals_of(comm).dims()[d];
   const std::size_t p = dim.extent, c = dim.coord;
   std::vector<typename Comm::transport_type::request> rq(2 * train);
   const double t0 = seconds_on(tr);
@@ -131,7 +131,7 @@ double ring_steps(Comm& comm, std::size_t d, std::size_t bytes, std::size_t reps
 template <class Comm>
 profile calibrate(Comm& comm, const calibration& how = {}) {
   detail::check_calibration(how);
-  comm.executor().drain();
+  detail::internals_of(comm).executor().drain();
   const runtime_topology& ex = comm.executed_topology();
   profile pr;
   pr.topology = ex.to_string();
@@ -144,7 +144,7 @@ profile calibrate(Comm& comm, const calibration& how = {}) {
   // buffers of every simulated rank in the one process).
   std::pmr::memory_resource* mr = comm.get_options().memory_or_default();
   std::pmr::vector<unsigned char> send(top, 0x5a, mr), recv(recv_bytes, mr);
-  auto& dims = comm.dims();
+  auto& dims = detail::internals_of(comm).dims();
   for (std::size_t d = 0; d < dims.size(); ++d) {
     if (dims[d].extent < 2) continue;
     // t[i]: one message of bytes[i]; t[n + i]: a train of them (i < trains)

@@ -33,6 +33,7 @@
 #include "../topology/coordinates.hpp"
 #include "../topology/ring.hpp"
 #include "../topology/runtime.hpp"
+#include "../executor/internals.hpp"
 #include "../executor/progress.hpp"
 #include "../executor/state.hpp"
 #include "../transport/shared_access.hpp"
@@ -394,10 +395,10 @@ public:
       const std::size_t seg = (pl.segments > 1 && pl.segment_elements ? pl.segment_elements : count) * at.size;
       const std::size_t staging = (opts_.tune.shared_staging_bytes + 63) / 64 * 64;  // as the transports open it
       bool streams = false;
-      for (std::size_t d = 0; d < extents_.size() && !streams && at.size == sizeof(T); ++d)
-        streams = streams_when_unmapped({kind, extents_, d, al[d], extents_[d] > 1 && tr_->shared(dims_[d].ch),
+      for (std::size_t e = 0; e < extents_.size() && !streams && at.size == sizeof(T); ++e)
+        streams = streams_when_unmapped({kind, extents_, e, al[e], extents_[e] > 1 && tr_->shared(dims_[e].ch),
                                          Transport::same_address_space, bytes, seg, pl.segments, staging},
-                                        dims_[d].link, opts_.tune);
+                                        dims_[e].link, opts_.tune);
       if (streams)
         pl.streaming =
             "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
@@ -426,7 +427,10 @@ public:
     return make_plan<T>(count, kind, op, root).to_string();
   }
 
-  // ---- for the collectives (executor/host/) -------------------------
+private:
+  // ---- for the collectives: reached through detail::internals (executor/internals.hpp)
+  template <class>
+  friend class detail::internals;
   struct dim_state {
     std::size_t extent = 1, coord = 0;
     link_info link;
@@ -482,7 +486,6 @@ public:
     broken_ = true;
   }
 
-private:
   detail::executor_slot exec_;  // first: moved (and so drained) before the rest
   std::unique_ptr<Transport> tr_;
   options opts_;
@@ -516,7 +519,7 @@ concept bound_communicator = requires(C& c) {
   typename C::topology_type;
   typename C::transport_type;
   { c.size() } -> std::convertible_to<std::size_t>;
-  { c.dims() };
+  { c.get_transport() };
 };
 
 // explain() without binding: the plan of `count` elements of T on `rank` of a

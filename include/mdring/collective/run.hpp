@@ -126,8 +126,8 @@ std::optional<arg_error> issue_checks(Comm& comm, const char* name, bool commuta
   if (!comm.usable()) throw_unusable(name, comm.failure());
   if (!err) err = check_op(comm, commutative, name);
   if (err && comm.get_options().checks != check_level::collective) {
-    comm.executor().drain();
-    comm.mark_broken(err->what);
+    detail::internals_of(comm).executor().drain();
+    detail::internals_of(comm).mark_broken(err->what);
     comm.get_transport().abort(err->what);
     throw invalid_argument(err->argument, err->what);
   }
@@ -176,7 +176,7 @@ public:
   bool advance(bool block) override {
     try {
       const bool finished = step(block);
-      if (finished) comm_.board().end_call(false);
+      if (finished) detail::internals_of(comm_).board().end_call(false);
       return finished;
     } catch (...) {
       error = std::current_exception();
@@ -194,7 +194,7 @@ private:
   // The hang report (executor/state.hpp): a call that failed on its deadline or on
   // a peer's failure writes this rank's line (options::hang_report).
   void report(const std::exception_ptr& e) {
-    auto& b = comm_.board();
+    auto& b = detail::internals_of(comm_).board();
     b.end_call(true);
     if (!comm_.get_options().hang_report) return;
     try {
@@ -208,7 +208,7 @@ private:
 
   bool step(bool block) {
     if (stage_ == 0) {
-      comm_.board().begin_call(name_, type_name<T>(), op_traits<Op>::name(), count_);
+      detail::internals_of(comm_).board().begin_call(name_, type_name<T>(), op_traits<Op>::name(), count_);
       if (!comm_.usable()) throw_unusable(name_, comm_.failure());
       stage_ = 2;
       if (comm_.get_options().checks == check_level::collective) {
@@ -257,7 +257,7 @@ private:
     try {
       return f();
     } catch (const remote_error& e) {
-      comm_.mark_broken(e.what());
+      detail::internals_of(comm_).mark_broken(e.what());
       // The rank that failed first: a peer that left the call (its buffers gone
       // under cross-memory attach) left it because of an earlier failure, whose
       // notice may be on its way (20 ms at most); name that one.
@@ -286,7 +286,7 @@ private:
                            first.failed_rank);
       throw;
     } catch (const std::exception& e) {
-      comm_.mark_broken(e.what());
+      detail::internals_of(comm_).mark_broken(e.what());
       comm_.get_transport().abort(std::string("rank ") + std::to_string(comm_.rank()) + ": " + e.what());
       throw;
     }
@@ -314,18 +314,19 @@ auto launch(Comm& comm, const char* name, const Op& op, std::optional<arg_error>
   err = issue_checks(comm, name, op_traits<Op>::commutative, std::move(err));
   using call = collective_call<T, Op, Comm, Start, Finish>;
   if constexpr (Async) {
-    return request(comm.executor_handle(),
-                   comm.executor().submit(std::make_shared<call>(comm, name, op, err, count, root, start, finish)));
+    return request(detail::internals_of(comm).executor_handle(),
+                   detail::internals_of(comm).executor().submit(
+                       std::make_shared<call>(comm, name, op, err, count, root, start, finish)));
   } else {
     std::exception_ptr error;
-    if (!comm.executor().run_now([&] {
+    if (!detail::internals_of(comm).executor().run_now([&] {
           call c(comm, name, op, err, count, root, start, finish);
           c.advance(true);
           error = c.error;
         })) {
       auto c = std::make_shared<call>(comm, name, op, err, count, root, start, finish);
-      comm.executor().submit(c);
-      comm.executor().wait(*c);
+      detail::internals_of(comm).executor().submit(c);
+      detail::internals_of(comm).executor().wait(*c);
       error = c->error;
     }
     if (error) std::rethrow_exception(error);
@@ -357,7 +358,7 @@ auto launch_widened(C& comm, const char* name, const Op& op, std::optional<arg_e
   std::shared_ptr<void> w;
   float* wp = nullptr;
   if (!err && scratch > 0) {
-    w = comm.widened_scratch().take(scratch * sizeof(float));  // reused, not zeroed
+    w = detail::internals_of(comm).widened_scratch().take(scratch * sizeof(float));  // reused, not zeroed
     wp = static_cast<float*>(w.get());
     widened_convert(in, wp, in_n);
   } else {
@@ -437,7 +438,7 @@ std::optional<arg_error> first_error(E&&... e) {
 // another thread is moving the same calls.
 template <bound_communicator C>
 bool poll(C& comm) {
-  return comm.executor().try_step();
+  return detail::internals_of(comm).executor().try_step();
 }
 
 // The hang report's line for this rank of `comm` (executor/state.hpp): the call in
@@ -446,7 +447,7 @@ bool poll(C& comm) {
 // at any time, without disturbing the call.
 template <bound_communicator C>
 std::string state_line(const C& comm) {
-  return comm.board().line();
+  return detail::internals_of(comm).board().line();
 }
 // Writes state_line(comm) to stderr (and to MDRING_STATE_DIR, where mdring-run
 // collects the job's lines into one table).

@@ -1,20 +1,21 @@
 // mdring/executor/host/core.hpp: how a host rank runs one step of a program.
 //
 // The host executor runs programs (plan/program.hpp): it knows the step vocabulary,
-// not the algorithms. It is split by what each part does, each part a class
-// deriving from the one before:
+// not the algorithms. An engine is composed of three parts, each its own class
+// holding references to the ones before it (no inheritance):
 //
-//   core.hpp       engine_core: the call's state (communicator, transport, reducer,
-//                  request slots, buffers), where a slice lives, posting a step's
-//                  messages and shared-access announcements, and testing or
-//                  waiting for its sync with a deadline
-//   local_ops.hpp  local_ops: the folds and copies, reading and writing peers'
-//                  buffers (pointers between threads and for mapped node memory,
-//                  cross-memory attach piece by piece otherwise)
-//   cursor.hpp     call_cursor: the segments of a call in flight, moved on one
-//                  step at a time, blocking or not (a call is a program and a cursor)
-//   engine.hpp     engine: the five collectives (their programs, scratch), measured
-//                  planning
+//   core.hpp       engine_state: the call's state (communicator, its internals,
+//                  transport, reducer, request slots, buffers), where a slice
+//                  lives, posting a step's messages and shared-access
+//                  announcements, and testing or waiting for its sync with a deadline
+//   local_ops.hpp  local_ops (on an engine_state): the folds and copies, reading and
+//                  writing peers' buffers (pointers between threads and for mapped
+//                  node memory, cross-memory attach piece by piece otherwise)
+//   cursor.hpp     call_cursor (on an engine_state and its local_ops): the segments
+//                  of a call in flight, moved on one step at a time, blocking or not
+//                  (a call is a program and a cursor)
+//   engine.hpp     engine: owns the three; the five collectives (their decision,
+//                  programs, scratch), measured planning
 //
 // Every wait has a deadline that starts when the step is first waited for; a
 // timeout names the collective, dimension, phase, step and peer.
@@ -27,6 +28,7 @@
 #include "../../reduce/host.hpp"
 #include "../../transport/shared_access.hpp"
 #include "../../transport/transport.hpp"
+#include "../internals.hpp"
 #include "../state.hpp"
 
 #include <chrono>
@@ -48,22 +50,23 @@ inline std::size_t align_up(std::size_t bytes) {
 }
 
 template <class T, class Op, class Comm>
-class engine_core {
+class engine_state {
 public:
   using transport_t = typename Comm::transport_type;
   using request_t = typename transport_t::request;
 
-  engine_core(Comm& c, const char* name, Op op, bool commutative)
+  engine_state(Comm& c, const char* name, Op op, bool commutative)
       : c_(c),
+        in_(c),
         tr_(c.get_transport()),
         red_(op, c.size()),
         name_(name),
-        dims_(c.dims()),
+        dims_(in_.dims()),
         ext_(c.executed_extents()),
         coords_(c.executed_coordinates()),
-        reqs_(c.requests()),
-        infos_(c.request_infos()),
-        per_slot_(c.request_slot_size()),
+        reqs_(in_.requests()),
+        infos_(in_.request_infos()),
+        per_slot_(in_.request_slot_size()),
         commutative_(commutative) {}
 
   // The buffers of the call: the user's, and the scratch the engine laid out.
@@ -124,7 +127,7 @@ public:
   }
 
   // The algorithm dimension d runs in this call (engine::decide, from plan/call.hpp).
-  algorithm algo(std::size_t d) const { return c_.algorithm_slots()[d]; }
+  algorithm algo(std::size_t d) const { return in_.algorithm_slots()[d]; }
 
   // ---- posting a step -------------------------------------------------------------------
   // 15 bits (MPI guarantees tags up to 32767): the segment (mod 8, at most 8 in
@@ -203,7 +206,7 @@ public:
         check_signatures(g, d, st.signature);
         // Every rank of the ring reads the same flags: the next all_reduce on d
         // decides the same (engine.hpp program_of).
-        if (note_unmapped_) c_.unmapped_buffers()[d] = g.any_unmapped();
+        if (note_unmapped_) in_.unmapped_buffers()[d] = g.any_unmapped();
       }
     }
     return true;  // sync_kind::none
@@ -236,7 +239,7 @@ public:
   [[noreturn]] void raise(const wait_status& st, phase ph, std::size_t d, std::size_t step, std::size_t peer,
                           const char* waiting_for, state_board::dir dir) {
     if (st.kind == wait_status::timeout) {
-      c_.board().waiting_on((long long)peer, dir);
+      in_.board().waiting_on((long long)peer, dir);
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.3g", std::chrono::duration<double>(c_.get_options().timeout).count());
       const std::string what = std::string("mdring::") + name_ + ": timed out after " + secs + " s in dimension " +
@@ -256,14 +259,15 @@ public:
   deadline_clock::time_point deadline() const { return deadline_clock::now() + c_.get_options().timeout; }
 
   Comm& c_;
+  internals<Comm> in_;  // the communicator's per-call state (collective/communicator.hpp)
   transport_t& tr_;
   host_reducer<T, Op> red_;
   const char* name_;
-  std::vector<typename Comm::dim_state>& dims_;
+  std::vector<typename internals<Comm>::dim_state>& dims_;
   const std::vector<std::size_t>& ext_;
   const std::vector<std::size_t>& coords_;
   request_t* reqs_;
-  std::vector<typename Comm::request_info>& infos_;
+  std::vector<typename internals<Comm>::request_info>& infos_;
   std::size_t per_slot_;
   bool commutative_;
   buffers buf_;

@@ -36,13 +36,12 @@ MDRING_NAMESPACE_BEGIN
 namespace detail {
 
 template <class T, class Op, class Comm>
-class call_cursor : public local_ops<T, Op, Comm> {
+class call_cursor {
 public:
-  using B = local_ops<T, Op, Comm>;
-  using B::B;
-  using transport_t = typename B::transport_t;
-  using request_t = typename B::request_t;
-  using B::c_, B::tr_, B::reqs_, B::infos_, B::per_slot_, B::raise;
+  using state = engine_state<T, Op, Comm>;
+  using transport_t = typename state::transport_t;
+  using request_t = typename state::request_t;
+  call_cursor(state& s, local_ops<T, Op, Comm>& ops) noexcept : s_(s), ops_(ops) {}
 
   static constexpr std::size_t max_depth = 8;
 
@@ -55,7 +54,7 @@ public:
     newest_ = max_depth;
     any_order_ = false;
     if constexpr (waits_for_any<transport_t>) any_order_ = !pr.shared && pr.segments > 1;
-    c_.board().begin_program(pr.steps.size());
+    s_.in_.board().begin_program(pr.steps.size());
   }
 
   // Moves the call on (see the top of this file); true once it is done. On a
@@ -71,10 +70,10 @@ public:
         segment& sg = segs_[queue_[head_]];
         if (!sg.announced) announce(queue_[head_]);
         if (sg.deadline == deadline_clock::time_point{}) {  // waited for from now
-          sg.deadline = this->deadline();
+          sg.deadline = s_.deadline();
           show_waiting(step(sg), sg.deadline);
         }
-        if (!this->sync(step(sg), queue_[head_], sg.nreq, sg.deadline, block)) return false;
+        if (!s_.sync(step(sg), queue_[head_], sg.nreq, sg.deadline, block)) return false;
         advance(0);
       }
     } catch (...) {
@@ -101,7 +100,7 @@ private:
   // peer it waits on (the first it receives from, else the first it sends to; a
   // shared stage waits for the whole dimension), and the bytes a passed step moved.
   void show_waiting(const program_step& st, deadline_clock::time_point deadline) {
-    const auto& members = this->dims_[st.dim].members;
+    const auto& members = s_.dims_[st.dim].members;
     long long peer = -1;
     auto d = state_board::dir::group;
     std::uint64_t bytes = 0;
@@ -114,7 +113,7 @@ private:
         peer = (long long)members[m.peer], d = state_board::dir::send;
         break;
       }
-    c_.board().waiting(st.dim, int(st.ph), st.index, peer, d, bytes, deadline);
+    s_.in_.board().waiting(st.dim, int(st.ph), st.index, peer, d, bytes, deadline);
   }
   std::uint64_t received_bytes(const program_step& st) const {
     std::uint64_t bytes = 0;
@@ -145,8 +144,8 @@ private:
   void announce(std::size_t slot) {
     segment& sg = segs_[slot];
     const program_step& st = step(sg);
-    this->run_ops(*pr_, pr_->pre_of(st), st.dim, slot);
-    sg.nreq = this->post_messages(*pr_, st, slot);
+    ops_.run_ops(*pr_, pr_->pre_of(st), st.dim, slot);
+    sg.nreq = s_.post_messages(*pr_, st, slot);
     sg.deadline = {};  // set when the step is first waited for
     sg.announced = true;
   }
@@ -183,9 +182,9 @@ private:
     head_ = (head_ + 1) % max_depth, --queued_;
     segment& sg = segs_[slot];
     const program_step& st = step(sg);
-    this->run_ops(*pr_, pr_->ops_of(st), st.dim, slot);
+    ops_.run_ops(*pr_, pr_->ops_of(st), st.dim, slot);
     ++progress_;
-    c_.board().step_done(received_bytes(st));
+    s_.in_.board().step_done(received_bytes(st));
     if (++sg.step < pr_->segment_begin[sg.index + 1]) post(slot);
     else sg.busy = false, --active_;
     admit();
@@ -197,7 +196,7 @@ private:
     if constexpr (waits_for_any<transport_t>) {
       for (std::size_t i = 0; i < queued_; ++i) {
         const segment& sg = segs_[queue_[(head_ + i) % max_depth]];
-        const request_t* rq = reqs_ + queue_[(head_ + i) % max_depth] * per_slot_;
+        const request_t* rq = s_.reqs_ + queue_[(head_ + i) % max_depth] * s_.per_slot_;
         bool done = true;
         for (std::size_t k = 0; k < sg.nreq && done; ++k) done = transport_t::complete(rq[k]);
         if (done) {
@@ -211,21 +210,21 @@ private:
       for (std::size_t i = 0; i < queued_; ++i) {
         auto& d = segs_[queue_[(head_ + i) % max_depth]].deadline;
         if (d == deadline_clock::time_point{}) {
-          d = this->deadline();
+          d = s_.deadline();
           show_waiting(step(segs_[queue_[(head_ + i) % max_depth]]), d);
         }
         dl = d < dl ? d : dl;
       }
-      std::span<request_t> rs(reqs_, depth_ * per_slot_);
-      const wait_status st = tr_.wait_any(rs, block ? dl : deadline_clock::time_point{});
+      std::span<request_t> rs(s_.reqs_, depth_ * s_.per_slot_);
+      const wait_status st = s_.tr_.wait_any(rs, block ? dl : deadline_clock::time_point{});
       if (st.kind == wait_status::done) return true;
       if (st.kind == wait_status::timeout && deadline_clock::now() < dl) return block;  // (block: a spurious return)
-      const std::size_t slot = st.kind == wait_status::timeout ? st.index / per_slot_ : queue_[head_];
+      const std::size_t slot = st.kind == wait_status::timeout ? st.index / s_.per_slot_ : queue_[head_];
       const program_step& ps = step(segs_[slot]);
-      const auto& info = infos_[st.kind == wait_status::timeout ? st.index : slot * per_slot_];
-      raise(st, ps.ph, st.kind == wait_status::timeout ? info.dim : ps.dim, ps.index, info.peer,
-            info.is_send ? " to receive what rank " : " to send to rank ",
-            info.is_send ? state_board::dir::send : state_board::dir::recv);
+      const auto& info = s_.infos_[st.kind == wait_status::timeout ? st.index : slot * s_.per_slot_];
+      s_.raise(st, ps.ph, st.kind == wait_status::timeout ? info.dim : ps.dim, ps.index, info.peer,
+               info.is_send ? " to receive what rank " : " to send to rank ",
+               info.is_send ? state_board::dir::send : state_board::dir::recv);
     } else {
       (void)block;
       return false;
@@ -236,7 +235,7 @@ private:
   void cancel() noexcept {
     for (std::size_t slot = 0; slot < max_depth; ++slot)
       if (segs_[slot].busy && segs_[slot].nreq) {
-        tr_.cancel_all(std::span<request_t>(reqs_ + slot * per_slot_, segs_[slot].nreq));
+        s_.tr_.cancel_all(std::span<request_t>(s_.reqs_ + slot * s_.per_slot_, segs_[slot].nreq));
         segs_[slot].nreq = 0;
       }
   }
@@ -248,6 +247,8 @@ private:
   std::size_t head_ = 0, queued_ = 0, active_ = 0, next_ = 0, newest_ = max_depth;
   bool any_order_ = false;
   std::uint64_t progress_ = 0;
+  state& s_;
+  local_ops<T, Op, Comm>& ops_;
 };
 
 }  // namespace detail

@@ -9,6 +9,7 @@
 
 #include "../../plan/call.hpp"
 #include "../../plan/cost.hpp"
+#include "../../plan/measure.hpp"
 #include "../../plan/pipeline.hpp"
 #include "../../plan/program_cache.hpp"
 #include "../../plan/wisdom.hpp"
@@ -27,19 +28,27 @@ MDRING_NAMESPACE_BEGIN
 namespace detail {
 
 template <class T, class Op, class Comm>
-class engine : public call_cursor<T, Op, Comm> {
+class engine {
 public:
-  using B = call_cursor<T, Op, Comm>;
-  using B::B;
-  using transport_t = typename B::transport_t;
-  using B::c_, B::name_, B::ext_, B::coords_, B::dims_, B::commutative_, B::buf_, B::shared, B::piece;
+  using state = engine_state<T, Op, Comm>;
+  using transport_t = typename state::transport_t;
+  static constexpr std::size_t piece = local_ops<T, Op, Comm>::piece;
+
+  engine(Comm& c, const char* name, Op op, bool commutative) : s_(c, name, op, commutative), ops_(s_), cur_(s_, ops_) {}
+  engine(const engine&) = delete;  // its parts refer to each other
+  engine& operator=(const engine&) = delete;
+
+  // Moves the call on (cursor.hpp); true once it is done.
+  bool run(bool block) { return cur_.run(block); }
+  // Steps completed so far (the progress agent's sign that something moved).
+  std::uint64_t progress() const noexcept { return cur_.progress(); }
 
   // ---- the five collectives: start, then run (cursor.hpp) ------------------------------
   // all_reduce: measured planning first, at the first call of a size class.
   void start_all_reduce(const T* send, T* recv, std::size_t n) {
-    auto& ms = c_.measuring();
-    if (c_.get_options().planning == planning::measure && commutative_ && n > 0 && !ms.active && !ms.forced &&
-        !c_.measured_plans().find(sizeof(T), n * sizeof(T)))
+    auto& ms = s_.in_.measuring();
+    if (s_.c_.get_options().planning == planning::measure && s_.commutative_ && n > 0 && !ms.active && !ms.forced &&
+        !s_.in_.measured_plans().find(sizeof(T), n * sizeof(T)))
       measure(n);
     const auto [pr, depth] = all_reduce_plan(n);
     start(*pr, depth, send, recv, n);
@@ -63,7 +72,7 @@ public:
 
   void all_reduce(const T* send, T* recv, std::size_t n) {
     start_all_reduce(send, recv, n);
-    this->run(true);
+    cur_.run(true);
   }
 
   // ---- programs -----------------------------------------------------------------------
@@ -74,54 +83,54 @@ public:
   // algorithms go to the communicator's slots (core.hpp algo()). force_hd >= 0:
   // halving-doubling on that dimension (scratch_bytes' bound).
   const call_decision& decide(collective kind, std::size_t count, int force_hd = -1) {
-    call_decision& d = c_.decision();
-    const std::size_t n = call_elements(kind, count, c_.size());
-    decide_call(
-        d, call_request{kind, c_.executed_topology(), c_.requested_algorithms(), c_.bind_algorithms(), commutative_,
-                        count, c_.size(), sizeof(T), c_.get_options().tune,
-                        kind == collective::all_reduce ? measured_for(n) : nullptr, c_.rank_links(), ext_, force_hd});
-    std::copy(d.algos.begin(), d.algos.end(), c_.algorithm_slots().begin());
+    call_decision& d = s_.in_.decision();
+    const std::size_t n = call_elements(kind, count, s_.c_.size());
+    decide_call(d, call_request{kind, s_.c_.executed_topology(), s_.in_.requested_algorithms(),
+                                s_.in_.bind_algorithms(), s_.commutative_, count, s_.c_.size(), sizeof(T),
+                                s_.c_.get_options().tune, kind == collective::all_reduce ? measured_for(n) : nullptr,
+                                s_.in_.rank_links(), s_.ext_, force_hd});
+    std::copy(d.algos.begin(), d.algos.end(), s_.in_.algorithm_slots().begin());
     return d;
   }
   // The program of the call decided last (decide), with seg_len elements per segment.
   const program& program_of(collective kind, std::size_t count, std::size_t root, std::size_t seg_len = 0) {
-    auto& dp = c_.program_dims();
+    auto& dp = s_.in_.program_dims();
     const std::size_t seg = seg_len && seg_len < count ? seg_len : count;
-    this->note_unmapped_ = false;
-    for (std::size_t d = 0; d < dims_.size(); ++d) {
-      dp[d] = {ext_[d], coords_[d], this->algo(d), false, 0, false};
-      if (ext_[d] > 1 && shared(d)) {
-        dp[d].shared = true, dp[d].staging_bytes = this->staging_bytes(d);
+    s_.note_unmapped_ = false;
+    for (std::size_t d = 0; d < s_.dims_.size(); ++d) {
+      dp[d] = {s_.ext_[d], s_.coords_[d], s_.algo(d), false, 0, false};
+      if (s_.ext_[d] > 1 && s_.shared(d)) {
+        dp[d].shared = true, dp[d].staging_bytes = s_.staging_bytes(d);
         // The pull form where it pays and the last all_reduce on d had buffers some
         // rank's peers could not map (core.hpp sync: the same on every rank).
-        const bool pays =
-            streams_when_unmapped({kind, ext_, d, dp[d].algo, true, transport_t::same_address_space, count * sizeof(T),
-                                   seg * sizeof(T), seg ? (count + seg - 1) / seg : 0, dp[d].staging_bytes},
-                                  dims_[d].link, c_.get_options().tune);
-        this->note_unmapped_ |= pays;
-        dp[d].streamed = pays && c_.unmapped_buffers()[d];
+        const bool pays = streams_when_unmapped(
+            {kind, s_.ext_, d, dp[d].algo, true, transport_t::same_address_space, count * sizeof(T), seg * sizeof(T),
+             seg ? (count + seg - 1) / seg : 0, dp[d].staging_bytes},
+            s_.dims_[d].link, s_.c_.get_options().tune);
+        s_.note_unmapped_ |= pays;
+        dp[d].streamed = pays && s_.in_.unmapped_buffers()[d];
       }
     }
     program_params p;
-    p.kind = kind, p.dims = dp, p.count = count, p.rank = c_.rank(), p.root = root, p.elem_size = sizeof(T);
-    p.segment_length = seg_len, p.nontemporal_bytes = c_.get_options().tune.nontemporal_bytes;
-    p.trees = c_.decision().trees;
-    return c_.programs().get(p);
+    p.kind = kind, p.dims = dp, p.count = count, p.rank = s_.c_.rank(), p.root = root, p.elem_size = sizeof(T);
+    p.segment_length = seg_len, p.nontemporal_bytes = s_.c_.get_options().tune.nontemporal_bytes;
+    p.trees = s_.in_.decision().trees;
+    return s_.in_.programs().get(p);
   }
 
   // The measured plan an all_reduce of n elements runs (options.planning = measure,
   // plan/wisdom.hpp): the candidate being timed, or what this size class measured.
   const measured_choice* measured_for(std::size_t n) {
-    auto& ms = c_.measuring();
+    auto& ms = s_.in_.measuring();
     const measured_choice* m = ms.forced;
-    if (!m && !ms.active && commutative_ && c_.get_options().planning == planning::measure)
-      m = c_.measured_plans().find(sizeof(T), n * sizeof(T));
-    return m && m->algos.size() == dims_.size() ? m : nullptr;
+    if (!m && !ms.active && s_.commutative_ && s_.c_.get_options().planning == planning::measure)
+      m = s_.in_.measured_plans().find(sizeof(T), n * sizeof(T));
+    return m && m->algos.size() == s_.dims_.size() ? m : nullptr;
   }
   // all_reduce's program and segments in flight (decide first, unless decided:
   // decide = false).
   std::pair<const program*, std::size_t> all_reduce_plan(std::size_t n, bool decide_now = true) {
-    const call_decision& d = decide_now ? decide(collective::all_reduce, n) : c_.decision();
+    const call_decision& d = decide_now ? decide(collective::all_reduce, n) : s_.in_.decision();
     const program& pr = program_of(collective::all_reduce, n, 0, d.segment_length);
     return {&pr, d.depth < pr.segments ? d.depth : pr.segments};
   }
@@ -132,8 +141,8 @@ public:
   std::size_t piece_elements(const program& pr) {
     std::size_t n = 0;
     if (!transport_t::same_address_space && pr.shared)
-      for (std::size_t d = 0; d < ext_.size(); ++d)
-        if (ext_[d] > 1 && shared(d)) n = (ext_[d] - 1) * piece > n ? (ext_[d] - 1) * piece : n;
+      for (std::size_t d = 0; d < s_.ext_.size(); ++d)
+        if (s_.ext_[d] > 1 && s_.shared(d)) n = (s_.ext_[d] - 1) * piece > n ? (s_.ext_[d] - 1) * piece : n;
     return n;
   }
   std::size_t scratch_bytes_of(const program& pr, std::size_t depth) {
@@ -142,15 +151,15 @@ public:
   }
   // all_reduce passes its count (stream_in).
   void start(const program& pr, std::size_t depth, const T* send, T* recv, std::size_t all_reduce_count = 0) {
-    auto* base = static_cast<unsigned char*>(c_.scratch().get(scratch_bytes_of(pr, depth)));
-    buf_.send = buf_.source = send, buf_.recv = buf_.result = recv;
+    auto* base = static_cast<unsigned char*>(s_.in_.scratch().get(scratch_bytes_of(pr, depth)));
+    s_.buf_.send = s_.buf_.source = send, s_.buf_.recv = s_.buf_.result = recv;
     if (all_reduce_count) stream_in(send, recv, all_reduce_count);
-    buf_.scratch = reinterpret_cast<T*>(base);
+    s_.buf_.scratch = reinterpret_cast<T*>(base);
     base += align_up(pr.scratch_elements * sizeof(T));
-    buf_.slots = reinterpret_cast<T*>(base);
-    buf_.slot_stride = align_up(pr.slot_elements * sizeof(T)) / sizeof(T);
-    buf_.pieces = reinterpret_cast<T*>(base + depth * align_up(pr.slot_elements * sizeof(T)));
-    this->begin(pr, depth);
+    s_.buf_.slots = reinterpret_cast<T*>(base);
+    s_.buf_.slot_stride = align_up(pr.slot_elements * sizeof(T)) / sizeof(T);
+    s_.buf_.pieces = reinterpret_cast<T*>(base + depth * align_up(pr.slot_elements * sizeof(T)));
+    cur_.begin(pr, depth);
   }
 
   // The pull form (build_program.hpp dim_program::streamed, chosen alike on every
@@ -164,19 +173,23 @@ public:
   void stream_in(const T* send, T* recv, std::size_t n) {
     if constexpr (!transport_t::same_address_space) {
       const std::size_t bytes = n * sizeof(T);
-      this->unmapped_ = this->note_unmapped_ && !(is_node_memory(send, bytes) && is_node_memory(recv, bytes));
-      const auto& dp = c_.program_dims();
-      if (!this->unmapped_ || std::none_of(dp.begin(), dp.end(), [](const dim_program& d) { return d.streamed; }))
-        return;
-      copy_ = c_.widened_scratch().take(bytes);
+      s_.unmapped_ = s_.note_unmapped_ && !(is_node_memory(send, bytes) && is_node_memory(recv, bytes));
+      const auto& dp = s_.in_.program_dims();
+      if (!s_.unmapped_ || std::none_of(dp.begin(), dp.end(), [](const dim_program& d) { return d.streamed; })) return;
+      copy_ = s_.in_.widened_scratch().take(bytes);
       if (!is_node_memory(copy_.get(), bytes)) return copy_.reset();
-      buf_.result = static_cast<T*>(copy_.get());
-      buf_.source = buf_.result;
+      s_.buf_.result = static_cast<T*>(copy_.get());
+      s_.buf_.source = s_.buf_.result;
     } else {
       (void)send, (void)recv, (void)n;
     }
   }
   std::shared_ptr<void> copy_;  // stream_in's copy, back to the pool with the engine
+
+  // The engine's parts, in this order (each refers to the ones before).
+  state s_;
+  local_ops<T, Op, Comm> ops_;
+  call_cursor<T, Op, Comm> cur_;
 
   // Scratch bytes a call of this kind and count needs, with halving-doubling forced
   // on dimension `force_hd` (>= 0; all_reduce then counts tuning::pipeline_depth
@@ -185,10 +198,10 @@ public:
     decide(kind, count, force_hd);
     if (kind == collective::all_reduce) {
       auto [pr, depth] = all_reduce_plan(count, false);
-      return scratch_bytes_of(*pr, force_hd >= 0 ? c_.get_options().tune.pipeline_depth : depth);
+      return scratch_bytes_of(*pr, force_hd >= 0 ? s_.c_.get_options().tune.pipeline_depth : depth);
     }
     // reduce: a rank that is not the root, which needs more (W)
-    const std::size_t root = kind == collective::reduce && c_.rank() == 0 ? 1 % c_.size() : 0;
+    const std::size_t root = kind == collective::reduce && s_.c_.rank() == 0 ? 1 % s_.c_.size() : 0;
     return scratch_bytes_of(program_of(kind, count, root, 0), 1);
   }
 
@@ -202,16 +215,16 @@ public:
   // cap, with it forced there.
   std::size_t reserve_bytes(collective kind, std::size_t count) {
     std::size_t bytes = scratch_bytes(kind, count);
-    const std::size_t per = call_elements(kind, 1, c_.size());
-    const std::size_t cap = c_.get_options().tune.halving_doubling_max_bytes / sizeof(T);
-    const auto& req = c_.requested_algorithms();
-    for (std::size_t d = 0; d < ext_.size(); ++d) {
-      if (ext_[d] < 4 || !commutative_ || c_.bind_algorithms()[d] != algorithm::ring ||
+    const std::size_t per = call_elements(kind, 1, s_.c_.size());
+    const std::size_t cap = s_.c_.get_options().tune.halving_doubling_max_bytes / sizeof(T);
+    const auto& req = s_.in_.requested_algorithms();
+    for (std::size_t d = 0; d < s_.ext_.size(); ++d) {
+      if (s_.ext_[d] < 4 || !s_.commutative_ || s_.in_.bind_algorithms()[d] != algorithm::ring ||
           (d < req.size() && req[d] != algorithm::automatic))
         continue;
       auto range_at = [&](std::size_t c) {  // the nominal range of dimension d (plan/pipeline.hpp)
         std::size_t r = c * per;
-        for (std::size_t e = 0; e < d; ++e) r = ext_[e] > 1 ? max_block(r, ext_[e]) : r;
+        for (std::size_t e = 0; e < d; ++e) r = s_.ext_[e] > 1 ? max_block(r, s_.ext_[e]) : r;
         return r;
       };
       std::size_t lo = 0, hi = count;  // the largest c <= count with range_at(c) <= cap
@@ -226,7 +239,7 @@ public:
     }
     // Smaller calls may run recursive doubling (all_reduce: one slot of the whole
     // range) or trees (reduce: a received buffer and a partial of the whole buffer).
-    const std::size_t rd = std::min(count, c_.get_options().tune.recursive_doubling_max_bytes / sizeof(T));
+    const std::size_t rd = std::min(count, s_.c_.get_options().tune.recursive_doubling_max_bytes / sizeof(T));
     if (kind == collective::all_reduce) bytes += align_up(rd * sizeof(T));
     if (kind == collective::reduce) bytes += 2 * align_up(rd * sizeof(T));
     return bytes;
@@ -234,74 +247,38 @@ public:
 
   // ---- measured planning (options.planning = measure, plan/wisdom.hpp) ---------
   //
-  // At the first all_reduce of a size class: times candidate plans on buffers of
-  // the call's size (the estimate's plan; each ring dimension the user left
-  // automatic flipped between ring and halving-doubling, each direct one of 3 ranks
-  // or more on a fully connected link run as a ring and as halving-doubling; with
-  // pipelining, the estimate's segment count halved, doubled, quartered and
-  // quadrupled, one segment, and fewer segments in flight), one warm-up and 3 to 15
-  // runs each (about 2 ms), takes every candidate's median and the spread of its
-  // runs, then the slowest rank's (one all_reduce, so every rank picks the same), and
-  // keeps the fastest if it beats the estimate's plan by more than the runs' spread
-  // (1 % to 5 %, plan/wisdom.hpp pick_measured), else the estimate's. Every rank
-  // writes options.wisdom.
+  // At the first all_reduce of a size class: times the candidate plans that
+  // plan/measure.hpp measured_candidates lists (the estimate's first) on buffers of
+  // the call's size, one warm-up and 3 to 15 runs each (about 2 ms), takes every
+  // candidate's median and the spread of its runs, then the slowest rank's (one
+  // all_reduce, so every rank picks the same), and keeps the fastest if it beats the
+  // estimate's plan by more than the runs' spread (1 % to 5 %, plan/wisdom.hpp
+  // pick_measured), else the estimate's. Every rank writes options.wisdom.
   void measure(std::size_t n) {
-    auto& ms = c_.measuring();
+    auto& ms = s_.in_.measuring();
     ms.active = true;
     struct reset {
-      typename Comm::measuring_state& m;
+      typename internals<Comm>::measuring_state& m;
       ~reset() { m = {}; }
     } guard{ms};
-    const auto& o = c_.get_options();
+    const auto& o = s_.c_.get_options();
     const auto& tune = o.tune;
     decide(collective::all_reduce, n);  // measured_for: none while measuring
-    const std::vector<algorithm> est(c_.algorithm_slots());
-    const std::size_t K0 = segment_count(n, segment_elements(c_.executed_topology(), est, n, sizeof(T), tune));
-    std::vector<measured_choice> cand;
-    auto add = [&](const std::vector<algorithm>& al, std::size_t K, std::size_t depth) {
-      for (auto& c : cand)
-        if (c.algos == al && c.segments == K && c.depth == depth) return;
-      cand.push_back({al, K, depth, 0, 0, 0});
-    };
-    const std::size_t D = tune.pipeline_depth;
-    add(est, K0, D);
-    // Per dimension the user left automatic: a ring flipped to halving-doubling or
-    // back; a fully connected one of 3 ranks or more, which runs direct, as a ring and
-    // as halving-doubling (its pairs may not be equal: NVLink meshes, PCIe switches).
-    const auto& req = c_.requested_algorithms();
-    for (std::size_t d = 0; d < ext_.size(); ++d) {
-      if (ext_[d] < 2 || (d < req.size() && req[d] != algorithm::automatic)) continue;
-      std::vector<algorithm> others;
-      if (c_.bind_algorithms()[d] == algorithm::ring)
-        others = {est[d] == algorithm::halving_doubling ? algorithm::ring : algorithm::halving_doubling};
-      else if (ext_[d] >= 3 && est[d] == algorithm::direct && dims_[d].link.fully_connected)
-        others = {algorithm::ring, algorithm::halving_doubling};
-      for (algorithm a : others) {
-        std::vector<algorithm> al = est;
-        al[d] = a;
-        add(al, K0, D);
-      }
-    }
-    if (pipelines(c_.executed_topology(), est)) {
-      add(est, 1, D);
-      if (2 * K0 <= tune.max_segments && n >= 2 * K0) add(est, 2 * K0, D);
-      if (K0 > 2) add(est, K0 / 2, D);
-      if (4 * K0 <= tune.max_segments && n >= 4 * K0) add(est, 4 * K0, D);
-      if (K0 > 4) add(est, K0 / 4, D);
-      if (K0 > 1 && D > 2) add(est, K0, 2);
-    }
+    const std::vector<algorithm> est(s_.in_.algorithm_slots());
+    const std::vector<measured_choice> cand = measured_candidates(
+        s_.c_.executed_topology(), est, s_.in_.requested_algorithms(), s_.in_.bind_algorithms(), n, sizeof(T), tune);
     // The candidates' buffers come from options.memory, as all scratch does (under
     // SimGrid SMPI: shared pages, not n elements per simulated rank).
     std::pmr::memory_resource* mr = o.memory_or_default();
     std::pmr::vector<T> a(n, mr), b(n, mr);
     std::vector<double> secs(cand.size() + 1, 0.0), t;  // the medians, then the largest spread
-    engine<double, max_t, Comm> slowest(c_, name_, max_t{}, true);
+    engine<double, max_t, Comm> slowest(s_.c_, s_.name_, max_t{}, true);
     auto run = [&](const measured_choice& c) {
       ms.forced = &c;
-      const double t0 = seconds_on(this->tr_);  // the transport's clock: simulated time under SMPI
+      const double t0 = seconds_on(s_.tr_);  // the transport's clock: simulated time under SMPI
       all_reduce(a.data(), b.data(), n);
       ms.forced = nullptr;
-      return seconds_on(this->tr_) - t0;
+      return seconds_on(s_.tr_) - t0;
     };
     // Timed runs per candidate: about 2 ms of the estimate's plan, 3 to 15, from the
     // slowest rank's warm-up, so that every rank runs as many.
@@ -326,10 +303,10 @@ public:
     m.seconds = secs[best];
     m.estimate_seconds = secs[0];
     m.candidates = cand.size();
-    wisdom& w = c_.measured_plans();
+    wisdom& w = s_.in_.measured_plans();
     w.all_reduce[{sizeof(T), size_class(n * sizeof(T))}] = m;
     if (!o.wisdom.empty()) {
-      w.save(o.wisdom, c_.rank());
+      w.save(o.wisdom, s_.c_.rank());
       double sync = 0;  // every rank has written it before any goes on (to bind again, say)
       slowest.all_reduce(&sync, &sync, 1);
     }

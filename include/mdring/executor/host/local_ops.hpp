@@ -18,12 +18,12 @@ MDRING_NAMESPACE_BEGIN
 namespace detail {
 
 template <class T, class Op, class Comm>
-class local_ops : public engine_core<T, Op, Comm> {
+class local_ops {
 public:
-  using B = engine_core<T, Op, Comm>;
-  using B::B;
-  using transport_t = typename B::transport_t;
-  using B::c_, B::tr_, B::red_, B::dims_, B::coords_, B::buf_, B::local, B::has_shared_access;
+  using state = engine_state<T, Op, Comm>;
+  using transport_t = typename state::transport_t;
+  static constexpr bool has_shared_access = state::has_shared_access;
+  explicit local_ops(state& s) noexcept : s_(s) {}
 
   // Elements per piece when peers' data must be copied in (processes).
   static constexpr std::size_t piece = (std::size_t(256) << 10) / sizeof(T);
@@ -38,7 +38,7 @@ public:
   // Peer j's published address, `off` elements further (in the peer's address space).
   const T* remote(slice s, std::size_t d) const {
     if constexpr (has_shared_access) {
-      auto& g = tr_.group(dims_[d].ch);
+      auto& g = s_.tr_.group(s_.dims_[d].ch);
       const void* base = s.where == region::peer_src ? g.peer_src(s.peer) : g.peer_dst(s.peer);
       return static_cast<const T*>(base) + s.offset;
     } else {
@@ -48,12 +48,12 @@ public:
   // A pointer this rank can use for n elements of slice s, or nullptr for a peer's
   // buffer that only cross-memory attach reaches.
   T* reach(slice s, std::size_t d, std::size_t slot, std::size_t n) {
-    if (s.where != region::peer_src && s.where != region::peer_dst) return this->local(s, d, slot);
+    if (s.where != region::peer_src && s.where != region::peer_dst) return s_.local(s, d, slot);
     T* r = const_cast<T*>(remote(s, d));
     if constexpr (transport_t::same_address_space) {
       return (void)n, r;
     } else if constexpr (maps_peer_memory<transport_t>) {
-      return static_cast<T*>(tr_.local_address(dims_[d].ch, s.peer, r, n * sizeof(T)));
+      return static_cast<T*>(s_.tr_.local_address(s_.dims_[d].ch, s.peer, r, n * sizeof(T)));
     } else {
       return (void)n, nullptr;
     }
@@ -63,7 +63,7 @@ public:
   // place (a streamed dimension's recv and result, when result is recv) are written once.
   void fold(const program& pr, const local_op& o, std::size_t d, std::size_t slot) {
     const auto ins = pr.inputs_of(o), outs = pr.outputs_of(o);
-    auto& ptrs = c_.pointer_slots();
+    auto& ptrs = s_.in_.pointer_slots();
     T* to[access_group::max_ranks];
     std::size_t nout = 0;
     bool direct = outs.size() <= access_group::max_ranks;
@@ -74,15 +74,15 @@ public:
       if (direct && std::find(to, to + nout, t) == to + nout) to[nout++] = t;
     }
     const T* const* in = reinterpret_cast<const T* const*>(ptrs.data());
-    const auto& nest = dims_[d].nest;  // options.reproducible, merged dimensions
+    const auto& nest = s_.dims_[d].nest;  // options.reproducible, merged dimensions
     if (direct && !nest.empty())
-      return red_.combine_nested(to, nout, in, ins.size(), o.count, o.final, o.nontemporal, nest);
+      return s_.red_.combine_nested(to, nout, in, ins.size(), o.count, o.final, o.nontemporal, nest);
     if (direct) {
       if (nout == 1 && !o.nontemporal) {
-        if (ins.size() == 2) return red_.combine(to[0], in[0], in[1], o.count, o.final);
-        return red_.combine_n(to[0], in, ins.size(), o.count, o.final);
+        if (ins.size() == 2) return s_.red_.combine(to[0], in[0], in[1], o.count, o.final);
+        return s_.red_.combine_n(to[0], in, ins.size(), o.count, o.final);
       }
-      return red_.combine_n_to(to, nout, in, ins.size(), o.count, o.final, o.nontemporal);
+      return s_.red_.combine_n_to(to, nout, in, ins.size(), o.count, o.final, o.nontemporal);
     }
     if constexpr (has_shared_access) fold_by_pieces(pr, o, d, slot);
   }
@@ -91,14 +91,14 @@ public:
   // into scratch, folded into this rank's output, and written to the peers' outputs.
   void fold_by_pieces(const program& pr, const local_op& o, std::size_t d, std::size_t slot) {
     const auto ins = pr.inputs_of(o), outs = pr.outputs_of(o);
-    auto& ch = dims_[d].ch;
-    auto& ptrs = c_.pointer_slots();
-    const std::size_t c = coords_[d];
+    auto& ch = s_.dims_[d].ch;
+    auto& ptrs = s_.in_.pointer_slots();
+    const std::size_t c = s_.coords_[d];
     T* mine = nullptr;  // the output in this rank's memory (every op that reads peers has one)
     T* also = nullptr;  // a second one (a streamed dimension's result, when it is not recv)
     for (const auto& s : outs)
       if (!s.remote()) {
-        T* t = local(s, d, slot);
+        T* t = s_.local(s, d, slot);
         if (!mine) mine = t;
         else if (t != mine) also = t;
       }
@@ -109,19 +109,19 @@ public:
           ptrs[j] = p + done;
           continue;
         }
-        T* at = buf_.pieces + (j < c ? j : j - 1) * piece;
-        tr_.read(ch, ins[j].peer, remote(ins[j], d) + done, at, m * sizeof(T));
+        T* at = s_.buf_.pieces + (j < c ? j : j - 1) * piece;
+        s_.tr_.read(ch, ins[j].peer, remote(ins[j], d) + done, at, m * sizeof(T));
         ptrs[j] = at;
       }
       const T* const* in = reinterpret_cast<const T* const*>(ptrs.data());
-      if (dims_[d].nest.empty()) red_.combine_n(mine + done, in, ins.size(), m, o.final);
+      if (s_.dims_[d].nest.empty()) s_.red_.combine_n(mine + done, in, ins.size(), m, o.final);
       else {
         T* at = mine + done;
-        red_.combine_nested(&at, 1, in, ins.size(), m, o.final, false, dims_[d].nest);
+        s_.red_.combine_nested(&at, 1, in, ins.size(), m, o.final, false, s_.dims_[d].nest);
       }
       if (also) std::memcpy(also + done, mine + done, m * sizeof(T));
       for (const auto& s : outs)
-        if (s.remote()) tr_.write(ch, s.peer, mine + done, const_cast<T*>(remote(s, d)) + done, m * sizeof(T));
+        if (s.remote()) s_.tr_.write(ch, s.peer, mine + done, const_cast<T*>(remote(s, d)) + done, m * sizeof(T));
     }
   }
 
@@ -134,11 +134,11 @@ public:
       T* to = reach(s, d, slot, o.count);
       if constexpr (has_shared_access) {
         if (!from) {
-          tr_.read(dims_[d].ch, in.peer, remote(in, d), to, bytes);
+          s_.tr_.read(s_.dims_[d].ch, in.peer, remote(in, d), to, bytes);
           continue;
         }
         if (!to) {
-          tr_.write(dims_[d].ch, s.peer, from, const_cast<T*>(remote(s, d)), bytes);
+          s_.tr_.write(s_.dims_[d].ch, s.peer, from, const_cast<T*>(remote(s, d)), bytes);
           continue;
         }
       }
@@ -147,6 +147,9 @@ public:
       else std::memcpy(to, from, bytes);
     }
   }
+
+private:
+  state& s_;
 };
 
 }  // namespace detail
