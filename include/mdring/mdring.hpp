@@ -11,6 +11,11 @@
 //   });
 #pragma once
 
+#if defined(MDRING_SEPARATE_COMPILATION) && !defined(MDRING_SEPARATE_IMPLEMENTATION)
+// Separate compilation: declarations only, the library compiled once elsewhere.
+#include "separate/api.hpp"
+#else
+
 #include "config.hpp"
 #include "error.hpp"
 #include "memory.hpp"
@@ -53,3 +58,4 @@
 #include "collective/reduce.hpp"
 #include "collective/reduce_scatter.hpp"
 #include "collective/request.hpp"
+#endif

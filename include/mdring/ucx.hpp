@@ -7,6 +7,11 @@
 //   mdring::all_reduce(comm, buf, n, mdring::sum);
 #pragma once
 
+#if defined(MDRING_SEPARATE_COMPILATION) && !defined(MDRING_SEPARATE_IMPLEMENTATION)
+#error \
+    "mdring: the UCX transport is not compiled in separate compilation (MDRING_SEPARATE_COMPILATION, mdring/separate/api.hpp); include it header-only"
+#endif
+
 #include "mdring.hpp"
 #include "collective/bind_ucx.hpp"
 #include "rendezvous/store.hpp"
