@@ -12,13 +12,15 @@ that order). The same data always renders the same page.
     perf_report.py --host [DIR]     record this machine in DIR/host.json (scripts/bench.sh)
 """
 import datetime
-import difflib
 import glob
 import json
 import os
 import platform
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rendered_page import finish  # noqa: E402
 
 # The bench scripts' sections (a file each in docs/perf, starting with its "## " heading).
 SECTIONS = ["nonblocking.md", "pmpi.md", "ucx.md", "planning.md", "torch.md", "reproducible.md", "cluster.md"]
@@ -166,22 +168,8 @@ def main():
         record_host(d)
         return 0
     page = render(d)
-    if "--write" in sys.argv:
-        with open(PAGE, "w") as f:
-            f.write(page)
-        return 0
-    if "--check" in sys.argv:
-        with open(PAGE) as f:
-            have = f.read()
-        if have == page:
-            return 0
-        sys.stderr.write("docs/PERFORMANCE.md is not what scripts/perf_report.py renders from docs/perf "
-                         "(edit docs/perf, then run scripts/perf_report.py --write):\n")
-        sys.stderr.writelines(list(difflib.unified_diff(have.splitlines(True), page.splitlines(True),
-                                                        "docs/PERFORMANCE.md", "rendered"))[:60])
-        return 1
-    sys.stdout.write(page)
-    return 0
+    return finish(page, PAGE, "docs/PERFORMANCE.md",
+                  "scripts/perf_report.py renders from docs/perf (edit docs/perf, then run scripts/perf_report.py --write)")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,14 @@ scripts/smpi/simulate.py --publish docs/scaling copies its CSVs there and runs -
 docs/scaling/README.md says where each file comes from.
 """
 import csv
-import difflib
 import glob
 import math
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rendered_page import finish  # noqa: E402
 
 DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
 PAGE = os.path.join(DOCS, "SCALING.md")
@@ -428,23 +430,9 @@ def main():
     for name in orphans:
         sys.stderr.write(f"scaling_report: {name} is named nowhere in {TEMPLATE}: render it ({{{{KIND {name}}}}}) "
                          "or link it\n")
-    if "--write" in sys.argv:
-        with open(PAGE, "w") as f:
-            f.write(page)
-        return 0
-    if "--check" in sys.argv:
-        with open(PAGE) as f:
-            have = f.read()
-        if have == page and not orphans:
-            return 0
-        if have != page:
-            sys.stderr.write("docs/SCALING.md is not what scripts/scaling_report.py renders from docs/scaling "
-                             "(edit docs/scaling/page.md or the CSVs, then run scripts/scaling_report.py --write):\n")
-            sys.stderr.writelines(list(difflib.unified_diff(have.splitlines(True), page.splitlines(True),
-                                                            "docs/SCALING.md", "rendered"))[:60])
-        return 1
-    sys.stdout.write(page)
-    return 0
+    return finish(page, PAGE, "docs/SCALING.md",
+                  "scripts/scaling_report.py renders from docs/scaling (edit docs/scaling/page.md or the CSVs, "
+                  "then run scripts/scaling_report.py --write)", clean=not orphans)
 
 
 if __name__ == "__main__":
