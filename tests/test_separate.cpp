@@ -174,3 +174,15 @@ TEST_CASE("separate compilation: an argument error is the header-only one, namin
     CHECK(thrown);
   });
 }
+
+TEST_CASE("separate compilation: a detected topology binds and runs") {
+  const md::runtime_topology topo = md::detect_topology(MPI_COMM_WORLD);
+  auto comm = md::bind(topo, MPI_COMM_WORLD);
+  CHECK(comm.topology().to_string() == topo.to_string());
+  std::vector<double> v(100, double(comm.rank() + 1));
+  md::all_reduce(comm, v.data(), v.size(), md::sum);
+  const double want = double(comm.size() * (comm.size() + 1) / 2);
+  std::size_t bad = 0;
+  for (double x : v) bad += x != want;
+  CHECK(bad == 0);
+}

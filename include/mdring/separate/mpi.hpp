@@ -2,6 +2,7 @@
 // what <mdring/mpi.hpp> is when MDRING_SEPARATE_COMPILATION is defined.
 #pragma once
 
+#include "../topology/detect_mpi.hpp"  // detect_topology(comm), as header-only
 #include "api.hpp"
 
 #include <mpi.h>

@@ -103,12 +103,15 @@ public:
         dp[d].shared = true, dp[d].staging_bytes = s_.staging_bytes(d);
         // The pull form where it pays and the last all_reduce on d had buffers some
         // rank's peers could not map (core.hpp sync: the same on every rank).
-        const bool pays = streams_when_unmapped(
-            {kind, s_.ext_, d, dp[d].algo, true, transport_t::same_address_space, count * sizeof(T), seg * sizeof(T),
-             seg ? (count + seg - 1) / seg : 0, dp[d].staging_bytes},
-            s_.dims_[d].link, s_.c_.get_options().tune);
-        s_.note_unmapped_ |= pays;
-        dp[d].streamed = pays && s_.in_.unmapped_buffers()[d];
+        // (Threads share one address space: never, decided at compile time.)
+        if constexpr (!transport_t::same_address_space) {
+          const bool pays =
+              streams_when_unmapped({kind, s_.ext_, d, dp[d].algo, true, false, count * sizeof(T), seg * sizeof(T),
+                                     seg ? (count + seg - 1) / seg : 0, dp[d].staging_bytes},
+                                    s_.dims_[d].link, s_.c_.get_options().tune);
+          s_.note_unmapped_ |= pays;
+          dp[d].streamed = pays && s_.in_.unmapped_buffers()[d];
+        }
       }
     }
     program_params p;
