@@ -22,14 +22,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rendered_page import finish  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "smpi"))
+from simulate import fmt_bytes as simulate_fmt_bytes  # noqa: E402
+
 DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs")
 PAGE = os.path.join(DOCS, "SCALING.md")
 TEMPLATE = "page.md"
 PLACEHOLDER = re.compile(r"^(\s*)\{\{(\w+)((?: +[\w.+-]+)+) *\}\}\s*$")
 
-MB = 1_000_000
-MiB = 1 << 20
-RESNET50_BYTES = 102_400_000
 NETWORK = {"ideal": "ideal", "smpi": "SMPI default"}
 
 
@@ -55,14 +55,8 @@ def fmt_ms3(x):
 
 
 def fmt_bytes(b):
-    b = int(float(b))
-    if b == RESNET50_BYTES:
-        return "102.4 MB"
-    if b % MiB == 0:
-        return f"{b // MiB} MiB"
-    if b % 1024 == 0 and b < MiB:
-        return f"{b // 1024} KiB"
-    return f"{b / MB:g} MB"
+    """A CSV's byte count as the simulation's own tables print it (smpi/simulate.py)."""
+    return simulate_fmt_bytes(int(float(b)))
 
 
 def ratio(a, b):
