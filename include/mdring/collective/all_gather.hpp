@@ -22,9 +22,9 @@ inline std::optional<arg_error> gathered_sizes(const char* name, std::size_t siz
                                   " elements; expected size() * sendbuf.size() = " + std::to_string(send * size)};
 }
 
-template <bool Async, class C, class T>
-auto all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount, std::optional<arg_error> pre) {
-  detail::static_checks<C, T, sum_t>();
+template <bool Async, transport Tr, class T>
+auto all_gather_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount,
+                   std::optional<arg_error> pre) {
   constexpr const char* name = "all_gather";
   const std::size_t total = sendcount * comm.size();
   const bool in_place = addr(sendbuf) == addr(recvbuf) + comm.rank() * sendcount * sizeof(T);
@@ -34,6 +34,12 @@ auto all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcoun
                                                        in_place, "sendbuf must be recvbuf + rank() * sendcount"));
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), sendcount, 0,
                                   [=](auto& e) { e.start_all_gather(sendbuf, recvbuf, sendcount); });
+}
+// The checks that need the communicator's own type (its topology's), then the call on its core.
+template <bool Async, class C, class T>
+auto all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount, std::optional<arg_error> pre) {
+  detail::static_checks<C, T, sum_t>();
+  return all_gather_on<Async>(core_of(comm), sendbuf, recvbuf, sendcount, std::move(pre));
 }
 }  // namespace detail
 

@@ -24,9 +24,9 @@ inline std::optional<arg_error> span_sizes(const char* name, std::size_t send, s
                                   " elements but sendbuf has " + std::to_string(send)};
 }
 
-template <bool Async, class C, class T, class Op>
-auto all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op, std::optional<arg_error> pre) {
-  detail::static_checks<C, T, Op>();
+template <bool Async, transport Tr, class T, class Op>
+auto all_reduce_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op,
+                   std::optional<arg_error> pre) {
   constexpr const char* name = "all_reduce";
   const std::size_t bytes = count * sizeof(T);
   auto err = detail::first_error(
@@ -39,6 +39,12 @@ auto all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, O
                                            count, [=](auto& e, float* w) { e.start_all_reduce(w, w, count); });
   return detail::launch<Async, T>(comm, name, op, std::move(err), count, 0,
                                   [=](auto& e) { e.start_all_reduce(sendbuf, recvbuf, count); });
+}
+// The checks that need the communicator's own type (its topology's), then the call on its core.
+template <bool Async, class C, class T, class Op>
+auto all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op, std::optional<arg_error> pre) {
+  detail::static_checks<C, T, Op>();
+  return all_reduce_on<Async>(core_of(comm), sendbuf, recvbuf, count, op, std::move(pre));
 }
 }  // namespace detail
 

@@ -16,14 +16,19 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-template <bool Async, class C, class T>
-auto broadcast_impl(C& comm, T* buf, std::size_t count, std::size_t root) {
-  detail::static_checks<C, T, sum_t>();
+template <bool Async, transport Tr, class T>
+auto broadcast_on(communicator_core<Tr>& comm, T* buf, std::size_t count, std::size_t root) {
   constexpr const char* name = "broadcast";
   auto err =
       detail::first_error(detail::check_root(name, root, comm.size()), detail::check_null(name, "buf", buf, count));
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), count, root,
                                   [=](auto& e) { e.start_broadcast(buf, count, root); });
+}
+// The checks that need the communicator's own type (its topology's), then the call on its core.
+template <bool Async, class C, class T>
+auto broadcast_impl(C& comm, T* buf, std::size_t count, std::size_t root) {
+  detail::static_checks<C, T, sum_t>();
+  return broadcast_on<Async>(core_of(comm), buf, count, root);
 }
 }  // namespace detail
 

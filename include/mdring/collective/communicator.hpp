@@ -251,13 +251,19 @@ accumulated_type accumulated(collective kind, const runtime_topology& written, c
 
 }  // namespace detail
 
-template <class Topology, transport Transport>
-class communicator {
+namespace detail {
+// Everything a communicator is except its topology's type: the bound state, the
+// public face, and what the executor reaches through detail::internals. The
+// collectives and the executor are templates of this (one per transport), not of
+// communicator<Topology, Transport>: a program that binds several topologies
+// compiles the executor once per transport, not once per topology (the topology
+// is a runtime_topology from here on).
+template <transport Transport>
+class communicator_core {
 public:
-  using topology_type = Topology;
   using transport_type = Transport;
 
-  communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
+  communicator_core(const runtime_topology& written, std::unique_ptr<Transport> tr, options opts)
       : tr_(std::move(tr)),
         opts_(std::move(opts)),
         ws_(opts_.memory),
@@ -266,9 +272,9 @@ public:
     detail::validate(opts_);
     size_ = tr_->size();
     rank_ = tr_->rank();
-    topo_ = detail::to_runtime(topo).resolve(size_, "bind");
+    topo_ = written.resolve(size_, "bind");
     detail::apply_profile(opts_, topo_, "mdring::bind");
-    wisdom_ = detail::load_wisdom(detail::to_runtime(topo), opts_);
+    wisdom_ = detail::load_wisdom(written, opts_);
     detail::check_algorithm_count(topo_, opts_, "mdring::bind");
     merged_ = merge_dimensions(topo_, opts_, true);
     {  // one accumulation per dimension; `accumulation` float32 only when the calls widen
@@ -323,9 +329,9 @@ public:
 
   // Moving or destroying a communicator first waits for its calls in flight (the
   // engine of a call refers to the communicator's state): see executor_slot.
-  communicator(communicator&&) noexcept = default;
-  communicator& operator=(communicator&&) noexcept = default;
-  ~communicator() { exec_.drain(); }
+  communicator_core(communicator_core&&) noexcept = default;
+  communicator_core& operator=(communicator_core&&) noexcept = default;
+  ~communicator_core() { exec_.drain(); }
 
   std::size_t size() const noexcept { return size_; }
   std::size_t rank() const noexcept { return rank_; }
@@ -513,6 +519,28 @@ private:
   std::string broken_why_;
   std::unique_ptr<detail::state_board> board_;
 };
+}  // namespace detail
+
+// A bound communicator (bind() makes one): detail::communicator_core, whose public
+// members are its face, and the topology's type, which the compile-time checks of
+// the collectives read (a non-commutative op on a ring-only link).
+template <class Topology, transport Transport>
+class communicator : public detail::communicator_core<Transport> {
+public:
+  using topology_type = Topology;
+  using transport_type = Transport;
+
+  communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
+      : detail::communicator_core<Transport>(detail::to_runtime(topo), std::move(tr), std::move(opts)) {}
+};
+
+namespace detail {
+// The core a collective runs on: a communicator's, or the core itself.
+template <transport Transport>
+communicator_core<Transport>& core_of(communicator_core<Transport>& c) noexcept {
+  return c;
+}
+}  // namespace detail
 
 template <class C>
 concept bound_communicator = requires(C& c) {

@@ -22,10 +22,9 @@ inline std::optional<arg_error> root_sizes(const char* name, bool is_root, std::
                                   " elements on the root but sendbuf has " + std::to_string(send)};
 }
 
-template <bool Async, class C, class T, class Op>
-auto reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op,
-                 std::optional<arg_error> pre) {
-  detail::static_checks<C, T, Op>();
+template <bool Async, transport Tr, class T, class Op>
+auto reduce_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op,
+               std::optional<arg_error> pre) {
   constexpr const char* name = "reduce";
   const bool is_root = comm.rank() == root;
   const std::size_t bytes = count * sizeof(T);
@@ -42,6 +41,13 @@ auto reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::
                                            [=](auto& e, float* w) { e.start_reduce(w, w, count, root); });
   return detail::launch<Async, T>(comm, name, op, std::move(err), count, root,
                                   [=](auto& e) { e.start_reduce(sendbuf, recvbuf, count, root); });
+}
+// The checks that need the communicator's own type (its topology's), then the call on its core.
+template <bool Async, class C, class T, class Op>
+auto reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op,
+                 std::optional<arg_error> pre) {
+  detail::static_checks<C, T, Op>();
+  return reduce_on<Async>(core_of(comm), sendbuf, recvbuf, count, root, op, std::move(pre));
 }
 }  // namespace detail
 

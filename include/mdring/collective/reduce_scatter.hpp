@@ -25,10 +25,9 @@ inline std::optional<arg_error> scattered_sizes(const char* name, std::size_t si
                                   " elements; expected size() * recvbuf.size() = " + std::to_string(recv * size)};
 }
 
-template <bool Async, class C, class T, class Op>
-auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op,
-                         std::optional<arg_error> pre) {
-  detail::static_checks<C, T, Op>();
+template <bool Async, transport Tr, class T, class Op>
+auto reduce_scatter_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op,
+                       std::optional<arg_error> pre) {
   constexpr const char* name = "reduce_scatter";
   const std::size_t total = recvcount * comm.size();
   const bool in_place = addr(recvbuf) == addr(sendbuf) + comm.rank() * recvcount * sizeof(T);
@@ -44,6 +43,13 @@ auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recv
                                            [=](auto& e, float* w) { e.start_reduce_scatter(w, w + total, recvcount); });
   return detail::launch<Async, T>(comm, name, op, std::move(err), recvcount, 0,
                                   [=](auto& e) { e.start_reduce_scatter(sendbuf, recvbuf, recvcount); });
+}
+// The checks that need the communicator's own type (its topology's), then the call on its core.
+template <bool Async, class C, class T, class Op>
+auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op,
+                         std::optional<arg_error> pre) {
+  detail::static_checks<C, T, Op>();
+  return reduce_scatter_on<Async>(core_of(comm), sendbuf, recvbuf, recvcount, op, std::move(pre));
 }
 }  // namespace detail
 

@@ -457,13 +457,13 @@ void dump_state(const C& comm) {
   detail::write_state_file();
 }
 
-template <class Topology, transport Transport>
+template <transport Transport>
 template <class T>
-void communicator<Topology, Transport>::reserve(std::size_t count) {
+void detail::communicator_core<Transport>::reserve(std::size_t count) {
   exec_.drain();  // a larger block replaces the one that calls in flight may be using
   std::size_t bytes = 0;
   for (bool commutative : {true, false}) {  // non-commutative ops run direct everywhere
-    detail::engine<T, sum_t, communicator> e(*this, "reserve", sum_t{}, commutative);
+    detail::engine<T, sum_t, communicator_core> e(*this, "reserve", sum_t{}, commutative);
     for (auto kind : {collective::all_reduce, collective::reduce_scatter, collective::all_gather, collective::reduce}) {
       const std::size_t b = e.reserve_bytes(kind, count);  // smaller calls included
       bytes = b > bytes ? b : bytes;
