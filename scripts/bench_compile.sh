@@ -6,8 +6,10 @@
 # Compiles (-c, the way a build compiles each file) the programs in
 # benchmarks/compile/ with mpicxx: plain_mpi.cpp (the baseline: MPI_Allreduce),
 # include_only.cpp (<mdring/mdring.hpp>, nothing called), user_one_call.cpp (bind
-# over MPI, one all_reduce<float>) and three_dims_four_types.cpp (a three-dimension
-# topology, all_reduce on float, double, bfloat16 and int32), header-only and in
+# over MPI, one all_reduce<float>), three_dims_four_types.cpp (a three-dimension
+# topology, all_reduce on float, double, bfloat16 and int32) and three_topologies.cpp
+# (three communicators of different topologies, all_reduce and all_gather of float
+# on each), header-only and in
 # separate compilation (-DMDRING_SEPARATE_COMPILATION: the files see
 # mdring/separate/api.hpp only), and the library file of separate compilation
 # (include/mdring/separate/src.cpp, compiled once per program). Prints CPU seconds
@@ -58,10 +60,10 @@ row() {  # UNIT MODE FILE [FLAGS...]: one line and one json row
   printf '  %-26s | %-8s | %8s | %8s | %9s | %9s\n' "$unit" "$mode" "$cpu" "$mb" "$rc" "$rm_"
   rows+=("{\"kind\":\"compile\",\"unit\":\"$unit\",\"mode\":\"$mode\",\"opt\":\"$opt\",\"cpu_s\":$cpu,\"peak_mb\":$mb,\"mpi_cpu_s\":$base_cpu,\"mpi_peak_mb\":$base_mb}")
 }
-for f in plain_mpi include_only user_one_call three_dims_four_types; do
+for f in plain_mpi include_only user_one_call three_dims_four_types three_topologies; do
   row "$f.cpp" header benchmarks/compile/$f.cpp
 done
-for f in include_only user_one_call three_dims_four_types; do
+for f in include_only user_one_call three_dims_four_types three_topologies; do
   row "$f.cpp" separate benchmarks/compile/$f.cpp -DMDRING_SEPARATE_COMPILATION=1
 done
 row "separate/src.cpp" library include/mdring/separate/src.cpp
