@@ -20,6 +20,8 @@ if [ "${1:-}" = "--preset" ]; then
   fi
 fi
 mdring_ensure_packages "${MDRING_PACKAGES[@]}"
+# The ci preset compiles with clang (and checks files with g++: tests/CMakeLists.txt).
+[ "$preset" = ci ] && mdring_ensure_packages clang
 if [ -n "$preset" ]; then
   mdring_mpi_env
   # The presets name no job count: one build job per core, as below.

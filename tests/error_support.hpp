@@ -61,7 +61,7 @@ inline std::string type_of(const std::exception_ptr& p) {
   if (as<md::mpi_error>(p)) return "mpi_error";
   if (as<md::transport_error>(p)) return "transport_error";
   if (as<md::error>(p)) return "mdring::error";
-  if (as<std::exception>(p)) return std::string("std::exception (") + typeid(*as<std::exception>(p)).name() + ")";
+  if (auto* e = as<std::exception>(p)) return std::string("std::exception (") + typeid(*e).name() + ")";
   return "not a std::exception";
 }
 

@@ -45,6 +45,12 @@ double as_double(T x) {
   if constexpr (std::is_same_v<T, md::half> || std::is_same_v<T, md::bfloat16>) return double(float(x));
   else return double(x);
 }
+// The element of type T of a double (half and bfloat16: through float, their constructor's type).
+template <class T>
+T of_double(double v) {
+  if constexpr (std::is_same_v<T, md::half> || std::is_same_v<T, md::bfloat16>) return T(float(v));
+  else return T(v);
+}
 
 // Rank r's element i: small integers, exact in every compiled type (bfloat16: up to 256).
 double value(std::size_t r, std::size_t i) { return double((r + 1) * (i % 7 + 1)); }
@@ -66,7 +72,7 @@ double expected(std::size_t P, std::size_t i) {
 template <class T, class Op>
 T input(std::size_t r, std::size_t i) {
   if constexpr (std::is_same_v<Op, md::prod_t>) return T(r % 2 ? 2 : 1);
-  else return T(value(r, i));
+  else return of_double<T>(value(r, i));
 }
 
 template <class T, class Op>
@@ -104,7 +110,7 @@ template <class T>
 void movements(md::compiled_communicator& comm) {
   const std::size_t P = comm.size(), R = comm.rank(), sc = 29, n = 501;
   std::vector<T> send(sc), recv(P * sc, T(0));
-  for (std::size_t i = 0; i < sc; ++i) send[i] = T(value(R, i));
+  for (std::size_t i = 0; i < sc; ++i) send[i] = of_double<T>(value(R, i));
   md::all_gather(comm, send.data(), recv.data(), sc);
   std::size_t bad = 0;
   for (std::size_t r = 0; r < P; ++r)
@@ -112,7 +118,7 @@ void movements(md::compiled_communicator& comm) {
   CHECK(bad == 0);
   const std::size_t root = P / 2;
   std::vector<T> buf(n);
-  for (std::size_t i = 0; i < n; ++i) buf[i] = T(value(R, i));
+  for (std::size_t i = 0; i < n; ++i) buf[i] = of_double<T>(value(R, i));
   md::broadcast(comm, buf.data(), n, root);
   bad = 0;
   for (std::size_t i = 0; i < n; ++i) bad += as_double(buf[i]) != value(root, i);
