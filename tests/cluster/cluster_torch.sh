@@ -24,7 +24,7 @@ pids=()
 for i in 0 1; do
   "${cluster[@]}" exec "$i" env PYTHONPATH="$pypath" GLOO_SOCKET_IFNAME=eth0 UCX_TLS=tcp OMP_NUM_THREADS=1 \
     MDRING_TIMEOUT=120 timeout 280 "$py" -m torch.distributed.run --nnodes 2 --node_rank "$i" --nproc_per_node 2 \
-    --master_addr 10.213.0.1 --master_port "$port" --redirects 1 --tee 1 \
+    --master_addr 10.213.0.1 --master_port "$port" --redirects 1 --tee 1 --monitor_interval 0.25 \
     "$here/tests/torch/test_ddp.py" "$@" 2>&1 | sed "s/^/[node $i] /" &
   pids+=($!)
 done

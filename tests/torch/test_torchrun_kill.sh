@@ -31,7 +31,7 @@ except Exception as e:
     sys.exit(3)
 PY
 MDRING_TIMEOUT=60 timeout 120 "$python" -m torch.distributed.run --standalone --redirects 1 --tee 1 \
-  --nproc_per_node 3 --monitor_interval 1 "$work/worker.py" > "$work/log" 2>&1
+  --nproc_per_node 3 --monitor_interval 0.25 "$work/worker.py" > "$work/log" 2>&1
 rc=$?
 fail() { echo "FAIL: $*"; cat "$work/log"; exit 1; }
 [ $rc -ne 0 ] || fail "torchrun exited 0 with a killed process"
