@@ -12,6 +12,8 @@
 #include <mdring/mpi.hpp>
 #endif
 
+#include <mdring/fnv.hpp>
+
 #include "reproducible_reference.hpp"
 
 #include <algorithm>
@@ -32,12 +34,10 @@ namespace md = mdring;
 
 namespace {
 
-// The checks below compare a hash of the bytes across ranks, not the bytes.
-inline std::uint64_t fnv1a(const void* p, std::size_t bytes) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
+// The checks below compare a hash of the bytes across ranks (the library's FNV-1a),
+// not the bytes.
+inline std::uint64_t hash_bytes(const void* p, std::size_t bytes) {
+  return md::detail::fnv1a(std::string_view(static_cast<const char*>(p), bytes));
 }
 
 #if MDRING_TEST_UCX
@@ -59,7 +59,7 @@ inline std::vector<std::string> gather_all(const std::string& mine) {
 // store, not the bytes: the all_gather checks of 65537 elements on 6 ranks would
 // move megabytes through rank 0's store thread per check.
 inline bool identical_everywhere(const void* p, std::size_t bytes) {
-  const std::string mine = std::to_string(fnv1a(p, bytes)) + "/" + std::to_string(bytes);
+  const std::string mine = std::to_string(hash_bytes(p, bytes)) + "/" + std::to_string(bytes);
   for (const auto& s : gather_all(mine))
     if (s != mine) return false;
   return true;
@@ -79,7 +79,7 @@ inline std::size_t world_rank() {
 
 // The bytes are the same on every rank of MPI_COMM_WORLD (collective).
 inline bool identical_everywhere(const void* p, std::size_t bytes) {
-  const std::uint64_t h = fnv1a(p, bytes);
+  const std::uint64_t h = hash_bytes(p, bytes);
   std::uint64_t v[2] = {h, ~h}, m[2] = {0, 0};
   MPI_Allreduce(v, m, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   return m[0] == h && m[1] == ~h;

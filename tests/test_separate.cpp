@@ -42,13 +42,13 @@ void with_comm(F&& f) {
 
 template <class T>
 double as_double(T x) {
-  if constexpr (std::is_same_v<T, md::half> || std::is_same_v<T, md::bfloat16>) return double(float(x));
+  if constexpr (md::is_16bit_float_v<T>) return double(float(x));
   else return double(x);
 }
 // The element of type T of a double (half and bfloat16: through float, their constructor's type).
 template <class T>
 T of_double(double v) {
-  if constexpr (std::is_same_v<T, md::half> || std::is_same_v<T, md::bfloat16>) return T(float(v));
+  if constexpr (md::is_16bit_float_v<T>) return T(float(v));
   else return T(v);
 }
 
