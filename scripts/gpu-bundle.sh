@@ -20,7 +20,10 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2
   -DMDRING_BUILD_BENCHMARKS=ON >/dev/null
 targets=(test_gpu_fold test_gpu_all_reduce test_gpu_ipc_store mdring-gpu-bench mdring-gpu-ipc-bench mdring-run)
 # The MPI-bound GPU tests, where this machine has MPI (they link libmpi.so.40: Open MPI 4)
-cmake --build "$build" --target help | grep -q "test_gpu_mpi$" && targets+=(test_gpu_mpi test_gpu_ipc)
+# (help's list read whole first: grep -q stops reading early, and under pipefail the
+# writer's broken pipe failed the test, so these were never bundled)
+help=$(cmake --build "$build" --target help)
+grep -q "test_gpu_mpi$" <<<"$help" && targets+=(test_gpu_mpi test_gpu_ipc)
 cmake --build "$build" -j "$(mdring_jobs)" --target "${targets[@]}"
 mkdir -p "$dest"
 for t in "${targets[@]}"; do
