@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -184,7 +185,54 @@ int inflight_worker(const std::string& mode, const std::string& dir) {
   return 0;
 }
 
+// A worker that a communicator left is taken by the next bind (ucx_world.hpp,
+// worker_pool): a peer that fails on the old communicator after this rank was
+// done with it must not fail the new one. Ranks 0 and 2 end X (their workers go to
+// the pool); rank 1, still holding X, fails a call on it (a bad root: it tells every
+// rank of X, ucx.hpp abort, so its control messages reach the pooled workers);
+// then all bind Y, which takes the pooled workers, and Y's calls must be right.
+int late_failure_worker(const std::string& dir) {
+  auto w = md::ucx::world::from_env();
+  const std::size_t rank = w.rank(), size = w.size();
+  md::options opts;
+  opts.timeout = std::chrono::milliseconds(20000);
+  opts.shared_memory = false;
+  const auto& pool = md::ucx::detail::process_workers();
+  std::string on_x = "none";
+  {
+    std::optional<decltype(md::bind(md::parse_topology("shm:*"), w, opts))> x;
+    x.emplace(md::bind(md::parse_topology("shm:*"), w, opts));
+    std::vector<float> v(1000, 1.0f);
+    md::all_reduce(*x, v.data(), v.size());
+    if (rank != 1) {
+      x.reset();
+      std::ofstream(dir + "/ended." + std::to_string(rank)).put('1');
+    } else {
+      for (std::size_t r : {std::size_t(0), std::size_t(2)})
+        while (!fs::exists(dir + "/ended." + std::to_string(r)))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      on_x = catching([&] { md::broadcast(*x, v.data(), v.size(), size); }).kind;
+    }
+  }
+  const std::size_t reused = pool.reused;
+  std::int64_t got = 0;
+  outcome o = catching([&] {
+    auto y = md::bind(md::parse_topology("shm:*"), w, opts);
+    for (int i = 0; i < 5; ++i) {
+      std::vector<std::int64_t> v(4099, std::int64_t(rank) + 1 + i);
+      md::all_reduce(y, v.data(), v.size());
+      got += v[4098];
+    }
+  });
+  o.what = "x: " + on_x + ", y: " + std::to_string(got) + ", reused " + std::to_string(pool.reused - reused) +
+           (o.what.empty() ? "" : ", " + o.what);
+  write_outcome(dir, rank, o);
+  linger(dir, size);
+  return 0;
+}
+
 int worker(const std::string& mode, const std::string& dir) {
+  if (mode == "late_failure") return late_failure_worker(dir);
   if (mode == "user_store") {
     directory_store s(dir + "/store");
     const std::size_t rank = std::size_t(std::atoi(std::getenv("RANK")));
@@ -416,6 +464,19 @@ TEST_CASE("the store's host (rank 0) killed during the rendezvous: the others fa
     CHECK(res.out[r].at - res.out[0].at < 5.0);  // not the 60 s deadline
   }
   CHECK(now_s() - t0 < 30.0);
+}
+
+TEST_CASE("a reused worker: a peer's failure on an ended communicator does not reach the next one") {
+  const auto res = run_job("late_failure", 3);
+  // Y's sums: 5 calls, each element 1 + 2 + 3 + 3 i.
+  const std::string y = ", y: " + std::to_string(5 * 6 + 3 * (0 + 1 + 2 + 3 + 4));
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << res.out[r].kind << ": " << res.out[r].what);
+    CHECK(res.out[r].kind == "none");
+    const std::string x = r == 1 ? "x: invalid_argument" : "x: none";
+    // Ranks 0 and 2 bound Y on the worker X left; rank 1's X failed, so it made a new one.
+    CHECK(res.out[r].what == x + y + ", reused " + (r == 1 ? "0" : "1"));
+  }
 }
 
 TEST_CASE("from_env: missing or wrong variables name the variable") {

@@ -1,16 +1,19 @@
-// mdring/transport/ucx.hpp: UCX tagged messages, one UCP worker per communicator.
+// mdring/transport/ucx.hpp: UCX tagged messages, a UCP worker per communicator.
 //
 //   auto world = mdring::ucx::world::from_env();
 //   auto comm = mdring::bind(mdring::ring<mdring::shm, 4> * mdring::ring<mdring::ethernet>, world);
 //
-// bind() (collective/bind_ucx.hpp) is collective over the world: each rank makes
-// a worker, publishes its address and the fingerprint of what it binds (topology,
-// algorithms, options) in the world's store, reads everyone's, and connects an
-// endpoint to each (UCX picks the transport: shared memory, cma, tcp, InfiniBand
-// verbs; UCX_TLS narrows it). Different fingerprints throw topology_error on
-// every rank. A message is one ucp_tag_send_nbx / ucp_tag_recv_nbx; its 64-bit tag
-// holds the kind (data, control, setup), the channel (dimension), the sender and
-// mdring's tag, so the dimensions never mix.
+// bind() (collective/bind_ucx.hpp) is collective over the world: each rank takes
+// a worker (one that an earlier communicator of this process left cleanly, else a
+// new one: ucx_world.hpp, worker_pool), publishes its address and the fingerprint
+// of what it binds (topology, algorithms, options) in the world's store, reads
+// everyone's, and connects an endpoint to each (UCX picks the transport: shared
+// memory, cma, tcp, InfiniBand verbs; UCX_TLS narrows it). Different fingerprints
+// throw topology_error on every rank. A message is one ucp_tag_send_nbx /
+// ucp_tag_recv_nbx; its 64-bit tag holds the kind (data, control, setup), the
+// channel (dimension), the sender, the bind's stamp and mdring's tag, so the
+// dimensions never mix, and a message sent to a worker's earlier owner (a peer
+// that failed after this rank was done) never matches its new owner's receives.
 //
 // The ranks of a dimension that share a node read each other's buffers in place
 // (node_window.hpp, set up with this transport's own messages), as over MPI.
@@ -71,10 +74,7 @@ public:
         crowded_(mdring::detail::oversubscribed(w.local_size())) {
     if (size_ > detail::max_ranks)
       throw invalid_argument("world", "mdring::ucx: at most 2^24 ranks, not " + std::to_string(size_));
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the executor's lock serializes our calls
-    ucx::detail::check(ucp_worker_create(w.context(), &wp, &worker_), "ucp_worker_create");
+    worker_ = take_worker(w.context());
     try {
       connect(fingerprint);
       post_control();
@@ -137,11 +137,11 @@ public:
   }
 
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
-    post(ch.members[peer], detail::make_tag(detail::data, ch.id, rank_, std::uint32_t(tag)), const_cast<void*>(buf),
-         bytes, rq, true);
+    post(ch.members[peer], detail::make_tag(detail::data, ch.id, rank_, stamped(tag)), const_cast<void*>(buf), bytes,
+         rq, true);
   }
   void irecv(channel& ch, void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
-    post(ch.members[peer], detail::make_tag(detail::data, ch.id, ch.members[peer], std::uint32_t(tag)), buf, bytes, rq,
+    post(ch.members[peer], detail::make_tag(detail::data, ch.id, ch.members[peer], stamped(tag)), buf, bytes, rq,
          false);
   }
 
@@ -186,7 +186,7 @@ public:
       if (r == rank_ || !eps_[r] || ep_failed_[r]) continue;
       ucp_request_param_t prm{};
       ucs_status_ptr_t sp = ucp_tag_send_nbx(eps_[r], reason_.data(), reason_.size(),
-                                             detail::make_tag(detail::control, 0, rank_, 0), &prm);
+                                             detail::make_tag(detail::control, 0, rank_, stamped(0)), &prm);
       if (UCS_PTR_IS_PTR(sp)) sent.push_back(sp);
     }
     // Give them up to 200 ms to leave (this process may be about to exit).
@@ -209,7 +209,7 @@ private:
       auto* out = static_cast<char*>(all);
       std::memcpy(out + me * bytes, mine, bytes);
       std::vector<request> rs(2 * p);
-      const std::uint32_t tag = t.setup_seq_++;
+      const std::uint32_t tag = t.stamped(int(t.setup_seq_++));
       for (std::size_t j = 0; j < p; ++j) {
         if (j == me) continue;
         t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, ch.members[j], tag), out + j * bytes, bytes,
@@ -240,7 +240,9 @@ private:
     mine.append(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(worker_, addr);
     const auto deadline = deadline_clock::now() + timeout_;
-    const std::string prefix = world_.next_bind();
+    const auto ticket = world_.next_bind();
+    const std::string& prefix = ticket.prefix;
+    stamp_ = ticket.stamp;
     const auto all = rendezvous::all_gather(world_.store(), prefix + "address", rank_, size_, mine, deadline);
     // Rank 0 hosts the store: it goes on (or throws and maybe exits) only once
     // every rank has read every address.
@@ -284,7 +286,8 @@ private:
     ucp_request_param_t prm{};
     prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     control_req_ = ucp_tag_recv_nbx(worker_, control_buf_, sizeof control_buf_ - 1,
-                                    detail::make_tag(detail::control, 0, 0, 0), detail::kind_mask, &prm);
+                                    detail::make_tag(detail::control, 0, 0, stamped(0)),
+                                    detail::kind_mask | detail::stamp_mask, &prm);
     if (UCS_PTR_IS_ERR(control_req_)) {
       control_req_ = nullptr;
       ucx::detail::check(UCS_PTR_STATUS(control_req_), "ucp_tag_recv_nbx");
@@ -399,15 +402,81 @@ private:
       eps_[r] = nullptr;
     }
     const auto until = deadline_clock::now() + std::chrono::seconds(1);
+    bool closed = true;
     for (void* r : closing) {
       while (ucp_request_check_status(r) == UCS_INPROGRESS && deadline_clock::now() < until)
         ucp_worker_progress(worker_);
+      closed = closed && ucp_request_check_status(r) != UCS_INPROGRESS;
       ucp_request_free(r);
     }
     mappings_.release();
-    ucp_worker_destroy(worker_);
+    // A clean end leaves the worker to the next bind; after a failure, or an endpoint
+    // not closed in time (its error handler points here), it goes.
+    if (!(force || failed_ || !closed) && give_back(worker_)) worker_ = nullptr;
+    if (worker_) ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
+
+  static ucp_worker_h take_worker(ucp_context_h ctx) {
+    auto& pool = detail::process_workers();
+    {
+      std::lock_guard g(pool.m);
+      if (!pool.idle.empty()) {
+        ucp_worker_h w = pool.idle.back();
+        pool.idle.pop_back();
+        ++pool.reused;
+        return w;
+      }
+      ++pool.made;
+    }
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the executor's lock serializes our calls
+    ucp_worker_h w = nullptr;
+    ucx::detail::check(ucp_worker_create(ctx, &wp, &w), "ucp_worker_create");
+    return w;
+  }
+  // Drops what arrived unmatched (nothing, after a clean end, but a peer's late
+  // control message), then pools the worker; false when the pool is full.
+  static bool give_back(ucp_worker_h w) noexcept {
+    auto& pool = detail::process_workers();
+    {
+      std::lock_guard g(pool.m);
+      if (pool.idle.size() >= detail::worker_pool::capacity) return false;
+    }
+    try {
+      while (ucp_worker_progress(w) != 0) {}
+      std::vector<char> sink;
+      for (int i = 0; i < 1024; ++i) {
+        ucp_tag_recv_info_t info{};
+        ucp_tag_message_h msg = ucp_tag_probe_nb(w, 0, 0, 1, &info);
+        if (!msg) break;
+        sink.resize(std::max<std::size_t>(info.length, 1));
+        ucp_request_param_t prm{};
+        prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(w, sink.data(), info.length, msg, &prm);
+        if (UCS_PTR_IS_ERR(sp)) return false;
+        const auto until = deadline_clock::now() + std::chrono::milliseconds(100);
+        while (sp && ucp_request_check_status(sp) == UCS_INPROGRESS && deadline_clock::now() < until)
+          ucp_worker_progress(w);
+        if (sp) {
+          const bool done = ucp_request_check_status(sp) != UCS_INPROGRESS;
+          if (!done) ucp_request_cancel(w, sp);
+          ucp_request_free(sp);
+          if (!done) return false;
+        }
+      }
+    } catch (...) {
+      return false;
+    }
+    std::lock_guard g(pool.m);
+    if (pool.idle.size() >= detail::worker_pool::capacity) return false;
+    pool.idle.push_back(w);
+    return true;
+  }
+
+  // mdring's tag (16 bits) under the bind's stamp.
+  std::uint32_t stamped(int tag) const noexcept { return (stamp_ << 16) | (std::uint32_t(tag) & 0xffff); }
 
   world world_;
   std::size_t rank_ = 0, size_ = 0;
@@ -422,6 +491,7 @@ private:
   std::size_t ep_errors_ = 0, seen_ep_errors_ = 0;
   std::size_t channels_ = 0, shared_channels_ = 0;
   std::uint32_t setup_seq_ = 0;
+  std::uint32_t stamp_ = 0;  // this bind's (world::next_bind)
   mdring::detail::segment_mappings mappings_;
   deadline_clock::time_point last_pid_check_{};
   bool crowded_ = false;  // more ranks on this node than cores (wait_until)

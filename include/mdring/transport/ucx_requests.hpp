@@ -19,7 +19,8 @@ MDRING_NAMESPACE_BEGIN
 namespace ucx {
 
 namespace detail {
-// The 64-bit tag: kind (2 bits) | channel (6) | sender (24) | mdring's tag (32).
+// The 64-bit tag: kind (2 bits) | channel (6) | sender (24) | the bind's stamp (16) |
+// mdring's tag (16; the executor's are 15 bits, what MPI guarantees).
 enum kind : std::uint64_t { data = 0, control = 1, setup = 2 };
 constexpr ucp_tag_t make_tag(kind k, std::size_t channel, std::size_t sender, std::uint32_t tag) {
   return (ucp_tag_t(k) << 62) | (ucp_tag_t(channel & 63) << 56) | (ucp_tag_t(sender & 0xffffff) << 32) | tag;
@@ -27,6 +28,7 @@ constexpr ucp_tag_t make_tag(kind k, std::size_t channel, std::size_t sender, st
 constexpr std::size_t sender_of(ucp_tag_t t) { return std::size_t((t >> 32) & 0xffffff); }
 constexpr ucp_tag_t full_mask = ~ucp_tag_t(0);
 constexpr ucp_tag_t kind_mask = ucp_tag_t(3) << 62;
+constexpr ucp_tag_t stamp_mask = ucp_tag_t(0xffff) << 16;
 constexpr std::size_t max_ranks = std::size_t(1) << 24;
 constexpr std::size_t max_channels = 64;
 

@@ -5,9 +5,11 @@
 //
 // A world is this process's place in the job (rank, size, its node's share) and
 // the two things every communicator bound to it uses: the job's rendezvous store
-// (rendezvous/store.hpp) and one UCP context per process. Each bind() makes its
-// own UCP worker and finds the other ranks' workers through the store
-// (transport/ucx.hpp). A world is a cheap handle: copies share the same state.
+// (rendezvous/store.hpp) and one UCP context per process. Each bind() gets a
+// UCP worker of its own and finds the other ranks' workers through the store
+// (transport/ucx.hpp); a communicator destroyed cleanly leaves its worker to the
+// process's next bind (worker_pool below). A world is a cheap handle: copies share
+// the same state.
 //
 // from_env() reads, as torchrun sets them (MDRING_* names take precedence):
 //   RANK, WORLD_SIZE                  this process and the job's size
@@ -22,6 +24,7 @@
 
 #include "../config.hpp"
 #include "../error.hpp"
+#include "../fnv.hpp"
 #include "../options.hpp"
 #include "../rendezvous/launch.hpp"
 #include "../rendezvous/store.hpp"
@@ -37,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -54,6 +58,25 @@ inline void check(ucs_status_t st, const char* call) {
     throw transport_error(std::string("mdring::ucx: ") + call + " failed: " + ucs_status_string(st), int(st));
 }
 
+// Workers that communicators destroyed cleanly left behind, for the next bind of
+// any world of this process: making a worker opens every transport's interface,
+// 15 to 20 ms of CPU (more than the rest of a bind together; 80 ms a bind with 6
+// processes on 2 cores), and a job binds a communicator per group, topology or
+// option set. At most `capacity` wait; the context's end destroys them. Whoever
+// takes one owns it alone, as before (SERIALIZED mode: one thread at a time).
+// Messages meant for its earlier owner never match the new one's receives: every
+// tag carries 16 bits of the bind (ucx.hpp, world::next_bind).
+struct worker_pool {
+  static constexpr std::size_t capacity = 8;
+  std::mutex m;
+  std::vector<ucp_worker_h> idle;
+  std::size_t made = 0, reused = 0;  // (counted for tests and reports)
+};
+inline worker_pool& process_workers() {
+  static auto* p = new worker_pool;  // never destroyed: a world in static storage may end after it
+  return *p;
+}
+
 // The process's UCP context, made on first use and shared by every world.
 // Peer failures must be seen within a second (an endpoint error, see ucx.hpp):
 // unless the user set them, keepalive runs every 250 ms, and the shared-memory
@@ -61,6 +84,7 @@ inline void check(ucs_status_t st, const char* call) {
 inline std::shared_ptr<ucp_context> process_context() {
   static std::mutex m;
   static std::weak_ptr<ucp_context> cached;
+  worker_pool& pool = process_workers();
   std::lock_guard l(m);
   if (auto c = cached.lock()) return c;
   setenv("UCX_KEEPALIVE_INTERVAL", "250ms", 0);
@@ -89,7 +113,14 @@ inline std::shared_ptr<ucp_context> process_context() {
   const ucs_status_t st = ucp_init(&params, config, &ctx);
   ucp_config_release(config);
   check(st, "ucp_init");
-  std::shared_ptr<ucp_context> c(ctx, [](ucp_context_h h) { ucp_cleanup(h); });
+  std::shared_ptr<ucp_context> c(ctx, [&pool](ucp_context_h h) {
+    {
+      std::lock_guard g(pool.m);
+      for (ucp_worker_h w : pool.idle) ucp_worker_destroy(w);
+      pool.idle.clear();
+    }
+    ucp_cleanup(h);
+  });
   cached = c;
   return c;
 }
@@ -126,8 +157,18 @@ public:
   ucp_context_h context() const noexcept { return s_->context.get(); }
   std::chrono::milliseconds timeout() const noexcept { return s_->timeout; }
 
-  // The key prefix of the next bind (every rank binds in the same order).
-  std::string next_bind() const { return "mdring/ucx/" + std::to_string(s_->binds++) + "/"; }
+  // The next bind's key prefix in the store, and its 16-bit stamp: the same on every
+  // rank (they bind in the same order), different for consecutive binds of a world
+  // (the world's random salt plus the bind's number), so that a message meant for
+  // an earlier communicator never matches a later one on a reused worker.
+  struct bind_ticket {
+    std::string prefix;
+    std::uint32_t stamp = 0;
+  };
+  bind_ticket next_bind() const {
+    const std::size_t n = s_->binds++;
+    return {"mdring/ucx/" + std::to_string(n) + "/", std::uint32_t((s_->salt + n) & 0xffff)};
+  }
 
 private:
   struct state {
@@ -138,6 +179,7 @@ private:
     std::shared_ptr<ucp_context> context;
     std::chrono::milliseconds timeout{};
     std::size_t binds = 0;
+    std::uint64_t salt = 0;  // from every rank's random token: the same everywhere
     std::vector<std::pair<std::size_t, long>> node_peers;
     std::vector<std::string> hosts;  // by rank
   };
@@ -157,15 +199,19 @@ private:
     s_->context = detail::process_context();
     // Which node each process runs on, through the store.
     const auto deadline = rendezvous::clock::now() + timeout;
+    // "node\nib\npid token" (node: "host/boot id"; token: random, for the bind stamps' salt)
     const std::string me = mdring::detail::node_identity() + (mdring::detail::has_infiniband() ? "\n1\n" : "\n0\n") +
-                           std::to_string(getpid());
+                           std::to_string(getpid()) + " " + std::to_string(std::random_device{}());
     const auto all = rendezvous::all_gather(*s_->store, "mdring/ucx/world/node", rank, size, me, deadline);
+    std::string tokens;
+    for (const auto& a : all) tokens += a.substr(a.rfind(' ') + 1) + ",";
+    s_->salt = mdring::detail::fnv1a(tokens);
     std::map<std::string, int> ids;
     std::vector<int> given(size);
     bool ib = true;
     std::vector<long> pids(size);
     s_->hosts.resize(size);
-    for (std::size_t r = 0; r < size; ++r) {  // "node\nib\npid" (node: "host/boot id")
+    for (std::size_t r = 0; r < size; ++r) {
       const auto b = all[r].rfind('\n'), a = all[r].rfind('\n', b - 1);
       given[r] = ids.try_emplace(all[r].substr(0, a), int(ids.size())).first->second;
       s_->hosts[r] = all[r].substr(0, std::min(a, all[r].find('/')));
