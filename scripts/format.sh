@@ -16,6 +16,12 @@ fi
 mapfile -t files < <(find include tests benchmarks tools pmpi python/csrc examples -type f \
   \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cuh' -o -name '*.cu' \) | LC_ALL=C sort)
 if [ "${1:-}" = --check ]; then
+  # One run over every file (1.5 s; a run per file took 23 s of process starts),
+  # and only where it fails, one per file to name them.
+  if "$cf" --dry-run -Werror "${files[@]}" >/dev/null 2>&1; then
+    echo "format.sh: ${#files[@]} files follow .clang-format"
+    exit 0
+  fi
   bad=()
   for f in "${files[@]}"; do
     "$cf" --dry-run -Werror "$f" >/dev/null 2>&1 || bad+=("$f")
