@@ -445,7 +445,7 @@ private:
       if (pool.idle.size() >= detail::worker_pool::capacity) return false;
     }
     try {
-      while (ucp_worker_progress(w) != 0) {}
+      for (int i = 0; i < 1000 && ucp_worker_progress(w) != 0; ++i) {}
       std::vector<char> sink;
       for (int i = 0; i < 1024; ++i) {
         ucp_tag_recv_info_t info{};
