@@ -62,12 +62,13 @@ inline void check(ucs_status_t st, const char* call) {
 // any world of this process: making a worker opens every transport's interface,
 // 15 to 20 ms of CPU (more than the rest of a bind together; 80 ms a bind with 6
 // processes on 2 cores), and a job binds a communicator per group, topology or
-// option set. At most `capacity` wait; the context's end destroys them. Whoever
+// option set. At most `capacity` wait (each holds about 4 MB, mostly the
+// shared-memory transports' receive queues); the context's end destroys them. Whoever
 // takes one owns it alone, as before (SERIALIZED mode: one thread at a time).
 // Messages meant for its earlier owner never match the new one's receives: every
 // tag carries 16 bits of the bind (ucx.hpp, world::next_bind).
 struct worker_pool {
-  static constexpr std::size_t capacity = 8;
+  static constexpr std::size_t capacity = 4;
   std::mutex m;
   std::vector<ucp_worker_h> idle;
   std::size_t made = 0, reused = 0;  // (counted for tests and reports)
