@@ -427,7 +427,6 @@ private:
         ++pool.reused;
         return w;
       }
-      ++pool.made;
     }
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;

@@ -71,7 +71,7 @@ struct worker_pool {
   static constexpr std::size_t capacity = 4;
   std::mutex m;
   std::vector<ucp_worker_h> idle;
-  std::size_t made = 0, reused = 0;  // (counted for tests and reports)
+  std::size_t reused = 0;  // workers taken from the pool (tests/ucx/test_ucx_faults.cpp checks it)
 };
 inline worker_pool& process_workers() {
   static auto* p = new worker_pool;  // never destroyed: a world in static storage may end after it
