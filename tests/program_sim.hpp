@@ -234,9 +234,12 @@ struct world {
   }
   T* resolve_own(std::size_t r, md::slice s, std::size_t n, access a, const md::program_step& st) {
     if (s.where == region::source || s.where == region::result) {  // a streamed dimension's
-      if (kind != collective::all_reduce) return fail("region source or result outside all_reduce"), nullptr;
+      // (broadcast: the root's source, its recvbuf or the copy)
+      const bool bcast = kind == collective::broadcast && s.where == region::source;
+      if (kind != collective::all_reduce && !bcast)
+        return fail("region source or result outside all_reduce and broadcast"), nullptr;
       auto& cp = ranks[r].copy;
-      if (!ranks[r].streams) s.where = s.where == region::source ? region::send : region::recv;
+      if (!ranks[r].streams) s.where = s.where == region::source && !bcast ? region::send : region::recv;
       else if (s.offset + n > cp.size()) return fail("out of bounds in the streamed copy"), nullptr;
       else return cp.data() + s.offset;
     }

@@ -180,7 +180,9 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
             // parameters the call's program was built with); of its stages, the
             // reduce-scatter and all-gather ones read and write peers' buffers, while
             // scatter, gather and tree stages move messages (plan/build_stages.hpp).
-            const bool want = (st.ph == md::phase::reduce_scatter || st.ph == md::phase::all_gather) &&
+            // (A broadcast reads its range from the root on a shared last dimension.)
+            const bool want = (st.ph == md::phase::reduce_scatter || st.ph == md::phase::all_gather ||
+                               (st.ph == md::phase::broadcast && !d.trees)) &&
                               md::detail::internals_of(comm).program_dims().at(st.dim).shared;
             if (st.shared_access != want)
               errors.push_back(std::string(text) + " n=" + std::to_string(n) + ": stage " +
@@ -212,4 +214,59 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
       CHECK(seen.count("(shared access)"));
     }
   }
+}
+
+TEST_CASE("explain: a broadcast over a shared last dimension reads its range from the root (the program's stages)") {
+  // plan/collective_programs.hpp shared_broadcast: the scatter and all-gather of the
+  // last dimension become one stage, each rank reading the range from the root.
+  // ethernet:3 x shm:2, root 4 = (1, 1) (rank = c0 + 3 c1): scatter on dimension 0 among the root's
+  // line, the shared broadcast on dimension 1, the all-gather on dimension 0.
+  const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
+  const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
+  const std::size_t n = 600, root = 4;
+  for (std::size_t rank = 0; rank < 6; ++rank) {
+    INFO("rank " << rank);
+    const md::plan pl = md::make_plan(md::collective::broadcast, topo, rank, n, 4, al, md::tuning{}, root, "float", "-",
+                                      0, false, true);
+    std::vector<md::plan_stage> st;
+    for (const auto& s : pl.stages)
+      if (s.participates) st.push_back(s);
+    const bool on_line = topo.coordinates(rank)[1] == 1;  // the root's line of dimension 0
+    REQUIRE(st.size() == (on_line ? 3u : 2u));
+    const md::plan_stage& b = st[on_line ? 1 : 0];
+    CHECK(b.ph == md::phase::broadcast);
+    CHECK(b.dim == 1);
+    CHECK(b.shared_access);
+    CHECK(b.range.count == 200);  // this rank's block of dimension 0
+    CHECK(b.bytes_sent == 0);
+    if (on_line) {  // coordinate 1 of dimension 1, the root's: it has the block after the scatter
+      CHECK(b.recv_from.empty());
+      CHECK(b.bytes_received == 0);
+    } else {  // rank = c0 + 3 c1: it reads (c0, 1)
+      CHECK(b.recv_from == std::vector<std::size_t>{rank + 3});
+      CHECK(b.bytes_received == 800);
+    }
+    CHECK(st.back().ph == md::phase::all_gather);
+    CHECK(st.back().dim == 0);
+    if (on_line) CHECK(st.front().ph == md::phase::scatter);
+    // The program: the same stages, the broadcast by shared access (no messages).
+    std::vector<md::dim_program> dims(2);
+    const auto coords = topo.coordinates(rank);
+    dims[0] = {3, coords[0], md::algorithm::ring, false, 0};
+    dims[1] = {2, coords[1], md::algorithm::direct, true, 0};
+    md::program_params p;
+    p.kind = md::collective::broadcast, p.dims = dims, p.count = n, p.rank = rank, p.root = root, p.elem_size = 4;
+    const md::program pr = md::make_program(p);
+    std::vector<md::phase> phases;
+    for (const auto& step : pr.steps)
+      if (step.stage_begin) phases.push_back(step.ph);
+    std::vector<md::phase> want = {md::phase::broadcast, md::phase::all_gather};
+    if (on_line) want.insert(want.begin(), md::phase::scatter);
+    CHECK(phases == want);
+    for (const auto& step : pr.steps)
+      if (step.ph == md::phase::broadcast) CHECK(pr.sends_of(step).size() + pr.recvs_of(step).size() == 0);
+  }
+  // Without shared access, the scatter and all-gather of dimension 1 stay.
+  const md::plan msg = md::make_plan(md::collective::broadcast, topo, 0, n, 4, al, md::tuning{}, root);
+  for (const auto& s : msg.stages) CHECK(s.ph != md::phase::broadcast);
 }

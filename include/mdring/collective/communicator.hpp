@@ -385,16 +385,28 @@ public:
     tuning tune = opts_.tune;
     if (m) tune.pipeline_depth = m->depth;
     const bool trees = d.trees;
-    plan pl = mdring::make_plan(kind, merged_.topology, rank_, count, at.size, al, tune, root, at.name,
-                                op_traits<Op>::name(), m ? m->segments : 0, trees);
-    pl.accumulation = at.note;
     // What the engine runs by shared access: the reduce-scatter and all-gather stages
     // of a dimension the call runs direct whose ranks share memory (executor/host/core.hpp
-    // shared(d), plan/build_stages.hpp); tree, scatter and gather stages move messages.
+    // shared(d), plan/build_stages.hpp), and a broadcast's last such dimension
+    // (plan/collective_programs.hpp shared_broadcast); tree, scatter and gather
+    // stages move messages.
+    auto shared = [&](std::size_t e) {
+      if constexpr (shared_access_transport<Transport>)
+        return al[e] == algorithm::direct && dims_[e].extent > 1 && tr_->shared(dims_[e].ch);
+      else return (void)e, false;
+    };
+    std::size_t last = extents_.size();
+    for (std::size_t e = 0; e < extents_.size(); ++e)
+      if (extents_[e] > 1) last = e;
+    plan pl =
+        mdring::make_plan(kind, merged_.topology, rank_, count, at.size, al, tune, root, at.name, op_traits<Op>::name(),
+                          m ? m->segments : 0, trees, last < extents_.size() && shared(last));
+    pl.accumulation = at.note;
     if constexpr (shared_access_transport<Transport>) {
       for (auto& st : pl.stages)
-        st.shared_access = (st.ph == phase::reduce_scatter || st.ph == phase::all_gather) &&
-                           al[st.dim] == algorithm::direct && dims_[st.dim].extent > 1 && tr_->shared(dims_[st.dim].ch);
+        st.shared_access =
+            (st.ph == phase::reduce_scatter || st.ph == phase::all_gather || (st.ph == phase::broadcast && !trees)) &&
+            shared(st.dim);
       // The engine's pull form (executor/host/engine.hpp program_of): the same test.
       // (A widened call runs on node memory of its own: nothing to stream.)
       const std::size_t bytes = count * at.size;

@@ -8,9 +8,10 @@
 //                   stage), sendbuf read in MPI's block order
 //   all_gather      the block copied into W, all-gather in k-1..1, then dimension 0
 //                   unpacks into recvbuf in MPI's block order
-//   broadcast       scatter from the root in 0..k-1 (the root's line), all-gather back;
-//                   or (small calls, program_params::trees) binomial trees of the
-//                   whole buffer in k-1..0
+//   broadcast       scatter from the root in 0..k-1 (the root's line), all-gather back
+//                   (a shared last dimension: the whole range read from the root in
+//                   between); or (small calls, program_params::trees) binomial trees
+//                   of the whole buffer in k-1..0
 //   reduce          reduce-scatter in 0..k-1, then gather to the root in k-1..0; or
 //                   binomial trees to the root in 0..k-1
 //
@@ -383,8 +384,15 @@ private:
     const auto rg = ranges(n);
     const auto rc = root_coords();
     if (p_.trees) return broadcast_trees(rc);
+    // A last dimension shared: its scatter and all-gather, which follow each other,
+    // become one stage that reads the whole range from the root (shared_broadcast).
+    const bool whole_last = dim(last()).shared;
     for (std::size_t d : nontrivial_) {
       if (!line_of_root(d, rc) || rg[d].count == 0) continue;
+      if (whole_last && d == last()) {
+        shared_broadcast(d, rg[d], rc[d]);
+        continue;
+      }
       const std::size_t p = ext_[d], c = coords_[d];
       const slice buf{region::recv, 0, rg[d].offset};
       message_stage(d, phase::scatter, 1, [&](std::size_t) {
@@ -397,8 +405,38 @@ private:
     }
     for (std::size_t i = nontrivial_.size(); i-- > 0;) {
       const std::size_t d = nontrivial_[i];
-      if (rg[d].count) all_gather_stage(d, rg[d], {region::recv, 0, rg[d].offset});
+      if (rg[d].count && !(whole_last && d == last())) all_gather_stage(d, rg[d], {region::recv, 0, rg[d].offset});
     }
+  }
+
+  // Broadcast of range r over shared dimension d from coordinate `root`: every other
+  // rank copies the whole range from the root, one copy per byte and one
+  // synchronization (a scatter and an all-gather would copy each byte once and a
+  // half, and synchronize three times). Ranges up to staging_bytes go through the
+  // root's staging buffer; larger ones are read from the root's recvbuf, or, in the
+  // pull form (dim_program::streamed), from the node memory (`source`) the root
+  // copies its recvbuf into first, which its peers map where they could reach the
+  // recvbuf only by cross-memory attach.
+  void shared_broadcast(std::size_t d, block_range r, std::size_t root) {
+    const bool is_root = coords_[d] == root;
+    const slice buf{region::recv, 0, r.offset}, src{region::source, 0, r.offset};
+    if (staged(d, r.count)) {
+      stage(d, phase::broadcast, 2, staged_sync, [&](std::size_t i) {
+        if (i) return;
+        cur_.signature = r.count;
+        if (is_root) copy({region::staging_next, 0, 0}, buf, r.count, true);
+        else copy(buf, peer_slice(region::staging, root, 0), r.count);
+      });
+      return;
+    }
+    const bool pull = dim(d).streamed;
+    stage(d, phase::broadcast, 2, shared_sync, [&](std::size_t i) {
+      if (i) return;
+      const bool nt = stream(r.count * p_.elem_size);
+      if (is_root && pull) copy(src, buf, r.count, true, nt);
+      publish(r.count, pull ? &src : nullptr, &buf);
+      if (!is_root) copy(buf, peer_slice(pull ? region::peer_src : region::peer_dst, root, 0), r.count, false, nt);
+    });
   }
 
   void reduce() {

@@ -138,11 +138,14 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 // The plan of one call on one rank. `count` is what the collective takes (per-rank
 // block for reduce_scatter / all_gather, the whole buffer otherwise); `algos[d]` is
 // the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
-// into that many instead of the model's count. topo must be resolved.
+// into that many instead of the model's count. shared_last: the last dimension of
+// more than one rank runs by shared access (the transport's answer; a broadcast then
+// reads its range from the root there, plan/collective_programs.hpp
+// shared_broadcast). topo must be resolved.
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
                       std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune, std::size_t root = 0,
-                      std::string type = "float", std::string op = "sum", std::size_t segments = 0,
-                      bool trees = false) {
+                      std::string type = "float", std::string op = "sum", std::size_t segments = 0, bool trees = false,
+                      bool shared_last = false) {
   plan pl;
   pl.kind = kind;
   pl.type = std::move(type);
@@ -169,7 +172,7 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
   auto add = [&](phase ph, std::size_t d) {
     const std::size_t p = ext[d], c = pl.coords[d];
     if (p == 1 || pl.elements == 0) return;
-    const bool whole = ph == phase::broadcast || ph == phase::reduce;
+    const bool whole = (ph == phase::broadcast || ph == phase::reduce) && trees;
     if (kind != collective::all_reduce && !whole && ranges[d].count == 0) return;
     plan_stage st;
     st.ph = ph;
@@ -181,11 +184,16 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     st.extent = p;
     st.coordinate = c;
     st.algo = algos[d];
-    st.range = ph == phase::broadcast || ph == phase::reduce ? block_range{0, pl.elements} : ranges[d];
+    st.range = whole ? block_range{0, pl.elements} : ranges[d];
     const std::size_t n = st.range.count;
     auto peer = [&](std::size_t j) { return peer_of(rank, d, j, ext); };
     auto bytes = [&](std::size_t j) { return block_of(n, p, j).count * elem_size; };
-    if (ph == phase::broadcast || ph == phase::reduce) {  // binomial trees of the whole buffer
+    if (ph == phase::broadcast && !whole) {  // a shared last dimension: the range read from the root
+      st.algo = algorithm::direct;
+      st.steps = 1;
+      st.shared_access = true;
+      if (c != root_coords[d]) st.recv_from.push_back(peer(root_coords[d])), st.bytes_received = n * elem_size;
+    } else if (whole) {  // binomial trees of the whole buffer
       for (std::size_t e = 0; e < d; ++e) st.participates &= pl.coords[e] == root_coords[e];
       st.steps = tree_steps(p);
       const std::size_t v = (c + p - root_coords[d]) % p, all = pl.elements * elem_size;
@@ -257,8 +265,10 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
       if (st.bytes_sent) st.send_to.push_back(peer((c + 1) % p));  // only empty blocks: no message
       if (st.bytes_received) st.recv_from.push_back(peer((c + p - 1) % p));
     }
+    // (The shared broadcast: one copy of the range, as one message.)
+    const std::size_t pc = ph == phase::broadcast && !whole ? 2 : p;
     st.seconds =
-        st.participates ? stage_seconds(ph, st.algo, p, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
+        st.participates ? stage_seconds(ph, st.algo, pc, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
     pl.stages.push_back(std::move(st));
   };
 
@@ -272,11 +282,15 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
         kind == collective::all_reduce || kind == collective::reduce_scatter || kind == collective::reduce;
     if (has_rs)
       for (std::size_t d = 0; d < k; ++d) add(rd(d) ? phase::all_reduce : phase::reduce_scatter, d);
+    std::size_t last = k;  // the last dimension of more than one rank
+    for (std::size_t d = 0; d < k; ++d)
+      if (ext[d] > 1) last = d;
+    const bool whole_last = kind == collective::broadcast && shared_last && last < k;
     if (kind == collective::broadcast)
-      for (std::size_t d = 0; d < k; ++d) add(phase::scatter, d);
+      for (std::size_t d = 0; d < k; ++d) add(whole_last && d == last ? phase::broadcast : phase::scatter, d);
     if (kind == collective::all_reduce || kind == collective::all_gather || kind == collective::broadcast)
       for (std::size_t d = k; d-- > 0;)
-        if (!rd(d)) add(phase::all_gather, d);
+        if (!rd(d) && !(whole_last && d == last)) add(phase::all_gather, d);
     if (kind == collective::reduce)
       for (std::size_t d = k; d-- > 0;) add(phase::gather, d);
   }
