@@ -223,6 +223,51 @@ TEST_CASE("heap buffers streamed through node memory: the next call decides, ali
   }
 }
 
+// A broadcast's root buffer streamed through node memory
+// (tune.stream_broadcast_min_bytes 0): the root copies it into node memory, which
+// the others map and copy from, from the call after one on buffers some rank's
+// peers cannot map; every rank alike. Every root, heap or node memory on any
+// rank, and back: results exact, guards intact.
+TEST_CASE("broadcast: a root's heap buffer streamed through node memory, the next call decides alike") {
+  const std::size_t P = world_size(), R = world_rank();
+  md::options o;
+  o.tune.stream_broadcast_min_bytes = 0;
+  auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
+  const bool shared = P > 1 && comm.get_transport().shared_channels() > 0;
+  bool before = false;
+  const std::size_t n = 20011;  // above the staging buffers
+  // explain() says so where the engine would.
+  CHECK((comm.explain<std::int64_t>(n, md::collective::broadcast).find("a root whose buffer is not node memory") !=
+         std::string::npos) == shared);
+  std::size_t calls = 0;
+  for (int where : {2, 1, 0, 2, 0, 1})  // heap everywhere, odd ranks' heap, node memory everywhere
+    for (std::size_t root = 0; root < P; ++root) {
+      const bool node = where == 0 || (where == 1 && R % 2 == 0);
+      const bool unmapped = where == 2 || (where == 1 && P > 1);
+      INFO("memory " << where << ", root " << root);
+      placed<std::int64_t> buf(n, node, -77);
+      for (std::size_t i = 0; i < n; ++i) buf[i] = R == root ? val(root, i) : -5;
+      md::broadcast(comm, buf.data(), n, root);
+      CHECK(first_bad(n, [&](std::size_t i) { return buf[i] == val(root, i); }) == n);
+      CHECK(buf.guards_intact(-77));
+      CHECK(md::detail::internals_of(comm).program_dims().at(0).streamed == (shared && before));
+      before = unmapped;
+      ++calls;
+    }
+  // Under the floor the broadcast reads the root's buffer in place (not streamed).
+  o.tune.stream_broadcast_min_bytes = n * sizeof(std::int64_t) + 1;
+  auto floor = md::bind(md::parse_topology("shm:*"), test_world(), o);
+  CHECK(floor.explain<std::int64_t>(n, md::collective::broadcast).find("streamed") == std::string::npos);
+  for (int k = 0; k < 2; ++k) {
+    placed<std::int64_t> buf(n, false, -77);
+    for (std::size_t i = 0; i < n; ++i) buf[i] = R == 0 ? val(0, i) : -5;
+    md::broadcast(floor, buf.data(), n, 0);
+    CHECK(first_bad(n, [&](std::size_t i) { return buf[i] == val(0, i); }) == n);
+    CHECK_FALSE(md::detail::internals_of(floor).program_dims().at(0).streamed);
+  }
+  CHECK(calls == 6 * P);
+}
+
 TEST_CASE("count 0 with null buffers, on every collective") {
   const std::size_t P = world_size();
   for_each_topology([&](auto& comm, const std::string& label) {

@@ -196,6 +196,12 @@ struct tuning {
   double cma_gamma = 1.0 / 4.5e9;
   double copy_gamma = 1.0 / 7e9;
   std::size_t stream_min_bytes = std::size_t(1) << 20;
+  // A broadcast over one such dimension streams a root's unmapped buffer from this
+  // size (the root copies it into node memory, the others copy it out): two copies
+  // one after the other beat one by cross-memory attach only where the buffer
+  // has left the cache. Measured on 2 processes of a 2-core EPYC (32 MiB L3):
+  // cross-memory attach 13 GB/s up to 4 MiB, 5 GB/s at 16 MiB; a copy above 20.
+  std::size_t stream_broadcast_min_bytes = std::size_t(8) << 20;
   // Shared access: a rank whose results of one stage (its block, times the ranks
   // it writes it to) reach this many bytes writes them with non-temporal stores,
   // which skip reading the destination lines and leave the cache alone: about 2 x

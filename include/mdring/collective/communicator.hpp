@@ -417,7 +417,12 @@ public:
         streams = streams_when_unmapped({kind, extents_, e, al[e], extents_[e] > 1 && tr_->shared(dims_[e].ch),
                                          Transport::same_address_space, bytes, seg, pl.segments, staging},
                                         dims_[e].link, opts_.tune);
-      if (streams)
+      if (streams && kind == collective::broadcast)
+        pl.streaming =
+            "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
+            "the first such one (tune.stream_broadcast_min_bytes): a root whose buffer is not node memory "
+            "copies it into node memory, which the others map and copy from";
+      else if (streams)
         pl.streaming =
             "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
             "the first such one (tune.cma_gamma, copy_gamma, stream_min_bytes): each such rank copies the "

@@ -63,7 +63,7 @@ public:
   }
   void start_broadcast(T* buf, std::size_t n, std::size_t root) {
     decide(collective::broadcast, n);
-    start(program_of(collective::broadcast, n, root), 1, buf, buf);
+    start(program_of(collective::broadcast, n, root), 1, buf, buf, n, s_.c_.rank() == root);
   }
   void start_reduce(const T* send, T* recv, std::size_t n, std::size_t root) {
     decide(collective::reduce, n);
@@ -152,11 +152,13 @@ public:
     return align_up(pr.scratch_elements * sizeof(T)) + depth * align_up(pr.slot_elements * sizeof(T)) +
            align_up(piece_elements(pr) * sizeof(T));
   }
-  // all_reduce passes its count (stream_in).
-  void start(const program& pr, std::size_t depth, const T* send, T* recv, std::size_t all_reduce_count = 0) {
+  // all_reduce and broadcast pass their count (stream_in; broadcast: whether this
+  // rank is the root, whose buffer its peers read).
+  void start(const program& pr, std::size_t depth, const T* send, T* recv, std::size_t stream_count = 0,
+             bool streams = true) {
     auto* base = static_cast<unsigned char*>(s_.in_.scratch().get(scratch_bytes_of(pr, depth)));
     s_.buf_.send = s_.buf_.source = send, s_.buf_.recv = s_.buf_.result = recv;
-    if (all_reduce_count) stream_in(send, recv, all_reduce_count);
+    if (stream_count) stream_in(send, recv, stream_count, streams);
     s_.buf_.scratch = reinterpret_cast<T*>(base);
     base += align_up(pr.scratch_elements * sizeof(T));
     s_.buf_.slots = reinterpret_cast<T*>(base);
@@ -172,19 +174,23 @@ public:
   // land there too, so its peers map it instead of reaching its buffers by
   // cross-memory attach. A rank whose buffers are node memory, or that gets none,
   // runs on its own buffers (its peers map them, or use cross-memory attach):
-  // correct either way, each rank deciding alone.
-  void stream_in(const T* send, T* recv, std::size_t n) {
+  // correct either way, each rank deciding alone. A broadcast's root takes the
+  // block as its source alone (plan/collective_programs.hpp shared_broadcast);
+  // the other ranks (takes = false) only publish whether their buffer is mapped.
+  void stream_in(const T* send, T* recv, std::size_t n, bool takes) {
     if constexpr (!transport_t::same_address_space) {
       const std::size_t bytes = n * sizeof(T);
       s_.unmapped_ = s_.note_unmapped_ && !(is_node_memory(send, bytes) && is_node_memory(recv, bytes));
       const auto& dp = s_.in_.program_dims();
-      if (!s_.unmapped_ || std::none_of(dp.begin(), dp.end(), [](const dim_program& d) { return d.streamed; })) return;
+      if (!takes || !s_.unmapped_ ||
+          std::none_of(dp.begin(), dp.end(), [](const dim_program& d) { return d.streamed; }))
+        return;
       copy_ = s_.in_.widened_scratch().take(bytes);
       if (!is_node_memory(copy_.get(), bytes)) return copy_.reset();
       s_.buf_.result = static_cast<T*>(copy_.get());
       s_.buf_.source = s_.buf_.result;
     } else {
-      (void)send, (void)recv, (void)n;
+      (void)send, (void)recv, (void)n, (void)takes;
     }
   }
   std::shared_ptr<void> copy_;  // stream_in's copy, back to the pool with the engine
