@@ -158,7 +158,7 @@ struct world {
       rs.prog = md::make_program(p);
       rs.sendv.assign(send_size(), T{});
       rs.recvv.assign(recv_size(r), T(-7));
-      rs.copy.assign(send_size(), T(-9));
+      rs.copy.assign(std::max(send_size(), recv_size(r)), T(-9));
       rs.scratch.assign(rs.prog.scratch_elements, T{});
       rs.scratch_written.assign(rs.prog.scratch_elements, 0);
       rs.slots.assign(rs.prog.segments * rs.prog.slot_elements, T{});
@@ -234,12 +234,12 @@ struct world {
   }
   T* resolve_own(std::size_t r, md::slice s, std::size_t n, access a, const md::program_step& st) {
     if (s.where == region::source || s.where == region::result) {  // a streamed dimension's
-      // (broadcast: the root's source, its recvbuf or the copy)
-      const bool bcast = kind == collective::broadcast && s.where == region::source;
-      if (kind != collective::all_reduce && !bcast)
-        return fail("region source or result outside all_reduce and broadcast"), nullptr;
+      // (broadcast and all_gather: a source laid out as recvbuf, or the copy)
+      const bool whole = (kind == collective::broadcast || kind == collective::all_gather) && s.where == region::source;
+      if (kind != collective::all_reduce && !whole)
+        return fail("region source or result outside all_reduce, all_gather and broadcast"), nullptr;
       auto& cp = ranks[r].copy;
-      if (!ranks[r].streams) s.where = s.where == region::source && !bcast ? region::send : region::recv;
+      if (!ranks[r].streams) s.where = s.where == region::source && !whole ? region::send : region::recv;
       else if (s.offset + n > cp.size()) return fail("out of bounds in the streamed copy"), nullptr;
       else return cp.data() + s.offset;
     }

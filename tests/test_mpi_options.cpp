@@ -148,6 +148,7 @@ TEST_CASE("buffers from node_alloc: peers map them, results exact, guards intact
         if (std::string(topo) == "shm:2 x shm:*" && P % 2) continue;
         md::options o;
         o.tune.nontemporal_bytes = nt;
+        o.tune.stream_all_gather_min_bytes = std::size_t(-1);  // heap stays heap (streaming: below)
         auto comm = md::bind(md::parse_topology(topo), test_world(), o);
         const bool node = where == 0 || (where == 1 && R % 2 == 0);
         for (std::size_t n : {std::size_t(5), std::size_t(1009), std::size_t(20011), std::size_t(65537)}) {
@@ -266,6 +267,49 @@ TEST_CASE("broadcast: a root's heap buffer streamed through node memory, the nex
     CHECK_FALSE(md::detail::internals_of(floor).program_dims().at(0).streamed);
   }
   CHECK(calls == 6 * P);
+}
+
+// all_gather's pull form (tune.stream_all_gather_min_bytes 0): a rank whose recvbuf
+// its peers cannot map copies its block into node memory, which they map and copy
+// from, from the call after one on such buffers; every rank alike. Heap or node
+// memory on any rank, in and out of place: results exact, guards intact.
+TEST_CASE("all_gather: heap buffers streamed through node memory, the next call decides alike") {
+  const std::size_t P = world_size(), R = world_rank();
+  md::options o;
+  o.tune.stream_all_gather_min_bytes = 0;
+  auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
+  const bool shared = P > 1 && comm.get_transport().shared_channels() > 0;
+  const std::size_t sc = 5003;  // per rank: above the staging buffers
+  CHECK((comm.explain<std::int64_t>(sc, md::collective::all_gather).find("copies its block into node memory") !=
+         std::string::npos) == shared);
+  bool before = false;
+  for (int where : {2, 1, 0, 2, 0, 1})  // heap everywhere, odd ranks' heap, node memory everywhere
+    for (bool in_place : {false, true}) {
+      const bool node = where == 0 || (where == 1 && R % 2 == 0);
+      const bool unmapped = where == 2 || (where == 1 && P > 1);
+      INFO("memory " << where << (in_place ? ", in place" : ""));
+      placed<std::int64_t> send(sc, node, -77), recv(sc * P, node, -77);
+      for (std::size_t i = 0; i < sc * P; ++i) recv[i] = -5;
+      for (std::size_t i = 0; i < sc; ++i) (in_place ? recv[R * sc + i] : send[i]) = val(R, i);
+      if (in_place) md::all_gather(comm, recv.data() + R * sc, recv.data(), sc);
+      else md::all_gather(comm, send.data(), recv.data(), sc);
+      CHECK(first_bad(sc * P, [&](std::size_t i) { return recv[i] == val(i / sc, i % sc); }) == sc * P);
+      CHECK(send.guards_intact(-77));
+      CHECK(recv.guards_intact(-77));
+      CHECK(md::detail::internals_of(comm).program_dims().at(0).streamed == (shared && before));
+      before = unmapped;
+    }
+  // Under the floor the peers' recvbufs are read in place (not streamed).
+  o.tune.stream_all_gather_min_bytes = sc * P * sizeof(std::int64_t) + 1;
+  auto floor = md::bind(md::parse_topology("shm:*"), test_world(), o);
+  CHECK(floor.explain<std::int64_t>(sc, md::collective::all_gather).find("streamed") == std::string::npos);
+  for (int k = 0; k < 2; ++k) {
+    placed<std::int64_t> send(sc, false, -77), recv(sc * P, false, -77);
+    for (std::size_t i = 0; i < sc; ++i) send[i] = val(R, i);
+    md::all_gather(floor, send.data(), recv.data(), sc);
+    CHECK(first_bad(sc * P, [&](std::size_t i) { return recv[i] == val(i / sc, i % sc); }) == sc * P);
+    CHECK_FALSE(md::detail::internals_of(floor).program_dims().at(0).streamed);
+  }
 }
 
 TEST_CASE("count 0 with null buffers, on every collective") {

@@ -409,8 +409,10 @@ public:
             shared(st.dim);
       // The engine's pull form (executor/host/engine.hpp program_of): the same test.
       // (A widened call runs on node memory of its own: nothing to stream.)
-      const std::size_t bytes = count * at.size;
-      const std::size_t seg = (pl.segments > 1 && pl.segment_elements ? pl.segment_elements : count) * at.size;
+      const std::size_t bytes = call_elements(kind, count, size_) * at.size;
+      const std::size_t seg = kind == collective::all_reduce && pl.segments > 1 && pl.segment_elements
+                                  ? pl.segment_elements * at.size
+                                  : bytes;
       const std::size_t staging = (opts_.tune.shared_staging_bytes + 63) / 64 * 64;  // as the transports open it
       bool streams = false;
       for (std::size_t e = 0; e < extents_.size() && !streams && at.size == sizeof(T); ++e)
@@ -422,6 +424,11 @@ public:
             "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
             "the first such one (tune.stream_broadcast_min_bytes): a root whose buffer is not node memory "
             "copies it into node memory, which the others map and copy from";
+      else if (streams && kind == collective::all_gather)
+        pl.streaming =
+            "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
+            "the first such one (tune.stream_all_gather_min_bytes): a rank whose recvbuf is not node memory "
+            "copies its block into node memory, which the others map and copy from";
       else if (streams)
         pl.streaming =
             "buffers not from node_alloc (on any rank): streamed through node memory from the call after "

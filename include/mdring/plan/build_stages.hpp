@@ -265,26 +265,28 @@ protected:
   }
 
   // ---- all-gather stages -------------------------------------------------------------
-  // buf covers the stage's range, this rank's block present.
-  void all_gather_stage(std::size_t d, block_range r, slice buf) {
+  // buf covers the stage's range, this rank's block present. pull (all_gather's
+  // pull form, shared and not staged): the peers' blocks are read from their
+  // `source`, laid out as buf, where each rank put its block.
+  void all_gather_stage(std::size_t d, block_range r, slice buf, bool pull = false) {
     const std::size_t p = ext_[d], c = coords_[d];
     const block_range bc = block_of(r.count, p, c);
     if (dim(d).shared) {
       if (r.count == 0) return empty_stage(d, phase::all_gather, 2);
       const bool small = staged(d, r.count);
+      const slice src{region::source, 0, r.offset};
+      const region from = small ? region::staging : pull ? region::peer_src : region::peer_dst;
       stage(d, phase::all_gather, 2, small ? staged_sync : shared_sync, [&](std::size_t i) {
         if (i) return;
         if (small) {
           cur_.signature = r.count;
           copy({region::staging_next, 0, 0}, buf + bc.offset, bc.count, true);
         } else {
-          publish(r.count, nullptr, &buf);
+          publish(r.count, pull ? &src : nullptr, &buf);
         }
         for (std::size_t j = 0; j < p; ++j) {
           const block_range bj = block_of(r.count, p, j);
-          if (j != c)
-            copy(buf + bj.offset, peer_slice(small ? region::staging : region::peer_dst, j, small ? 0 : bj.offset),
-                 bj.count);
+          if (j != c) copy(buf + bj.offset, peer_slice(from, j, small ? 0 : bj.offset), bj.count);
         }
       });
       return;

@@ -101,8 +101,8 @@ private:
 
   // ---- all_reduce -------------------------------------------------------------------
   bool rd(std::size_t d) const { return dim(d).algo == algorithm::recursive_doubling; }
-  // The pull form (dim_program::streamed): the source is send itself, and the range
-  // is not staged (on every rank of the ring alike: they share the range).
+  // The pull form (dim_program::streamed): the only ring, and the range is not
+  // staged (on every rank of the ring alike: they share the range).
   bool pull(std::size_t d, block_range r) const { return dim(d).streamed && first() == last() && !staged(d, r.count); }
 
   void all_reduce() {
@@ -225,8 +225,14 @@ private:
     const auto rg = ranges(n);
     const slice own_at{region::recv, 0, p_.rank * sc};
     if (first() == last()) {  // one ring: nested order is rank order
-      local_step([&] { copy(own_at, {region::send, 0, 0}, sc, true); });
-      return all_gather_stage(first(), rg[first()], {region::recv, 0, rg[first()].offset});
+      // The pull form: the block into `source` too (node memory where recvbuf cannot
+      // be mapped; engine.hpp stream_in), from which the peers read it.
+      const bool stream = pull(first(), rg[first()]);
+      local_step([&] {
+        copy(own_at, {region::send, 0, 0}, sc, true);
+        if (stream) copy({region::source, 0, own_at.offset}, {region::send, 0, 0}, sc, true);
+      });
+      return all_gather_stage(first(), rg[first()], {region::recv, 0, rg[first()].offset}, stream);
     }
     const std::size_t p1 = ext_[first()], c1 = coords_[first()], mb1 = max_block(rg[first()].count, p1);
     std::size_t r = 0, q = 0;
@@ -429,7 +435,7 @@ private:
       });
       return;
     }
-    const bool pull = dim(d).streamed;
+    const bool pull = this->pull(d, r);
     stage(d, phase::broadcast, 2, shared_sync, [&](std::size_t i) {
       if (i) return;
       const bool nt = stream(r.count * p_.elem_size);

@@ -140,13 +140,15 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
   return 2.0 * share * t.cma_gamma > share * t.copy_gamma + double(segments) * link.latency;
 }
 
-// A broadcast of `bytes` over one such dimension whose root's buffer cannot be
-// mapped: whether the root copying it into node memory, which the others map and
-// copy from (two copies one after the other), pays against every other rank
-// reading it by cross-memory attach: from tuning::stream_broadcast_min_bytes, where
-// the buffer no longer sits in the cache (cma_gamma 0: never).
-inline bool broadcast_streaming_pays(std::size_t bytes, const tuning& t) {
-  return t.cma_gamma > 0 && bytes >= t.stream_broadcast_min_bytes;
+// A broadcast or all_gather of `bytes` (the whole buffer) over one such
+// dimension, where some rank's buffer cannot be mapped: whether copying it into
+// node memory, which the peers map and copy from, pays against their reading it
+// by cross-memory attach (broadcast: the root copies the buffer; all_gather: each
+// such rank its block). From tuning::stream_broadcast_min_bytes and
+// stream_all_gather_min_bytes, measured (cma_gamma 0: never).
+inline bool whole_streaming_pays(collective kind, std::size_t bytes, const tuning& t) {
+  return t.cma_gamma > 0 &&
+         bytes >= (kind == collective::broadcast ? t.stream_broadcast_min_bytes : t.stream_all_gather_min_bytes);
 }
 
 // Whether an all_reduce of `bytes` runs its pull form on dimension `dim` when some
@@ -165,14 +167,15 @@ struct stream_query {
   std::size_t bytes = 0, segment_bytes = 0, segments = 1, staging_bytes = 0;
 };
 inline bool streams_when_unmapped(const stream_query& q, const link_info& link, const tuning& t) {
-  const bool bcast = q.kind == collective::broadcast;
-  if ((q.kind != collective::all_reduce && !bcast) || q.same_address_space || !q.shared || q.algo != algorithm::direct)
+  const bool whole = q.kind == collective::broadcast || q.kind == collective::all_gather;
+  if ((q.kind != collective::all_reduce && !whole) || q.same_address_space || !q.shared || q.algo != algorithm::direct)
     return false;
   if (q.dim >= q.extents.size() || q.extents[q.dim] < 2) return false;
   for (std::size_t e = 0; e < q.extents.size(); ++e)
     if (e != q.dim && q.extents[e] > 1) return false;  // a second nontrivial dimension
   if (q.segment_bytes <= q.staging_bytes) return false;
-  return bcast ? broadcast_streaming_pays(q.bytes, t) : streaming_pays(q.extents[q.dim], q.bytes, q.segments, link, t);
+  return whole ? whole_streaming_pays(q.kind, q.bytes, t)
+               : streaming_pays(q.extents[q.dim], q.bytes, q.segments, link, t);
 }
 
 // The algorithm `automatic` stands for on this dimension.

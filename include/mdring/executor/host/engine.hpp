@@ -51,7 +51,7 @@ public:
         !s_.in_.measured_plans().find(sizeof(T), n * sizeof(T)))
       measure(n);
     const auto [pr, depth] = all_reduce_plan(n);
-    start(*pr, depth, send, recv, n);
+    start(*pr, depth, send, recv, {n, n, true, send});
   }
   void start_reduce_scatter(const T* send, T* recv, std::size_t rc) {
     decide(collective::reduce_scatter, rc);
@@ -59,11 +59,11 @@ public:
   }
   void start_all_gather(const T* send, T* recv, std::size_t sc) {
     decide(collective::all_gather, sc);
-    start(program_of(collective::all_gather, sc, 0), 1, send, recv);
+    start(program_of(collective::all_gather, sc, 0), 1, send, recv, {sc, sc * s_.c_.size(), true, recv});
   }
   void start_broadcast(T* buf, std::size_t n, std::size_t root) {
     decide(collective::broadcast, n);
-    start(program_of(collective::broadcast, n, root), 1, buf, buf, n, s_.c_.rank() == root);
+    start(program_of(collective::broadcast, n, root), 1, buf, buf, {n, n, s_.c_.rank() == root, buf});
   }
   void start_reduce(const T* send, T* recv, std::size_t n, std::size_t root) {
     decide(collective::reduce, n);
@@ -105,10 +105,11 @@ public:
         // rank's peers could not map (core.hpp sync: the same on every rank).
         // (Threads share one address space: never, decided at compile time.)
         if constexpr (!transport_t::same_address_space) {
-          const bool pays =
-              streams_when_unmapped({kind, s_.ext_, d, dp[d].algo, true, false, count * sizeof(T), seg * sizeof(T),
-                                     seg ? (count + seg - 1) / seg : 0, dp[d].staging_bytes},
-                                    s_.dims_[d].link, s_.c_.get_options().tune);
+          const std::size_t whole = call_elements(kind, count, s_.c_.size()) * sizeof(T);
+          const bool pays = streams_when_unmapped({kind, s_.ext_, d, dp[d].algo, true, false, whole,
+                                                   kind == collective::all_reduce ? seg * sizeof(T) : whole,
+                                                   seg ? (count + seg - 1) / seg : 0, dp[d].staging_bytes},
+                                                  s_.dims_[d].link, s_.c_.get_options().tune);
           s_.note_unmapped_ |= pays;
           dp[d].streamed = pays && s_.in_.unmapped_buffers()[d];
         }
@@ -152,13 +153,20 @@ public:
     return align_up(pr.scratch_elements * sizeof(T)) + depth * align_up(pr.slot_elements * sizeof(T)) +
            align_up(piece_elements(pr) * sizeof(T));
   }
-  // all_reduce and broadcast pass their count (stream_in; broadcast: whether this
-  // rank is the root, whose buffer its peers read).
-  void start(const program& pr, std::size_t depth, const T* send, T* recv, std::size_t stream_count = 0,
-             bool streams = true) {
+  // What the pull form (stream_in) needs of a call: the elements of send and recv,
+  // whether this rank takes a block of node memory when its buffers cannot be
+  // mapped (a broadcast's root only), and where `source` is otherwise (laid out as
+  // the peers read it: all_reduce's send, all_gather's recv, broadcast's buffer).
+  struct streaming {
+    std::size_t send_count = 0, recv_count = 0;
+    bool takes = false;
+    const T* source = nullptr;
+  };
+  // all_reduce, all_gather and broadcast pass `how`: their pull form.
+  void start(const program& pr, std::size_t depth, const T* send, T* recv, const streaming& how = {}) {
     auto* base = static_cast<unsigned char*>(s_.in_.scratch().get(scratch_bytes_of(pr, depth)));
     s_.buf_.send = s_.buf_.source = send, s_.buf_.recv = s_.buf_.result = recv;
-    if (stream_count) stream_in(send, recv, stream_count, streams);
+    if (how.recv_count) stream_in(send, recv, how);
     s_.buf_.scratch = reinterpret_cast<T*>(base);
     base += align_up(pr.scratch_elements * sizeof(T));
     s_.buf_.slots = reinterpret_cast<T*>(base);
@@ -177,12 +185,15 @@ public:
   // correct either way, each rank deciding alone. A broadcast's root takes the
   // block as its source alone (plan/collective_programs.hpp shared_broadcast);
   // the other ranks (takes = false) only publish whether their buffer is mapped.
-  void stream_in(const T* send, T* recv, std::size_t n, bool takes) {
+  // all_gather's ranks put their own block into it (collective_programs.hpp).
+  void stream_in(const T* send, T* recv, const streaming& how) {
     if constexpr (!transport_t::same_address_space) {
-      const std::size_t bytes = n * sizeof(T);
-      s_.unmapped_ = s_.note_unmapped_ && !(is_node_memory(send, bytes) && is_node_memory(recv, bytes));
+      s_.buf_.source = how.source;
+      const std::size_t bytes = how.recv_count * sizeof(T);
+      s_.unmapped_ =
+          s_.note_unmapped_ && !(is_node_memory(send, how.send_count * sizeof(T)) && is_node_memory(recv, bytes));
       const auto& dp = s_.in_.program_dims();
-      if (!takes || !s_.unmapped_ ||
+      if (!how.takes || !s_.unmapped_ ||
           std::none_of(dp.begin(), dp.end(), [](const dim_program& d) { return d.streamed; }))
         return;
       copy_ = s_.in_.widened_scratch().take(bytes);
@@ -190,7 +201,7 @@ public:
       s_.buf_.result = static_cast<T*>(copy_.get());
       s_.buf_.source = s_.buf_.result;
     } else {
-      (void)send, (void)recv, (void)n, (void)takes;
+      (void)send, (void)recv, (void)how;
     }
   }
   std::shared_ptr<void> copy_;  // stream_in's copy, back to the pool with the engine
