@@ -234,10 +234,12 @@ struct world {
   }
   T* resolve_own(std::size_t r, md::slice s, std::size_t n, access a, const md::program_step& st) {
     if (s.where == region::source || s.where == region::result) {  // a streamed dimension's
-      // (broadcast and all_gather: a source laid out as recvbuf, or the copy)
+      // (broadcast and all_gather: a source laid out as recvbuf, or the copy;
+      // reduce_scatter: one laid out as send, as all_reduce's)
       const bool whole = (kind == collective::broadcast || kind == collective::all_gather) && s.where == region::source;
-      if (kind != collective::all_reduce && !whole)
-        return fail("region source or result outside all_reduce, all_gather and broadcast"), nullptr;
+      if (kind != collective::all_reduce && !whole &&
+          !(kind == collective::reduce_scatter && s.where == region::source))
+        return fail("region source or result outside all_reduce, reduce_scatter, all_gather and broadcast"), nullptr;
       auto& cp = ranks[r].copy;
       if (!ranks[r].streams) s.where = s.where == region::source && !whole ? region::send : region::recv;
       else if (s.offset + n > cp.size()) return fail("out of bounds in the streamed copy"), nullptr;

@@ -156,7 +156,7 @@ TEST_CASE("the bind fingerprint names every option that changes the schedule or 
   differs([](md::options& o) { o.tune.copy_gamma = 1e-9; }, "copy_gamma");
   differs([](md::options& o) { o.tune.stream_min_bytes = 0; }, "stream_min_bytes");
   differs([](md::options& o) { o.tune.stream_broadcast_min_bytes = 0; }, "stream_broadcast_min_bytes");
-  differs([](md::options& o) { o.tune.stream_all_gather_min_bytes = 0; }, "stream_all_gather_min_bytes");
+  differs([](md::options& o) { o.tune.stream_blocks_min_bytes = 0; }, "stream_blocks_min_bytes");
   differs([](md::options& o) { o.tune.staging_chunk_bytes = 1 << 16; }, "staging_chunk_bytes");
   differs([](md::options& o) { o.max_message_bytes = 1 << 20; }, "max_message_bytes");
   differs(

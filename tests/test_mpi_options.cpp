@@ -148,7 +148,7 @@ TEST_CASE("buffers from node_alloc: peers map them, results exact, guards intact
         if (std::string(topo) == "shm:2 x shm:*" && P % 2) continue;
         md::options o;
         o.tune.nontemporal_bytes = nt;
-        o.tune.stream_all_gather_min_bytes = std::size_t(-1);  // heap stays heap (streaming: below)
+        o.tune.stream_blocks_min_bytes = std::size_t(-1);  // heap stays heap (streaming: below)
         auto comm = md::bind(md::parse_topology(topo), test_world(), o);
         const bool node = where == 0 || (where == 1 && R % 2 == 0);
         for (std::size_t n : {std::size_t(5), std::size_t(1009), std::size_t(20011), std::size_t(65537)}) {
@@ -269,14 +269,14 @@ TEST_CASE("broadcast: a root's heap buffer streamed through node memory, the nex
   CHECK(calls == 6 * P);
 }
 
-// all_gather's pull form (tune.stream_all_gather_min_bytes 0): a rank whose recvbuf
+// all_gather's pull form (tune.stream_blocks_min_bytes 0): a rank whose recvbuf
 // its peers cannot map copies its block into node memory, which they map and copy
 // from, from the call after one on such buffers; every rank alike. Heap or node
 // memory on any rank, in and out of place: results exact, guards intact.
 TEST_CASE("all_gather: heap buffers streamed through node memory, the next call decides alike") {
   const std::size_t P = world_size(), R = world_rank();
   md::options o;
-  o.tune.stream_all_gather_min_bytes = 0;
+  o.tune.stream_blocks_min_bytes = 0;
   auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
   const bool shared = P > 1 && comm.get_transport().shared_channels() > 0;
   const std::size_t sc = 5003;  // per rank: above the staging buffers
@@ -300,7 +300,7 @@ TEST_CASE("all_gather: heap buffers streamed through node memory, the next call 
       before = unmapped;
     }
   // Under the floor the peers' recvbufs are read in place (not streamed).
-  o.tune.stream_all_gather_min_bytes = sc * P * sizeof(std::int64_t) + 1;
+  o.tune.stream_blocks_min_bytes = sc * P * sizeof(std::int64_t) + 1;
   auto floor = md::bind(md::parse_topology("shm:*"), test_world(), o);
   CHECK(floor.explain<std::int64_t>(sc, md::collective::all_gather).find("streamed") == std::string::npos);
   for (int k = 0; k < 2; ++k) {
@@ -309,6 +309,36 @@ TEST_CASE("all_gather: heap buffers streamed through node memory, the next call 
     md::all_gather(floor, send.data(), recv.data(), sc);
     CHECK(first_bad(sc * P, [&](std::size_t i) { return recv[i] == val(i / sc, i % sc); }) == sc * P);
     CHECK_FALSE(md::detail::internals_of(floor).program_dims().at(0).streamed);
+  }
+}
+
+// reduce_scatter's pull form (tune.stream_blocks_min_bytes 0): a rank whose
+// sendbuf its peers cannot map copies the blocks they fold into node memory, which
+// they map and fold from, from the call after one on such buffers; every rank
+// alike. Heap or node memory on any rank: results exact, sendbuf untouched.
+TEST_CASE("reduce_scatter: heap buffers streamed through node memory, the next call decides alike") {
+  const std::size_t P = world_size(), R = world_rank();
+  md::options o;
+  o.tune.stream_blocks_min_bytes = 0;
+  auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
+  const bool shared = P > 1 && comm.get_transport().shared_channels() > 0;
+  const std::size_t rc = 5003;  // per rank: above the staging buffers
+  CHECK((comm.explain<std::int64_t>(rc, md::collective::reduce_scatter).find("copies the blocks its peers fold") !=
+         std::string::npos) == shared);
+  bool before = false;
+  for (int where : {2, 1, 0, 2, 0, 1}) {  // heap everywhere, odd ranks' heap, node memory everywhere
+    const bool node = where == 0 || (where == 1 && R % 2 == 0);
+    const bool unmapped = where == 2 || (where == 1 && P > 1);
+    INFO("memory " << where);
+    placed<std::int64_t> send(rc * P, node, -77), recv(rc, node, -77);
+    for (std::size_t j = 0; j < rc * P; ++j) send[j] = val(R, j);
+    md::reduce_scatter(comm, send.data(), recv.data(), rc);
+    CHECK(first_bad(rc, [&](std::size_t i) { return recv[i] == val_sum(P, R * rc + i); }) == rc);
+    CHECK(first_bad(rc * P, [&](std::size_t j) { return send[j] == val(R, j); }) == rc * P);
+    CHECK(send.guards_intact(-77));
+    CHECK(recv.guards_intact(-77));
+    CHECK(md::detail::internals_of(comm).program_dims().at(0).streamed == (shared && before));
+    before = unmapped;
   }
 }
 

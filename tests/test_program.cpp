@@ -144,10 +144,11 @@ TEST_CASE("program: all_reduce's pull form (a streamed dimension), whichever ran
   }
 }
 
-TEST_CASE("program: broadcast's and all_gather's pull form, whichever ranks stream") {
+TEST_CASE("program: broadcast's, all_gather's and reduce_scatter's pull form, whichever ranks stream") {
   // dim_program::streamed on broadcast (the root's source: its recvbuf, or a copy
-  // it fills) and all_gather (every rank's block in its source, laid out as
-  // recvbuf); peers read the source. Where the dimension is not the call's only
+  // it fills), all_gather (every rank's block in its source, laid out as recvbuf)
+  // and reduce_scatter (the blocks its peers fold in its source, laid out as
+  // sendbuf); peers read the source. Where the dimension is not the call's only
   // one, or the range is staged, the plain forms run.
   const std::vector<shape> streamed = {
       {{2, D, true, true}},
@@ -163,8 +164,10 @@ TEST_CASE("program: broadcast's and all_gather's pull form, whichever ranks stre
         for (std::size_t n : {std::size_t(0), std::size_t(1), P - 1, std::size_t(13), std::size_t(1009)}) {
           for (std::size_t root : {std::size_t(0), P / 2, P - 1})
             check(s, collective::broadcast, n, root, 0, stg, false, md::sum, value, add, same, false, false, streams);
-          for (bool ip : {false, true})
+          for (bool ip : {false, true}) {
             check(s, collective::all_gather, n, 0, 0, stg, ip, md::sum, value, add, same, false, false, streams);
+            check(s, collective::reduce_scatter, n, 0, 0, stg, ip, md::sum, value, add, same, false, false, streams);
+          }
         }
       }
   }

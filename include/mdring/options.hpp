@@ -203,12 +203,14 @@ struct tuning {
   // through the interposer: from 16 MiB 0.8 to 0.9 x the time of cross-memory
   // attach, below it up to 1.7 x.
   std::size_t stream_broadcast_min_bytes = std::size_t(16) << 20;
-  // An all_gather over one such dimension (bytes: the whole recvbuf) streams from
-  // this size: a rank whose recvbuf its peers cannot map also copies its block
-  // into node memory, from which they copy it; a copy is cheaper than cross-memory
-  // attach, which costs about 5 us per call on top (same machine: 0.4 to 0.6 x the
-  // time of cross-memory attach from 32 KiB to 1 MiB, about equal from 2 to 8 MiB).
-  std::size_t stream_all_gather_min_bytes = std::size_t(32) << 10;
+  // An all_gather or reduce_scatter over one such dimension (bytes: the whole
+  // recvbuf, or sendbuf) streams from this size: a rank whose buffer its peers
+  // cannot map copies its block (all_gather) or the blocks they fold
+  // (reduce_scatter) into node memory, from which they copy or fold; a copy is
+  // cheaper than cross-memory attach, which costs about 5 us per call on top
+  // (same machine, all_gather: 0.4 to 0.6 x the time of cross-memory attach from
+  // 32 KiB to 1 MiB, about equal from 2 to 8 MiB).
+  std::size_t stream_blocks_min_bytes = std::size_t(32) << 10;
   // Shared access: a rank whose results of one stage (its block, times the ranks
   // it writes it to) reach this many bytes writes them with non-temporal stores,
   // which skip reading the destination lines and leave the cache alone: about 2 x

@@ -424,10 +424,15 @@ public:
             "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
             "the first such one (tune.stream_broadcast_min_bytes): a root whose buffer is not node memory "
             "copies it into node memory, which the others map and copy from";
+      else if (streams && kind == collective::reduce_scatter)
+        pl.streaming =
+            "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
+            "the first such one (tune.stream_blocks_min_bytes): a rank whose sendbuf is not node memory "
+            "copies the blocks its peers fold into node memory, which they map and fold from";
       else if (streams && kind == collective::all_gather)
         pl.streaming =
             "buffers not from node_alloc (on any rank): streamed through node memory from the call after "
-            "the first such one (tune.stream_all_gather_min_bytes): a rank whose recvbuf is not node memory "
+            "the first such one (tune.stream_blocks_min_bytes): a rank whose recvbuf is not node memory "
             "copies its block into node memory, which the others map and copy from";
       else if (streams)
         pl.streaming =

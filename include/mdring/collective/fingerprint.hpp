@@ -79,7 +79,7 @@ inline std::string fingerprint_core(const runtime_topology& written, const optio
   real("copy gamma", u.copy_gamma);
   num("stream min", u.stream_min_bytes);
   num("stream broadcast min", u.stream_broadcast_min_bytes);
-  num("stream all_gather min", u.stream_all_gather_min_bytes);
+  num("stream blocks min", u.stream_blocks_min_bytes);
   num("staging chunk", u.staging_chunk_bytes);
   num("ipc staging", u.ipc_staging_bytes);
   real("ipc publish", u.ipc_publish_seconds);

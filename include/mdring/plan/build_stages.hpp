@@ -195,15 +195,18 @@ protected:
   }
   // The pull form of the same (dim_program::streamed; the source is send). Step 1:
   // copy the peers' blocks of send into `source` (pre: nothing where source is
-  // send), arrive, fold block c from every peer's source into recv and `result`.
-  // All-gather: arrive (every peer's fold is done), copy block j from peer j's
-  // result, leave. The two addresses are published at both arrives (an arrive
-  // rewrites both, and a peer may still be folding from this rank's source).
-  void streamed_rs(std::size_t d, block_range r) {
+  // send), arrive, fold block c from every peer's source into `outs` (all_reduce:
+  // recv and `result` at the block; reduce_scatter: recv). all_reduce's stage has
+  // this one step (steps 1); its all-gather: arrive (every peer's fold is done),
+  // copy block j from peer j's result, leave. The two addresses are published at
+  // both arrives (an arrive rewrites both, and a peer may still be folding from
+  // this rank's source). reduce_scatter's (steps 2) leaves after the fold.
+  void streamed_rs(std::size_t d, block_range r, std::span<const slice> outs, std::size_t steps) {
     const std::size_t p = ext_[d], c = coords_[d];
     const block_range bc = block_of(r.count, p, c);
     const slice send{region::send, 0, r.offset}, src{region::source, 0, r.offset};
-    stage(d, phase::reduce_scatter, 1, shared_sync, [&](std::size_t) {
+    stage(d, phase::reduce_scatter, steps, shared_sync, [&](std::size_t i) {
+      if (i) return;
       const bool nt = stream(r.count * p_.elem_size);
       copy(src, send, bc.offset, true, nt);
       copy(src + (bc.offset + bc.count), send + (bc.offset + bc.count), r.count - bc.offset - bc.count, true, nt);
@@ -211,8 +214,7 @@ protected:
       ins_.clear();
       for (std::size_t j = 0; j < p; ++j)
         ins_.push_back(j == c ? send + bc.offset : peer_slice(region::peer_src, j, bc.offset));
-      const slice outs[] = {{region::recv, 0, r.offset + bc.offset}, {region::result, 0, r.offset + bc.offset}};
-      op(local_op::fold, outs, ins_, bc.count, true, stream(bc.count * p_.elem_size * 2));
+      op(local_op::fold, outs, ins_, bc.count, true, stream(bc.count * p_.elem_size * outs.size()));
     });
   }
   void streamed_ag(std::size_t d, block_range r) {

@@ -145,10 +145,10 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
 // node memory, which the peers map and copy from, pays against their reading it
 // by cross-memory attach (broadcast: the root copies the buffer; all_gather: each
 // such rank its block). From tuning::stream_broadcast_min_bytes and
-// stream_all_gather_min_bytes, measured (cma_gamma 0: never).
+// stream_blocks_min_bytes, measured (cma_gamma 0: never).
 inline bool whole_streaming_pays(collective kind, std::size_t bytes, const tuning& t) {
   return t.cma_gamma > 0 &&
-         bytes >= (kind == collective::broadcast ? t.stream_broadcast_min_bytes : t.stream_all_gather_min_bytes);
+         bytes >= (kind == collective::broadcast ? t.stream_broadcast_min_bytes : t.stream_blocks_min_bytes);
 }
 
 // Whether an all_reduce of `bytes` runs its pull form on dimension `dim` when some
@@ -167,7 +167,8 @@ struct stream_query {
   std::size_t bytes = 0, segment_bytes = 0, segments = 1, staging_bytes = 0;
 };
 inline bool streams_when_unmapped(const stream_query& q, const link_info& link, const tuning& t) {
-  const bool whole = q.kind == collective::broadcast || q.kind == collective::all_gather;
+  const bool whole =
+      q.kind == collective::broadcast || q.kind == collective::all_gather || q.kind == collective::reduce_scatter;
   if ((q.kind != collective::all_reduce && !whole) || q.same_address_space || !q.shared || q.algo != algorithm::direct)
     return false;
   if (q.dim >= q.extents.size() || q.extents[q.dim] < 2) return false;

@@ -55,7 +55,7 @@ public:
   }
   void start_reduce_scatter(const T* send, T* recv, std::size_t rc) {
     decide(collective::reduce_scatter, rc);
-    start(program_of(collective::reduce_scatter, rc, 0), 1, send, recv);
+    start(program_of(collective::reduce_scatter, rc, 0), 1, send, recv, {rc * s_.c_.size(), rc, true, send});
   }
   void start_all_gather(const T* send, T* recv, std::size_t sc) {
     decide(collective::all_gather, sc);
@@ -156,13 +156,14 @@ public:
   // What the pull form (stream_in) needs of a call: the elements of send and recv,
   // whether this rank takes a block of node memory when its buffers cannot be
   // mapped (a broadcast's root only), and where `source` is otherwise (laid out as
-  // the peers read it: all_reduce's send, all_gather's recv, broadcast's buffer).
+  // the peers read it: all_reduce's and reduce_scatter's send, all_gather's recv,
+  // broadcast's buffer; the block is as large as the larger of the two).
   struct streaming {
     std::size_t send_count = 0, recv_count = 0;
     bool takes = false;
     const T* source = nullptr;
   };
-  // all_reduce, all_gather and broadcast pass `how`: their pull form.
+  // all_reduce, reduce_scatter, all_gather and broadcast pass `how`: their pull form.
   void start(const program& pr, std::size_t depth, const T* send, T* recv, const streaming& how = {}) {
     auto* base = static_cast<unsigned char*>(s_.in_.scratch().get(scratch_bytes_of(pr, depth)));
     s_.buf_.send = s_.buf_.source = send, s_.buf_.recv = s_.buf_.result = recv;
@@ -189,9 +190,9 @@ public:
   void stream_in(const T* send, T* recv, const streaming& how) {
     if constexpr (!transport_t::same_address_space) {
       s_.buf_.source = how.source;
-      const std::size_t bytes = how.recv_count * sizeof(T);
-      s_.unmapped_ =
-          s_.note_unmapped_ && !(is_node_memory(send, how.send_count * sizeof(T)) && is_node_memory(recv, bytes));
+      const std::size_t bytes = std::max(how.send_count, how.recv_count) * sizeof(T);
+      s_.unmapped_ = s_.note_unmapped_ && !(is_node_memory(send, how.send_count * sizeof(T)) &&
+                                            is_node_memory(recv, how.recv_count * sizeof(T)));
       const auto& dp = s_.in_.program_dims();
       if (!how.takes || !s_.unmapped_ ||
           std::none_of(dp.begin(), dp.end(), [](const dim_program& d) { return d.streamed; }))
