@@ -107,6 +107,16 @@ TEST_CASE("program: all_reduce, int32 sum, every shape, count, segment length an
 }
 
 namespace {
+// Shapes with a streamed dimension (dim_program::streamed): alone, between trivial
+// ones, and beside another (where the pull form does not run).
+const std::vector<shape> streamed = {
+    {{2, D, true, true}},
+    {{5, D, true, true}},
+    {{1, R, false}, {4, D, true, true}, {1, R, false}},
+    {{2, D, true, true}, {3, R, false}},
+    {{3, R, false}, {2, D, true, true}},
+};
+
 struct keep_left {
   static constexpr bool is_commutative = false;
   std::int32_t operator()(std::int32_t a, std::int32_t) const { return a; }
@@ -118,13 +128,6 @@ TEST_CASE("program: all_reduce's pull form (a streamed dimension), whichever ran
   // its send and recv, or one block (the executor streams where its buffers cannot
   // be mapped) that the program fills; any mix of ranks works. Where the dimension
   // is not the call's only one, the fused form runs.
-  const std::vector<shape> streamed = {
-      {{2, D, true, true}},
-      {{5, D, true, true}},
-      {{1, R, false}, {4, D, true, true}, {1, R, false}},
-      {{2, D, true, true}, {3, R, false}},
-      {{3, R, false}, {2, D, true, true}},
-  };
   auto val = [](std::size_t r, std::size_t i) { return std::int32_t(3 * r + i % 5); };
   auto left = [](std::int32_t a, std::int32_t) { return a; };
   for (const auto& s : streamed) {
@@ -150,13 +153,6 @@ TEST_CASE("program: broadcast's, all_gather's and reduce_scatter's pull form, wh
   // and reduce_scatter (the blocks its peers fold in its source, laid out as
   // sendbuf); peers read the source. Where the dimension is not the call's only
   // one, or the range is staged, the plain forms run.
-  const std::vector<shape> streamed = {
-      {{2, D, true, true}},
-      {{5, D, true, true}},
-      {{1, R, false}, {4, D, true, true}, {1, R, false}},
-      {{2, D, true, true}, {3, R, false}},
-      {{3, R, false}, {2, D, true, true}},
-  };
   for (const auto& s : streamed) {
     const std::size_t P = size_of(s);
     for (int streams : {0, 1, 2})
