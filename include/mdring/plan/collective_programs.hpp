@@ -235,13 +235,16 @@ private:
     if (first() == last()) {  // one ring: nested order is rank order
       // The pull form: the block into `source` too (node memory where recvbuf cannot
       // be mapped; engine.hpp stream_in), from which the peers read it.
-      // Its peers read the block while it may still sit dirty in this core's cache
-      // (2 to 3 x slower from 2 MiB here): from tune.nontemporal_bytes of the whole
-      // call, the copies go around the cache.
-      const bool stream = pull(first(), rg[first()]), nt = this->stream(n * p_.elem_size);
+      // Its peers read that copy at once, while it may still sit dirty in this
+      // core's cache (2 to 3 x slower for blocks of 1 MiB here): from a block of
+      // tune.nontemporal_bytes it goes around the cache. (The copy into recvbuf, read
+      // by peers only without the pull form, stays cached: going around the cache
+      // there cost node memory 10 % at 8 MiB, measured.)
+      const bool stream = pull(first(), rg[first()]);
       local_step([&] {
-        copy(own_at, {region::send, 0, 0}, sc, true, nt);
-        if (stream) copy({region::source, 0, own_at.offset}, {region::send, 0, 0}, sc, true, nt);
+        copy(own_at, {region::send, 0, 0}, sc, true);
+        if (stream)
+          copy({region::source, 0, own_at.offset}, {region::send, 0, 0}, sc, true, this->stream(sc * p_.elem_size));
       });
       return all_gather_stage(first(), rg[first()], {region::recv, 0, rg[first()].offset}, stream);
     }
