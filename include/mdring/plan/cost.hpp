@@ -140,12 +140,13 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
   return 2.0 * share * t.cma_gamma > share * t.copy_gamma + double(segments) * link.latency;
 }
 
-// A broadcast or all_gather of `bytes` (the whole buffer) over one such
-// dimension, where some rank's buffer cannot be mapped: whether copying it into
-// node memory, which the peers map and copy from, pays against their reading it
+// A broadcast, all_gather or reduce_scatter of `bytes` (the whole buffer) over one
+// such dimension, where some rank's buffer cannot be mapped: whether copying what
+// the peers read into node memory, which they map, pays against their reading it
 // by cross-memory attach (broadcast: the root copies the buffer; all_gather: each
-// such rank its block). From tuning::stream_broadcast_min_bytes and
-// stream_blocks_min_bytes, measured (cma_gamma 0: never).
+// such rank its block; reduce_scatter: the blocks its peers fold). From
+// tuning::stream_broadcast_min_bytes and stream_blocks_min_bytes, measured
+// (cma_gamma 0: never).
 inline bool whole_streaming_pays(collective kind, std::size_t bytes, const tuning& t) {
   return t.cma_gamma > 0 &&
          bytes >= (kind == collective::broadcast ? t.stream_broadcast_min_bytes : t.stream_blocks_min_bytes);
