@@ -4,7 +4,8 @@
  * preloaded.
  *
  *   mpirun -n 4 pmpi-loop [collective [min_bytes [max_bytes [factor]]]]
- *     collective: allreduce (default), bcast, allgather, reduce_scatter_block
+ *     collective: allreduce (default), bcast, allgather, reduce_scatter_block, reduce
+ *       (reduce: to rank 0)
  *     bytes: the whole call's (allgather and reduce_scatter_block: all ranks' blocks)
  *
  * Per size: 90 untimed calls first below 64 KiB, 30 from there, each after a
@@ -25,13 +26,14 @@ static int cmp(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-enum { ALLREDUCE, BCAST, ALLGATHER, RSB };
+enum { ALLREDUCE, BCAST, ALLGATHER, RSB, REDUCE };
 
 static void call(int which, double* in, double* out, int n, int size) {
   switch (which) {
     case ALLREDUCE: MPI_Allreduce(in, out, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); break;
     case BCAST: MPI_Bcast(in, n, MPI_DOUBLE, 0, MPI_COMM_WORLD); break;
     case ALLGATHER: MPI_Allgather(in, n / size, MPI_DOUBLE, out, n / size, MPI_DOUBLE, MPI_COMM_WORLD); break;
+    case REDUCE: MPI_Reduce(in, out, n, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD); break;
     default: MPI_Reduce_scatter_block(in, out, n / size, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); break;
   }
 }
@@ -43,9 +45,9 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const char* name = argc > 1 ? argv[1] : "allreduce";
   const int which = !strcmp(name, "bcast") ? BCAST : !strcmp(name, "allgather") ? ALLGATHER
-                  : !strcmp(name, "reduce_scatter_block") ? RSB : ALLREDUCE;
+                  : !strcmp(name, "reduce_scatter_block") ? RSB : !strcmp(name, "reduce") ? REDUCE : ALLREDUCE;
   if (which == ALLREDUCE && strcmp(name, "allreduce")) {
-    if (rank == 0) fprintf(stderr, "pmpi-loop: collective \"%s\": expected allreduce, bcast, allgather or reduce_scatter_block\n", name);
+    if (rank == 0) fprintf(stderr, "pmpi-loop: collective \"%s\": expected allreduce, bcast, allgather, reduce_scatter_block or reduce\n", name);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const size_t lo = argc > 2 ? strtoull(argv[2], NULL, 10) : (size_t)4 << 10;
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
     qsort(t, (size_t)trials, sizeof(double), cmp);
     /* one check per collective */
     double got = 0, want = 0;
-    if (which == ALLREDUCE && n > 1) got = out[1], want = (double)size * (size - 1) / 2 + size;
+    if ((which == ALLREDUCE || (which == REDUCE && rank == 0)) && n > 1) got = out[1], want = (double)size * (size - 1) / 2 + size;
     if (which == BCAST && n > 1) got = in[1], want = 1;   /* rank 0's element 1 */
     if (which == ALLGATHER) got = out[n - 1], want = (double)(size - 1 + (n / size - 1) % 1000);
     if (which == RSB) got = out[0], want = (double)size * (size - 1) / 2 + (double)size * (double)((size_t)rank * (size_t)(n / size) % 1000);

@@ -154,6 +154,9 @@ struct world {
       md::program_params p;
       p.kind = kind, p.dims = dp, p.count = count, p.rank = r, p.root = root, p.elem_size = sizeof(T);
       p.segment_length = seg_len, p.nontemporal_bytes = 4096, p.trees = trees;
+      // A reduce of at most 256 bytes over a shared last dimension of two: one stage
+      // at the root (collective_programs.hpp shared_reduce); the tests' 97 elements: two.
+      p.shared_reduce_max_bytes = 256;
       p.vector_elements = V, p.recv_misalignment = mis;
       rs.prog = md::make_program(p);
       rs.sendv.assign(send_size(), T{});

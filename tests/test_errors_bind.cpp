@@ -157,6 +157,7 @@ TEST_CASE("the bind fingerprint names every option that changes the schedule or 
   differs([](md::options& o) { o.tune.stream_min_bytes = 0; }, "stream_min_bytes");
   differs([](md::options& o) { o.tune.stream_broadcast_min_bytes = 0; }, "stream_broadcast_min_bytes");
   differs([](md::options& o) { o.tune.stream_blocks_min_bytes = 0; }, "stream_blocks_min_bytes");
+  differs([](md::options& o) { o.tune.shared_reduce_max_bytes = 0; }, "shared_reduce_max_bytes");
   differs([](md::options& o) { o.tune.staging_chunk_bytes = 1 << 16; }, "staging_chunk_bytes");
   differs([](md::options& o) { o.max_message_bytes = 1 << 20; }, "max_message_bytes");
   differs(

@@ -270,3 +270,72 @@ TEST_CASE("explain: a broadcast over a shared last dimension reads its range fro
   const md::plan msg = md::make_plan(md::collective::broadcast, topo, 0, n, 4, al, md::tuning{}, root);
   for (const auto& s : msg.stages) CHECK(s.ph != md::phase::broadcast);
 }
+
+TEST_CASE("explain: a reduce over a shared last dimension of two folds its range at the root (the program's stages)") {
+  // plan/collective_programs.hpp shared_reduce: the reduce-scatter and gather of the
+  // last dimension become one stage, the rank at the root's coordinate reading its
+  // peer's range. ethernet:3 x shm:2, root 4 = (1, 1) (rank = c0 + 3 c1): the
+  // reduce-scatter on dimension 0, the shared reduce on dimension 1 (every line of
+  // it, into its rank at coordinate 1), the gather on dimension 0 among the root's line.
+  const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
+  const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
+  const std::size_t n = 600, root = 4;
+  for (std::size_t rank = 0; rank < 6; ++rank) {
+    INFO("rank " << rank);
+    const md::plan pl =
+        md::make_plan(md::collective::reduce, topo, rank, n, 4, al, md::tuning{}, root, "float", "sum", 0, false, true);
+    std::vector<md::plan_stage> st;
+    for (const auto& s : pl.stages)
+      if (s.participates) st.push_back(s);
+    const bool on_line = topo.coordinates(rank)[1] == 1;  // the root's line of dimension 0
+    REQUIRE(st.size() == (on_line ? 3u : 2u));
+    CHECK(st[0].ph == md::phase::reduce_scatter);
+    CHECK(st[0].dim == 0);
+    const md::plan_stage& b = st[1];
+    CHECK(b.ph == md::phase::reduce);
+    CHECK(b.dim == 1);
+    CHECK(b.shared_access);
+    CHECK(b.range.count == 200);  // this rank's block of dimension 0
+    CHECK(b.bytes_sent == 0);
+    if (on_line) {  // it reads (c0, 0)
+      CHECK(b.recv_from == std::vector<std::size_t>{rank - 3});
+      CHECK(b.bytes_received == 800);
+      CHECK(st[2].ph == md::phase::gather);
+      CHECK(st[2].dim == 0);
+    } else {
+      CHECK(b.recv_from.empty());
+      CHECK(b.bytes_received == 0);
+    }
+    // The program: the same stages, the reduce by shared access (no messages).
+    std::vector<md::dim_program> dims(2);
+    const auto coords = topo.coordinates(rank);
+    dims[0] = {3, coords[0], md::algorithm::ring, false, 0};
+    dims[1] = {2, coords[1], md::algorithm::direct, true, 0};
+    md::program_params p;
+    p.kind = md::collective::reduce, p.dims = dims, p.count = n, p.rank = rank, p.root = root, p.elem_size = 4;
+    p.shared_reduce_max_bytes = md::tuning{}.shared_reduce_max_bytes;
+    const md::program pr = md::make_program(p);
+    std::vector<md::phase> phases;
+    for (const auto& step : pr.steps)
+      if (step.stage_begin) phases.push_back(step.ph);
+    std::vector<md::phase> want = {md::phase::reduce_scatter, md::phase::reduce};
+    if (on_line) want.push_back(md::phase::gather);
+    CHECK(phases == want);
+    for (const auto& step : pr.steps)
+      if (step.ph == md::phase::reduce) CHECK(pr.sends_of(step).size() + pr.recvs_of(step).size() == 0);
+  }
+  // Three ranks on the shared dimension, no shared access, or a call above
+  // tune.shared_reduce_max_bytes: the reduce-scatter and the gather of dimension 1 stay.
+  const std::size_t large = md::tuning{}.shared_reduce_max_bytes / 4 + 3;
+  for (int c = 0; c < 3; ++c) {
+    const md::runtime_topology t = md::parse_topology(c == 0 ? "ethernet:3 x shm:3" : "ethernet:3 x shm:2");
+    const md::plan pl = md::make_plan(md::collective::reduce, t, 0, c == 2 ? large : n, 4, al, md::tuning{}, 0, "float",
+                                      "sum", 0, false, c != 1);
+    std::size_t gathers = 0;
+    for (const auto& s : pl.stages) {
+      CHECK(s.ph != md::phase::reduce);
+      gathers += s.ph == md::phase::gather;
+    }
+    CHECK(gathers == 2);
+  }
+}

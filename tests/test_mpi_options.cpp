@@ -224,6 +224,40 @@ TEST_CASE("heap buffers streamed through node memory: the next call decides, ali
   }
 }
 
+// A reduce over a shared dimension of two ranks, in a call of at most
+// tune.shared_reduce_max_bytes: one stage, the root folding its peer's range
+// (plan/collective_programs.hpp shared_reduce); above it (or 0) the reduce-scatter
+// and the gather. Both forms on heap and node memory, staged and in place, every
+// root: exact at the root, recvbuf untouched elsewhere, and the plan says which.
+TEST_CASE("reduce: the root folds a shared dimension of two alone up to shared_reduce_max_bytes") {
+  const std::size_t P = world_size(), R = world_rank();
+  for (std::size_t most : {std::size_t(0), std::size_t(-1)}) {
+    md::options o;
+    o.tune.shared_reduce_max_bytes = most;
+    auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
+    const bool one_stage = most && P == 2 && comm.get_transport().shared_channels() > 0;
+    for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1009), std::size_t(20011)}) {
+      const md::plan pl = comm.make_plan<std::int64_t>(n, md::collective::reduce, md::sum, 1 % P);
+      const bool shown = std::any_of(pl.stages.begin(), pl.stages.end(), [](const md::plan_stage& st) {
+        return st.ph == md::phase::reduce && st.shared_access;
+      });
+      CHECK(shown == (one_stage && n > 7));  // (1 and 7 elements: a binomial tree, by messages)
+      for (bool node : {false, true})
+        for (std::size_t root = 0; root < P; ++root) {
+          INFO("shared_reduce_max_bytes " << most << ", count " << n << ", node memory " << node << ", root " << root);
+          placed<std::int64_t> send(n, node, -77), recv(n, node, -77);
+          for (std::size_t i = 0; i < n; ++i) send[i] = val(R, i), recv[i] = -5;
+          md::reduce(comm, send.data(), recv.data(), n, root);
+          if (R == root) CHECK(first_bad(n, [&](std::size_t i) { return recv[i] == val_sum(P, i); }) == n);
+          else CHECK(first_bad(n, [&](std::size_t i) { return recv[i] == -5; }) == n);
+          CHECK(first_bad(n, [&](std::size_t i) { return send[i] == val(R, i); }) == n);
+          CHECK(send.guards_intact(-77));
+          CHECK(recv.guards_intact(-77));
+        }
+    }
+  }
+}
+
 // A broadcast's root buffer streamed through node memory
 // (tune.stream_broadcast_min_bytes 0): the root copies it into node memory, which
 // the others map and copy from, from the call after one on buffers some rank's

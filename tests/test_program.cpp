@@ -222,6 +222,7 @@ TEST_CASE("program: avg divides once, by the owner") {
       check(s, collective::all_reduce, 97, 0, 32, stg, false, md::avg, val, add, fin);
       check(s, collective::reduce_scatter, 7, 0, 0, stg, false, md::avg, val, add, fin);
       check(s, collective::reduce, 97, std::size_t(P) - 1, 0, stg, false, md::avg, val, add, fin);
+      check(s, collective::reduce, 13, std::size_t(P) - 1, 0, stg, false, md::avg, val, add, fin);
       check(s, collective::reduce, 97, std::size_t(P) / 2, 0, stg, false, md::avg, val, add, fin, true);
     }
   }
@@ -230,12 +231,17 @@ TEST_CASE("program: avg divides once, by the owner") {
 TEST_CASE("program: a non-commutative op on direct stages combines in rank order") {
   // keep_left over ranks 0..P-1 in rank order gives rank 0's value.
   const std::vector<shape> direct_shapes = {
-      {{2, D, false}}, {{5, D, true}}, {{2, D, true}, {3, D, false}}, {{2, D, false}, {2, D, true}, {2, D, false}}};
+      {{2, D, false}},
+      {{5, D, true}},
+      {{2, D, true}, {3, D, false}},
+      {{2, D, false}, {2, D, true}, {2, D, false}},
+      {{3, D, false}, {2, D, true}}};  // (the last: reduce's root folds the last dimension alone)
   auto left = [](std::int32_t a, std::int32_t) { return a; };
   for (const auto& s : direct_shapes)
     for (std::size_t stg : {std::size_t(0), std::size_t(64)}) {
       check(s, collective::all_reduce, 1009, 0, 100, stg, false, keep_left{}, value, left, same);
       check(s, collective::reduce_scatter, 13, 0, 0, stg, false, keep_left{}, value, left, same);
       check(s, collective::reduce, 97, 1, 0, stg, false, keep_left{}, value, left, same);
+      check(s, collective::reduce, 13, 1, 0, stg, false, keep_left{}, value, left, same);
     }
 }

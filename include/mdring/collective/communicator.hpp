@@ -404,9 +404,9 @@ public:
     pl.accumulation = at.note;
     if constexpr (shared_access_transport<Transport>) {
       for (auto& st : pl.stages)
-        st.shared_access =
-            (st.ph == phase::reduce_scatter || st.ph == phase::all_gather || (st.ph == phase::broadcast && !trees)) &&
-            shared(st.dim);
+        st.shared_access = (st.ph == phase::reduce_scatter || st.ph == phase::all_gather ||
+                            ((st.ph == phase::broadcast || st.ph == phase::reduce) && !trees)) &&
+                           shared(st.dim);
       // The engine's pull form (executor/host/engine.hpp program_of): the same test.
       // (A widened call runs on node memory of its own: nothing to stream.)
       const std::size_t bytes = call_elements(kind, count, size_) * at.size;

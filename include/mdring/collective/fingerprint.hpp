@@ -80,6 +80,7 @@ inline std::string fingerprint_core(const runtime_topology& written, const optio
   num("stream min", u.stream_min_bytes);
   num("stream broadcast min", u.stream_broadcast_min_bytes);
   num("stream blocks min", u.stream_blocks_min_bytes);
+  num("shared reduce max", u.shared_reduce_max_bytes);
   num("staging chunk", u.staging_chunk_bytes);
   num("ipc staging", u.ipc_staging_bytes);
   real("ipc publish", u.ipc_publish_seconds);

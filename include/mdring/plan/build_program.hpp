@@ -59,7 +59,8 @@ struct program_params {
   std::size_t vector_elements = 1;    // receive slots aligned like their fold's destination
   std::size_t recv_misalignment = 0;  // (address of recvbuf / elem_size) % vector_elements
   std::size_t nontemporal_bytes = std::numeric_limits<std::size_t>::max();  // tuning::nontemporal_bytes
-  bool trees = false;  // broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
+  std::size_t shared_reduce_max_bytes = 0;  // tuning::shared_reduce_max_bytes (0: the two stages)
+  bool trees = false;                       // broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
 };
 
 namespace detail {

@@ -470,9 +470,15 @@ private:
     const std::size_t w_lo = rg[first()].offset + b1.offset;
     layout_rs(rg, false, root, !root);
     const bview w{region::scratch, L_.w, w_lo}, recvv{region::recv}, sendv{region::send};
+    const bool whole_last = whole_reduce(last());
     for (std::size_t d : nontrivial_) {
       const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
       if (r.count == 0) continue;
+      if (whole_last && d == last()) {
+        const bview& src = d == first() ? sendv : root ? recvv : w;
+        shared_reduce(d, r, rc[d], src, (root ? recvv : w).at(r.offset));
+        continue;
+      }
       if (root)
         reduce_scatter_stage(
             {d, r, d == first() ? sendv : recvv, recvv.at(r.offset), recvv.at(r.offset + b.offset), d == last()});
@@ -481,7 +487,7 @@ private:
     }
     for (std::size_t i = nontrivial_.size(); i-- > 0;) {
       const std::size_t d = nontrivial_[i], p = ext_[d], c = coords_[d];
-      if (!line_of_root(d, rc) || rg[d].count == 0) continue;
+      if (!line_of_root(d, rc) || rg[d].count == 0 || (whole_last && d == last())) continue;
       const block_range r = rg[d], b = block_of(r.count, p, c);
       const bview& buf = root ? recvv : w;
       message_stage(d, phase::gather, 1, [&](std::size_t) {
@@ -490,6 +496,51 @@ private:
           if (j != c) recv(j, buf.at(r.offset + block_of(r.count, p, j).offset), block_of(r.count, p, j).count);
       });
     }
+  }
+
+  // A reduce's last dimension, shared by two ranks, in a call of at most
+  // tune.shared_reduce_max_bytes: its reduce-scatter and gather, which follow each
+  // other, become one stage in which the rank at the root's coordinate folds the
+  // whole range, reading its peer's (shared_reduce). Two ranks only: the root then
+  // reads what the gather would have brought it, and the stage synchronizes once
+  // instead of twice; from three, the reduce-scatter shares the folding out, as it
+  // does for large calls, where two ranks folding in parallel win. (plan/plan.hpp
+  // make_plan's whole_reduce: the same test.)
+  bool whole_reduce(std::size_t d) const {
+    return dim(d).shared && ext_[d] == 2 && p_.count * p_.elem_size <= p_.shared_reduce_max_bytes;
+  }
+
+  // Reduce of range r over shared dimension d to coordinate `root`, into `out` (the
+  // root's whole range): the root folds every rank's src, in coordinate order.
+  // Ranges up to staging_bytes through the staging buffers; larger ones read from
+  // the peers' buffers (mapped, or by cross-memory attach), which they keep until
+  // the root leaves.
+  void shared_reduce(std::size_t d, block_range r, std::size_t root, const bview& src, slice out) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const bool is_root = c == root;
+    if (staged(d, r.count)) {
+      stage(d, phase::reduce, 2, staged_sync, [&](std::size_t i) {
+        if (i) return;
+        cur_.signature = r.count;
+        pack(src, r.offset, r.count, {region::staging_next, 0, 0});
+        if (is_root) fold_peers(region::staging, p, {&out, 1}, 0, r.count, true, false);
+      });
+      return;
+    }
+    const slice base = src.base(r);
+    stage(d, phase::reduce, 2, shared_sync, [&](std::size_t i) {
+      if (i) return;
+      publish(r.count, &base, nullptr);
+      if (!is_root) return;
+      const bool nt = stream(r.count * p_.elem_size);
+      src.runs(r.offset, r.count, [&](slice own, std::size_t rel, std::size_t len) {
+        ins_.clear();
+        for (std::size_t j = 0; j < p; ++j)
+          ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
+        const slice o = out + rel;
+        op(local_op::fold, {&o, 1}, ins_, len, true, nt);
+      });
+    });
   }
 
   std::vector<std::size_t> nontrivial_;

@@ -140,8 +140,9 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 // the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
 // into that many instead of the model's count. shared_last: the last dimension of
 // more than one rank runs by shared access (the transport's answer; a broadcast then
-// reads its range from the root there, plan/collective_programs.hpp
-// shared_broadcast). topo must be resolved.
+// reads its range from the root there, and a reduce over two ranks folds it at the
+// root up to tune.shared_reduce_max_bytes, plan/collective_programs.hpp
+// shared_broadcast and shared_reduce). topo must be resolved.
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
                       std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune, std::size_t root = 0,
                       std::string type = "float", std::string op = "sum", std::size_t segments = 0, bool trees = false,
@@ -193,6 +194,11 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
       st.steps = 1;
       st.shared_access = true;
       if (c != root_coords[d]) st.recv_from.push_back(peer(root_coords[d])), st.bytes_received = n * elem_size;
+    } else if (ph == phase::reduce && !whole) {  // a shared last dimension of two: the root reads the range
+      st.algo = algorithm::direct;
+      st.steps = 1;
+      st.shared_access = true;
+      if (c == root_coords[d]) st.recv_from.push_back(peer(1 - c)), st.bytes_received = n * elem_size;
     } else if (whole) {  // binomial trees of the whole buffer
       for (std::size_t e = 0; e < d; ++e) st.participates &= pl.coords[e] == root_coords[e];
       st.steps = tree_steps(p);
@@ -266,7 +272,8 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
       if (st.bytes_received) st.recv_from.push_back(peer((c + p - 1) % p));
     }
     // (The shared broadcast: one copy of the range, as one message.)
-    const std::size_t pc = ph == phase::broadcast && !whole ? 2 : p;
+    // (The shared reduce: the root reads the range and folds it, as one message.)
+    const std::size_t pc = (ph == phase::broadcast || ph == phase::reduce) && !whole ? 2 : p;
     st.seconds =
         st.participates ? stage_seconds(ph, st.algo, pc, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
     pl.stages.push_back(std::move(st));
@@ -280,19 +287,24 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
   } else {
     const bool has_rs =
         kind == collective::all_reduce || kind == collective::reduce_scatter || kind == collective::reduce;
-    if (has_rs)
-      for (std::size_t d = 0; d < k; ++d) add(rd(d) ? phase::all_reduce : phase::reduce_scatter, d);
     std::size_t last = k;  // the last dimension of more than one rank
     for (std::size_t d = 0; d < k; ++d)
       if (ext[d] > 1) last = d;
     const bool whole_last = kind == collective::broadcast && shared_last && last < k;
+    // (collective_programs.hpp whole_reduce: the same test)
+    const bool whole_reduce = kind == collective::reduce && shared_last && last < k && ext[last] == 2 &&
+                              count * elem_size <= tune.shared_reduce_max_bytes;
+    if (has_rs)
+      for (std::size_t d = 0; d < k; ++d)
+        add(whole_reduce && d == last ? phase::reduce : rd(d) ? phase::all_reduce : phase::reduce_scatter, d);
     if (kind == collective::broadcast)
       for (std::size_t d = 0; d < k; ++d) add(whole_last && d == last ? phase::broadcast : phase::scatter, d);
     if (kind == collective::all_reduce || kind == collective::all_gather || kind == collective::broadcast)
       for (std::size_t d = k; d-- > 0;)
         if (!rd(d) && !(whole_last && d == last)) add(phase::all_gather, d);
     if (kind == collective::reduce)
-      for (std::size_t d = k; d-- > 0;) add(phase::gather, d);
+      for (std::size_t d = k; d-- > 0;)
+        if (!(whole_reduce && d == last)) add(phase::gather, d);
   }
   if (kind == collective::all_reduce) {
     const std::size_t len =
@@ -357,8 +369,9 @@ inline std::string plan::to_string() const {
   for (auto& st : stages)
     if (st.shared_access) {
       s += "shared access: the stages marked so move no messages; this rank reads its peers' buffers in place "
-           "(reduce-scatter) and writes into them (all-gather): \"sends to\" and \"receives from\" are the peers "
-           "whose memory it writes and reads, the bytes what it moves\n";
+           "(reduce-scatter; broadcast: the root's; reduce: the root reads) and writes into them (all-gather): "
+           "\"sends to\" and \"receives from\" are the peers whose memory it writes and reads, the bytes what "
+           "it moves\n";
       break;
     }
   if (stages.empty())

@@ -118,6 +118,7 @@ public:
     program_params p;
     p.kind = kind, p.dims = dp, p.count = count, p.rank = s_.c_.rank(), p.root = root, p.elem_size = sizeof(T);
     p.segment_length = seg_len, p.nontemporal_bytes = s_.c_.get_options().tune.nontemporal_bytes;
+    p.shared_reduce_max_bytes = s_.c_.get_options().tune.shared_reduce_max_bytes;
     p.trees = s_.in_.decision().trees;
     return s_.in_.programs().get(p);
   }
