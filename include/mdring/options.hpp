@@ -216,8 +216,8 @@ struct tuning {
   // (the call's): one synchronization instead of a reduce-scatter's and a gather's.
   // Larger, the two ranks fold half each, in parallel, and the root gathers the
   // other half. Measured through the interposer on 2 processes of a 2-core EPYC,
-  // heap buffers: 0.3 x the time of the two stages at 16 KiB, 0.6 x at 64 KiB to
-  // 1 MiB, about 0.85 x at 2 MiB, 1.2 x at 4 MiB and 1.9 x at 8 MiB. 0: never.
+  // heap buffers: 0.3 x the time of the two stages at 16 KiB, 0.55 to 0.7 x at
+  // 64 KiB to 1 MiB, about 0.85 x at 2 MiB, 1.2 x at 4 MiB, 1.9 x at 8 MiB. 0: never.
   std::size_t shared_reduce_max_bytes = std::size_t(2) << 20;
   // Shared access: a rank whose results of one stage (its block, times the ranks
   // it writes it to) reach this many bytes writes them with non-temporal stores,
