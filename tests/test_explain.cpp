@@ -216,21 +216,55 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
   }
 }
 
+namespace {
+
+// ethernet:3 x shm:2, dimension 1 shared, 600 floats, root 4 = (1, 1) (rank = c0 + 3 c1):
+// what make_plan (told the last dimension is shared) shows this rank taking part in,
+// and its program's stages (their phases; the stage of phase `shared` moves no message).
+struct shared_last_case {
+  std::vector<md::plan_stage> stages;
+  std::vector<md::phase> phases;
+  bool shared_moves_nothing = true;
+};
+shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std::size_t rank) {
+  const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
+  const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
+  const std::size_t n = 600, root = 4;
+  const bool reduces = kind == md::collective::reduce;
+  shared_last_case c;
+  const md::plan pl =
+      md::make_plan(kind, topo, rank, n, 4, al, md::tuning{}, root, "float", reduces ? "sum" : "-", 0, false, true);
+  for (const auto& s : pl.stages)
+    if (s.participates) c.stages.push_back(s);
+  std::vector<md::dim_program> dims(2);
+  const auto coords = topo.coordinates(rank);
+  dims[0] = {3, coords[0], md::algorithm::ring, false, 0};
+  dims[1] = {2, coords[1], md::algorithm::direct, true, 0};
+  md::program_params p;
+  p.kind = kind, p.dims = dims, p.count = n, p.rank = rank, p.root = root, p.elem_size = 4;
+  p.shared_reduce_max_bytes = md::tuning{}.shared_reduce_max_bytes;
+  const md::program pr = md::make_program(p);
+  for (const auto& step : pr.steps) {
+    if (step.stage_begin) c.phases.push_back(step.ph);
+    if (step.ph == shared) c.shared_moves_nothing &= pr.sends_of(step).size() + pr.recvs_of(step).size() == 0;
+  }
+  return c;
+}
+
+}  // namespace
+
 TEST_CASE("explain: a broadcast over a shared last dimension reads its range from the root (the program's stages)") {
   // plan/collective_programs.hpp shared_broadcast: the scatter and all-gather of the
   // last dimension become one stage, each rank reading the range from the root.
-  // ethernet:3 x shm:2, root 4 = (1, 1) (rank = c0 + 3 c1): scatter on dimension 0 among the root's
-  // line, the shared broadcast on dimension 1, the all-gather on dimension 0.
+  // Scatter on dimension 0 among the root's line, the shared broadcast on dimension
+  // 1, the all-gather on dimension 0.
   const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
   const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
   const std::size_t n = 600, root = 4;
   for (std::size_t rank = 0; rank < 6; ++rank) {
     INFO("rank " << rank);
-    const md::plan pl = md::make_plan(md::collective::broadcast, topo, rank, n, 4, al, md::tuning{}, root, "float", "-",
-                                      0, false, true);
-    std::vector<md::plan_stage> st;
-    for (const auto& s : pl.stages)
-      if (s.participates) st.push_back(s);
+    const shared_last_case c = shared_last_case_of(md::collective::broadcast, md::phase::broadcast, rank);
+    const std::vector<md::plan_stage>& st = c.stages;
     const bool on_line = topo.coordinates(rank)[1] == 1;  // the root's line of dimension 0
     REQUIRE(st.size() == (on_line ? 3u : 2u));
     const md::plan_stage& b = st[on_line ? 1 : 0];
@@ -250,21 +284,10 @@ TEST_CASE("explain: a broadcast over a shared last dimension reads its range fro
     CHECK(st.back().dim == 0);
     if (on_line) CHECK(st.front().ph == md::phase::scatter);
     // The program: the same stages, the broadcast by shared access (no messages).
-    std::vector<md::dim_program> dims(2);
-    const auto coords = topo.coordinates(rank);
-    dims[0] = {3, coords[0], md::algorithm::ring, false, 0};
-    dims[1] = {2, coords[1], md::algorithm::direct, true, 0};
-    md::program_params p;
-    p.kind = md::collective::broadcast, p.dims = dims, p.count = n, p.rank = rank, p.root = root, p.elem_size = 4;
-    const md::program pr = md::make_program(p);
-    std::vector<md::phase> phases;
-    for (const auto& step : pr.steps)
-      if (step.stage_begin) phases.push_back(step.ph);
     std::vector<md::phase> want = {md::phase::broadcast, md::phase::all_gather};
     if (on_line) want.insert(want.begin(), md::phase::scatter);
-    CHECK(phases == want);
-    for (const auto& step : pr.steps)
-      if (step.ph == md::phase::broadcast) CHECK(pr.sends_of(step).size() + pr.recvs_of(step).size() == 0);
+    CHECK(c.phases == want);
+    CHECK(c.shared_moves_nothing);
   }
   // Without shared access, the scatter and all-gather of dimension 1 stay.
   const md::plan msg = md::make_plan(md::collective::broadcast, topo, 0, n, 4, al, md::tuning{}, root);
@@ -274,19 +297,16 @@ TEST_CASE("explain: a broadcast over a shared last dimension reads its range fro
 TEST_CASE("explain: a reduce over a shared last dimension of two folds its range at the root (the program's stages)") {
   // plan/collective_programs.hpp shared_reduce: the reduce-scatter and gather of the
   // last dimension become one stage, the rank at the root's coordinate reading its
-  // peer's range. ethernet:3 x shm:2, root 4 = (1, 1) (rank = c0 + 3 c1): the
-  // reduce-scatter on dimension 0, the shared reduce on dimension 1 (every line of
-  // it, into its rank at coordinate 1), the gather on dimension 0 among the root's line.
+  // peer's range. The reduce-scatter on dimension 0, the shared reduce on dimension
+  // 1 (every line of it, into its rank at coordinate 1), the gather on dimension 0
+  // among the root's line.
   const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
   const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
-  const std::size_t n = 600, root = 4;
+  const std::size_t n = 600;
   for (std::size_t rank = 0; rank < 6; ++rank) {
     INFO("rank " << rank);
-    const md::plan pl =
-        md::make_plan(md::collective::reduce, topo, rank, n, 4, al, md::tuning{}, root, "float", "sum", 0, false, true);
-    std::vector<md::plan_stage> st;
-    for (const auto& s : pl.stages)
-      if (s.participates) st.push_back(s);
+    const shared_last_case c = shared_last_case_of(md::collective::reduce, md::phase::reduce, rank);
+    const std::vector<md::plan_stage>& st = c.stages;
     const bool on_line = topo.coordinates(rank)[1] == 1;  // the root's line of dimension 0
     REQUIRE(st.size() == (on_line ? 3u : 2u));
     CHECK(st[0].ph == md::phase::reduce_scatter);
@@ -307,22 +327,10 @@ TEST_CASE("explain: a reduce over a shared last dimension of two folds its range
       CHECK(b.bytes_received == 0);
     }
     // The program: the same stages, the reduce by shared access (no messages).
-    std::vector<md::dim_program> dims(2);
-    const auto coords = topo.coordinates(rank);
-    dims[0] = {3, coords[0], md::algorithm::ring, false, 0};
-    dims[1] = {2, coords[1], md::algorithm::direct, true, 0};
-    md::program_params p;
-    p.kind = md::collective::reduce, p.dims = dims, p.count = n, p.rank = rank, p.root = root, p.elem_size = 4;
-    p.shared_reduce_max_bytes = md::tuning{}.shared_reduce_max_bytes;
-    const md::program pr = md::make_program(p);
-    std::vector<md::phase> phases;
-    for (const auto& step : pr.steps)
-      if (step.stage_begin) phases.push_back(step.ph);
     std::vector<md::phase> want = {md::phase::reduce_scatter, md::phase::reduce};
     if (on_line) want.push_back(md::phase::gather);
-    CHECK(phases == want);
-    for (const auto& step : pr.steps)
-      if (step.ph == md::phase::reduce) CHECK(pr.sends_of(step).size() + pr.recvs_of(step).size() == 0);
+    CHECK(c.phases == want);
+    CHECK(c.shared_moves_nothing);
   }
   // Three ranks on the shared dimension, no shared access, or a call above
   // tune.shared_reduce_max_bytes: the reduce-scatter and the gather of dimension 1 stay.
