@@ -221,10 +221,13 @@ namespace {
 // ethernet:3 x shm:2, dimension 1 shared, 600 floats, root 4 = (1, 1) (rank = c0 + 3 c1):
 // what make_plan (told the last dimension is shared) shows this rank taking part in,
 // and its program's stages (their phases; the stage of phase `shared` moves no message).
+// The shared stage is checked here: dimension 1, shared access, this rank's block of
+// dimension 0's range (200), nothing sent.
 struct shared_last_case {
   std::vector<md::plan_stage> stages;
   std::vector<md::phase> phases;
   bool shared_moves_nothing = true;
+  bool on_line = false;  // on the root's line of dimension 0 (coordinate 1 of dimension 1)
 };
 shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std::size_t rank) {
   const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
@@ -236,8 +239,17 @@ shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std:
       md::make_plan(kind, topo, rank, n, 4, al, md::tuning{}, root, "float", reduces ? "sum" : "-", 0, false, true);
   for (const auto& s : pl.stages)
     if (s.participates) c.stages.push_back(s);
-  std::vector<md::dim_program> dims(2);
   const auto coords = topo.coordinates(rank);
+  c.on_line = coords[1] == 1;
+  REQUIRE(c.stages.size() == (c.on_line ? 3u : 2u));
+  for (const auto& b : c.stages) {
+    if (b.ph != shared) continue;
+    CHECK(b.dim == 1);
+    CHECK(b.shared_access);
+    CHECK(b.range.count == 200);
+    CHECK(b.bytes_sent == 0);
+  }
+  std::vector<md::dim_program> dims(2);
   dims[0] = {3, coords[0], md::algorithm::ring, false, 0};
   dims[1] = {2, coords[1], md::algorithm::direct, true, 0};
   md::program_params p;
@@ -265,14 +277,9 @@ TEST_CASE("explain: a broadcast over a shared last dimension reads its range fro
     INFO("rank " << rank);
     const shared_last_case c = shared_last_case_of(md::collective::broadcast, md::phase::broadcast, rank);
     const std::vector<md::plan_stage>& st = c.stages;
-    const bool on_line = topo.coordinates(rank)[1] == 1;  // the root's line of dimension 0
-    REQUIRE(st.size() == (on_line ? 3u : 2u));
+    const bool on_line = c.on_line;
     const md::plan_stage& b = st[on_line ? 1 : 0];
     CHECK(b.ph == md::phase::broadcast);
-    CHECK(b.dim == 1);
-    CHECK(b.shared_access);
-    CHECK(b.range.count == 200);  // this rank's block of dimension 0
-    CHECK(b.bytes_sent == 0);
     if (on_line) {  // coordinate 1 of dimension 1, the root's: it has the block after the scatter
       CHECK(b.recv_from.empty());
       CHECK(b.bytes_received == 0);
@@ -300,23 +307,17 @@ TEST_CASE("explain: a reduce over a shared last dimension of two folds its range
   // peer's range. The reduce-scatter on dimension 0, the shared reduce on dimension
   // 1 (every line of it, into its rank at coordinate 1), the gather on dimension 0
   // among the root's line.
-  const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
   const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
   const std::size_t n = 600;
   for (std::size_t rank = 0; rank < 6; ++rank) {
     INFO("rank " << rank);
     const shared_last_case c = shared_last_case_of(md::collective::reduce, md::phase::reduce, rank);
     const std::vector<md::plan_stage>& st = c.stages;
-    const bool on_line = topo.coordinates(rank)[1] == 1;  // the root's line of dimension 0
-    REQUIRE(st.size() == (on_line ? 3u : 2u));
+    const bool on_line = c.on_line;
     CHECK(st[0].ph == md::phase::reduce_scatter);
     CHECK(st[0].dim == 0);
     const md::plan_stage& b = st[1];
     CHECK(b.ph == md::phase::reduce);
-    CHECK(b.dim == 1);
-    CHECK(b.shared_access);
-    CHECK(b.range.count == 200);  // this rank's block of dimension 0
-    CHECK(b.bytes_sent == 0);
     if (on_line) {  // it reads (c0, 0)
       CHECK(b.recv_from == std::vector<std::size_t>{rank - 3});
       CHECK(b.bytes_received == 800);
