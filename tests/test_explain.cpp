@@ -228,7 +228,14 @@ struct shared_last_case {
   std::vector<md::phase> phases;
   bool shared_moves_nothing = true;
   bool on_line = false;  // on the root's line of dimension 0 (coordinate 1 of dimension 1)
+  // The program's shared stage: the global ranks whose memory it reads and writes,
+  // and the bytes (what the plan's "receives from" and "sends to" report).
+  std::vector<std::size_t> reads, writes;
+  std::size_t bytes_read = 0, bytes_written = 0;
 };
+void add_peer(std::vector<std::size_t>& peers, std::size_t r) {
+  if (std::find(peers.begin(), peers.end(), r) == peers.end()) peers.push_back(r);
+}
 shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std::size_t rank) {
   const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
   const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
@@ -247,7 +254,6 @@ shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std:
     CHECK(b.dim == 1);
     CHECK(b.shared_access);
     CHECK(b.range.count == 200);
-    CHECK(b.bytes_sent == 0);
   }
   std::vector<md::dim_program> dims(2);
   dims[0] = {3, coords[0], md::algorithm::ring, false, 0};
@@ -256,18 +262,35 @@ shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std:
   p.kind = kind, p.dims = dims, p.count = n, p.rank = rank, p.root = root, p.elem_size = 4;
   p.shared_reduce_max_bytes = md::tuning{}.shared_reduce_max_bytes;
   const md::program pr = md::make_program(p);
+  // Coordinate j of dimension 1 is global rank c0 + 3 j.
+  const auto global = [&](const md::slice& sl) { return coords[0] + 3 * std::size_t(sl.peer); };
   for (const auto& step : pr.steps) {
     if (step.stage_begin) c.phases.push_back(step.ph);
-    if (step.ph == shared) c.shared_moves_nothing &= pr.sends_of(step).size() + pr.recvs_of(step).size() == 0;
+    if (step.ph != shared) continue;
+    c.shared_moves_nothing &= pr.sends_of(step).size() + pr.recvs_of(step).size() == 0;
+    for (const auto& o : pr.ops_of(step)) {
+      for (const auto& in : pr.inputs_of(o))
+        if (in.remote()) add_peer(c.reads, global(in)), c.bytes_read += o.count * 4;
+      for (const auto& out : pr.outputs_of(o))
+        if (out.remote()) add_peer(c.writes, global(out)), c.bytes_written += o.count * 4;
+    }
+  }
+  for (const auto& b : c.stages) {
+    if (b.ph != shared) continue;
+    CHECK(b.recv_from == c.reads);
+    CHECK(b.bytes_received == c.bytes_read);
+    CHECK(b.send_to == c.writes);
+    CHECK(b.bytes_sent == c.bytes_written);
   }
   return c;
 }
 
 }  // namespace
 
-TEST_CASE("explain: a broadcast over a shared last dimension reads its range from the root (the program's stages)") {
+TEST_CASE("explain: a broadcast over a shared last dimension splits its range with the root (the program's stages)") {
   // plan/collective_programs.hpp shared_broadcast: the scatter and all-gather of the
-  // last dimension become one stage, each rank reading the range from the root.
+  // last dimension become one stage, the root writing block j into peer j, which
+  // reads the other blocks from the root.
   // Scatter on dimension 0 among the root's line, the shared broadcast on dimension
   // 1, the all-gather on dimension 0.
   const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
@@ -280,12 +303,17 @@ TEST_CASE("explain: a broadcast over a shared last dimension reads its range fro
     const bool on_line = c.on_line;
     const md::plan_stage& b = st[on_line ? 1 : 0];
     CHECK(b.ph == md::phase::broadcast);
-    if (on_line) {  // coordinate 1 of dimension 1, the root's: it has the block after the scatter
+    // 200 elements of 4 bytes: block 0 is [0, 100), block 1 [100, 200).
+    if (on_line) {  // coordinate 1 of dimension 1, the root's: it writes block 0 into (c0, 0)
       CHECK(b.recv_from.empty());
       CHECK(b.bytes_received == 0);
-    } else {  // rank = c0 + 3 c1: it reads (c0, 1)
+      CHECK(b.send_to == std::vector<std::size_t>{rank - 3});
+      CHECK(b.bytes_sent == 400);
+    } else {  // rank = c0 + 3 c1: it reads block 1 of (c0, 1)
       CHECK(b.recv_from == std::vector<std::size_t>{rank + 3});
-      CHECK(b.bytes_received == 800);
+      CHECK(b.bytes_received == 400);
+      CHECK(b.send_to.empty());
+      CHECK(b.bytes_sent == 0);
     }
     CHECK(st.back().ph == md::phase::all_gather);
     CHECK(st.back().dim == 0);

@@ -429,16 +429,23 @@ private:
     }
   }
 
-  // Broadcast of range r over shared dimension d from coordinate `root`: every other
-  // rank copies the whole range from the root, one copy per byte and one
-  // synchronization (a scatter and an all-gather would copy each byte once and a
-  // half, and synchronize three times). Ranges up to staging_bytes go through the
-  // root's staging buffer; larger ones are read from the root's recvbuf, or, in the
-  // pull form (dim_program::streamed), from the node memory (`source`) the root
-  // copies its recvbuf into first, which its peers map where they could reach the
-  // recvbuf only by cross-memory attach.
+  // Broadcast of range r over shared dimension d from coordinate `root`: one stage
+  // and one synchronization (a scatter and an all-gather would copy each byte once
+  // and a half, and synchronize three times). Ranges up to staging_bytes go through
+  // the root's staging buffer. Larger ones: on two ranks, the root writes the
+  // second half into its peer's recvbuf while the peer reads the first half from
+  // the root's (split_broadcast: both move half, in parallel; the peer reading
+  // the whole range alone took 2 to 3 x as long). From three ranks every other rank
+  // copies the whole range from the root's recvbuf, or, in the pull form
+  // (dim_program::streamed; plan/cost.hpp whole_streaming_pays), from the node
+  // memory (`source`) the root copies its recvbuf into first, which its peers map
+  // where they could reach the recvbuf only by cross-memory attach. (The split
+  // generalizes, root writing block j into peer j, but on 4 processes of 2 cores
+  // it measured 1.3 to 1.6 x slower than the peers reading alone at 64 KiB to
+  // 1 MiB.)
   void shared_broadcast(std::size_t d, block_range r, std::size_t root) {
-    const bool is_root = coords_[d] == root;
+    const std::size_t c = coords_[d];
+    const bool is_root = c == root;
     const slice buf{region::recv, 0, r.offset}, src{region::source, 0, r.offset};
     if (staged(d, r.count)) {
       stage(d, phase::broadcast, 2, staged_sync, [&](std::size_t i) {
@@ -455,9 +462,18 @@ private:
       const bool nt = stream(r.count * p_.elem_size);
       if (is_root && pull) copy(src, buf, r.count, true, nt);
       publish(r.count, pull ? &src : nullptr, &buf);
-      if (!is_root) copy(buf, peer_slice(pull ? region::peer_src : region::peer_dst, root, 0), r.count, false, nt);
+      if (!split_broadcast(d)) {
+        if (!is_root) copy(buf, peer_slice(pull ? region::peer_src : region::peer_dst, root, 0), r.count, false, nt);
+        return;
+      }
+      const block_range half = block_of(r.count, 2, 1);
+      if (is_root) copy(peer_slice(region::peer_dst, 1 - c, half.offset), buf + half.offset, half.count, false, nt);
+      else copy(buf, peer_slice(region::peer_dst, root, 0), half.offset, false, nt);
     });
   }
+  // plan/plan.hpp make_plan: the same test. (The pull form has three ranks or more:
+  // plan/cost.hpp whole_streaming_pays.)
+  bool split_broadcast(std::size_t d) const { return ext_[d] == 2 && !dim(d).streamed; }
 
   void reduce() {
     const std::size_t n = p_.count;

@@ -141,15 +141,18 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
 }
 
 // A broadcast, all_gather or reduce_scatter of `bytes` (the whole buffer) over one
-// such dimension, where some rank's buffer cannot be mapped: whether copying what
-// the peers read into node memory, which they map, pays against their reading it
-// by cross-memory attach (broadcast: the root copies the buffer; all_gather: each
-// such rank its block; reduce_scatter: the blocks its peers fold). From
-// tuning::stream_broadcast_min_bytes and stream_blocks_min_bytes, measured
-// (cma_gamma 0: never).
-inline bool whole_streaming_pays(collective kind, std::size_t bytes, const tuning& t) {
-  return t.cma_gamma > 0 &&
-         bytes >= (kind == collective::broadcast ? t.stream_broadcast_min_bytes : t.stream_blocks_min_bytes);
+// such dimension of p ranks, where some rank's buffer cannot be mapped: whether
+// copying what the peers read into node memory, which they map, pays against their
+// reading it by cross-memory attach (broadcast: the root copies the buffer;
+// all_gather: each such rank its block; reduce_scatter: the blocks its peers fold).
+// From tuning::stream_broadcast_min_bytes and stream_blocks_min_bytes, measured
+// (cma_gamma 0: never). A broadcast over two ranks never streams: there the root
+// writes half of the range while its peer reads the other half, both by
+// cross-memory attach, which measured 0.5 x the time of streaming at 16 MiB and
+// 0.75 to 0.85 x at 64 to 256 MiB (collective_programs.hpp shared_broadcast).
+inline bool whole_streaming_pays(collective kind, std::size_t p, std::size_t bytes, const tuning& t) {
+  if (kind == collective::broadcast) return p > 2 && t.cma_gamma > 0 && bytes >= t.stream_broadcast_min_bytes;
+  return t.cma_gamma > 0 && bytes >= t.stream_blocks_min_bytes;
 }
 
 // Whether an all_reduce of `bytes` runs its pull form on dimension `dim` when some
@@ -176,7 +179,7 @@ inline bool streams_when_unmapped(const stream_query& q, const link_info& link, 
   for (std::size_t e = 0; e < q.extents.size(); ++e)
     if (e != q.dim && q.extents[e] > 1) return false;  // a second nontrivial dimension
   if (q.segment_bytes <= q.staging_bytes) return false;
-  return whole ? whole_streaming_pays(q.kind, q.bytes, t)
+  return whole ? whole_streaming_pays(q.kind, q.extents[q.dim], q.bytes, t)
                : streaming_pays(q.extents[q.dim], q.bytes, q.segments, link, t);
 }
 

@@ -189,11 +189,14 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     const std::size_t n = st.range.count;
     auto peer = [&](std::size_t j) { return peer_of(rank, d, j, ext); };
     auto bytes = [&](std::size_t j) { return block_of(n, p, j).count * elem_size; };
-    if (ph == phase::broadcast && !whole) {  // a shared last dimension: the range read from the root
-      st.algo = algorithm::direct;
+    if (ph == phase::broadcast && !whole) {  // a shared last dimension: the range read from the root; on two
+      st.algo = algorithm::direct;           // ranks the root writes the second half (shared_broadcast)
       st.steps = 1;
       st.shared_access = true;
-      if (c != root_coords[d]) st.recv_from.push_back(peer(root_coords[d])), st.bytes_received = n * elem_size;
+      const std::size_t rc = root_coords[d];
+      const std::size_t half = p == 2 ? block_of(n, 2, 1).count * elem_size : 0;
+      if (c == rc && half) st.send_to.push_back(peer(1 - c)), st.bytes_sent = half;
+      if (c != rc) st.recv_from.push_back(peer(rc)), st.bytes_received = n * elem_size - half;
     } else if (ph == phase::reduce && !whole) {  // a shared last dimension of two: the root reads the range
       st.algo = algorithm::direct;
       st.steps = 1;
@@ -271,11 +274,15 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
       if (st.bytes_sent) st.send_to.push_back(peer((c + 1) % p));  // only empty blocks: no message
       if (st.bytes_received) st.recv_from.push_back(peer((c + p - 1) % p));
     }
-    // (The shared broadcast: one copy of the range, as one message.)
-    // (The shared reduce: the root reads the range and folds it, as one message.)
-    const std::size_t pc = (ph == phase::broadcast || ph == phase::reduce) && !whole ? 2 : p;
-    st.seconds =
-        st.participates ? stage_seconds(ph, st.algo, pc, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
+    // (The shared broadcast: one copy of the range, as one message; on two ranks,
+    // a half each, as a direct all-gather moves them. The shared reduce: the root
+    // reads the range and folds it, as one message.)
+    const bool shared_whole = (ph == phase::broadcast || ph == phase::reduce) && !whole;
+    const bool split = shared_whole && ph == phase::broadcast && p == 2;
+    const std::size_t pc = shared_whole && !split ? 2 : p;
+    st.seconds = st.participates ? stage_seconds(split ? phase::all_gather : ph, st.algo, pc, n, elem_size, rank_link,
+                                                 tune.gamma(st.link.space))
+                                 : 0.0;
     pl.stages.push_back(std::move(st));
   };
 
@@ -369,7 +376,8 @@ inline std::string plan::to_string() const {
   for (auto& st : stages)
     if (st.shared_access) {
       s += "shared access: the stages marked so move no messages; this rank reads its peers' buffers in place "
-           "(reduce-scatter; broadcast: the root's; reduce: the root reads) and writes into them (all-gather): "
+           "(reduce-scatter; broadcast: the root's, which on two ranks writes the second half; reduce: the root "
+           "reads) and writes into them (all-gather): "
            "\"sends to\" and \"receives from\" are the peers whose memory it writes and reads, the bytes what "
            "it moves\n";
       break;
