@@ -131,7 +131,7 @@ struct world {
   }
 
   world(std::vector<dim_case> dc, collective k, std::size_t n, std::size_t rt, std::size_t len, std::size_t stg,
-        bool ip, bool tr = false, std::size_t v = 1, std::size_t m = 0)
+        bool ip, bool tr = false, std::size_t v = 1, std::size_t m = 0, bool split = true)
       : dims(std::move(dc)),
         kind(k),
         count(n),
@@ -157,6 +157,10 @@ struct world {
       // A reduce of at most 256 bytes over a shared last dimension of two: one stage
       // at the root (collective_programs.hpp shared_reduce); the tests' 97 elements: two.
       p.shared_reduce_max_bytes = 256;
+      // Larger ones, not staged: one stage, each rank writing its block into the
+      // root's (shared_reduce_split) as the host engine runs it; split false (the
+      // GPU modes, as the CUDA communicator builds them): the reduce-scatter and gather.
+      p.shared_reduce_split = split;
       p.vector_elements = V, p.recv_misalignment = mis;
       rs.prog = md::make_program(p);
       rs.sendv.assign(send_size(), T{});
@@ -514,7 +518,8 @@ std::string label(const sim_case& c) {
 template <class T, class Op, class Val, class Want>
 void replay(const sim_case& c, Op op, Val val, Want want) {
   for (bool reverse : {false, true}) {
-    world<T> w(c.dims, c.kind, c.count, c.root, c.segment, c.staging, c.in_place, c.trees, c.V, c.mis);
+    world<T> w(c.dims, c.kind, c.count, c.root, c.segment, c.staging, c.in_place, c.trees, c.V, c.mis,
+               c.how == mode::host);
     w.set_mode(c.how);
     for (std::size_t r = 0; r < w.P; ++r) w.ranks[r].streams = c.streams == 1 || (c.streams == 2 && r % 2 == 1);
     const std::string where = label(c) + (reverse ? ", ranks moved in reverse" : "");

@@ -236,10 +236,10 @@ struct shared_last_case {
 void add_peer(std::vector<std::size_t>& peers, std::size_t r) {
   if (std::find(peers.begin(), peers.end(), r) == peers.end()) peers.push_back(r);
 }
-shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std::size_t rank) {
+shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std::size_t rank, std::size_t n) {
   const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
   const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
-  const std::size_t n = 600, root = 4;
+  const std::size_t root = 4;
   const bool reduces = kind == md::collective::reduce;
   shared_last_case c;
   const md::plan pl =
@@ -253,14 +253,14 @@ shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std:
     if (b.ph != shared) continue;
     CHECK(b.dim == 1);
     CHECK(b.shared_access);
-    CHECK(b.range.count == 200);
+    CHECK(b.range.count == n / 3);
   }
   std::vector<md::dim_program> dims(2);
   dims[0] = {3, coords[0], md::algorithm::ring, false, 0};
-  dims[1] = {2, coords[1], md::algorithm::direct, true, 0};
+  dims[1] = {2, coords[1], md::algorithm::direct, true, md::tuning{}.shared_staging_bytes};
   md::program_params p;
   p.kind = kind, p.dims = dims, p.count = n, p.rank = rank, p.root = root, p.elem_size = 4;
-  p.shared_reduce_max_bytes = md::tuning{}.shared_reduce_max_bytes;
+  p.shared_reduce_max_bytes = md::tuning{}.shared_reduce_max_bytes, p.shared_reduce_split = true;
   const md::program pr = md::make_program(p);
   // Coordinate j of dimension 1 is global rank c0 + 3 j.
   const auto global = [&](const md::slice& sl) { return coords[0] + 3 * std::size_t(sl.peer); };
@@ -269,8 +269,8 @@ shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std:
     if (step.ph != shared) continue;
     c.shared_moves_nothing &= pr.sends_of(step).size() + pr.recvs_of(step).size() == 0;
     for (const auto& o : pr.ops_of(step)) {
-      for (const auto& in : pr.inputs_of(o))
-        if (in.remote()) add_peer(c.reads, global(in)), c.bytes_read += o.count * 4;
+      for (const auto& in : pr.inputs_of(o))  // (a staged fold reads this rank's own staging buffer too)
+        if (in.remote() && in.peer != coords[1]) add_peer(c.reads, global(in)), c.bytes_read += o.count * 4;
       for (const auto& out : pr.outputs_of(o))
         if (out.remote()) add_peer(c.writes, global(out)), c.bytes_written += o.count * 4;
     }
@@ -289,32 +289,37 @@ shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std:
 
 TEST_CASE("explain: a broadcast over a shared last dimension splits its range with the root (the program's stages)") {
   // plan/collective_programs.hpp shared_broadcast: the scatter and all-gather of the
-  // last dimension become one stage, the root writing block j into peer j, which
-  // reads the other blocks from the root.
+  // last dimension become one stage, the root writing the second half into its
+  // peer, which reads the first from the root; a staged range (600 elements: 200
+  // in the stage) is read whole from the root's staging buffer.
   // Scatter on dimension 0 among the root's line, the shared broadcast on dimension
   // 1, the all-gather on dimension 0.
   const md::runtime_topology topo = md::parse_topology("ethernet:3 x shm:2");
   const std::vector<md::algorithm> al = {md::algorithm::ring, md::algorithm::direct};
-  const std::size_t n = 600, root = 4;
+  const std::size_t n = 60000, root = 4;
   for (std::size_t rank = 0; rank < 6; ++rank) {
     INFO("rank " << rank);
-    const shared_last_case c = shared_last_case_of(md::collective::broadcast, md::phase::broadcast, rank);
+    const shared_last_case c = shared_last_case_of(md::collective::broadcast, md::phase::broadcast, rank, n);
     const std::vector<md::plan_stage>& st = c.stages;
     const bool on_line = c.on_line;
     const md::plan_stage& b = st[on_line ? 1 : 0];
     CHECK(b.ph == md::phase::broadcast);
-    // 200 elements of 4 bytes: block 0 is [0, 100), block 1 [100, 200).
-    if (on_line) {  // coordinate 1 of dimension 1, the root's: it writes block 0 into (c0, 0)
+    // 20000 elements of 4 bytes: block 0 is [0, 10000), block 1 [10000, 20000).
+    if (on_line) {  // coordinate 1 of dimension 1, the root's: it writes block 1 into (c0, 0)
       CHECK(b.recv_from.empty());
       CHECK(b.bytes_received == 0);
       CHECK(b.send_to == std::vector<std::size_t>{rank - 3});
-      CHECK(b.bytes_sent == 400);
-    } else {  // rank = c0 + 3 c1: it reads block 1 of (c0, 1)
+      CHECK(b.bytes_sent == 40000);
+    } else {  // rank = c0 + 3 c1: it reads block 0 of (c0, 1)
       CHECK(b.recv_from == std::vector<std::size_t>{rank + 3});
-      CHECK(b.bytes_received == 400);
+      CHECK(b.bytes_received == 40000);
       CHECK(b.send_to.empty());
       CHECK(b.bytes_sent == 0);
     }
+    const shared_last_case small = shared_last_case_of(md::collective::broadcast, md::phase::broadcast, rank, 600);
+    const md::plan_stage& sb = small.stages[on_line ? 1 : 0];
+    CHECK(sb.bytes_sent == 0);
+    CHECK(sb.bytes_received == (on_line ? 0u : 800u));
     CHECK(st.back().ph == md::phase::all_gather);
     CHECK(st.back().dim == 0);
     if (on_line) CHECK(st.front().ph == md::phase::scatter);
@@ -339,7 +344,7 @@ TEST_CASE("explain: a reduce over a shared last dimension of two folds its range
   const std::size_t n = 600;
   for (std::size_t rank = 0; rank < 6; ++rank) {
     INFO("rank " << rank);
-    const shared_last_case c = shared_last_case_of(md::collective::reduce, md::phase::reduce, rank);
+    const shared_last_case c = shared_last_case_of(md::collective::reduce, md::phase::reduce, rank, n);
     const std::vector<md::plan_stage>& st = c.stages;
     const bool on_line = c.on_line;
     CHECK(st[0].ph == md::phase::reduce_scatter);
@@ -361,18 +366,47 @@ TEST_CASE("explain: a reduce over a shared last dimension of two folds its range
     CHECK(c.phases == want);
     CHECK(c.shared_moves_nothing);
   }
-  // Three ranks on the shared dimension, no shared access, or a call above
-  // tune.shared_reduce_max_bytes: the reduce-scatter and the gather of dimension 1 stay.
-  const std::size_t large = md::tuning{}.shared_reduce_max_bytes / 4 + 3;
-  for (int c = 0; c < 3; ++c) {
+  // Three ranks on the shared dimension with a staged range (200 elements), or no
+  // shared access: the reduce-scatter and the gather of dimension 1 stay.
+  for (int c = 0; c < 2; ++c) {
     const md::runtime_topology t = md::parse_topology(c == 0 ? "ethernet:3 x shm:3" : "ethernet:3 x shm:2");
-    const md::plan pl = md::make_plan(md::collective::reduce, t, 0, c == 2 ? large : n, 4, al, md::tuning{}, 0, "float",
-                                      "sum", 0, false, c != 1);
+    const md::plan pl =
+        md::make_plan(md::collective::reduce, t, 0, n, 4, al, md::tuning{}, 0, "float", "sum", 0, false, c != 1);
     std::size_t gathers = 0;
     for (const auto& s : pl.stages) {
       CHECK(s.ph != md::phase::reduce);
       gathers += s.ph == md::phase::gather;
     }
     CHECK(gathers == 2);
+  }
+}
+
+TEST_CASE(
+    "explain: a larger reduce over a shared last dimension writes each block into the root's (the program's stages)") {
+  // plan/collective_programs.hpp shared_reduce_split: above
+  // tune.shared_reduce_max_bytes, and where the range is not staged, each rank of
+  // the last dimension folds its block from every peer's and writes it into the
+  // root's buffer: the reduce-scatter and gather of dimension 1 are one stage.
+  const std::size_t n = 36000;  // above the threshold (144000 bytes); 12000 elements in each stage
+  for (std::size_t rank = 0; rank < 6; ++rank) {
+    INFO("rank " << rank);
+    const shared_last_case c = shared_last_case_of(md::collective::reduce, md::phase::reduce, rank, n);
+    const md::plan_stage& b = c.stages[1];
+    CHECK(b.ph == md::phase::reduce);
+    REQUIRE(n * 4 > md::tuning{}.shared_reduce_max_bytes);
+    const std::size_t mine = 6000 * 4;  // a block of the stage's two
+    CHECK(b.recv_from == std::vector<std::size_t>{rank < 3 ? rank + 3 : rank - 3});
+    CHECK(b.bytes_received == mine);
+    if (c.on_line) {  // the root's coordinate: the others write into it
+      CHECK(b.send_to.empty());
+      CHECK(b.bytes_sent == 0);
+    } else {
+      CHECK(b.send_to == std::vector<std::size_t>{rank + 3});
+      CHECK(b.bytes_sent == mine);
+    }
+    std::vector<md::phase> want = {md::phase::reduce_scatter, md::phase::reduce};
+    if (c.on_line) want.push_back(md::phase::gather);
+    CHECK(c.phases == want);
+    CHECK(c.shared_moves_nothing);
   }
 }

@@ -224,24 +224,30 @@ TEST_CASE("heap buffers streamed through node memory: the next call decides, ali
   }
 }
 
-// A reduce over a shared dimension of two ranks, in a call of at most
-// tune.shared_reduce_max_bytes: one stage, the root folding its peer's range
-// (plan/collective_programs.hpp shared_reduce); above it (or 0) the reduce-scatter
-// and the gather. Both forms on heap and node memory, staged and in place, every
-// root: exact at the root, recvbuf untouched elsewhere, and the plan says which.
-TEST_CASE("reduce: the root folds a shared dimension of two alone up to shared_reduce_max_bytes") {
+// A reduce over a shared dimension: over two ranks, in a call of at most
+// tune.shared_reduce_max_bytes, one stage, the root folding its peer's range
+// (plan/collective_programs.hpp shared_reduce); else, where the range is not
+// staged, one stage too, each rank folding its block and writing it into the
+// root's (shared_reduce_split); else the reduce-scatter and the gather. Every
+// form on heap and node memory, every root: exact at the root, recvbuf untouched
+// elsewhere, and the plan says which.
+TEST_CASE("reduce: a shared dimension in one stage, at the root alone or a block each") {
   const std::size_t P = world_size(), R = world_rank();
   for (std::size_t most : {std::size_t(0), std::size_t(-1)}) {
     md::options o;
     o.tune.shared_reduce_max_bytes = most;
     auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
-    const bool one_stage = most && P == 2 && comm.get_transport().shared_channels() > 0;
+    const bool shared = P > 1 && comm.get_transport().shared_channels() > 0;
+    const bool whole = most && P == 2;
     for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(1009), std::size_t(20011)}) {
       const md::plan pl = comm.make_plan<std::int64_t>(n, md::collective::reduce, md::sum, 1 % P);
-      const bool shown = std::any_of(pl.stages.begin(), pl.stages.end(), [](const md::plan_stage& st) {
+      const auto at = std::find_if(pl.stages.begin(), pl.stages.end(), [](const md::plan_stage& st) {
         return st.ph == md::phase::reduce && st.shared_access;
       });
-      CHECK(shown == (one_stage && n > 7));  // (1 and 7 elements: a binomial tree, by messages)
+      const bool split = !whole && n * sizeof(std::int64_t) > o.tune.shared_staging_bytes;
+      // (1 and 7 elements: a binomial tree, by messages)
+      CHECK((at != pl.stages.end()) == (shared && n > 7 && (whole || split)));
+      if (at != pl.stages.end() && split && R != 1 % P) CHECK(at->send_to == std::vector<std::size_t>{1 % P});
       for (bool node : {false, true})
         for (std::size_t root = 0; root < P; ++root) {
           INFO("shared_reduce_max_bytes " << most << ", count " << n << ", node memory " << node << ", root " << root);

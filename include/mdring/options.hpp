@@ -213,12 +213,12 @@ struct tuning {
   std::size_t stream_blocks_min_bytes = std::size_t(32) << 10;
   // A reduce whose last dimension of more than one rank is shared by two ranks
   // folds it at the root alone, reading its peer's range, up to this many bytes
-  // (the call's): one synchronization instead of a reduce-scatter's and a gather's.
-  // Larger, the two ranks fold half each, in parallel, and the root gathers the
-  // other half. Measured through the interposer on 2 processes of a 2-core EPYC,
-  // heap buffers: 0.3 x the time of the two stages at 16 KiB, 0.55 to 0.7 x at
-  // 64 KiB to 1 MiB, about 0.85 x at 2 MiB, 1.2 x at 4 MiB, 1.9 x at 8 MiB. 0: never.
-  std::size_t shared_reduce_max_bytes = std::size_t(2) << 20;
+  // (the call's): one synchronization, one rank folding. Larger (and not staged),
+  // the ranks fold a block each, in parallel, and write it into the root's buffer
+  // (also one synchronization). Measured through the interposer on 2 processes of
+  // a 2-core EPYC, heap buffers, the root alone against the split: 0.9 x at
+  // 64 KiB, equal at 128 KiB, 1.25 to 1.5 x from 256 KiB to 2 MiB. 0: never.
+  std::size_t shared_reduce_max_bytes = std::size_t(128) << 10;
   // Shared access: a rank whose results of one stage (its block, times the ranks
   // it writes it to) reach this many bytes writes them with non-temporal stores,
   // which skip reading the destination lines and leave the cache alone: about 2 x

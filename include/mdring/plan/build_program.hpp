@@ -60,7 +60,11 @@ struct program_params {
   std::size_t recv_misalignment = 0;  // (address of recvbuf / elem_size) % vector_elements
   std::size_t nontemporal_bytes = std::numeric_limits<std::size_t>::max();  // tuning::nontemporal_bytes
   std::size_t shared_reduce_max_bytes = 0;  // tuning::shared_reduce_max_bytes (0: the two stages)
-  bool trees = false;                       // broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
+  // reduce: a shared last dimension's reduce-scatter and gather as one stage, the
+  // ranks writing their blocks into the root's buffer (collective_programs.hpp
+  // shared_reduce_split; the host engine; the GPU path keeps the two stages).
+  bool shared_reduce_split = false;
+  bool trees = false;  // broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
 };
 
 namespace detail {

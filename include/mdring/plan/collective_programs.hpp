@@ -487,12 +487,14 @@ private:
     layout_rs(rg, false, root, !root);
     const bview w{region::scratch, L_.w, w_lo}, recvv{region::recv}, sendv{region::send};
     const bool whole_last = whole_reduce(last());
+    const bool split_last = !whole_last && split_reduce(last(), rg[last()].count);
     for (std::size_t d : nontrivial_) {
       const block_range r = rg[d], b = block_of(r.count, ext_[d], coords_[d]);
       if (r.count == 0) continue;
-      if (whole_last && d == last()) {
+      if ((whole_last || split_last) && d == last()) {
         const bview& src = d == first() ? sendv : root ? recvv : w;
-        shared_reduce(d, r, rc[d], src, (root ? recvv : w).at(r.offset));
+        if (whole_last) shared_reduce(d, r, rc[d], src, (root ? recvv : w).at(r.offset));
+        else shared_reduce_split(d, r, rc[d], src, (root ? recvv : w).at(r.offset));
         continue;
       }
       if (root)
@@ -503,7 +505,7 @@ private:
     }
     for (std::size_t i = nontrivial_.size(); i-- > 0;) {
       const std::size_t d = nontrivial_[i], p = ext_[d], c = coords_[d];
-      if (!line_of_root(d, rc) || rg[d].count == 0 || (whole_last && d == last())) continue;
+      if (!line_of_root(d, rc) || rg[d].count == 0 || ((whole_last || split_last) && d == last())) continue;
       const block_range r = rg[d], b = block_of(r.count, p, c);
       const bview& buf = root ? recvv : w;
       message_stage(d, phase::gather, 1, [&](std::size_t) {
@@ -554,6 +556,40 @@ private:
         for (std::size_t j = 0; j < p; ++j)
           ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
         const slice o = out + rel;
+        op(local_op::fold, {&o, 1}, ins_, len, true, nt);
+      });
+    });
+  }
+
+  // A reduce's last dimension, shared, whose range is not staged and that
+  // whole_reduce leaves alone: its reduce-scatter and gather become one stage in
+  // which rank c folds block c from every rank's src and writes it straight into
+  // the root's `out` (shared_reduce_split). (plan/plan.hpp make_plan: the same test.)
+  bool split_reduce(std::size_t d, std::size_t n) const {
+    return p_.shared_reduce_split && dim(d).shared && !staged(d, n);
+  }
+
+  // Reduce of range r over shared dimension d to coordinate `root`: the ranks fold a
+  // block each, in parallel, as a reduce-scatter, reading the peers' src, and the
+  // others write theirs into the root's `out` (mapped, or by cross-memory attach)
+  // instead of sending it in a gather: one synchronization and no message. Through
+  // the interposer on 2 processes, heap buffers: 0.5 to 0.6 x the time of the
+  // reduce-scatter and gather at 4 MiB; from 256 KiB faster than whole_reduce's one
+  // rank folding all.
+  void shared_reduce_split(std::size_t d, block_range r, std::size_t root, const bview& src, slice out) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const bool is_root = c == root;
+    const block_range bc = block_of(r.count, p, c);
+    const slice base = src.base(r);
+    stage(d, phase::reduce, 2, shared_sync, [&](std::size_t i) {
+      if (i) return;
+      publish(r.count, &base, is_root ? &out : nullptr);
+      const bool nt = stream(bc.count * p_.elem_size);
+      src.runs(r.offset + bc.offset, bc.count, [&](slice own, std::size_t rel, std::size_t len) {
+        ins_.clear();
+        for (std::size_t j = 0; j < p; ++j)
+          ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
+        const slice o = is_root ? out + (bc.offset + rel) : peer_slice(region::peer_dst, root, bc.offset + rel);
         op(local_op::fold, {&o, 1}, ins_, len, true, nt);
       });
     });

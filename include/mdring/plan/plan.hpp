@@ -140,9 +140,10 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 // the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
 // into that many instead of the model's count. shared_last: the last dimension of
 // more than one rank runs by shared access (the transport's answer; a broadcast then
-// reads its range from the root there, and a reduce over two ranks folds it at the
-// root up to tune.shared_reduce_max_bytes, plan/collective_programs.hpp
-// shared_broadcast and shared_reduce). topo must be resolved.
+// reads its range from the root there, and a reduce folds it in one stage: over two
+// ranks at the root up to tune.shared_reduce_max_bytes, else a block each written
+// into the root's buffer; plan/collective_programs.hpp shared_broadcast,
+// shared_reduce and shared_reduce_split). topo must be resolved.
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
                       std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune, std::size_t root = 0,
                       std::string type = "float", std::string op = "sum", std::size_t segments = 0, bool trees = false,
@@ -170,6 +171,10 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
   // none for no elements; the collectives other than all_reduce skip a stage
   // whose range is empty on its line (all_reduce keeps the steps of an empty
   // range). A stage of the root's line that this rank is not on stays, idle.
+  bool split_reduce = false;  // a reduce's shared last dimension: shared_reduce_split (set below)
+  // Shared stages of at most this many bytes go through the staging buffers (as the
+  // transports open them): a broadcast's root then writes nothing into its peer.
+  const std::size_t staging = (tune.shared_staging_bytes + 63) / 64 * 64;
   auto add = [&](phase ph, std::size_t d) {
     const std::size_t p = ext[d], c = pl.coords[d];
     if (p == 1 || pl.elements == 0) return;
@@ -194,9 +199,16 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
       st.steps = 1;
       st.shared_access = true;
       const std::size_t rc = root_coords[d];
-      const std::size_t half = p == 2 ? block_of(n, 2, 1).count * elem_size : 0;
+      const std::size_t half = p == 2 && n * elem_size > staging ? block_of(n, 2, 1).count * elem_size : 0;
       if (c == rc && half) st.send_to.push_back(peer(1 - c)), st.bytes_sent = half;
       if (c != rc) st.recv_from.push_back(peer(rc)), st.bytes_received = n * elem_size - half;
+    } else if (ph == phase::reduce && !whole && split_reduce) {  // a shared last dimension: each rank folds
+      st.algo = algorithm::direct;  // its block from every peer's and writes it into the root's buffer
+      st.steps = 1;
+      st.shared_access = true;
+      for (std::size_t j = 0; j < p; ++j)
+        if (j != c) st.recv_from.push_back(peer(j)), st.bytes_received += bytes(c);
+      if (c != root_coords[d]) st.send_to.push_back(peer(root_coords[d])), st.bytes_sent = bytes(c);
     } else if (ph == phase::reduce && !whole) {  // a shared last dimension of two: the root reads the range
       st.algo = algorithm::direct;
       st.steps = 1;
@@ -276,13 +288,14 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     }
     // (The shared broadcast: one copy of the range, as one message; on two ranks,
     // a half each, as a direct all-gather moves them. The shared reduce: the root
-    // reads the range and folds it, as one message.)
+    // reads the range and folds it, as one message; split, a block each, as a
+    // direct reduce-scatter folds them.)
     const bool shared_whole = (ph == phase::broadcast || ph == phase::reduce) && !whole;
-    const bool split = shared_whole && ph == phase::broadcast && p == 2;
+    const bool split = shared_whole && (ph == phase::broadcast ? p == 2 && n * elem_size > staging : split_reduce);
+    const phase cost_ph = !split ? ph : ph == phase::broadcast ? phase::all_gather : phase::reduce_scatter;
     const std::size_t pc = shared_whole && !split ? 2 : p;
-    st.seconds = st.participates ? stage_seconds(split ? phase::all_gather : ph, st.algo, pc, n, elem_size, rank_link,
-                                                 tune.gamma(st.link.space))
-                                 : 0.0;
+    st.seconds =
+        st.participates ? stage_seconds(cost_ph, st.algo, pc, n, elem_size, rank_link, tune.gamma(st.link.space)) : 0.0;
     pl.stages.push_back(std::move(st));
   };
 
@@ -301,9 +314,13 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     // (collective_programs.hpp whole_reduce: the same test)
     const bool whole_reduce = kind == collective::reduce && shared_last && last < k && ext[last] == 2 &&
                               count * elem_size <= tune.shared_reduce_max_bytes;
+    // (collective_programs.hpp split_reduce: the same test)
+    split_reduce = kind == collective::reduce && shared_last && last < k && !whole_reduce &&
+                   ranges[last].count * elem_size > staging;
+    const bool one_reduce = whole_reduce || split_reduce;
     if (has_rs)
       for (std::size_t d = 0; d < k; ++d)
-        add(whole_reduce && d == last ? phase::reduce : rd(d) ? phase::all_reduce : phase::reduce_scatter, d);
+        add(one_reduce && d == last ? phase::reduce : rd(d) ? phase::all_reduce : phase::reduce_scatter, d);
     if (kind == collective::broadcast)
       for (std::size_t d = 0; d < k; ++d) add(whole_last && d == last ? phase::broadcast : phase::scatter, d);
     if (kind == collective::all_reduce || kind == collective::all_gather || kind == collective::broadcast)
@@ -311,7 +328,7 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
         if (!rd(d) && !(whole_last && d == last)) add(phase::all_gather, d);
     if (kind == collective::reduce)
       for (std::size_t d = k; d-- > 0;)
-        if (!(whole_reduce && d == last)) add(phase::gather, d);
+        if (!(one_reduce && d == last)) add(phase::gather, d);
   }
   if (kind == collective::all_reduce) {
     const std::size_t len =
@@ -377,7 +394,7 @@ inline std::string plan::to_string() const {
     if (st.shared_access) {
       s += "shared access: the stages marked so move no messages; this rank reads its peers' buffers in place "
            "(reduce-scatter; broadcast: the root's, which on two ranks writes the second half; reduce: the root "
-           "reads) and writes into them (all-gather): "
+           "reads, or each rank reads its block and writes it into the root's) and writes into them (all-gather): "
            "\"sends to\" and \"receives from\" are the peers whose memory it writes and reads, the bytes what "
            "it moves\n";
       break;

@@ -33,7 +33,7 @@ public:
     victim->elem_size = p.elem_size, victim->segment_length = p.segment_length;
     victim->vector_elements = p.vector_elements, victim->recv_misalignment = p.recv_misalignment;
     victim->nontemporal_bytes = p.nontemporal_bytes, victim->trees = p.trees;
-    victim->shared_reduce_max_bytes = p.shared_reduce_max_bytes;
+    victim->shared_reduce_max_bytes = p.shared_reduce_max_bytes, victim->shared_reduce_split = p.shared_reduce_split;
     victim->dims.assign(p.dims.begin(), p.dims.end());
     victim->pr = make_program(p);
     victim->used = clock_;
@@ -48,7 +48,7 @@ private:
     collective kind = collective::all_reduce;
     std::size_t count = 0, rank = 0, root = 0, elem_size = 0, segment_length = 0;
     std::size_t vector_elements = 0, recv_misalignment = 0, nontemporal_bytes = 0, shared_reduce_max_bytes = 0;
-    bool trees = false;
+    bool trees = false, shared_reduce_split = false;
     std::vector<dim_program> dims;
     program pr;
     std::uint64_t used = 0;  // 0: empty
@@ -58,7 +58,7 @@ private:
            e.elem_size == p.elem_size && e.segment_length == p.segment_length &&
            e.vector_elements == p.vector_elements && e.recv_misalignment == p.recv_misalignment &&
            e.nontemporal_bytes == p.nontemporal_bytes && e.trees == p.trees &&
-           e.shared_reduce_max_bytes == p.shared_reduce_max_bytes &&
+           e.shared_reduce_max_bytes == p.shared_reduce_max_bytes && e.shared_reduce_split == p.shared_reduce_split &&
            std::equal(e.dims.begin(), e.dims.end(), p.dims.begin(), p.dims.end());
   }
   std::array<entry, capacity> entries_{};

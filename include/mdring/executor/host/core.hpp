@@ -76,7 +76,7 @@ public:
     T* scratch = nullptr;  // program::scratch_elements
     T* slots = nullptr;    // receive slots, slot_stride apart per pipeline slot
     std::size_t slot_stride = 0;
-    T* pieces = nullptr;  // p-1 pieces for cross-memory attach
+    T* pieces = nullptr;  // p pieces for cross-memory attach (engine.hpp piece_elements)
     // A streamed dimension's region::source and region::result: send and recv, or
     // one block of node memory (engine.hpp stream_in).
     const T* source = nullptr;

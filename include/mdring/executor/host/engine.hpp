@@ -119,6 +119,7 @@ public:
     p.kind = kind, p.dims = dp, p.count = count, p.rank = s_.c_.rank(), p.root = root, p.elem_size = sizeof(T);
     p.segment_length = seg_len, p.nontemporal_bytes = s_.c_.get_options().tune.nontemporal_bytes;
     p.shared_reduce_max_bytes = s_.c_.get_options().tune.shared_reduce_max_bytes;
+    p.shared_reduce_split = true;
     p.trees = s_.in_.decision().trees;
     return s_.in_.programs().get(p);
   }
@@ -141,13 +142,14 @@ public:
   }
 
   // ---- scratch ------------------------------------------------------------------------
-  // Elements of cross-memory-attach pieces: p-1 for the largest shared dimension
-  // between processes.
+  // Elements of cross-memory-attach pieces: p for the largest shared dimension
+  // between processes (p-1 read from the peers, one for a fold whose outputs are
+  // all the peers': local_ops.hpp fold_by_pieces).
   std::size_t piece_elements(const program& pr) {
     std::size_t n = 0;
     if (!transport_t::same_address_space && pr.shared)
       for (std::size_t d = 0; d < s_.ext_.size(); ++d)
-        if (s_.ext_[d] > 1 && s_.shared(d)) n = (s_.ext_[d] - 1) * piece > n ? (s_.ext_[d] - 1) * piece : n;
+        if (s_.ext_[d] > 1 && s_.shared(d)) n = s_.ext_[d] * piece > n ? s_.ext_[d] * piece : n;
     return n;
   }
   std::size_t scratch_bytes_of(const program& pr, std::size_t depth) {

@@ -94,7 +94,7 @@ public:
     auto& ch = s_.dims_[d].ch;
     auto& ptrs = s_.in_.pointer_slots();
     const std::size_t c = s_.coords_[d];
-    T* mine = nullptr;  // the output in this rank's memory (every op that reads peers has one)
+    T* mine = nullptr;  // the output in this rank's memory (none: each piece folds into the last piece)
     T* also = nullptr;  // a second one (a streamed dimension's result, when it is not recv)
     for (const auto& s : outs)
       if (!s.remote()) {
@@ -114,14 +114,12 @@ public:
         ptrs[j] = at;
       }
       const T* const* in = reinterpret_cast<const T* const*>(ptrs.data());
-      if (s_.dims_[d].nest.empty()) s_.red_.combine_n(mine + done, in, ins.size(), m, o.final);
-      else {
-        T* at = mine + done;
-        s_.red_.combine_nested(&at, 1, in, ins.size(), m, o.final, false, s_.dims_[d].nest);
-      }
-      if (also) std::memcpy(also + done, mine + done, m * sizeof(T));
+      T* at = mine ? mine + done : s_.buf_.pieces + (s_.ext_[d] - 1) * piece;
+      if (s_.dims_[d].nest.empty()) s_.red_.combine_n(at, in, ins.size(), m, o.final);
+      else s_.red_.combine_nested(&at, 1, in, ins.size(), m, o.final, false, s_.dims_[d].nest);
+      if (also) std::memcpy(also + done, at, m * sizeof(T));
       for (const auto& s : outs)
-        if (s.remote()) s_.tr_.write(ch, s.peer, mine + done, const_cast<T*>(remote(s, d)) + done, m * sizeof(T));
+        if (s.remote()) s_.tr_.write(ch, s.peer, at, const_cast<T*>(remote(s, d)) + done, m * sizeof(T));
     }
   }
 
