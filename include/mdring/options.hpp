@@ -196,12 +196,13 @@ struct tuning {
   double cma_gamma = 1.0 / 4.5e9;
   double copy_gamma = 1.0 / 7e9;
   std::size_t stream_min_bytes = std::size_t(1) << 20;
-  // A broadcast over one such dimension streams a root's unmapped buffer from this
-  // size (the root copies it into node memory, the others copy it out): two copies
-  // one after the other beat one by cross-memory attach only where the buffer
-  // has left the cache. Measured on 2 processes of a 2-core EPYC (32 MiB L3),
-  // through the interposer: from 16 MiB 0.8 to 0.9 x the time of cross-memory
-  // attach, below it up to 1.7 x.
+  // A broadcast over one such dimension of three ranks or more streams a root's
+  // unmapped buffer from this size (the root copies it into node memory, the others
+  // copy it out): two copies one after the other beat one by cross-memory attach
+  // only where the buffer has left the cache. Measured on 2 processes of a 2-core
+  // EPYC (32 MiB L3), through the interposer: from 16 MiB 0.8 to 0.9 x the time of
+  // cross-memory attach, below it up to 1.7 x. Two ranks never stream: the root
+  // writes half while its peer reads half, faster at every size.
   std::size_t stream_broadcast_min_bytes = std::size_t(16) << 20;
   // An all_gather or reduce_scatter over one such dimension (bytes: the whole
   // recvbuf, or sendbuf) streams from this size: a rank whose buffer its peers

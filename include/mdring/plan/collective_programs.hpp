@@ -9,11 +9,12 @@
 //   all_gather      the block copied into W, all-gather in k-1..1, then dimension 0
 //                   unpacks into recvbuf in MPI's block order
 //   broadcast       scatter from the root in 0..k-1 (the root's line), all-gather back
-//                   (a shared last dimension: the whole range read from the root in
-//                   between); or (small calls, program_params::trees) binomial trees
-//                   of the whole buffer in k-1..0
-//   reduce          reduce-scatter in 0..k-1, then gather to the root in k-1..0; or
-//                   binomial trees to the root in 0..k-1
+//                   (a shared last dimension: the range read from the root in
+//                   between, or halves on two ranks); or (small calls,
+//                   program_params::trees) binomial trees of the whole buffer in k-1..0
+//   reduce          reduce-scatter in 0..k-1, then gather to the root in k-1..0 (a
+//                   shared last dimension: both in one stage); or binomial trees to
+//                   the root in 0..k-1
 //
 // A recursive_doubling dimension of all_reduce all-reduces its whole range in one
 // stage (no all-gather); the dimensions after it cut that range as usual.
@@ -405,7 +406,7 @@ private:
     const auto rc = root_coords();
     if (p_.trees) return broadcast_trees(rc);
     // A last dimension shared: its scatter and all-gather, which follow each other,
-    // become one stage that reads the whole range from the root (shared_broadcast).
+    // become one stage that reads the range from the root (shared_broadcast).
     const bool whole_last = dim(last()).shared;
     for (std::size_t d : nontrivial_) {
       if (!line_of_root(d, rc) || rg[d].count == 0) continue;

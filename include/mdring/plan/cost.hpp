@@ -148,8 +148,9 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
 // From tuning::stream_broadcast_min_bytes and stream_blocks_min_bytes, measured
 // (cma_gamma 0: never). A broadcast over two ranks never streams: there the root
 // writes half of the range while its peer reads the other half, both by
-// cross-memory attach, which measured 0.5 x the time of streaming at 16 MiB and
-// 0.75 to 0.85 x at 64 to 256 MiB (collective_programs.hpp shared_broadcast).
+// cross-memory attach, which measured 0.35 to 0.4 x the time of streaming at
+// 16 MiB and 0.45 to 0.55 x at 64 and 256 MiB (collective_programs.hpp
+// shared_broadcast).
 inline bool whole_streaming_pays(collective kind, std::size_t p, std::size_t bytes, const tuning& t) {
   if (kind == collective::broadcast) return p > 2 && t.cma_gamma > 0 && bytes >= t.stream_broadcast_min_bytes;
   return t.cma_gamma > 0 && bytes >= t.stream_blocks_min_bytes;
