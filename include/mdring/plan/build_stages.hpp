@@ -158,14 +158,24 @@ protected:
     stage(d, phase::reduce_scatter, 2, shared_sync, [&](std::size_t i) {
       if (i) return;
       publish(r.count, &base, nullptr);
-      const bool nt = stream(bc.count * p_.elem_size);
-      s.src.runs(r.offset + bc.offset, bc.count, [&](slice own, std::size_t rel, std::size_t len) {
-        ins_.clear();
-        for (std::size_t j = 0; j < p; ++j)
-          ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
-        const slice o = s.out + rel;
-        op(local_op::fold, {&o, 1}, ins_, len, s.final, nt);
-      });
+      fold_from_peers(d, s.src, base, r.offset + bc.offset, bc.count, s.final,
+                      [&](std::size_t rel) { return s.out + rel; });
+    });
+  }
+  // Elements [lo, lo+n) of src (published by every peer of d at `base`) folded in
+  // coordinate order, run by run, into out(offset relative to lo): shared access's
+  // fold, by the reduce-scatter and the reduce's one-stage forms.
+  template <class Out>
+  void fold_from_peers(std::size_t d, const bview& src, slice base, std::size_t lo, std::size_t n, bool final,
+                       Out&& out) {
+    const std::size_t p = ext_[d], c = coords_[d];
+    const bool nt = stream(n * p_.elem_size);
+    src.runs(lo, n, [&](slice own, std::size_t rel, std::size_t len) {
+      ins_.clear();
+      for (std::size_t j = 0; j < p; ++j)
+        ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
+      const slice o = out(rel);
+      op(local_op::fold, {&o, 1}, ins_, len, final, nt);
     });
   }
 

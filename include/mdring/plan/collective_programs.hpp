@@ -550,15 +550,7 @@ private:
     stage(d, phase::reduce, 2, shared_sync, [&](std::size_t i) {
       if (i) return;
       publish(r.count, &base, nullptr);
-      if (!is_root) return;
-      const bool nt = stream(r.count * p_.elem_size);
-      src.runs(r.offset, r.count, [&](slice own, std::size_t rel, std::size_t len) {
-        ins_.clear();
-        for (std::size_t j = 0; j < p; ++j)
-          ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
-        const slice o = out + rel;
-        op(local_op::fold, {&o, 1}, ins_, len, true, nt);
-      });
+      if (is_root) fold_from_peers(d, src, base, r.offset, r.count, true, [&](std::size_t rel) { return out + rel; });
     });
   }
 
@@ -578,20 +570,14 @@ private:
   // reduce-scatter and gather at 4 MiB; from 256 KiB faster than whole_reduce's one
   // rank folding all.
   void shared_reduce_split(std::size_t d, block_range r, std::size_t root, const bview& src, slice out) {
-    const std::size_t p = ext_[d], c = coords_[d];
-    const bool is_root = c == root;
-    const block_range bc = block_of(r.count, p, c);
+    const bool is_root = coords_[d] == root;
+    const block_range bc = block_of(r.count, ext_[d], coords_[d]);
     const slice base = src.base(r);
     stage(d, phase::reduce, 2, shared_sync, [&](std::size_t i) {
       if (i) return;
       publish(r.count, &base, is_root ? &out : nullptr);
-      const bool nt = stream(bc.count * p_.elem_size);
-      src.runs(r.offset + bc.offset, bc.count, [&](slice own, std::size_t rel, std::size_t len) {
-        ins_.clear();
-        for (std::size_t j = 0; j < p; ++j)
-          ins_.push_back(j == c ? own : peer_slice(region::peer_src, j, own.offset - base.offset));
-        const slice o = is_root ? out + (bc.offset + rel) : peer_slice(region::peer_dst, root, bc.offset + rel);
-        op(local_op::fold, {&o, 1}, ins_, len, true, nt);
+      fold_from_peers(d, src, base, r.offset + bc.offset, bc.count, true, [&](std::size_t rel) {
+        return is_root ? out + (bc.offset + rel) : peer_slice(region::peer_dst, root, bc.offset + rel);
       });
     });
   }
