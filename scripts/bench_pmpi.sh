@@ -8,7 +8,10 @@
 # MPI_Allreduce, MPI_Bcast, MPI_Allgather and MPI_Reduce_scatter_block.
 # Writes docs/perf/pmpi.md and its section of docs/PERFORMANCE.md.
 #
-#   scripts/bench_pmpi.sh [ROUNDS [COLLECTIVES]]   # default 5 rounds, all four: about 20 minutes on 2 cores
+#   scripts/bench_pmpi.sh [ROUNDS [COLLECTIVES]]   # default 5 rounds, all four
+# On 2 cores the 2-process half takes about 12 minutes at 3 rounds; the 4-process half
+# much longer (over half an hour on 2026-11-28), as Open MPI's own calls of 32 MiB and
+# more take seconds each on 4 oversubscribed processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
