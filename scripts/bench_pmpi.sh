@@ -24,6 +24,7 @@ prog=./build/benchmarks/pmpi-loop
 lib=$PWD/build/libmdring-pmpi.so
 work=$(mktemp -d)
 lo=8 hi=$((256 << 20))
+fault=$(mdring_fault_cost)
 # In each round the three variants run back to back, so that each ratio compares
 # runs seconds apart (this machine's speed drifts by tens of percent over minutes).
 for np in 2 4; do
@@ -56,9 +57,10 @@ out=docs/perf/pmpi.md
 py=$(mdring_python)
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 l3=$(lscpu 2>/dev/null | sed -n 's/^L3 cache: *//p' | head -1)
-$py - "$work" "$rounds" "$(mpirun --version | head -1)" "$(nproc)" "$cpu, L3 $l3" "$collectives" >"$out" <<'PY'
+$py - "$work" "$rounds" "$(mpirun --version | head -1)" "$(nproc)" "$cpu, L3 $l3" "$collectives" "$fault" >"$out" <<'PY'
 import re, statistics, sys, datetime
 work, rounds, mpi, cores, cpu, colls = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split()
+fault = sys.argv[7]
 names = {"allreduce": "MPI_Allreduce", "bcast": "MPI_Bcast", "allgather": "MPI_Allgather",
          "reduce_scatter_block": "MPI_Reduce_scatter_block"}
 def rounds_of(kind, c, np_):
@@ -89,7 +91,11 @@ print("time for one call, each after a barrier. "
 print("Times are the median over the rounds; ratios are the median of the rounds' ratios.")
 print("*measured*: the interposer as a user gets it (per size class, MPI's own collective or mdring's,")
 print("whichever the first calls measured faster); *mdring*: `MDRING_PMPI_MIN_BYTES=0`, mdring takes")
-print("every call. ratio = preloaded / native. 4 processes on 2 cores are oversubscribed.\n")
+print("every call. ratio = preloaded / native. 4 processes on 2 cores are oversubscribed.")
+print(f"This machine during the run, {fault} (scripts/lib.sh `mdring_fault_cost`). Open MPI's reductions")
+print("allocate a temporary buffer of the call's size on every call (coll/base's ring and recursive doubling),")
+print("and malloc maps those of 32 MiB and more afresh: where a fresh page costs microseconds, its large calls")
+print("pay that every time, mdring's (whose node memory is kept between calls) do not.\n")
 summary = []
 for np_ in (2, 4):
     for c in colls:

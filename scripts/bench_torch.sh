@@ -12,6 +12,7 @@ mdring_ensure_packages "${MDRING_PACKAGES[@]}"
 mdring_build --target mdring_torch_ext
 py=/usr/bin/python3
 work=$(mktemp -d)
+fault=$(mdring_fault_cost)
 for np in 2 4; do
   for mem in heap node; do
     # heap: MDRING_NODE_MEMORY=0 (torch's allocator); node: the default, no opt-in
@@ -22,9 +23,9 @@ for np in 2 4; do
 done
 out=docs/perf/torch.md
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-$py - "$work" "$(nproc)" "$cpu" "$($py -c 'import torch; print(torch.__version__)')" >"$out" <<'PY'
+$py - "$work" "$(nproc)" "$cpu" "$($py -c 'import torch; print(torch.__version__)')" "$fault" >"$out" <<'PY'
 import datetime, json, sys
-work, cores, cpu, tv = sys.argv[1:5]
+work, cores, cpu, tv, fault = sys.argv[1:6]
 def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 print("## PyTorch: the mdring backend against gloo\n")
@@ -34,9 +35,14 @@ print("torch's store), a second group over the same processes is gloo. all_reduc
 print("alternating the two backends for 3 rounds on the same tensors; time per call = the slowest")
 print("rank's, median. DDP: one iteration (forward, backward with its all-reduces, SGD step) of a 25.6 M-parameter")
 print("MLP, batch 32 and 2 per rank, median of 8. ratio = mdring / gloo (below 1: mdring is faster). Targets: all_reduce")
-print("at most 0.5 from 1 MiB; DDP at most 0.8 on 4 processes. Every run twice: with ordinary (heap) tensors,")
-print("and as a user gets it: node memory by default (tensors of 1 MiB and more; gloo then runs on node memory too;")
-print("it does not care). *heap*: `MDRING_NODE_MEMORY=0`, torch's own allocator.\n")
+print("at most 0.5 from 1 MiB (0.25 on heap tensors); DDP at most 0.8 on 4 processes (0.75 with heap tensors, batch 2).")
+print("Every run twice: with ordinary (heap) tensors, and as a user gets it: node memory by default (tensors of")
+print("1 MiB and more; gloo then runs on node memory too; it does not care). *heap*: `MDRING_NODE_MEMORY=0`, torch's")
+print("own allocator.\n")
+print(f"This machine during the run, {fault} (scripts/lib.sh `mdring_fault_cost`). torch's CPU allocator")
+print("takes tensors from malloc, which maps those of 32 MiB and more afresh and unmaps them when freed: with heap")
+print("tensors every such tensor a step makes pays that per page, in both backends' DDP and in the computation")
+print("alone; node memory keeps freed blocks for reuse.\n")
 rows = {}
 for np_ in (2, 4):
     for mem in ("heap", "node"):

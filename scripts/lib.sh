@@ -42,6 +42,29 @@ mdring_jobs() { nproc 2>/dev/null || echo 2; }
 # python3 on PATH.
 mdring_python() { if [ -x /usr/bin/python3 ]; then echo /usr/bin/python3; else echo python3; fi; }
 
+# What a page of fresh memory costs this machine now, as one sentence for a bench
+# report: the first write of a 64 MiB anonymous mapping against a second write of it.
+# Where the first write costs many microseconds a page (seen on this project's VMs:
+# 15 us), every allocation that is not reused (an MPI library's temporary buffers,
+# torch's heap tensors of 32 MiB and more, which glibc maps and unmaps each time)
+# pays that, and tables measured on different days differ for that reason.
+mdring_fault_cost() {
+  "$(mdring_python)" - <<'PY'
+import ctypes, mmap, time
+n = 64 << 20
+m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+a = ctypes.addressof(ctypes.c_char.from_buffer(m))
+t = []
+for v in (1, 2):
+    s = time.perf_counter()
+    ctypes.memset(a, v, n)
+    t.append(time.perf_counter() - s)
+pages = n // 4096
+print(f"fresh memory: the first write of a 64 MiB anonymous mapping took {t[0] / pages * 1e6:.2f} us per 4 KiB page, "
+      f"a second write {t[1] / pages * 1e6:.2f} us")
+PY
+}
+
 # Configure (once) and build the given targets in build/.
 mdring_build() {
   local root
