@@ -16,6 +16,11 @@
 Rank 0 prints a table (ratio = mdring / gloo: below 1, mdring is faster).
 --device cuda: CUDA tensors (process r on cuda:r % GPUs); each timed call ends
 with torch.cuda.synchronize(), so the times are the calls' whole latency.
+--back-to-back: all_reduce timed as nccl-tests time it, the iterations one after
+another after a single barrier (the slowest rank's total / iterations, median over
+the rounds), instead of one call after each barrier: a call timed alone also holds
+how far apart the ranks left gloo's barrier (tens to hundreds of microseconds on
+2 cores), which both backends pay.
 """
 import os
 import argparse
@@ -44,6 +49,8 @@ ap.add_argument("--ddp-iters", type=int, default=8)
 ap.add_argument("--skip-ddp", action="store_true")
 ap.add_argument("--batches", default="32,2", help="DDP: samples per rank and step, one run each (comma-separated)")
 ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+ap.add_argument("--back-to-back", action="store_true",
+                help="all_reduce: time the iterations one after another after one barrier, not each after its own")
 ap.add_argument("--node-memory", action="store_true",
                 help="mdring_torch.use_node_memory() first (what creating the default group does anyway, "
                      "unless MDRING_NODE_MEMORY=0)")
@@ -97,6 +104,14 @@ def slowest(seconds):
 
 
 def time_calls(t, group, iters):
+    if args.back_to_back:
+        sync()
+        dist.barrier(group=gloo)
+        s = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t, group=group)
+        sync()
+        return [slowest(time.perf_counter() - s) / iters]
     out = []
     for _ in range(iters):
         sync()
@@ -114,7 +129,7 @@ def size_name(b):
 
 if rank == 0:
     print(f"# torch_bench: {size} processes, mdring ({mdring_torch.describe()}) against gloo, float32 SUM, "
-          f"{memory} memory")
+          f"{memory} memory, all_reduce timed {'back to back' if args.back_to_back else 'one call after each barrier'}")
     print(f"# {'size':>8} | {'mdring us':>11} | {'gloo us':>11} | ratio")
 for b in sizes:
     n = b // 4
@@ -128,7 +143,7 @@ for b in sizes:
     med = {k: statistics.median(v) for k, v in times.items()}
     r = med["mdring"] / med["gloo"]
     results.append({"kind": "all_reduce", "memory": memory, "bytes": b, "ranks": size, "mdring_s": med["mdring"],
-                    "gloo_s": med["gloo"], "ratio": r})
+                    "gloo_s": med["gloo"], "ratio": r, "timing": "back-to-back" if args.back_to_back else "per call"})
     if rank == 0:
         print(f"  {size_name(b):>8} | {med['mdring'] * 1e6:11.1f} | {med['gloo'] * 1e6:11.1f} | {r:.3f}", flush=True)
 
