@@ -11,7 +11,8 @@
 #   scripts/bench_pmpi.sh [ROUNDS [COLLECTIVES]]   # default 5 rounds, all four
 # On 2 cores the 2-process half takes about 12 minutes at 3 rounds; the 4-process half
 # much longer (over half an hour on 2026-11-28), as Open MPI's own calls of 32 MiB and
-# more take seconds each on 4 oversubscribed processes.
+# more take seconds each on 4 oversubscribed processes (their fresh temporary buffers'
+# page faults: the fault cost this script prints; docs/DROP_IN.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh

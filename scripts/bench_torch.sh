@@ -47,16 +47,15 @@ print(f"This machine during the run, {fault} (scripts/lib.sh `mdring_fault_cost`
 print("takes tensors from malloc, which maps those of 32 MiB and more afresh and unmaps them when freed: with heap")
 print("tensors every such tensor a step makes pays that per page, in both backends' DDP and in the computation")
 print("alone; node memory keeps freed blocks for reuse.\n")
+# mem: heap, node, or b2b (heap tensors, all_reduce timed back to back; no DDP rows)
 rows = {}
 for np_ in (2, 4):
-    for mem in ("heap", "node"):
+    for mem in ("heap", "node", "b2b"):
         for line in open(f"{work}/np{np_}-{mem}.jsonl"):
             j = json.loads(line)
             rows.setdefault((j["kind"], np_, mem), []).append(j)
 worst = {}
-for mem, title in (("heap", "ordinary tensors (heap memory)"),
-                   ("node", "as a user gets it: node memory by default (tensors of 1 MiB and more), no opt-in")):
-    print(f"### all_reduce, {title}\n")
+def all_reduce_table(mem):
     print("| size | mdring µs, 2 proc | gloo µs | ratio | mdring µs, 4 proc | gloo µs | ratio |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for x, y in zip(rows[("all_reduce", 2, mem)], rows[("all_reduce", 4, mem)]):
@@ -66,21 +65,16 @@ for mem, title in (("heap", "ordinary tensors (heap memory)"),
         print(f"| {size(x['bytes'])} | {x['mdring_s']*1e6:.1f} | {x['gloo_s']*1e6:.1f} | {x['ratio']:.3f} | "
               f"{y['mdring_s']*1e6:.1f} | {y['gloo_s']*1e6:.1f} | {y['ratio']:.3f} |")
     print()
+for mem, title in (("heap", "ordinary tensors (heap memory)"),
+                   ("node", "as a user gets it: node memory by default (tensors of 1 MiB and more), no opt-in")):
+    print(f"### all_reduce, {title}\n")
+    all_reduce_table(mem)
 print("### all_reduce, ordinary tensors (heap memory), timed back to back\n")
 print("The same calls timed as nccl-tests time them: the iterations one after another after a single barrier,")
 print("the slowest rank's total / iterations, median over the 3 rounds (`torch_bench.py --back-to-back`). Timed")
 print("one call after each barrier, as above, a call also holds how far apart the ranks left gloo's barrier,")
 print("which both backends pay.\n")
-print("| size | mdring µs, 2 proc | gloo µs | ratio | mdring µs, 4 proc | gloo µs | ratio |")
-print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-b2b = {np_: [json.loads(l) for l in open(f"{work}/np{np_}-b2b.jsonl")] for np_ in (2, 4)}
-for x, y in zip(b2b[2], b2b[4]):
-    for np_, r in ((2, x), (4, y)):
-        if r["bytes"] >= 1 << 20:
-            worst[(np_, "b2b")] = max(worst.get((np_, "b2b"), 0), r["ratio"])
-    print(f"| {size(x['bytes'])} | {x['mdring_s']*1e6:.1f} | {x['gloo_s']*1e6:.1f} | {x['ratio']:.3f} | "
-          f"{y['mdring_s']*1e6:.1f} | {y['gloo_s']*1e6:.1f} | {y['ratio']:.3f} |")
-print()
+all_reduce_table("b2b")
 print("### Node memory against heap memory (mdring's time, node / heap)\n")
 print("| size | 2 processes | 4 processes |")
 print("| ---: | ---: | ---: |")
