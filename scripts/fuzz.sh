@@ -14,4 +14,5 @@ mdring_ensure_packages "${MDRING_FUZZ_PACKAGES[@]}"
 seconds=${1:-20}
 cmake --preset fuzz -DMDRING_FUZZ_SECONDS="$seconds" >/dev/null
 cmake --build --preset fuzz -j "$(mdring_jobs)"
-ctest --test-dir build-fuzz -L fuzz --output-on-failure --timeout $((seconds + 300))
+# Two at a time on two cores: each target still has a core for its SECONDS.
+ctest --test-dir build-fuzz -L fuzz --output-on-failure --timeout $((seconds + 300)) -j "$(mdring_jobs)"
