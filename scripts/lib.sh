@@ -79,7 +79,7 @@ mdring_build() {
   [ -n "${MDRING_CUDA_ARCHITECTURES:-}" ] && extra+=(-DCMAKE_CUDA_ARCHITECTURES="$MDRING_CUDA_ARCHITECTURES")
   # shellcheck disable=SC2206
   [ -n "${MDRING_CMAKE_ARGS:-}" ] && extra+=(${MDRING_CMAKE_ARGS})
-  # MDRING_OPTIMIZE (default -O2): the C++ optimization of a Release build (CI: -O1).
+  # MDRING_OPTIMIZE (default -O2): the C++ optimization of a Release build (the ci preset: -O0).
   cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE="${MDRING_BUILD_TYPE:-Release}" \
     -DCMAKE_CXX_FLAGS_RELEASE="${MDRING_OPTIMIZE:--O2} -DNDEBUG" -DCMAKE_CUDA_FLAGS_RELEASE="-O2 -DNDEBUG" \
     "${extra[@]}" >/dev/null

@@ -45,8 +45,8 @@ run_kind() {
       ;;
     *) echo "usage: $0 [--ci] [thread|address]..." >&2; return 2 ;;
   esac
-  cmake --preset "$preset" >/dev/null
-  cmake --build --preset "$preset" -j "$(mdring_jobs)" --target "${tests[@]}"
+  cmake --preset "$preset" >/dev/null || return 1
+  cmake --build --preset "$preset" -j "$(mdring_jobs)" --target "${tests[@]}" || return 1
   for t in "${tests[@]}"; do
     echo "== $kind: $t"
     bin=$(find "build-$preset/tests" -name "$t" -type f -perm -u+x | head -1)

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,6 +103,36 @@ TEST_CASE("add: 8 clients counting concurrently give exactly 8 * k") {
   for (auto& t : ts) t.join();
   CHECK(server.add("n", 0) == 400);
   CHECK(server.add("n", -400) == 0);
+}
+
+TEST_CASE("add beyond 64 bits: invalid_argument naming delta, the counter unchanged, the store goes on") {
+  // (found by fuzz_store: the server added with atoll, a signed overflow)
+  rv::tcp_store server(true, opts());
+  rv::tcp_store c(false, opts(server.port()));
+  const std::int64_t top = std::numeric_limits<std::int64_t>::max(), bottom = std::numeric_limits<std::int64_t>::min();
+  CHECK(c.add("big", top) == top);
+  std::string arg, what;
+  try {
+    c.add("big", 1);
+  } catch (const mdring::invalid_argument& e) {
+    arg = e.argument();
+    what = e.what();
+  }
+  CHECK(arg == "delta");
+  CHECK(what.find("add(\"big\")") != std::string::npos);
+  CHECK(what.find("outside the 64-bit range") != std::string::npos);
+  CHECK(c.add("big", 0) == top);  // unchanged, and the connection still serves
+  CHECK(c.add("big", bottom) == -1);
+  CHECK(c.add("low", bottom) == bottom);
+  CHECK_THROWS_AS(c.add("low", -1), mdring::invalid_argument);
+  CHECK(c.add("low", 0) == bottom);
+  // A value that set() stored and that is no 64-bit number: refused the same way.
+  c.set("huge", "99999999999999999999");
+  CHECK_THROWS_AS(c.add("huge", 1), mdring::invalid_argument);
+  CHECK(c.get("huge", in(2000ms)) == "99999999999999999999");
+  c.set("word", "abc");  // no number: read as 0, as before
+  CHECK(c.add("word", 5) == 5);
+  still_works(c, server.port(), "after-overflow");
 }
 
 TEST_CASE("all_gather through the store, every rank's bytes in rank order") {

@@ -13,7 +13,9 @@
 //   handshake  "MDRS" u32 secret length, secret         -> 'K' (accepted) or 'R', close
 //   request    op u32 key length, u32 value length, key, value
 //              op 'S' set -> 'K';  'G' get -> 'V' u32 length, value (once set);
-//              'A' add (value: a decimal delta) -> 'V' u32 length, the new value
+//              'A' add (value: a decimal delta) -> 'V' u32 length, the new value, or
+//                  'E' u32 length, why (a sum outside 64 bits: the counter is left as
+//                  it was, and the client throws invalid_argument naming delta)
 // A get that passes its deadline throws timeout_error naming the key; that
 // connection is dropped and the next call reconnects. One store object is used by
 // one thread at a time.
@@ -25,8 +27,11 @@
 #include "store.hpp"
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -163,8 +168,20 @@ private:
       }
       if (!kv_.count(key) && kv_.size() >= o_.max_keys) return false;
       if (op == 'A') {
-        const long long now = (kv_.count(key) ? std::atoll(kv_[key].c_str()) : 0) + std::atoll(value.c_str());
-        value = std::to_string(now);
+        // Read as atoll reads (a leading integer, 0 without one), but a number or a
+        // sum outside 64 bits is refused instead of overflowing.
+        using limits = std::numeric_limits<long long>;
+        long long have = 0, delta = 0;
+        const auto it = kv_.find(key);
+        if (!read_count(it == kv_.end() ? std::string() : it->second, have) || !read_count(value, delta) ||
+            (delta > 0 && have > limits::max() - delta) || (delta < 0 && have < limits::min() - delta)) {
+          reply(f,
+                "the counter (" + (it == kv_.end() ? std::string("0") : it->second.substr(0, 32)) + ") plus " +
+                    value.substr(0, 32) + " is outside the 64-bit range",
+                'E');
+          continue;
+        }
+        value = std::to_string(have + delta);
       }
       kv_[key] = value;
       if (op == 'S') send_all(f, "K", 1);
@@ -175,8 +192,13 @@ private:
       }
     }
   }
-  static void reply(int f, const std::string& v) {
-    std::string out = "V";
+  static bool read_count(const std::string& text, long long& out) {
+    errno = 0;
+    out = std::strtoll(text.c_str(), nullptr, 10);
+    return errno != ERANGE;
+  }
+  static void reply(int f, const std::string& v, char kind = 'V') {
+    std::string out(1, kind);
     put_u32(out, std::uint32_t(v.size()));
     out += v;
     send_all(f, out.data(), out.size());
@@ -292,12 +314,14 @@ private:
     if (kind == 'K') return {};
     unsigned char len[4];
     std::string v;
-    if (kind != 'V' || detail::recv_all(s_.get(), len, 4, deadline + std::chrono::seconds(10)) != detail::io::ok)
+    if ((kind != 'V' && kind != 'E') ||
+        detail::recv_all(s_.get(), len, 4, deadline + std::chrono::seconds(10)) != detail::io::ok)
       lost();
     v.resize(detail::get_u32(len));
     if (!v.empty() &&
         detail::recv_all(s_.get(), v.data(), v.size(), deadline + std::chrono::seconds(10)) != detail::io::ok)
       lost();
+    if (kind == 'E') throw invalid_argument("delta", "mdring::rendezvous::tcp_store: add(\"" + key + "\"): " + v);
     return v;
   }
 
