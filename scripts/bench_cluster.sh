@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mdring's claim on a real network stack (issue 34): 4 "nodes" x 2 ranks, each node a
+# mdring's claim on a real network stack: 4 "nodes" x 2 ranks, each node a
 # network namespace of scripts/cluster.sh with its uplink shaped by tbf, all_reduce of
 # float (sum) at 1, 16 and 64 MiB, in one run per size and uplink:
 #   - mdring over UCX (`shm:2 x ethernet:4`, processes from mdring-run --hosts through

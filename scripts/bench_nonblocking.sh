@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The nonblocking calls measured (issue 13): mdring-bench --inflight and --overlap
+# The nonblocking calls measured: mdring-bench --inflight and --overlap
 # against MPI_Iallreduce in the same run, 2 and 4 processes, and, when
 # MDRING_BENCH_BEFORE names an mdring-bench built from before the change, the
 # blocking all_reduce before and after (scripts/compare_bench.sh). Writes

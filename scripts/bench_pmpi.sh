@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The drop-in interposer measured (issues 16 and 32): benchmarks/pmpi_loop.c, an
+# The drop-in interposer measured: benchmarks/pmpi_loop.c, an
 # unmodified program looping over one collective (double, heap buffers) from 8 B
 # to 256 MiB, run natively and with libmdring-pmpi.so preloaded, on 2 and 4
 # processes, three ways: native; preloaded as a user gets it (the measured

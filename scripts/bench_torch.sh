@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mdring_torch measured (issue 15): benchmarks/torch_bench.py under torchrun on 2
+# mdring_torch measured: benchmarks/torch_bench.py under torchrun on 2
 # and 4 processes: torch.distributed all_reduce from 4 KiB to 256 MiB and a DDP
 # iteration of a 25.6 M-parameter model, mdring against gloo in the same processes.
 # Writes docs/perf/torch.md and its section of docs/PERFORMANCE.md.

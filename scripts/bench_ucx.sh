@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mdring over UCX (no MPI, processes from mdring-run) measured (issue 14):
+# mdring over UCX (no MPI, processes from mdring-run) measured:
 #   - against Gloo (TCP transport, its faster of ring_chunked and halving_doubling),
 #     on the same processes and buffers, in the same run (mdring-bench --baseline gloo);
 #   - against mdring over MPI (mpirun, the same sizes), for the transport's own cost;

@@ -839,7 +839,7 @@ def main() -> int:
         csvs.append(named("paper_table"))
         report += ["### ResNet-50 scaling efficiency (paper platform)", "", table_paper(pr)]
     if "sizes" in sections:
-        # The natural input at every size (issue 17: at most the best built-in at
+        # The natural input at every size (target: at most the best built-in at
         # 256 and 1024 ranks, 4 KiB to 100 MB, on SMPI's default network).
         rows = []
         for nodes in [64] + ([256] if "large" in sections else []):
@@ -863,7 +863,7 @@ def main() -> int:
                           f"{ratio(r['natural_s'], r['best_builtin_s']):.3f} | {ratio(r['natural_s'], r['bound_s']):.3f} |")
         report.append("")
     if "huge" in sections:
-        # 4096 ranks (1024 nodes x 4) at 102.4 MB against the bound (issue 17: at most
+        # 4096 ranks (1024 nodes x 4) at 102.4 MB against the bound (target: at most
         # 1.10 x): mdring on the fitted links and on the natural input. No built-in
         # (hours each at this size).
         nodes = 1024

@@ -5,7 +5,7 @@
  * hang, stderr says what failed, and the next call on the same communicator works
  * (it goes to MPI: mdring leaves a communicator it failed on).
  *
- * Then the same with nonblocking calls in flight (issue 36): on a second
+ * Then the same with nonblocking calls in flight: on a second
  * communicator every rank issues 8 MPI_Iallreduce, rank 0 again 3 s late. Every
  * rank's MPI_Waitall must return an error (MPI_ERR_IN_STATUS, each failed status
  * MPI_ERR_OTHER) instead of aborting or hanging. A nonblocking failure leaves the

@@ -115,7 +115,7 @@ private:
   std::string dir_;
 };
 
-// Issue 36's job: "shm:2 x ethernet:*", one blocking all_reduce, then k iall_reduce
+// The job of a reported hang: "shm:2 x ethernet:*", one blocking all_reduce, then k iall_reduce
 // calls of 1 Mi floats; rank 1 dies (SIGKILL) right after issuing its k calls.
 // Every survivor must get the failure from how it waits (mode
 // "inflight_<k>_<wait|wait_all|wait_any|test>"), never terminate; and the
@@ -391,7 +391,7 @@ TEST_CASE("a process killed in a collective: the others get remote_error naming 
 
 TEST_CASE("a process killed with nonblocking calls in flight: every survivor's wait throws, nobody terminates") {
   // 4 processes, "shm:2 x ethernet:*": rank 0 shares rank 1's node, ranks 2 and 3
-  // reach it through the ethernet dimension only (issue 36: they terminated).
+  // reach it through the ethernet dimension only (they once terminated).
   for (const char* progress : {"agent", "in_wait"})
     for (int k : {1, 2, 3, 8})
       for (const char* how : {"wait_all", "wait", "wait_any", "test"}) {
