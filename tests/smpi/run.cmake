@@ -1,10 +1,14 @@
 # ctest "smpi_smoke": compiles smoke.cpp with smpicxx and runs it on 8 simulated
 # ranks (two nodes of platform.xml) with smpirun: on the ideal network model, then
 # one natural-input row on SMPI's default one. Run as cmake -P with SMPICXX,
-# SMPIRUN, SOURCE_DIR, INCLUDE and WORK_DIR set.
+# SMPIRUN, SOURCE_DIR, INCLUDE and WORK_DIR set (OPTIMIZE optional).
 file(MAKE_DIRECTORY ${WORK_DIR})
+# OPTIMIZE (MDRING_TEST_OPTIMIZE; CI: -O0) compiles it the way the tests are; -O1 otherwise.
+if(NOT OPTIMIZE)
+  set(OPTIMIZE -O1)
+endif()
 execute_process(
-  COMMAND ${SMPICXX} -std=c++20 -O1 -I${INCLUDE} ${SOURCE_DIR}/smoke.cpp -o ${WORK_DIR}/smpi-smoke
+  COMMAND ${SMPICXX} -std=c++20 ${OPTIMIZE} -I${INCLUDE} ${SOURCE_DIR}/smoke.cpp -o ${WORK_DIR}/smpi-smoke
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "smpicxx failed:\n${out}${err}")
