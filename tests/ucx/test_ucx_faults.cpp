@@ -115,7 +115,7 @@ private:
   std::string dir_;
 };
 
-// The job of a reported hang: "shm:2 x ethernet:*", one blocking all_reduce, then k iall_reduce
+// The job of a reported termination: "shm:2 x ethernet:*", one blocking all_reduce, then k iall_reduce
 // calls of 1 Mi floats; rank 1 dies (SIGKILL) right after issuing its k calls.
 // Every survivor must get the failure from how it waits (mode
 // "inflight_<k>_<wait|wait_all|wait_any|test>"), never terminate; and the
