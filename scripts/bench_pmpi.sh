@@ -58,7 +58,7 @@ out=docs/perf/pmpi.md
 py=$(mdring_python)
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 l3=$(lscpu 2>/dev/null | sed -n 's/^L3 cache: *//p' | head -1)
-$py - "$work" "$rounds" "$(mpirun --version | head -1)" "$(nproc)" "$cpu, L3 $l3" "$collectives" "$fault" >"$out" <<'PY'
+$py - "$work" "$rounds" "$(mpirun --version | head -1)" "$(nproc)" "$cpu${l3:+, L3 $l3}" "$collectives" "$fault" >"$out" <<'PY'
 import re, statistics, sys, datetime
 work, rounds, mpi, cores, cpu, colls = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6].split()
 fault = sys.argv[7]
