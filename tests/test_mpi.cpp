@@ -41,7 +41,7 @@ TEST_CASE("all_reduce: exact integer sums, every topology and count, in place an
   const std::size_t P = world_size(), R = world_rank();
   const auto t0 = std::chrono::steady_clock::now();
   for_each_topology([&](auto& comm, const std::string& label) {
-    for (std::size_t n : counts_for(P)) {
+    for (std::size_t n : counts_for(P, label)) {
       INFO(label << ", count " << n);
       check_exact_sum(comm, P, R, n);
       guarded<std::int64_t> inplace(n, -77);
@@ -166,7 +166,7 @@ TEST_CASE("reduce_scatter: every topology and count, in place and out of place")
   const std::size_t P = world_size(), R = world_rank();
   const auto t0 = std::chrono::steady_clock::now();
   for_each_topology([&](auto& comm, const std::string& label) {
-    for (std::size_t rc : counts_for(P)) {
+    for (std::size_t rc : counts_for(P, label)) {
       INFO(label << ", recvcount " << rc);
       const std::size_t total = rc * P;
       std::vector<std::int64_t> send(total);
@@ -201,7 +201,7 @@ TEST_CASE("all_gather: every topology and count, in place and out of place, iden
   const std::size_t P = world_size(), R = world_rank();
   const auto t0 = std::chrono::steady_clock::now();
   for_each_topology([&](auto& comm, const std::string& label) {
-    for (std::size_t sc : counts_for(P)) {
+    for (std::size_t sc : counts_for(P, label)) {
       INFO(label << ", sendcount " << sc);
       const std::size_t total = sc * P;
       std::vector<std::int64_t> send(sc);
@@ -232,7 +232,7 @@ TEST_CASE("broadcast: every root") {
   const std::size_t P = world_size(), R = world_rank();
   const auto t0 = std::chrono::steady_clock::now();
   for_each_topology([&](auto& comm, const std::string& label) {
-    for (std::size_t n : counts_for(P)) {
+    for (std::size_t n : counts_for(P, label)) {
       for (std::size_t root = 0; root < P; ++root) {
         INFO(label << ", count " << n << ", root " << root);
         guarded<std::int64_t> buf(n, -77);
@@ -250,7 +250,7 @@ TEST_CASE("reduce: every root; recvbuf untouched off the root") {
   const std::size_t P = world_size(), R = world_rank();
   const auto t0 = std::chrono::steady_clock::now();
   for_each_topology([&](auto& comm, const std::string& label) {
-    for (std::size_t n : counts_for(P)) {
+    for (std::size_t n : counts_for(P, label)) {
       for (std::size_t root = 0; root < P; ++root) {
         INFO(label << ", count " << n << ", root " << root);
         std::vector<std::int64_t> send(n);
