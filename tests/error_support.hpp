@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <typeinfo>
+#include <utility>
 
 namespace error_test {
 namespace md = mdring;
@@ -41,6 +42,15 @@ const E* as(const std::exception_ptr& p) {
     return &e;
   } catch (...) {}
   return nullptr;
+}
+
+// What f threw as an invalid_argument: its argument() and what(); both empty when f
+// threw nothing or another exception (the caller's checks then name what it expected).
+template <class F>
+std::pair<std::string, std::string> arg_error_of(F&& f) {
+  const std::exception_ptr p = thrown(std::forward<F>(f));
+  if (const auto* e = as<md::invalid_argument>(p)) return {std::string(e->argument()), e->what()};
+  return {};
 }
 
 // p holds exactly an E (not a subclass).

@@ -8,6 +8,7 @@
 // still passes.
 #include <doctest/doctest.h>
 #include <mdring/mpi.hpp>
+#include "error_support.hpp"
 #include "request_cases.hpp"
 
 #include <cstdlib>
@@ -66,13 +67,8 @@ TEST_CASE("mpi requests: every case with the progress agent (MPI_THREAD_MULTIPLE
   if (!thread_multiple()) {
     md::options o;
     o.progress = md::progress_mode::agent;
-    std::string arg, what;
-    try {
-      auto comm = md::bind(md::ring<md::shm>, MPI_COMM_WORLD, o);
-    } catch (const md::invalid_argument& e) {
-      arg = e.argument();
-      what = e.what();
-    }
+    const auto [arg, what] =
+        error_test::arg_error_of([&] { auto comm = md::bind(md::ring<md::shm>, MPI_COMM_WORLD, o); });
     CHECK(arg == "options.progress");
     CHECK(what.find("MPI_THREAD_MULTIPLE") != std::string::npos);
     CHECK(what.find("progress_mode::in_wait") != std::string::npos);

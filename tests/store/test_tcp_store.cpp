@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 #include <mdring/rendezvous/tcp_store.hpp>
 
+#include "../error_support.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -111,13 +113,7 @@ TEST_CASE("add beyond 64 bits: invalid_argument naming delta, the counter unchan
   rv::tcp_store c(false, opts(server.port()));
   const std::int64_t top = std::numeric_limits<std::int64_t>::max(), bottom = std::numeric_limits<std::int64_t>::min();
   CHECK(c.add("big", top) == top);
-  std::string arg, what;
-  try {
-    c.add("big", 1);
-  } catch (const mdring::invalid_argument& e) {
-    arg = e.argument();
-    what = e.what();
-  }
+  const auto [arg, what] = error_test::arg_error_of([&] { c.add("big", 1); });
   CHECK(arg == "delta");
   CHECK(what.find("add(\"big\")") != std::string::npos);
   CHECK(what.find("outside the 64-bit range") != std::string::npos);
