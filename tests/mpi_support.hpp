@@ -125,17 +125,21 @@ std::size_t first_bad(std::size_t n, F&& ok) {
   return n;
 }
 
+// Past this many ranks (more processes than CI's 2 cores by far) the suites run their
+// largest counts on fewer configurations: each costs seconds a configuration there.
+constexpr std::size_t large_count_ranks = 4;
+
 // The counts each collective is checked at on P ranks and the topology named
 // `label` (for_each_topology's): 0, 1, 2, around P, primes, and 65537 (512 KiB of
 // int64: past recursive_doubling_max_bytes, and two pipelined segments of
-// min_segment_bytes). Past 4 ranks 65537 runs on the compile-time topologies
+// min_segment_bytes). Past large_count_ranks 65537 runs on the compile-time topologies
 // (labels "ring<...": flat, both 2-D shapes, 3 x 2 and 2 x 2 x 2) and not on the
 // runtime ones as well: there the large count costs seconds a topology on an
 // oversubscribed machine (most of test_mpi's 13 s on 6 processes of 2 cores),
-// and up to 4 ranks every runtime topology and algorithm mix still runs it.
+// and up to that every runtime topology and algorithm mix still runs it.
 inline std::vector<std::size_t> counts_for(std::size_t P, const std::string& label) {
   std::vector<std::size_t> c = {0, 1, 2, P - 1, P, P + 1, 7, 31, 257, 1009};
-  if (P <= 4 || label.starts_with("ring<")) c.push_back(65537);
+  if (P <= large_count_ranks || label.starts_with("ring<")) c.push_back(65537);
   std::sort(c.begin(), c.end());
   c.erase(std::unique(c.begin(), c.end()), c.end());
   return c;
