@@ -33,6 +33,7 @@
 #include "../config.hpp"
 #include "../options.hpp"
 #include "../topology/link.hpp"
+#include "../vocabulary.hpp"
 #include "blocks.hpp"
 #include "halving_doubling.hpp"
 
@@ -41,47 +42,6 @@
 #include <string_view>
 
 MDRING_NAMESPACE_BEGIN
-
-// The collective a call runs (explain(), the programs, the cost of a call).
-enum class collective { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
-
-constexpr std::string_view to_string(collective c) noexcept {
-  switch (c) {
-    case collective::all_reduce:
-      return "all_reduce";
-    case collective::reduce_scatter:
-      return "reduce_scatter";
-    case collective::all_gather:
-      return "all_gather";
-    case collective::broadcast:
-      return "broadcast";
-    default:
-      return "reduce";
-  }
-}
-
-// What a stage does to its range. all_reduce: recursive doubling of the whole range;
-// broadcast and reduce: a binomial tree of the whole range.
-enum class phase { reduce_scatter, all_gather, scatter, gather, all_reduce, broadcast, reduce };
-
-constexpr std::string_view to_string(phase p) noexcept {
-  switch (p) {
-    case phase::reduce_scatter:
-      return "reduce-scatter";
-    case phase::all_gather:
-      return "all-gather";
-    case phase::scatter:
-      return "scatter";
-    case phase::gather:
-      return "gather";
-    case phase::all_reduce:
-      return "all-reduce";
-    case phase::broadcast:
-      return "broadcast";
-    default:
-      return "reduce";
-  }
-}
 
 // Steps of a binomial tree over p ranks: ceil(log2 p).
 constexpr std::size_t tree_steps(std::size_t p) noexcept {

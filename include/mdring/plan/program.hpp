@@ -54,7 +54,7 @@
 
 #include "../config.hpp"
 #include "../options.hpp"
-#include "cost.hpp"
+#include "../vocabulary.hpp"
 
 #include <cstddef>
 #include <cstdint>

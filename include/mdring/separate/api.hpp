@@ -29,7 +29,7 @@
 #include "../error.hpp"
 #include "../memory.hpp"
 #include "../options.hpp"
-#include "../plan/cost.hpp"
+#include "../vocabulary.hpp"
 #include "../reduce/ops.hpp"
 #include "../reduce/types.hpp"
 #include "../topology/link.hpp"
