@@ -2,7 +2,7 @@
 // transport. Each check names the exception TYPE, the argument() and words of
 // what() that say what was wrong and what was expected.
 //
-// The properties under test (collective/run.hpp, communicator.hpp):
+// The properties under test (collective/checks.hpp, collective/launch.hpp, communicator.hpp):
 //   - a local argument error throws invalid_argument before any message moves;
 //   - with check_level::local a rank with a bad argument tells its peers, which
 //     stop with remote_error long before their deadline (nobody hangs), and the

@@ -155,7 +155,8 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
         for (md::collective kind : {md::collective::all_reduce, md::collective::broadcast}) {
           if (kind == md::collective::all_reduce) md::all_reduce(comm, v.data(), n, md::sum);
           else md::broadcast(comm, v.data(), n, 0);
-          const md::call_decision d = md::detail::internals_of(comm).decision();  // what this call ran
+          const md::call_decision d =
+              md::detail::workspace_of(md::detail::core_of(comm)).decision();  // what this call ran
           const md::plan pl = comm.make_plan<float>(n, kind);
           const std::string free = md::explain<float>(topo, n, kind, comm.rank());
           std::lock_guard l(m);
@@ -183,7 +184,7 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
             // (A broadcast reads its range from the root on a shared last dimension.)
             const bool want = (st.ph == md::phase::reduce_scatter || st.ph == md::phase::all_gather ||
                                (st.ph == md::phase::broadcast && !d.trees)) &&
-                              md::detail::internals_of(comm).program_dims().at(st.dim).shared;
+                              md::detail::workspace_of(md::detail::core_of(comm)).description().dims.at(st.dim).shared;
             if (st.shared_access != want)
               errors.push_back(std::string(text) + " n=" + std::to_string(n) + ": stage " +
                                std::string(md::to_string(st.ph)) + " of dimension " + std::to_string(st.dim) +

@@ -221,7 +221,8 @@ TEST_CASE("heap buffers streamed through node memory: the next call decides, ali
       if (!in_place) CHECK(first_bad(n, [&](std::size_t i) { return send[i] == val(R, i); }) == n);
       CHECK(send.guards_intact(-77));
       CHECK(recv.guards_intact(-77));
-      CHECK(md::detail::internals_of(comm).program_dims().at(0).streamed == (shared && before));
+      CHECK(md::detail::workspace_of(md::detail::core_of(comm)).description().dims.at(0).streamed ==
+            (shared && before));
       before = unmapped;
     }
   }
@@ -295,7 +296,8 @@ TEST_CASE("broadcast: a root's heap buffer streamed through node memory, the nex
       md::broadcast(comm, buf.data(), n, root);
       CHECK(first_bad(n, [&](std::size_t i) { return buf[i] == val(root, i); }) == n);
       CHECK(buf.guards_intact(-77));
-      CHECK(md::detail::internals_of(comm).program_dims().at(0).streamed == (shared && before));
+      CHECK(md::detail::workspace_of(md::detail::core_of(comm)).description().dims.at(0).streamed ==
+            (shared && before));
       before = unmapped;
       ++calls;
     }
@@ -308,7 +310,7 @@ TEST_CASE("broadcast: a root's heap buffer streamed through node memory, the nex
     for (std::size_t i = 0; i < n; ++i) buf[i] = R == 0 ? val(0, i) : -5;
     md::broadcast(floor, buf.data(), n, 0);
     CHECK(first_bad(n, [&](std::size_t i) { return buf[i] == val(0, i); }) == n);
-    CHECK_FALSE(md::detail::internals_of(floor).program_dims().at(0).streamed);
+    CHECK_FALSE(md::detail::workspace_of(md::detail::core_of(floor)).description().dims.at(0).streamed);
   }
   CHECK(calls == 6 * P);
 }
@@ -340,7 +342,8 @@ TEST_CASE("all_gather: heap buffers streamed through node memory, the next call 
       CHECK(first_bad(sc * P, [&](std::size_t i) { return recv[i] == val(i / sc, i % sc); }) == sc * P);
       CHECK(send.guards_intact(-77));
       CHECK(recv.guards_intact(-77));
-      CHECK(md::detail::internals_of(comm).program_dims().at(0).streamed == (shared && before));
+      CHECK(md::detail::workspace_of(md::detail::core_of(comm)).description().dims.at(0).streamed ==
+            (shared && before));
       before = unmapped;
     }
   // Under the floor the peers' recvbufs are read in place (not streamed).
@@ -352,7 +355,7 @@ TEST_CASE("all_gather: heap buffers streamed through node memory, the next call 
     for (std::size_t i = 0; i < sc; ++i) send[i] = val(R, i);
     md::all_gather(floor, send.data(), recv.data(), sc);
     CHECK(first_bad(sc * P, [&](std::size_t i) { return recv[i] == val(i / sc, i % sc); }) == sc * P);
-    CHECK_FALSE(md::detail::internals_of(floor).program_dims().at(0).streamed);
+    CHECK_FALSE(md::detail::workspace_of(md::detail::core_of(floor)).description().dims.at(0).streamed);
   }
 }
 
@@ -381,7 +384,7 @@ TEST_CASE("reduce_scatter: heap buffers streamed through node memory, the next c
     CHECK(first_bad(rc * P, [&](std::size_t j) { return send[j] == val(R, j); }) == rc * P);
     CHECK(send.guards_intact(-77));
     CHECK(recv.guards_intact(-77));
-    CHECK(md::detail::internals_of(comm).program_dims().at(0).streamed == (shared && before));
+    CHECK(md::detail::workspace_of(md::detail::core_of(comm)).description().dims.at(0).streamed == (shared && before));
     before = unmapped;
   }
 }

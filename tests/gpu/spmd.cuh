@@ -6,7 +6,7 @@
 
 #include "common.cuh"
 
-#include <mdring/cuda/communicator.cuh>
+#include <mdring/cuda/collectives.cuh>
 
 namespace gpu_test {
 

@@ -453,8 +453,8 @@ GPU_TEST("all_reduce: a captured graph stays valid after a larger call grows the
   cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
   // A larger call: the scratch grows; the captured block must stay allocated.
   one_call<float>(comms, opk::sum, md::sum, large, false, false, 10, {}, "the larger call");
-  check(comms[0].workspace().retired_blocks() == 1, "the block the graph uses was kept (retired_blocks ",
-        comms[0].workspace().retired_blocks(), ")");
+  check(comms[0].calls().workspace().retired_blocks() == 1, "the block the graph uses was kept (retired_blocks ",
+        comms[0].calls().workspace().retired_blocks(), ")");
   for (std::size_t r = 0; r < P; ++r) b.recv[r]->poison();
   cuda_ok(cudaGraphLaunch(exec, s.get()), "cudaGraphLaunch");
   cuda_ok(cudaStreamSynchronize(s.get()), "sync");

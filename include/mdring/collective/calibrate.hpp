@@ -100,15 +100,17 @@ template <class Comm>
 double ring_steps(Comm& comm, std::size_t d, std::size_t bytes, std::size_t reps, unsigned char* send,
                   unsigned char* recv, std::size_t train = 1) {
   auto& tr = comm.get_transport();
-  auto& dim = detail::internals_of(comm).dims()[d];
+  const auto b = detail::binding_of(detail::core_of(comm));
+  auto& ch = b.channels[d];
+  const bound_dimension& dim = b.layout.dims[d];
   const std::size_t p = dim.extent, c = dim.coord;
   std::vector<typename Comm::transport_type::request> rq(2 * train);
   const double t0 = seconds_on(tr);
   for (std::size_t r = 0; r < reps; ++r) {
     for (std::size_t j = 0; j < train; ++j) {
       const int tag = int((r % 2) * train + j);
-      tr.irecv(dim.ch, recv + j * bytes, bytes, (c + p - 1) % p, tag, rq[2 * j]);
-      tr.isend(dim.ch, send, bytes, (c + 1) % p, tag, rq[2 * j + 1]);
+      tr.irecv(ch, recv + j * bytes, bytes, (c + p - 1) % p, tag, rq[2 * j]);
+      tr.isend(ch, send, bytes, (c + 1) % p, tag, rq[2 * j + 1]);
     }
     const wait_status st = tr.wait_all(std::span(rq), deadline_clock::now() + comm.get_options().timeout);
     if (st.kind == wait_status::peer_failed)
@@ -131,7 +133,7 @@ double ring_steps(Comm& comm, std::size_t d, std::size_t bytes, std::size_t reps
 template <class Comm>
 profile calibrate(Comm& comm, const calibration& how = {}) {
   detail::check_calibration(how);
-  detail::internals_of(comm).executor().drain();
+  detail::executor_of(detail::core_of(comm))->drain();
   const runtime_topology& ex = comm.executed_topology();
   profile pr;
   pr.topology = ex.to_string();
@@ -144,7 +146,7 @@ profile calibrate(Comm& comm, const calibration& how = {}) {
   // buffers of every simulated rank in the one process).
   std::pmr::memory_resource* mr = comm.get_options().memory_or_default();
   std::pmr::vector<unsigned char> send(top, 0x5a, mr), recv(recv_bytes, mr);
-  auto& dims = detail::internals_of(comm).dims();
+  const auto& dims = comm.layout().dims;
   for (std::size_t d = 0; d < dims.size(); ++d) {
     if (dims[d].extent < 2) continue;
     // t[i]: one message of bytes[i]; t[n + i]: a train of them (i < trains)

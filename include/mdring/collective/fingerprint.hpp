@@ -134,17 +134,6 @@ inline std::string fingerprint(const runtime_topology& written, const options& o
   return s;
 }
 
-// Plans with options.profile's figures (plan/profile.hpp): topo's links of the
-// names it holds take them. Throws invalid_argument("options.profile").
-inline void apply_profile(const options& o, runtime_topology& topo, const char* fn) {
-  if (o.profile.empty()) return;
-  try {
-    profile::load(o.profile).apply(topo);
-  } catch (const invalid_argument& e) {
-    throw invalid_argument("options.profile", std::string(fn) + ": options.profile (or MDRING_PROFILE): " + e.what());
-  }
-}
-
 }  // namespace detail
 
 MDRING_NAMESPACE_END

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "../config.hpp"
-#include "run.hpp"
+#include "launch.hpp"
 
 #include <span>
 

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "../config.hpp"
-#include "run.hpp"
+#include "launch.hpp"
 
 #include <span>
 

@@ -1,5 +1,5 @@
 // mdring/collective/ring_only.hpp: the compile-time check that a non-commutative
-// op meets no ring-only dimension (collective/run.hpp static_checks): a ring folds
+// op meets no ring-only dimension (collective/checks.hpp static_checks): a ring folds
 // blocks in rotated order, so only a fully connected link (the direct algorithm,
 // which combines in rank order) can run such an op.
 #pragma once

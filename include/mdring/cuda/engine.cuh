@@ -19,7 +19,10 @@
 #pragma once
 
 #include "../error.hpp"
+#include "../plan/bound_layout.hpp"
+#include "../plan/call.hpp"
 #include "../plan/program.hpp"
+#include "../plan/program_cache.hpp"
 #include "../reduce/ops.hpp"
 #include "../transport/transport.hpp"
 #include "config.cuh"
@@ -351,6 +354,47 @@ std::size_t misalignment(const T* p) noexcept {
   constexpr std::size_t V = std::size_t(vector_elements<T>);
   return V > 1 ? (address(p) / sizeof(T)) % V : 0;
 }
+
+// What the GPU executor keeps for one communicator, between its calls and during
+// each: the call's decision and description (plan/call.hpp) in reused storage, the
+// program cache, the order the steps are enqueued in, the messages of a step, the
+// streams and events (stream_plan) and the device scratch (device_workspace).
+// The communicator owns one (cuda/communicator.cuh) and hands it to each call.
+class device_calls {
+public:
+  device_calls(std::pmr::memory_resource* mr, int device) : ws_(mr, device) {}
+
+  // The program of a call of `c` on layout L (plan/call.hpp decide_call, then
+  // describe_call with what each dimension's link can do, `access`), built once per
+  // parameters and cached. recv_mis: all_reduce's receive buffer's misalignment
+  // (elements modulo a 16-byte vector of vector_elements).
+  const program& program_for(const call_shape& c, const bound_layout& L, std::span<const dim_access> access,
+                             const tuning& tune, bool commutative, std::size_t vector_elements, std::size_t recv_mis) {
+    decide_call(decision_, request_for(L, c.kind, c.count, c.elem_size, commutative, tune));
+    describe_call(described_, decision_, c, L, access, tune, executor_profile::on_device(vector_elements, recv_mis));
+    return programs_.get(described_.params);
+  }
+  const call_decision& decision() const noexcept { return decision_; }
+  const call_program& description() const noexcept { return described_; }
+  std::uint64_t programs_built() const noexcept { return programs_.built(); }
+
+  // The order the engine enqueues a program's steps in, and a step's messages (reused storage).
+  std::vector<std::size_t>& order() noexcept { return order_; }
+  std::vector<device_message>& sends() noexcept { return sends_; }
+  std::vector<device_message>& recvs() noexcept { return recvs_; }
+  device_workspace& workspace() noexcept { return ws_; }
+  const device_workspace& workspace() const noexcept { return ws_; }
+  stream_plan& streams() noexcept { return streams_; }
+
+private:
+  call_decision decision_;
+  call_program described_;
+  program_cache programs_;
+  std::vector<std::size_t> order_;
+  std::vector<device_message> sends_, recvs_;
+  device_workspace ws_;
+  stream_plan streams_;
+};
 
 }  // namespace detail
 

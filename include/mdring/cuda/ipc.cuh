@@ -34,9 +34,10 @@
 // invalid_argument naming the collective.
 #pragma once
 
-#include "../collective/communicator.hpp"
+#include "../collective/communicator_base.hpp"
 #include "../error.hpp"
 #include "../options.hpp"
+#include "../plan/bound_layout.hpp"
 #include "../plan/merge.hpp"
 #include "../topology/runtime.hpp"
 #include "../transport/device_select.hpp"
@@ -468,13 +469,13 @@ namespace detail {
 template <class Topology, class Channel>
 std::vector<ipc_link> open_ipc_links(const Topology& topo, std::size_t size, std::size_t rank, const options& opts,
                                      device_transport_support& support, Channel&& channel) {
-  const runtime_topology resolved = mdring::detail::to_runtime(topo).resolve(size, "cuda::bind");
-  mdring::detail::check_algorithm_count(resolved, opts, "mdring::cuda::bind");
-  const merged_dimensions m = merge_dimensions(resolved, opts, false);
-  const runtime_topology& ex = m.topology;
+  options o = opts;  // the bind the communicator will make (plan/bound_layout.hpp), ahead of it
+  const bound_layout L = bind_layout(mdring::detail::to_runtime(topo), size, rank, o, bind_path::device, "cuda::bind");
+  const runtime_topology& ex = L.executed();
+  const merged_dimensions& m = L.merged;
   std::vector<ipc_link> links(ex.ndims());
   support.ipc.assign(ex.ndims(), false);
-  const auto coords = ex.coordinates(rank);
+  const auto& coords = L.coords;
   for (std::size_t d = 0; d < ex.ndims(); ++d) {
     if (ex.extent(d) < 2 || ex.dim(d).link.space != memory_space::device) continue;
     bool wanted = true;
@@ -483,7 +484,7 @@ std::vector<ipc_link> open_ipc_links(const Topology& topo, std::size_t size, std
           opts.device_transports[u] != device_transport::ipc)
         wanted = false;
     if (!wanted) continue;
-    const auto members = ex.peers(rank, d);
+    const auto& members = L.dims[d].members;
     auto xch = channel(d, members, coords[d]);
     std::string why;
     links[d] = ipc_link::open(xch, members, coords[d], opts.tune.ipc_staging_bytes, &why);

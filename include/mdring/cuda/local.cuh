@@ -28,7 +28,7 @@
 #include "../options.hpp"
 #include "../topology/ring.hpp"
 #include "../topology/runtime.hpp"
-#include "communicator.cuh"
+#include "collectives.cuh"
 #include "config.cuh"
 #include "engine.cuh"
 
@@ -111,7 +111,7 @@ void local_step(std::span<local_communicator<Topology>> comms, std::span<const p
   bool messages = false;
   for (std::size_t r = 0; r < P; ++r) {
     const program_step& st = sch[r]->steps[i];
-    s[r] = comms[r].streams().enter(st);
+    s[r] = comms[r].calls().streams().enter(st);
     run_ops(*sch[r], sch[r]->pre_of(st), st, b[r], op, P, s[r]);
     messages |= st.sends + st.recvs > 0;
   }
@@ -148,7 +148,7 @@ void local_step(std::span<local_communicator<Topology>> comms, std::span<const p
   for (std::size_t r = 0; r < P; ++r) {
     const program_step& st = sch[r]->steps[i];
     run_ops(*sch[r], sch[r]->ops_of(st), st, b[r], op, P, s[r]);
-    comms[r].streams().leave(st, s[r]);
+    comms[r].calls().streams().leave(st, s[r]);
   }
 }
 
@@ -206,19 +206,20 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
       capturing[r] = detail::capturing(user[r]);
       sch[r] = &comms[r].template program_for<T>(count, op_traits<Op>::commutative, detail::misalignment(recvbufs[r]));
     }
-    auto& order = comms[0].order_storage();  // the same on every rank
+    auto& order = comms[0].calls().order();  // the same on every rank
     order = wavefront_order(*sch[0]);
     for (std::size_t r = 0; r < P; ++r)
-      b[r] = detail::buffers_of(
-          *sch[r], sendbufs[r], recvbufs[r],
-          static_cast<T*>(comms[r].workspace().get(detail::scratch_elements(*sch[r]) * sizeof(T), capturing[r], name)));
+      b[r] = detail::buffers_of(*sch[r], sendbufs[r], recvbufs[r],
+                                static_cast<T*>(comms[r].calls().workspace().get(
+                                    detail::scratch_elements(*sch[r]) * sizeof(T), capturing[r], name)));
     try {
       for (std::size_t r = 0; r < P; ++r)
-        comms[r].streams().begin(user[r], comms[r].executed_extents().size(), sch[r]->segments, capturing[r] != 0);
+        comms[r].calls().streams().begin(user[r], comms[r].executed_extents().size(), sch[r]->segments,
+                                         capturing[r] != 0);
       for (const std::size_t i : order) detail::local_step<Topology, T, Op>(comms, sch, b, i, op, cur);
-      for (std::size_t r = 0; r < P; ++r) comms[r].streams().end();
+      for (std::size_t r = 0; r < P; ++r) comms[r].calls().streams().end();
     } catch (const std::exception& e) {
-      for (auto& c : comms) c.mark_broken(e.what());
+      for (auto& c : comms) mark_broken(c, e.what());
       throw;
     }
   }

@@ -35,9 +35,9 @@
 
 #include "../error.hpp"
 #include "../options.hpp"
-#include "../collective/bind_mpi.hpp"
+#include "../collective/fingerprint.hpp"
 #include "../transport/mpi.hpp"
-#include "communicator.cuh"
+#include "collectives.cuh"
 #include "config.cuh"
 #include "engine.cuh"
 #include "ipc.cuh"

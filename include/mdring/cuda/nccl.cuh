@@ -31,7 +31,8 @@
 #include "../options.hpp"
 #include "../topology/ring.hpp"
 #include "../topology/runtime.hpp"
-#include "communicator.cuh"
+#include "../collective/fingerprint.hpp"
+#include "collectives.cuh"
 #include "config.cuh"
 #include "engine.cuh"
 

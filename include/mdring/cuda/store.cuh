@@ -23,7 +23,7 @@
 #include "../options.hpp"
 #include "../rendezvous/store.hpp"
 #include "../topology/runtime.hpp"
-#include "communicator.cuh"
+#include "collectives.cuh"
 #include "config.cuh"
 #include "ipc.cuh"
 

@@ -22,11 +22,24 @@
 // `source` says where the choice came from (explain() prints it).
 // Example: ring<nvlink, 4> * ring<infiniband, 2>, all_reduce of 1 Mi floats:
 // direct, ring; the model's segment length; estimate.
+//
+// describe_call then turns the decision, the bind result (plan/bound_layout.hpp)
+// and what the executor can do in each dimension (dim_access: shared access, its
+// staging, whether the last call's buffers were unmapped) into the call's program
+// parameters (plan/build_program.hpp program_params), the one description every
+// path builds or looks up its program with:
+//
+//   call_program cp;
+//   describe_call(cp, d, {collective::all_reduce, count, 0, sizeof(float)}, layout, access, tune,
+//                 executor_profile::host(false));
+//   const program& pr = cache.get(cp.params);
 #pragma once
 
 #include "../config.hpp"
 #include "../options.hpp"
 #include "../topology/runtime.hpp"
+#include "bound_layout.hpp"
+#include "build_program.hpp"
 #include "cost.hpp"
 #include "pipeline.hpp"
 #include "wisdom.hpp"
@@ -98,6 +111,124 @@ inline void decide_call(call_decision& d, const call_request& r) {
     d.depth = depth < d.segments ? depth : d.segments;
   }
   d.trees = trees_for_call(r.kind, r.topology, r.requested, d.algos, r.count, r.elem_size, r.tune, r.commutative);
+}
+
+// ---- the call's program parameters ---------------------------------------------------
+
+// What an executor can do in one executed dimension (its transport's answer).
+struct dim_access {
+  bool shared = false;            // the ranks read each other's buffers: direct stages by shared access
+  std::size_t staging_bytes = 0;  // shared: stage ranges of at most this many bytes go through staging buffers
+  // Host, between processes: the last call on this dimension that noted it had
+  // buffers some rank's peers could not map (the same on every rank of the ring:
+  // executor/host/core.hpp sync); the next one takes the pull form where it pays.
+  bool unmapped = false;
+};
+
+// What differs between the executors that run programs.
+struct executor_profile {
+  // The host engine: nontemporal copies from tune.nontemporal_bytes, a reduce's
+  // shared last dimension in one stage (program_params::shared_reduce_split).
+  bool host = true;
+  // Host ranks in separate address spaces: the pull form (dim_program::streamed)
+  // where a dimension's buffers are unmapped and it pays.
+  bool between_processes = false;
+  // The GPU: receive slots aligned like their fold's destination, and all_reduce's
+  // recvbuf misalignment in elements modulo that vector.
+  std::size_t vector_elements = 1;
+  std::size_t recv_misalignment = 0;
+
+  static constexpr executor_profile on_host(bool between_processes) noexcept { return {true, between_processes, 1, 0}; }
+  static constexpr executor_profile on_device(std::size_t vector_elements, std::size_t recv_misalignment) noexcept {
+    return {false, false, vector_elements, recv_misalignment};
+  }
+};
+
+// One call as its program is built: what collective, how many elements, which root.
+struct call_shape {
+  collective kind = collective::all_reduce;
+  std::size_t count = 0;  // the collective's count argument
+  std::size_t root = 0;
+  std::size_t elem_size = 4;
+};
+
+// The description describe_call fills: params (whose dims view `dims`) is what a
+// program is built or looked up with (plan/program_cache.hpp). Reused storage.
+struct call_program {
+  std::vector<dim_program> dims;
+  program_params params;
+  // Per executed dimension: the pull form pays on it (it runs streamed when its
+  // buffers are unmapped; explain() says so).
+  std::vector<unsigned char> stream_pays;
+  // Some dimension's pull form pays: the call notes, at its arrives, whether any
+  // rank's buffers were unmapped, for the next call to decide on.
+  bool notes_unmapped = false;
+
+  call_program() = default;
+  call_program(const call_program& o)
+      : dims(o.dims), params(o.params), stream_pays(o.stream_pays), notes_unmapped(o.notes_unmapped) {
+    params.dims = dims;
+  }
+  call_program& operator=(const call_program& o) {
+    if (this != &o) {
+      dims = o.dims, params = o.params, stream_pays = o.stream_pays, notes_unmapped = o.notes_unmapped;
+      params.dims = dims;
+    }
+    return *this;
+  }
+};
+
+// Fills cp for the call `c` that decision d describes, on layout L with `access`
+// per executed dimension (empty: no shared access anywhere, as the free explain()
+// assumes). A dimension runs by shared access where its ranks share memory and
+// the call runs it direct; between processes it runs the pull form where that
+// pays (plan/cost.hpp streams_when_unmapped) and its buffers were unmapped.
+inline void describe_call(call_program& cp, const call_decision& d, const call_shape& c, const bound_layout& L,
+                          std::span<const dim_access> access, const tuning& tune, const executor_profile& ex) {
+  const std::size_t k = L.ndims();
+  cp.dims.resize(k);
+  cp.stream_pays.assign(k, 0);
+  cp.notes_unmapped = false;
+  const std::size_t seg_len = c.kind == collective::all_reduce ? d.segment_length : 0;
+  const std::size_t seg = seg_len && seg_len < c.count ? seg_len : c.count;
+  const std::size_t whole = call_elements(c.kind, c.count, L.size) * c.elem_size;
+  for (std::size_t i = 0; i < k; ++i) {
+    dim_program& dp = cp.dims[i];
+    dp = {L.extents[i], L.coords[i], d.algos[i], false, 0, false};
+    const dim_access a = i < access.size() ? access[i] : dim_access{};
+    if (L.extents[i] < 2 || !a.shared || dp.algo != algorithm::direct) continue;
+    dp.shared = true, dp.staging_bytes = a.staging_bytes;
+    if (!ex.between_processes) continue;
+    const bool pays = streams_when_unmapped({c.kind, L.extents, i, dp.algo, true, false, whole,
+                                             c.kind == collective::all_reduce ? seg * c.elem_size : whole,
+                                             seg ? (c.count + seg - 1) / seg : 0, dp.staging_bytes},
+                                            L.dims[i].link, tune);
+    cp.stream_pays[i] = pays;
+    cp.notes_unmapped |= pays;
+    dp.streamed = pays && a.unmapped;
+  }
+  program_params& p = cp.params;
+  p = program_params{};
+  p.kind = c.kind, p.dims = cp.dims, p.count = c.count, p.rank = L.rank, p.root = c.root, p.elem_size = c.elem_size;
+  p.segment_length = seg_len;
+  p.trees = d.trees;
+  if (ex.host) {
+    p.nontemporal_bytes = tune.nontemporal_bytes;
+    p.shared_reduce_max_bytes = tune.shared_reduce_max_bytes;
+    p.shared_reduce_split = true;
+  } else {
+    p.vector_elements = ex.vector_elements;
+    p.recv_misalignment = c.kind == collective::all_reduce ? ex.recv_misalignment : 0;
+  }
+}
+
+// decide_call's request for a call on layout L.
+inline call_request request_for(const bound_layout& L, collective kind, std::size_t count, std::size_t elem_size,
+                                bool commutative, const tuning& tune, const measured_choice* measured = nullptr,
+                                int force_halving_doubling = -1) {
+  return call_request{
+      kind, L.executed(), L.merged.requested, L.algorithms, commutative,           count, L.size, elem_size,
+      tune, measured,     L.rank_links,       L.extents,    force_halving_doubling};
 }
 
 MDRING_NAMESPACE_END

@@ -23,6 +23,7 @@
 
 #include "../config.hpp"
 #include "../error.hpp"
+#include "../options.hpp"
 #include "../topology/link_registry.hpp"
 #include "../topology/runtime.hpp"
 #include "text_line.hpp"
@@ -236,5 +237,19 @@ struct profile {
 
   friend bool operator==(const profile&, const profile&) = default;
 };
+
+namespace detail {
+// Plans with options.profile's figures: topo's links of the
+// names it holds take them. Throws invalid_argument("options.profile").
+inline void apply_profile(const options& o, runtime_topology& topo, const char* fn) {
+  if (o.profile.empty()) return;
+  try {
+    profile::load(o.profile).apply(topo);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument("options.profile", std::string(fn) + ": options.profile (or MDRING_PROFILE): " + e.what());
+  }
+}
+
+}  // namespace detail
 
 MDRING_NAMESPACE_END

@@ -5,7 +5,12 @@
 #pragma once
 
 #define MDRING_SEPARATE_IMPLEMENTATION 1
-#include "../mpi.hpp"
+#include "../collective/all_gather.hpp"
+#include "../collective/all_reduce.hpp"
+#include "../collective/bind_mpi.hpp"
+#include "../collective/broadcast.hpp"
+#include "../collective/reduce.hpp"
+#include "../collective/reduce_scatter.hpp"
 #include "mpi.hpp"
 
 #include <memory>

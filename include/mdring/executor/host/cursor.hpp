@@ -35,13 +35,13 @@ MDRING_NAMESPACE_BEGIN
 
 namespace detail {
 
-template <class T, class Op, class Comm>
+template <transport Transport>
 class call_cursor {
 public:
-  using state = engine_state<T, Op, Comm>;
-  using transport_t = typename state::transport_t;
+  using state = engine_state<Transport>;
+  using transport_t = Transport;
   using request_t = typename state::request_t;
-  call_cursor(state& s, local_ops<T, Op, Comm>& ops) noexcept : s_(s), ops_(ops) {}
+  call_cursor(state& s, step_ops<Transport>& ops) noexcept : s_(s), ops_(ops) {}
 
   static constexpr std::size_t max_depth = 8;
 
@@ -54,7 +54,7 @@ public:
     newest_ = max_depth;
     any_order_ = false;
     if constexpr (waits_for_any<transport_t>) any_order_ = !pr.shared && pr.segments > 1;
-    s_.in_.board().begin_program(pr.steps.size());
+    s_.board().begin_program(pr.steps.size());
   }
 
   // Moves the call on (see the top of this file); true once it is done. On a
@@ -100,24 +100,24 @@ private:
   // peer it waits on (the first it receives from, else the first it sends to; a
   // shared stage waits for the whole dimension), and the bytes a passed step moved.
   void show_waiting(const program_step& st, deadline_clock::time_point deadline) {
-    const auto& members = s_.dims_[st.dim].members;
+    const auto& members = s_.layout().dims[st.dim].members;
     long long peer = -1;
     auto d = state_board::dir::group;
     std::uint64_t bytes = 0;
     for (const auto& m : pr_->recvs_of(st)) {
       if (peer < 0) peer = (long long)members[m.peer], d = state_board::dir::recv;
-      bytes += m.count * sizeof(T);
+      bytes += m.count * s_.elem_size();
     }
     if (peer < 0)
       for (const auto& m : pr_->sends_of(st)) {
         peer = (long long)members[m.peer], d = state_board::dir::send;
         break;
       }
-    s_.in_.board().waiting(st.dim, int(st.ph), st.index, peer, d, bytes, deadline);
+    s_.board().waiting(st.dim, int(st.ph), st.index, peer, d, bytes, deadline);
   }
   std::uint64_t received_bytes(const program_step& st) const {
     std::uint64_t bytes = 0;
-    for (const auto& m : pr_->recvs_of(st)) bytes += m.count * sizeof(T);
+    for (const auto& m : pr_->recvs_of(st)) bytes += m.count * s_.elem_size();
     return bytes;
   }
 
@@ -144,7 +144,7 @@ private:
   void announce(std::size_t slot) {
     segment& sg = segs_[slot];
     const program_step& st = step(sg);
-    ops_.run_ops(*pr_, pr_->pre_of(st), st.dim, slot);
+    ops_.run_ops(s_, *pr_, pr_->pre_of(st), st.dim, slot);
     sg.nreq = s_.post_messages(*pr_, st, slot);
     sg.deadline = {};  // set when the step is first waited for
     sg.announced = true;
@@ -182,9 +182,9 @@ private:
     head_ = (head_ + 1) % max_depth, --queued_;
     segment& sg = segs_[slot];
     const program_step& st = step(sg);
-    ops_.run_ops(*pr_, pr_->ops_of(st), st.dim, slot);
+    ops_.run_ops(s_, *pr_, pr_->ops_of(st), st.dim, slot);
     ++progress_;
-    s_.in_.board().step_done(received_bytes(st));
+    s_.board().step_done(received_bytes(st));
     if (++sg.step < pr_->segment_begin[sg.index + 1]) post(slot);
     else sg.busy = false, --active_;
     admit();
@@ -196,7 +196,7 @@ private:
     if constexpr (waits_for_any<transport_t>) {
       for (std::size_t i = 0; i < queued_; ++i) {
         const segment& sg = segs_[queue_[(head_ + i) % max_depth]];
-        const request_t* rq = s_.reqs_ + queue_[(head_ + i) % max_depth] * s_.per_slot_;
+        const request_t* rq = s_.ws().requests(queue_[(head_ + i) % max_depth]);
         bool done = true;
         for (std::size_t k = 0; k < sg.nreq && done; ++k) done = transport_t::complete(rq[k]);
         if (done) {
@@ -215,16 +215,13 @@ private:
         }
         dl = d < dl ? d : dl;
       }
-      std::span<request_t> rs(s_.reqs_, depth_ * s_.per_slot_);
-      const wait_status st = s_.tr_.wait_any(rs, block ? dl : deadline_clock::time_point{});
+      const std::size_t per = s_.ws().per_slot();
+      std::span<request_t> rs(s_.ws().requests(), depth_ * per);
+      const wait_status st = s_.transport().wait_any(rs, block ? dl : deadline_clock::time_point{});
       if (st.kind == wait_status::done) return true;
       if (st.kind == wait_status::timeout && deadline_clock::now() < dl) return block;  // (block: a spurious return)
-      const std::size_t slot = st.kind == wait_status::timeout ? st.index / s_.per_slot_ : queue_[head_];
-      const program_step& ps = step(segs_[slot]);
-      const auto& info = s_.infos_[st.kind == wait_status::timeout ? st.index : slot * s_.per_slot_];
-      s_.raise(st, ps.ph, st.kind == wait_status::timeout ? info.dim : ps.dim, ps.index, info.peer,
-               info.is_send ? " to receive what rank " : " to send to rank ",
-               info.is_send ? state_board::dir::send : state_board::dir::recv);
+      const std::size_t slot = st.kind == wait_status::timeout ? st.index / per : queue_[head_];
+      s_.raise_for_request(st, step(segs_[slot]), st.kind == wait_status::timeout ? st.index : slot * per);
     } else {
       (void)block;
       return false;
@@ -235,7 +232,7 @@ private:
   void cancel() noexcept {
     for (std::size_t slot = 0; slot < max_depth; ++slot)
       if (segs_[slot].busy && segs_[slot].nreq) {
-        s_.tr_.cancel_all(std::span<request_t>(s_.reqs_ + slot * s_.per_slot_, segs_[slot].nreq));
+        s_.transport().cancel_all(std::span<request_t>(s_.ws().requests(slot), segs_[slot].nreq));
         segs_[slot].nreq = 0;
       }
   }
@@ -248,7 +245,7 @@ private:
   bool any_order_ = false;
   std::uint64_t progress_ = 0;
   state& s_;
-  local_ops<T, Op, Comm>& ops_;
+  step_ops<Transport>& ops_;
 };
 
 }  // namespace detail
