@@ -84,12 +84,22 @@ enum coll {
   c_iallreduce,
   n_coll
 };
-constexpr const char* coll_name[n_coll] = {"MPI_Allreduce",      "MPI_Reduce",    "MPI_Reduce_scatter_block",
-                                           "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Bcast",
-                                           "MPI_Iallreduce"};
-// Their names in the wisdom file (MPI_Iallreduce has none: it follows MPI_Allreduce).
-constexpr const char* coll_key[n_coll] = {
-    "all_reduce", "reduce", "reduce_scatter_block", "reduce_scatter", "all_gather", "broadcast", nullptr};
+// What the one path of the entry points (dispatch(), below) needs to know of each.
+struct collective_info {
+  const char* name;    // MPI's: the report, failure messages
+  const char* wisdom;  // its name in MDRING_WISDOM (MPI_Iallreduce has none: it follows MPI_Allreduce)
+  bool in_rank_order;  // its result is blocks in rank order: not on a communicator mdring renumbered
+  bool nonblocking;    // a failure on mdring is its request's (MPI_Wait returns it), not the call's
+};
+constexpr collective_info collectives[n_coll] = {
+    {"MPI_Allreduce", "all_reduce", false, false},
+    {"MPI_Reduce", "reduce", false, false},
+    {"MPI_Reduce_scatter_block", "reduce_scatter_block", true, false},
+    {"MPI_Reduce_scatter", "reduce_scatter", true, false},
+    {"MPI_Allgather", "all_gather", true, false},
+    {"MPI_Bcast", "broadcast", false, false},
+    {"MPI_Iallreduce", nullptr, false, true},
+};
 enum why {
   w_taken,
   w_not_initialized,
@@ -386,7 +396,7 @@ void load_choices(comm_state& s, MPI_Comm comm) {
   }
   for (const auto& [k, choice] : w.native) {
     for (int i = 0; i < n_coll; ++i) {
-      if (!coll_key[i] || k.first != coll_key[i] || k.second >= n_class) continue;
+      if (!collectives[i].wisdom || k.first != collectives[i].wisdom || k.second >= n_class) continue;
       class_state& st = s.of(coll(i), k.second);
       st.side = choice.mdring ? class_state::mdring : class_state::mpi;
       st.from_wisdom = true;
@@ -513,9 +523,9 @@ struct decision {
   std::size_t cls = 0;
   bool timed = false;
 };
-// needs_identity: the call's result depends on rank order (blocks), so a
-// communicator that mdring renumbered node-major cannot take it.
-decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool needs_identity = false) {
+// A collective whose result is in rank order (blocks) cannot be taken on a
+// communicator that mdring renumbered node-major.
+decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason) {
   decision d;
   auto pass = [&](why w) {
     d.s = nullptr;
@@ -554,7 +564,7 @@ decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason, bool
   if (local_reason != w_taken) return pass(local_reason);
   if (bytes < cfg().min_bytes) return pass(w_small);  // settings agreed per communicator
   if (!bind_state(*s, comm)) return pass(w_setup);
-  if (needs_identity && !s->identity()) return pass(w_order);
+  if (collectives[c].in_rank_order && !s->identity()) return pass(w_order);
   if (cfg().measure) {
     // Every rank makes the same calls on comm in the same order, so every rank's
     // class state is the same at each call: they all take the same side.
@@ -645,13 +655,13 @@ void choose(comm_state& s, MPI_Comm comm, coll c, std::size_t cls, class_state& 
   k.side = md_side ? class_state::mdring : class_state::mpi;
   k.native_s = v[0], k.mdring_s = v[1];
   if (bias)
-    std::fprintf(stderr, "mdring-pmpi: rank %d: %s class %zu: alone %s, chosen %s\n", s.rank, coll_name[c], cls,
+    std::fprintf(stderr, "mdring-pmpi: rank %d: %s class %zu: alone %s, chosen %s\n", s.rank, collectives[c].name, cls,
                  alone ? "mdring" : "mpi", md_side ? "mdring" : "mpi");
   const auto& path = cfg().wisdom;
   if (path.empty() || s.wisdom_key.empty()) return;
   md::wisdom w;
   w.key = s.wisdom_key;
-  w.native[{coll_key[c], cls}] = {md_side, v[0], v[1], k.t[0].size()};
+  w.native[{collectives[c].wisdom, cls}] = {md_side, v[0], v[1], k.t[0].size()};
   try {
     int world = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &world);
@@ -699,8 +709,8 @@ void report_choices(const comm_state& s) {
       const class_state& k = *p;
       const std::string range = human_bytes(1ull << cls) + " to " + human_bytes((2ull << cls) - 1);
       if (k.side == class_state::measuring) {
-        std::fprintf(stderr, "mdring-pmpi: choice: %s %s: not decided (%u of %zu calls measured)\n", coll_name[c],
-                     range.c_str(), k.calls, calls_to_measure(cls));
+        std::fprintf(stderr, "mdring-pmpi: choice: %s %s: not decided (%u of %zu calls measured)\n",
+                     collectives[c].name, range.c_str(), k.calls, calls_to_measure(cls));
         continue;
       }
       const bool md_side = k.side == class_state::mdring;
@@ -717,8 +727,8 @@ void report_choices(const comm_state& s) {
       }
       // (No semicolons: tests split the report into lines as CMake lists.)
       std::fprintf(stderr, "mdring-pmpi: choice: %s %s: %s (MPI %.1f us, mdring %.1f us: %.2f x MPI's time, %s)\n",
-                   coll_name[c], range.c_str(), md_side ? "mdring" : "MPI", k.native_s * 1e6, k.mdring_s * 1e6, ratio,
-                   cost);
+                   collectives[c].name, range.c_str(), md_side ? "mdring" : "MPI", k.native_s * 1e6, k.mdring_s * 1e6,
+                   ratio, cost);
     }
 }
 
@@ -775,63 +785,57 @@ int ireq_free(void* extra) {
 }
 int ireq_cancel(void*, int) { return MPI_SUCCESS; }  // a collective cannot be cancelled
 
-}  // namespace
+// ---- the one path of every entry point ------------------------------------------
+// What an entry point finds in its arguments: the bytes the call moves (counted in
+// the report, compared with the threshold, its size class), why they alone keep it
+// on MPI (w_taken: they do not), and what its mdring call needs of them again.
+template <class Kept>
+struct facts {
+  std::size_t bytes = 0;
+  why local = w_taken;
+  Kept kept{};
+};
 
-// ============================================================================
-// The C entry points.
-// ============================================================================
-
-MDRING_PMPI_API int MPI_Init(int* argc, char*** argv) {
-  int provided = 0;
-  const int rc =
-      cfg().raise_thread ? PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) : PMPI_Init(argc, argv);
-  if (rc == MPI_SUCCESS) after_init();
-  return rc;
-}
-
-MDRING_PMPI_API int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
-  const int rc = PMPI_Init_thread(argc, argv, cfg().raise_thread ? MPI_THREAD_MULTIPLE : required, provided);
-  if (rc == MPI_SUCCESS) after_init();
-  return rc;
-}
-
-MDRING_PMPI_API int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                                  MPI_Comm comm) {
-  if (reentered()) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-  const call_key key{c_allreduce, comm, datatype, op, count, 0};
-  if (pass_again(key)) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+// Every C entry point below (and through them the Fortran ones, fortran.cpp) is
+// this path with its own arguments: native() calls PMPI_, facts_of() looks at the
+// arguments, on_mdring(state, kept) runs the call on mdring.
+//   1. Re-entered (an MPI call made by mdring, or by this library, on this
+//      thread): MPI's.
+//   2. The same call as this thread's last one passed for a reason that cannot
+//      change (key; nullptr where the arguments do not fit one): MPI's, counted.
+//   3. facts_of(), then decide() (counted), then the call on the side decided,
+//      timed while its size class is measured (trial_timer, on either side).
+//   4. On mdring, a failure is the call's (failed(): the communicator's error
+//      handler, and MPI from then on) or, for MPI_Iallreduce, its request's.
+template <coll C, class Native, class FactsOf, class OnMdring>
+int dispatch(MPI_Comm comm, const call_key* key, Native&& native, FactsOf&& facts_of, OnMdring&& on_mdring) {
+  if (reentered()) return native();
+  if (key && pass_again(*key)) return native();
   const unsigned gen = states_gone.load(std::memory_order_acquire);
-  const type_info t = classify(datatype);
-  const std::size_t bytes = std::size_t(std::max(count, 0)) * t.size;
-  const decision d = decide(c_allreduce, comm, bytes, count < 0 ? w_invalid : reduction_reason(t, op));
+  const auto f = facts_of();
+  const decision d = decide(C, comm, f.bytes, f.local);
   trial_timer timer(d, comm);
-  remember_pass(key, gen, d, bytes);
-  if (!d.s) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  if (key) remember_pass(*key, gen, d, f.bytes);
+  if (!d.s) return native();
   inside g;
-  try {
-    with_reduction(t, datatype, op, [&](auto tag, auto o) {
-      using T = decltype(tag);
-      T* out = static_cast<T*>(recvbuf);
-      if (sendbuf == MPI_IN_PLACE) md::all_reduce(*d.s->comm, out, std::size_t(count), o);
-      else md::all_reduce(*d.s->comm, static_cast<const T*>(sendbuf), out, std::size_t(count), o);
-    });
-  } catch (const std::exception& e) {
-    return failed(*d.s, comm, "MPI_Allreduce", e);
+  if constexpr (collectives[C].nonblocking) {
+    on_mdring(*d.s, f.kept);  // (start_iall_reduce: its failures are the request's)
+  } else {
+    try {
+      on_mdring(*d.s, f.kept);
+    } catch (const std::exception& e) {
+      return failed(*d.s, comm, collectives[C].name, e);
+    }
   }
   return MPI_SUCCESS;
 }
 
-MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                                   MPI_Comm comm, MPI_Request* request) {
-  if (reentered()) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-  const type_info t = classify(datatype);
-  why local = count < 0 ? w_invalid : reduction_reason(t, op);
-  if (local == w_taken && mpi_usable() && !md::mpi::transport::thread_multiple()) local = w_thread;
-  const decision d = decide(c_iallreduce, comm, std::size_t(std::max(count, 0)) * t.size, local);
-  if (!d.s) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-  inside g;
+// ---- what some entry points run on mdring ----------------------------------------
+// MPI_Iallreduce: a generalized request, completed by mdring's callback.
+void start_iall_reduce(comm_state& s, const type_info& t, const void* sendbuf, void* recvbuf, int count,
+                       MPI_Datatype datatype, MPI_Op op, MPI_Request* request) {
   auto q = std::make_shared<ireq>();
-  q->rank = d.s->rank;
+  q->rank = s.rank;
   // A failure, at the call or later, is the request's: MPI_Wait and friends return
   // it (MPI_ERR_OTHER, through MPI's error handler), and the communicator stays
   // with mdring, whose next calls fail at once until a blocking call fails and
@@ -858,185 +862,222 @@ MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count
       using T = decltype(tag);
       T* out = static_cast<T*>(recvbuf);
       q->r = sendbuf == MPI_IN_PLACE
-                 ? md::iall_reduce(*d.s->comm, out, std::size_t(count), o)
-                 : md::iall_reduce(*d.s->comm, static_cast<const T*>(sendbuf), out, std::size_t(count), o);
+                 ? md::iall_reduce(*s.comm, out, std::size_t(count), o)
+                 : md::iall_reduce(*s.comm, static_cast<const T*>(sendbuf), out, std::size_t(count), o);
     });
   } catch (...) {
     done(std::current_exception());
-    return MPI_SUCCESS;
+    return;
   }
   // Completed by whichever thread finishes the call (the progress agent, usually).
   q->r.on_complete(std::move(done));
-  return MPI_SUCCESS;
 }
 
-MDRING_PMPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                               int root, MPI_Comm comm) {
-  if (reentered()) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  const call_key key{c_reduce, comm, datatype, op, count, root};
-  if (pass_again(key)) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  const unsigned gen = states_gone.load(std::memory_order_acquire);
-  const type_info t = classify(datatype);
-  int size = 0;
-  if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
-  why local = count < 0 || root < 0 || root >= size ? w_invalid : reduction_reason(t, op);
-  const decision d = decide(c_reduce, comm, std::size_t(std::max(count, 0)) * t.size, local);
-  trial_timer timer(d, comm);
-  remember_pass(key, gen, d, std::size_t(std::max(count, 0)) * t.size);
-  if (!d.s) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  inside g;
-  try {
-    const std::size_t md_root = std::size_t(d.s->to_md[std::size_t(root)]);
-    with_reduction(t, datatype, op, [&](auto tag, auto o) {
-      using T = decltype(tag);
-      T* out = static_cast<T*>(recvbuf);
-      const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-      md::reduce(*d.s->comm, in, d.s->rank == root ? out : nullptr, std::size_t(count), md_root, o);
-    });
-  } catch (const std::exception& e) {
-    return failed(*d.s, comm, "MPI_Reduce", e);
-  }
-  return MPI_SUCCESS;
-}
-
-namespace {
-// Reduce-scatter with `rc` elements per rank. MPI_IN_PLACE: the input is recvbuf
-// (size x rc elements) and the result goes to its start. native(): MPI's own.
-template <class Native>
-int reduce_scatter_equal(coll c, const char* name, const void* sendbuf, void* recvbuf, int rc, MPI_Datatype datatype,
-                         MPI_Op op, MPI_Comm comm, why local, Native&& native, const call_key* key = nullptr) {
-  const unsigned gen = states_gone.load(std::memory_order_acquire);
+// MPI_Reduce_scatter_block, and MPI_Reduce_scatter with recvcounts all equal:
+// `rc` elements per rank.
+struct blocks {
+  type_info t;
+  int rc = 0;
+};
+facts<blocks> reduce_scatter_facts(MPI_Comm comm, int rc, MPI_Datatype datatype, MPI_Op op, why local) {
   const type_info t = classify(datatype);
   int size = 0;
   if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
   if (local == w_taken) local = rc < 0 ? w_invalid : reduction_reason(t, op);
-  const decision d =
-      decide(c, comm, std::size_t(std::max(rc, 0)) * std::size_t(std::max(size, 0)) * t.size, local, true);
-  trial_timer timer(d, comm);
-  if (key) remember_pass(*key, gen, d, std::size_t(std::max(rc, 0)) * std::size_t(std::max(size, 0)) * t.size);
-  if (!d.s) return native();
-  inside g;
-  try {
-    with_reduction(t, datatype, op, [&](auto tag, auto o) {
-      using T = decltype(tag);
-      T* out = static_cast<T*>(recvbuf);
-      const std::size_t n = std::size_t(rc);
-      if (sendbuf == MPI_IN_PLACE) {
-        // mdring's in-place form puts rank r's block where it was, at r * rc; MPI's
-        // at the start, leaving every element past it as it was (native MPI does):
-        // rank r's own input block is kept aside and put back.
-        const std::size_t r = std::size_t(d.s->rank);
-        T* mine = out + r * n;
-        std::vector<T> kept;
-        if (r != 0) kept.assign(mine, mine + n);
-        md::reduce_scatter(*d.s->comm, static_cast<const T*>(out), mine, n, o);
-        if (r != 0) {
-          std::memmove(out, mine, n * sizeof(T));
-          std::memcpy(mine, kept.data(), n * sizeof(T));
-        }
-      } else {
-        md::reduce_scatter(*d.s->comm, static_cast<const T*>(sendbuf), out, n, o);
-      }
-    });
-  } catch (const std::exception& e) {
-    return failed(*d.s, comm, name, e);
-  }
-  return MPI_SUCCESS;
+  return {std::size_t(std::max(rc, 0)) * std::size_t(std::max(size, 0)) * t.size, local, {t, rc}};
 }
+// MPI_IN_PLACE: the input is recvbuf (size x rc elements) and the result goes to its start.
+void reduce_scatter_on_mdring(comm_state& s, const void* sendbuf, void* recvbuf, const blocks& b, MPI_Datatype datatype,
+                              MPI_Op op) {
+  with_reduction(b.t, datatype, op, [&](auto tag, auto o) {
+    using T = decltype(tag);
+    T* out = static_cast<T*>(recvbuf);
+    const std::size_t n = std::size_t(b.rc);
+    if (sendbuf == MPI_IN_PLACE) {
+      // mdring's in-place form puts rank r's block where it was, at r * rc; MPI's
+      // at the start, leaving every element past it as it was (native MPI does):
+      // rank r's own input block is kept aside and put back.
+      const std::size_t r = std::size_t(s.rank);
+      T* mine = out + r * n;
+      std::vector<T> kept;
+      if (r != 0) kept.assign(mine, mine + n);
+      md::reduce_scatter(*s.comm, static_cast<const T*>(out), mine, n, o);
+      if (r != 0) {
+        std::memmove(out, mine, n * sizeof(T));
+        std::memcpy(mine, kept.data(), n * sizeof(T));
+      }
+    } else {
+      md::reduce_scatter(*s.comm, static_cast<const T*>(sendbuf), out, n, o);
+    }
+  });
+}
+
 }  // namespace
+
+// ============================================================================
+// The C entry points.
+// ============================================================================
+
+MDRING_PMPI_API int MPI_Init(int* argc, char*** argv) {
+  int provided = 0;
+  const int rc =
+      cfg().raise_thread ? PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) : PMPI_Init(argc, argv);
+  if (rc == MPI_SUCCESS) after_init();
+  return rc;
+}
+
+MDRING_PMPI_API int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  const int rc = PMPI_Init_thread(argc, argv, cfg().raise_thread ? MPI_THREAD_MULTIPLE : required, provided);
+  if (rc == MPI_SUCCESS) after_init();
+  return rc;
+}
+
+// The collectives: each dispatch() (above) with its PMPI_ call, its facts and its
+// mdring call.
+
+MDRING_PMPI_API int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                                  MPI_Comm comm) {
+  const call_key key{c_allreduce, comm, datatype, op, count, 0};
+  return dispatch<c_allreduce>(
+      comm, &key, [&] { return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm); },
+      [&] {
+        const type_info t = classify(datatype);
+        const why local = count < 0 ? w_invalid : reduction_reason(t, op);
+        return facts<type_info>{std::size_t(std::max(count, 0)) * t.size, local, t};
+      },
+      [&](comm_state& s, const type_info& t) {
+        with_reduction(t, datatype, op, [&](auto tag, auto o) {
+          using T = decltype(tag);
+          T* out = static_cast<T*>(recvbuf);
+          if (sendbuf == MPI_IN_PLACE) md::all_reduce(*s.comm, out, std::size_t(count), o);
+          else md::all_reduce(*s.comm, static_cast<const T*>(sendbuf), out, std::size_t(count), o);
+        });
+      });
+}
+
+// (No key: a call passed to MPI is decided afresh each time.)
+MDRING_PMPI_API int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                                   MPI_Comm comm, MPI_Request* request) {
+  return dispatch<c_iallreduce>(
+      comm, nullptr, [&] { return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request); },
+      [&] {
+        const type_info t = classify(datatype);
+        why local = count < 0 ? w_invalid : reduction_reason(t, op);
+        if (local == w_taken && mpi_usable() && !md::mpi::transport::thread_multiple()) local = w_thread;
+        return facts<type_info>{std::size_t(std::max(count, 0)) * t.size, local, t};
+      },
+      [&](comm_state& s, const type_info& t) {
+        start_iall_reduce(s, t, sendbuf, recvbuf, count, datatype, op, request);
+      });
+}
+
+MDRING_PMPI_API int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                               int root, MPI_Comm comm) {
+  const call_key key{c_reduce, comm, datatype, op, count, root};
+  return dispatch<c_reduce>(
+      comm, &key, [&] { return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm); },
+      [&] {
+        const type_info t = classify(datatype);
+        int size = 0;
+        if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
+        const why local = count < 0 || root < 0 || root >= size ? w_invalid : reduction_reason(t, op);
+        return facts<type_info>{std::size_t(std::max(count, 0)) * t.size, local, t};
+      },
+      [&](comm_state& s, const type_info& t) {
+        const std::size_t md_root = std::size_t(s.to_md[std::size_t(root)]);
+        with_reduction(t, datatype, op, [&](auto tag, auto o) {
+          using T = decltype(tag);
+          T* out = static_cast<T*>(recvbuf);
+          const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+          md::reduce(*s.comm, in, s.rank == root ? out : nullptr, std::size_t(count), md_root, o);
+        });
+      });
+}
 
 MDRING_PMPI_API int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
                                              MPI_Op op, MPI_Comm comm) {
-  if (reentered()) return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   const call_key key{c_reduce_scatter_block, comm, datatype, op, recvcount, 0};
-  if (pass_again(key)) return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  return reduce_scatter_equal(
-      c_reduce_scatter_block, "MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount, datatype, op, comm, w_taken,
-      [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); }, &key);
+  return dispatch<c_reduce_scatter_block>(
+      comm, &key, [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm); },
+      [&] { return reduce_scatter_facts(comm, recvcount, datatype, op, w_taken); },
+      [&](comm_state& s, const blocks& b) { reduce_scatter_on_mdring(s, sendbuf, recvbuf, b, datatype, op); });
 }
 
+// (No key: recvcounts is an array; a call passed to MPI is decided afresh each time.)
 MDRING_PMPI_API int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
                                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
-  if (reentered()) return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-  int size = 0, inter = 0;
-  if (comm != MPI_COMM_NULL && PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter) PMPI_Comm_size(comm, &size);
-  // recvcounts is the same on every rank (MPI requires it), so this is decided alike.
-  why local = w_taken;
-  for (int i = 1; i < size; ++i)
-    if (recvcounts[i] != recvcounts[0]) local = w_counts;
-  return reduce_scatter_equal(c_reduce_scatter, "MPI_Reduce_scatter", sendbuf, recvbuf, size > 0 ? recvcounts[0] : 0,
-                              datatype, op, comm, local,
-                              [&] { return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm); });
+  return dispatch<c_reduce_scatter>(
+      comm, nullptr, [&] { return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm); },
+      [&] {
+        int size = 0, inter = 0;
+        if (comm != MPI_COMM_NULL && PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter)
+          PMPI_Comm_size(comm, &size);
+        // recvcounts is the same on every rank (MPI requires it), so this is decided alike.
+        why local = w_taken;
+        for (int i = 1; i < size; ++i)
+          if (recvcounts[i] != recvcounts[0]) local = w_counts;
+        return reduce_scatter_facts(comm, size > 0 ? recvcounts[0] : 0, datatype, op, local);
+      },
+      [&](comm_state& s, const blocks& b) { reduce_scatter_on_mdring(s, sendbuf, recvbuf, b, datatype, op); });
 }
 
 MDRING_PMPI_API int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  if (reentered()) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   // (The decision reads the receive side only; sendcount is in the key so that
   // an invalid pair is looked at again.)
   const call_key key{c_allgather, comm, recvtype, MPI_OP_NULL, recvcount, sendcount};
-  if (pass_again(key)) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  const unsigned gen = states_gone.load(std::memory_order_acquire);
-  int size = 0;
-  if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
-  // Decided from the receive side: the bytes of each rank's block, when recvtype
-  // is contiguous. (Every rank is assumed to pass a recvtype of the same layout,
-  // as it does when all pass the same datatype.) The send side is not looked at:
-  // it may be any datatype of the same signature, and is copied into place below.
-  const std::size_t rb = contiguous_bytes(recvtype);
-  const std::size_t block = rb * std::size_t(std::max(recvcount, 0));
-  const why local = recvcount < 0 ? w_invalid : rb == 0 ? w_datatype : w_taken;
-  const decision d = decide(c_allgather, comm, block * std::size_t(std::max(size, 0)), local, true);
-  trial_timer timer(d, comm);
-  remember_pass(key, gen, d, block * std::size_t(std::max(size, 0)));
-  if (!d.s) return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  inside g;
-  try {
-    auto* out = static_cast<unsigned char*>(recvbuf);
-    unsigned char* mine = out + std::size_t(d.s->rank) * block;
-    if (sendbuf != MPI_IN_PLACE) {
-      const std::size_t sb = contiguous_bytes(sendtype);
-      if (sb != 0 && sb * std::size_t(std::max(sendcount, 0)) == block) {
-        if (block) std::memcpy(mine, sendbuf, block);
-      } else {
-        // MPI's own type matching (and its error for a mismatch) puts this rank's
-        // block in place.
-        const int rc = PMPI_Sendrecv(sendbuf, sendcount, sendtype, 0, 0, mine, recvcount, recvtype, 0, 0, MPI_COMM_SELF,
-                                     MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) throw std::runtime_error("the send datatype does not match the receive datatype");
-      }
-    }
-    md::all_gather(*d.s->comm, static_cast<const unsigned char*>(mine), out, block);
-  } catch (const std::exception& e) {
-    return failed(*d.s, comm, "MPI_Allgather", e);
-  }
-  return MPI_SUCCESS;
+  return dispatch<c_allgather>(
+      comm, &key, [&] { return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); },
+      [&] {
+        int size = 0;
+        if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
+        // Decided from the receive side: the bytes of each rank's block, when recvtype
+        // is contiguous. (Every rank is assumed to pass a recvtype of the same layout,
+        // as it does when all pass the same datatype.) The send side is not looked at:
+        // it may be any datatype of the same signature, and is copied into place below.
+        const std::size_t rb = contiguous_bytes(recvtype);
+        const std::size_t block = rb * std::size_t(std::max(recvcount, 0));
+        const why local = recvcount < 0 ? w_invalid : rb == 0 ? w_datatype : w_taken;
+        return facts<std::size_t>{block * std::size_t(std::max(size, 0)), local, block};
+      },
+      [&](comm_state& s, std::size_t block) {
+        auto* out = static_cast<unsigned char*>(recvbuf);
+        unsigned char* mine = out + std::size_t(s.rank) * block;
+        if (sendbuf != MPI_IN_PLACE) {
+          const std::size_t sb = contiguous_bytes(sendtype);
+          if (sb != 0 && sb * std::size_t(std::max(sendcount, 0)) == block) {
+            if (block) std::memcpy(mine, sendbuf, block);
+          } else {
+            // MPI's own type matching (and its error for a mismatch) puts this rank's
+            // block in place.
+            const int rc = PMPI_Sendrecv(sendbuf, sendcount, sendtype, 0, 0, mine, recvcount, recvtype, 0, 0,
+                                         MPI_COMM_SELF, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) throw std::runtime_error("the send datatype does not match the receive datatype");
+          }
+        }
+        md::all_gather(*s.comm, static_cast<const unsigned char*>(mine), out, block);
+      });
 }
 
 MDRING_PMPI_API int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
-  if (reentered()) return PMPI_Bcast(buffer, count, datatype, root, comm);
   const call_key key{c_bcast, comm, datatype, MPI_OP_NULL, count, root};
-  if (pass_again(key)) return PMPI_Bcast(buffer, count, datatype, root, comm);
-  const unsigned gen = states_gone.load(std::memory_order_acquire);
-  int size = 0;
-  if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
-  const std::size_t eb = contiguous_bytes(datatype);
-  const why local = count < 0 || root < 0 || root >= size ? w_invalid : eb == 0 ? w_datatype : w_taken;
-  const std::size_t bytes = eb * std::size_t(std::max(count, 0));
-  int tsize = 0;
-  if (eb == 0 && datatype != MPI_DATATYPE_NULL) PMPI_Type_size(datatype, &tsize);
-  const decision d =
-      decide(c_bcast, comm, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)), local);
-  trial_timer timer(d, comm);
-  remember_pass(key, gen, d, eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0)));
-  if (!d.s) return PMPI_Bcast(buffer, count, datatype, root, comm);
-  inside g;
-  try {
-    md::broadcast(*d.s->comm, static_cast<unsigned char*>(buffer), bytes, std::size_t(d.s->to_md[std::size_t(root)]));
-  } catch (const std::exception& e) {
-    return failed(*d.s, comm, "MPI_Bcast", e);
-  }
-  return MPI_SUCCESS;
+  return dispatch<c_bcast>(
+      comm, &key, [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); },
+      [&] {
+        int size = 0;
+        if (comm != MPI_COMM_NULL) PMPI_Comm_size(comm, &size);
+        const std::size_t eb = contiguous_bytes(datatype);
+        const why local = count < 0 || root < 0 || root >= size ? w_invalid : eb == 0 ? w_datatype : w_taken;
+        const std::size_t bytes = eb * std::size_t(std::max(count, 0));
+        // A datatype that is not contiguous is passed, and counted at its size.
+        int tsize = 0;
+        if (eb == 0 && datatype != MPI_DATATYPE_NULL) PMPI_Type_size(datatype, &tsize);
+        const std::size_t counted = eb ? bytes : std::size_t(std::max(tsize, 0)) * std::size_t(std::max(count, 0));
+        return facts<std::size_t>{counted, local, bytes};
+      },
+      [&](comm_state& s, std::size_t bytes) {
+        md::broadcast(*s.comm, static_cast<unsigned char*>(buffer), bytes, std::size_t(s.to_md[std::size_t(root)]));
+      });
 }
 
 // ---- the report --------------------------------------------------------------
@@ -1067,13 +1108,13 @@ void print_report(std::size_t live) {
     for (int w = 0; w < n_why; ++w) total += stats[c][w].calls.load();
     if (!total) continue;
     const auto& t = stats[c][w_taken];
-    std::fprintf(stderr, "mdring-pmpi: %s taken=%llu bytes=%llu (%s)\n", coll_name[c], t.calls.load(), t.bytes.load(),
-                 human_bytes(t.bytes.load()).c_str());
+    std::fprintf(stderr, "mdring-pmpi: %s taken=%llu bytes=%llu (%s)\n", collectives[c].name, t.calls.load(),
+                 t.bytes.load(), human_bytes(t.bytes.load()).c_str());
     for (int w = 1; w < n_why; ++w) {
       const auto& p = stats[c][w];
       if (p.calls.load())
-        std::fprintf(stderr, "mdring-pmpi: %s passed=%llu bytes=%llu reason=\"%s\"\n", coll_name[c], p.calls.load(),
-                     p.bytes.load(), why_name[w]);
+        std::fprintf(stderr, "mdring-pmpi: %s passed=%llu bytes=%llu reason=\"%s\"\n", collectives[c].name,
+                     p.calls.load(), p.bytes.load(), why_name[w]);
     }
   }
 }
