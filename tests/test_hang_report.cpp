@@ -270,3 +270,116 @@ TEST_CASE("MDRING_STATE_SIGNAL: a value that is not a usable signal is named, an
   }
   setenv("MDRING_STATE_SIGNAL", keep.c_str(), 1);
 }
+
+// executor/state_line.hpp: the one definition of the line that state_board writes
+// and mdring-run reads. Every field of state_fields is set here to a value other
+// than its default (a field added there is set here too), so a field that
+// format_state_line does not write, or parse_state_line does not read, fails.
+TEST_CASE("the line's format: every field written is read back, in the documented order") {
+  md::detail::state_fields f;
+  f.rank = 3;
+  f.size = 8;
+  f.comm = 1;
+  f.pid = 4242;
+  f.host = "n1";
+  f.transport = "ucx";
+  f.call = 12;
+  f.done = 11;
+  f.state = "waiting";
+  md::detail::state_call_fields& c = f.call_fields.emplace();
+  c.collective = "all_reduce";
+  c.type = "float";
+  c.op = "sum";
+  c.count = 1048576;
+  c.steps_done = 5;
+  c.steps_total = 14;
+  md::detail::state_step_fields& s = c.step.emplace();
+  s.phase = "reduce-scatter";
+  s.phase_step = 2;
+  s.dim = 1;
+  s.link = "ethernet:4";
+  s.peer = 7;
+  s.dir = "recv";
+  s.step_bytes = 1048576;
+  c.recv_bytes = 3145728;
+  c.seconds = 2.31;
+  const std::string line = md::detail::format_state_line(f);
+  CHECK(line ==
+        "mdring-state: rank=3 size=8 comm=1 pid=4242 host=n1 transport=ucx call=12 done=11 state=waiting "
+        "collective=all_reduce type=float op=sum count=1048576 step=5/14 phase=reduce-scatter phase_step=2 dim=1 "
+        "link=ethernet:4 peer=7 dir=recv step_bytes=1048576 recv_bytes=3145728 waiting_s=2.310");
+  const auto back = md::detail::parse_state_line(line);
+  REQUIRE(back);
+  CHECK(*back == f);
+
+  // Failed: the seconds are waited_s; without a step; before any call.
+  f.state = "failed";
+  c.step.reset();
+  const std::string failed = md::detail::format_state_line(f);
+  CHECK(failed ==
+        "mdring-state: rank=3 size=8 comm=1 pid=4242 host=n1 transport=ucx call=12 done=11 state=failed "
+        "collective=all_reduce type=float op=sum count=1048576 step=5/14 recv_bytes=3145728 waited_s=2.310");
+  CHECK(md::detail::parse_state_line(failed) == f);
+  f.state = "idle";
+  f.call_fields.reset();
+  CHECK(md::detail::format_state_line(f) ==
+        "mdring-state: rank=3 size=8 comm=1 pid=4242 host=n1 transport=ucx call=12 done=11 state=idle");
+  CHECK(md::detail::parse_state_line(md::detail::format_state_line(f)) == f);
+}
+
+TEST_CASE("the line's parser: a board's every state reads back to the same line; garbage is skipped") {
+  using board = md::detail::state_board;
+  board b(3, 8, "threads", {"ethernet:4", "nvlink:2"}, 5s);
+  std::vector<std::string> lines;
+  lines.push_back(b.line());
+  b.begin_call("all_reduce", "float", "sum", 1000);
+  b.begin_program(14);
+  lines.push_back(b.line());
+  b.waiting(1, 0, 2, 7, board::dir::recv, 4096, std::chrono::steady_clock::now() + 5s);
+  lines.push_back(b.line());
+  b.step_done(4096);
+  lines.push_back(b.line());
+  b.waiting(5, 9, 0, -1, board::dir::group, 0, std::chrono::steady_clock::now() + 4s);  // no such link, phase
+  lines.push_back(b.line());
+  b.end_call(true);
+  lines.push_back(b.line());
+  b.begin_call("broadcast", nullptr, "", 7);
+  b.end_call(false);
+  lines.push_back(b.line());
+  for (const std::string& l : lines) {
+    INFO(l);
+    const auto f = md::detail::parse_state_line(l);
+    REQUIRE(f);
+    CHECK(md::detail::format_state_line(*f) == l);
+    CHECK(f->pid == getpid());
+    CHECK(f->transport == "threads");
+  }
+  const auto waiting = md::detail::parse_state_line(lines[2]);
+  REQUIRE(waiting);
+  REQUIRE(waiting->call_fields);
+  REQUIRE(waiting->call_fields->step);
+  CHECK(waiting->state == "waiting");
+  CHECK(waiting->call_fields->step->peer == 7);
+  CHECK(waiting->call_fields->step->link == "nvlink:2");
+  CHECK(waiting->call_fields->seconds.has_value());
+
+  // Not a state line; then unknown keys, tokens without '=', bad numbers and a
+  // repeated key (the first counts): what can be read is, the rest keeps defaults.
+  CHECK(!md::detail::parse_state_line("state=idle"));
+  CHECK(!md::detail::parse_state_line(""));
+  const auto g = md::detail::parse_state_line(
+      "mdring-state: rank=x  pid=12 bogus state=idle state=failed new_field=1 dim=3 peer=-9999999999999999999999 "
+      "collective=reduce step=7 waiting_s=nan");
+  REQUIRE(g);
+  CHECK(g->rank == 0);
+  CHECK(g->pid == 12);
+  CHECK(g->state == "idle");
+  REQUIRE(g->call_fields);
+  CHECK(g->call_fields->collective == "reduce");
+  CHECK(g->call_fields->steps_done == 7);
+  CHECK(g->call_fields->steps_total == 0);
+  REQUIRE(g->call_fields->step);
+  CHECK(g->call_fields->step->dim == 3);
+  CHECK(g->call_fields->step->peer == -1);
+  CHECK(!g->call_fields->seconds);
+}

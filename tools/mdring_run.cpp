@@ -36,8 +36,9 @@
 // (the launcher forwards the signal to every host).
 //
 // Plain C++20 and POSIX (plus Linux's prctl, getrandom and sched_setaffinity), and
-// one header of mdring's: no other dependency.
-#include <mdring/executor/state.hpp>  // the hang report's signal and lines (no other part of mdring)
+// two headers of mdring's: no other dependency.
+#include <mdring/executor/state.hpp>       // the hang report's signal (no other part of mdring)
+#include <mdring/executor/state_line.hpp>  // the hang report's lines, read back
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -582,25 +583,11 @@ struct placement {
 
 // ---- the hang report's table --------------------------------------------------------
 
-// The value of key= in a state line ("" when absent).
-std::string state_field(const std::string& line, const char* key) {
-  const std::string k = std::string(" ") + key + "=";
-  const auto at = line.find(k);
-  if (at == std::string::npos) return {};
-  const auto start = at + k.size();
-  return line.substr(start, line.find(' ', start) - start);
-}
+using mdring::detail::state_fields;
 
-long state_number(const std::string& line, const char* key, long otherwise = -1) {
-  const std::string v = state_field(line, key);
-  long x = otherwise;
-  if (!v.empty()) std::from_chars(v.data(), v.data() + v.size(), x);
-  return x;
-}
-
-// The lines in dir's state.* files.
-std::vector<std::string> read_state_lines(const std::string& dir) {
-  std::vector<std::string> lines;
+// The lines in dir's state.* files, read back (executor/state_line.hpp).
+std::vector<state_fields> read_state_lines(const std::string& dir) {
+  std::vector<state_fields> lines;
   DIR* d = opendir(dir.c_str());
   if (!d) return lines;
   while (const dirent* e = readdir(d)) {
@@ -612,13 +599,15 @@ std::vector<std::string> read_state_lines(const std::string& dir) {
     while (std::fgets(buf, sizeof buf, f)) {
       std::string l = buf;
       while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
-      if (l.rfind("mdring-state: ", 0) == 0) lines.push_back(l);
+      if (auto fields = mdring::detail::parse_state_line(l)) lines.push_back(std::move(*fields));
     }
     std::fclose(f);
   }
   closedir(d);
   return lines;
 }
+
+bool stuck(const state_fields& f) { return f.state == "waiting" || f.state == "failed"; }
 
 // One table of the job's state lines, by rank (the rank mdring-run gave each pid;
 // first_rank + local index), and which rank is behind. ranks: pid of each local
@@ -627,23 +616,13 @@ std::vector<std::string> read_state_lines(const std::string& dir) {
 // (nothing when no rank wrote a line: a program without mdring).
 void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, long first_rank, const char* when,
                        bool asked) {
-  std::vector<std::string> lines = read_state_lines(dir);
+  const std::vector<state_fields> lines = read_state_lines(dir);
   if (lines.empty() && !asked) return;
   // Per process, the line of its first communicator that waits or failed, else its first.
-  std::vector<std::string> chosen(pids.size());
-  std::vector<int> lines_of(pids.size(), 0);
-  for (const auto& l : lines) {
-    const long pid = state_number(l, "pid");
-    for (std::size_t r = 0; r < pids.size(); ++r) {
-      if (pids[r] != pid) continue;
-      ++lines_of[r];
-      const std::string st = state_field(l, "state");
-      const bool stuck = st == "waiting" || st == "failed";
-      if (chosen[r].empty() ||
-          (stuck && state_field(chosen[r], "state") != "waiting" && state_field(chosen[r], "state") != "failed"))
-        chosen[r] = l;
-    }
-  }
+  std::vector<const state_fields*> chosen(pids.size(), nullptr);
+  for (const auto& l : lines)
+    for (std::size_t r = 0; r < pids.size(); ++r)
+      if (pids[r] == l.pid && (!chosen[r] || (stuck(l) && !stuck(*chosen[r])))) chosen[r] = &l;
   std::string out = std::string("mdring-run: hang report (") + when + "): one line per rank, its first " +
                     "communicator that waits or failed (" + std::to_string(lines.size()) + " lines in " + dir + ")\n";
   char row[512];
@@ -654,8 +633,7 @@ void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, l
   std::vector<long> silent, waited(pids.size(), 0);
   for (std::size_t r = 0; r < pids.size(); ++r) {
     const long rank = first_rank + long(r);
-    const std::string& l = chosen[r];
-    if (l.empty()) {
+    if (!chosen[r]) {
       std::snprintf(row, sizeof row,
                     "  %-5ld %-8d (no line: the process did not answer; stopped, or busy outside mdring)\n", rank,
                     int(pids[r]));
@@ -663,26 +641,27 @@ void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, l
       silent.push_back(rank);
       continue;
     }
-    const long call = state_number(l, "call", 0);
+    const state_fields& l = *chosen[r];
+    const long call = long(l.call);
     min_call = min_call < 0 || call < min_call ? call : min_call;
     max_call = call > max_call ? call : max_call;
-    const std::string st = state_field(l, "state"), dim = state_field(l, "dim");
-    std::string where = dim.empty() ? "-" : dim + " (" + state_field(l, "link") + ")";
+    const auto* c = l.call_fields ? &*l.call_fields : nullptr;  // the call's fields, the step's
+    const auto* s = c && c->step ? &*c->step : nullptr;
+    const std::string dim = s ? std::to_string(s->dim) : "";
+    const std::string where = s ? dim + " (" + s->link + ")" : "-";
     std::string on = "-";
-    const long peer = state_number(l, "peer");
-    if ((st == "waiting" || st == "failed") && !dim.empty()) {
-      on = peer >= 0 ? "rank " + std::to_string(peer) + " " + state_field(l, "dir") : "all of dim " + dim;
-      if (peer >= 0 && st == "waiting" && std::size_t(peer - first_rank) < pids.size())
-        ++waited[std::size_t(peer - first_rank)];
+    if (stuck(l) && s) {
+      on = s->peer >= 0 ? "rank " + std::to_string(s->peer) + " " + s->dir : "all of dim " + dim;
+      if (s->peer >= 0 && l.state == "waiting" && std::size_t(s->peer - first_rank) < pids.size())
+        ++waited[std::size_t(s->peer - first_rank)];
     }
-    std::string secs = state_field(l, "waiting_s");
-    if (secs.empty()) secs = state_field(l, "waited_s");
+    const std::string collective = c && !c->collective.empty() ? c->collective : "-";
+    const std::string count = c ? std::to_string(c->count) : "-";
+    const std::string step = c ? std::to_string(c->steps_done) + "/" + std::to_string(c->steps_total) : "-";
+    const std::string secs = c && c->seconds ? mdring::detail::state_seconds_text(*c->seconds) + " s" : "";
     std::snprintf(row, sizeof row, "  %-5ld %-8d %-5s %-6s %-8s %-15s %-10s %-7s %-22s %-14s %s\n", rank, int(pids[r]),
-                  state_field(l, "comm").c_str(), state_field(l, "call").c_str(), st.c_str(),
-                  state_field(l, "collective").empty() ? "-" : state_field(l, "collective").c_str(),
-                  state_field(l, "count").empty() ? "-" : state_field(l, "count").c_str(),
-                  state_field(l, "step").empty() ? "-" : state_field(l, "step").c_str(), where.c_str(), on.c_str(),
-                  secs.empty() ? "" : (secs + " s").c_str());
+                  std::to_string(l.comm).c_str(), std::to_string(l.call).c_str(), l.state.c_str(), collective.c_str(),
+                  count.c_str(), step.c_str(), where.c_str(), on.c_str(), secs.c_str());
     out += row;
   }
   // Which rank is behind.
@@ -697,7 +676,7 @@ void print_state_table(const std::string& dir, const std::vector<pid_t>& pids, l
   } else if (min_call >= 0 && min_call < max_call) {
     std::vector<long> late;
     for (std::size_t r = 0; r < pids.size(); ++r)
-      if (state_number(chosen[r], "call", 0) == min_call) late.push_back(first_rank + long(r));
+      if (chosen[r] && long(chosen[r]->call) == min_call) late.push_back(first_rank + long(r));
     out += "mdring-run: behind: rank" + std::string(late.size() > 1 ? "s " : " ") + list(late) + " at call " +
            std::to_string(min_call) + " while others reached call " + std::to_string(max_call) + "\n";
   } else {

@@ -9,12 +9,16 @@
 //     environment (MDRING_PMPI, MDRING_PMPI_MIN_BYTES, MDRING_TOPOLOGY,
 //     MDRING_REPORT, MDRING_PMPI_THREAD, MDRING_REPRODUCIBLE, MDRING_TIMEOUT), read
 //     as the interposer does: every value it cannot use is named, none throws
+//   6 parse_state_line (a hang-report line, executor/state_line.hpp, as
+//     mdring-run reads it; the text with "mdring-state: " before it, and as it is)
 // What must hold, else the fuzzer stops with a crash: every text is either
 // accepted or rejected with mdring::invalid_argument (topology_error for
 // topologies) whose what() starts with "mdring" or the variable's name and whose
 // argument() names what was wrong; no other exception, no crash, no sanitizer
 // report, no hang. Accepted texts round-trip: a topology's to_string() parses to
 // the same topology; a profile's or wisdom's to_string() parses to the same text.
+// A state line is read whatever it holds (never without its prefix), and the
+// text format_state_line writes of what was read reads back to the same text.
 #include <mdring/mdring.hpp>
 
 #include "../../pmpi/config.hpp"
@@ -43,6 +47,20 @@ void check_rejection(const char* reader, std::string_view text, const md::invali
   if (e.argument().empty()) finding(reader, text, "an error that names no argument");
 }
 
+// A hang-report line: parse_state_line takes any bytes after the prefix; what it
+// read, written by format_state_line, reads back to the same text.
+void state_line(std::string_view text) {
+  namespace d = md::detail;
+  if (d::parse_state_line(text) && !text.starts_with(d::state_line_prefix))
+    finding("state line", text, "a line without \"mdring-state: \" read");
+  const auto f = d::parse_state_line(std::string(d::state_line_prefix) + std::string(text));
+  if (!f) finding("state line", text, "a line with \"mdring-state: \" not read");
+  const std::string again = d::format_state_line(*f);
+  const auto g = d::parse_state_line(again);
+  if (!g || d::format_state_line(*g) != again)
+    finding("state line", text, ("format_state_line's text does not read back the same: " + again).c_str());
+}
+
 template <class F>
 void reader(const char* name, std::string_view text, F&& f) {
   try {
@@ -59,7 +77,7 @@ void reader(const char* name, std::string_view text, F&& f) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
     case 0:
       reader("parse_topology", text, [&] {
         const md::runtime_topology t = md::parse_topology(text);
@@ -113,6 +131,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (const char* n : names) unsetenv(n);
       break;
     }
+    case 6:
+      state_line(text);
+      break;
     default:
       reader("wisdom", text, [&] {
         const md::wisdom w = md::wisdom::parse(text, "fuzz");

@@ -7,7 +7,8 @@
 // may read at any time. Reading it never stops the call; a line read while the
 // call moves may mix two neighbouring steps (call= says which call).
 //
-// One line per communicator (state_board::line):
+// One line per communicator (state_board::line; the format, and the parser
+// mdring-run reads it with, are executor/state_line.hpp's):
 //   mdring-state: rank=3 size=8 comm=1 pid=4242 host=n1 transport=ucx call=12 done=11
 //     state=waiting collective=all_reduce type=float op=sum count=1048576 step=5/14
 //     phase=reduce-scatter phase_step=2 dim=1 link=ethernet:4 peer=7 dir=recv
@@ -36,6 +37,7 @@
 #pragma once
 
 #include "../config.hpp"
+#include "state_line.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -162,39 +164,46 @@ public:
     static const char* const dirs[] = {"none", "recv", "send", "group"};
     char host[256] = {};
     gethostname(host, sizeof host - 1);
-    const std::uint64_t started = started_.load(std::memory_order_acquire);
-    const std::uint64_t finished = finished_.load(std::memory_order_acquire);
+    state_fields f;  // the line's fields (executor/state_line.hpp writes them)
+    f.call = started_.load(std::memory_order_acquire);
+    f.done = finished_.load(std::memory_order_acquire);
     const st s = state_.load(std::memory_order_relaxed);
-    std::string out = "mdring-state: rank=" + std::to_string(rank_) + " size=" + std::to_string(size_) +
-                      " comm=" + std::to_string(id_) + " pid=" + std::to_string(long(getpid())) + " host=" + host +
-                      " transport=" + transport_ + " call=" + std::to_string(started) +
-                      " done=" + std::to_string(finished) + " state=" + states[int(s)];
+    f.rank = rank_;
+    f.size = size_;
+    f.comm = id_;
+    f.pid = long(getpid());
+    f.host = host;
+    f.transport = transport_;
+    f.state = states[int(s)];
     const char* coll = coll_.load(std::memory_order_relaxed);
-    if (!coll) return out;  // no call yet
+    if (!coll) return format_state_line(f);  // no call yet
+    state_call_fields& c = f.call_fields.emplace();
     const char* type = type_.load(std::memory_order_relaxed);
     const char* op = op_.load(std::memory_order_relaxed);
-    out += std::string(" collective=") + coll + " type=" + (type ? type : "?") + " op=" + (op && *op ? op : "-") +
-           " count=" + std::to_string(count_.load(std::memory_order_relaxed)) +
-           " step=" + std::to_string(steps_done_.load(std::memory_order_relaxed)) + "/" +
-           std::to_string(steps_total_.load(std::memory_order_relaxed));
+    c.collective = coll;
+    c.type = type ? type : "?";
+    c.op = op && *op ? op : "-";
+    c.count = count_.load(std::memory_order_relaxed);
+    c.steps_done = steps_done_.load(std::memory_order_relaxed);
+    c.steps_total = steps_total_.load(std::memory_order_relaxed);
     const int d = dim_.load(std::memory_order_relaxed);
     if (d >= 0 && s != st::idle) {
       const int ph = phase_.load(std::memory_order_relaxed);
-      out += std::string(" phase=") + (ph >= 0 && ph < 7 ? phases[ph] : "?") +
-             " phase_step=" + std::to_string(step_.load(std::memory_order_relaxed)) + " dim=" + std::to_string(d) +
-             " link=" + (std::size_t(d) < links_.size() ? links_[std::size_t(d)] : "?") +
-             " peer=" + std::to_string(peer_.load(std::memory_order_relaxed)) +
-             " dir=" + dirs[int(dir_.load(std::memory_order_relaxed))] +
-             " step_bytes=" + std::to_string(step_bytes_.load(std::memory_order_relaxed));
+      state_step_fields& w = c.step.emplace();
+      w.phase = ph >= 0 && ph < 7 ? phases[ph] : "?";
+      w.phase_step = step_.load(std::memory_order_relaxed);
+      w.dim = d;
+      w.link = std::size_t(d) < links_.size() ? links_[std::size_t(d)] : "?";
+      w.peer = peer_.load(std::memory_order_relaxed);
+      w.dir = dirs[int(dir_.load(std::memory_order_relaxed))];
+      w.step_bytes = step_bytes_.load(std::memory_order_relaxed);
     }
-    out += " recv_bytes=" + std::to_string(moved_.load(std::memory_order_relaxed));
-    if (s == st::waiting || s == st::failed) {
-      char w[32];
+    c.recv_bytes = moved_.load(std::memory_order_relaxed);
+    if (s == st::waiting || s == st::failed) {  // waiting_s, or waited_s once failed
       const std::int64_t since = deadline_.load(std::memory_order_relaxed) - timeout_ns_;
-      std::snprintf(w, sizeof w, "%.3f", double(now_ns() - since) * 1e-9);
-      out += std::string(s == st::waiting ? " waiting_s=" : " waited_s=") + w;
+      c.seconds = double(now_ns() - since) * 1e-9;
     }
-    return out;
+    return format_state_line(f);
   }
 
   static std::int64_t now_ns() noexcept {
