@@ -1,19 +1,21 @@
-// fuzz_run_args.cpp: libFuzzer target for mdring-run's command line (its parse(),
-// the file tools/mdring_run.cpp compiled without its main). The input is split at
-// NUL bytes and newlines into arguments after "mdring-run". What must hold: parse
+// fuzz_run_args.cpp: libFuzzer target for mdring-run's command line (its parse()
+// in tools/run_args.cpp: the mdring_run_args library that mdring-run links,
+// compiled into this target with the fuzz flags). The input is split at NUL
+// bytes and newlines into arguments after "mdring-run". What must hold: parse
 // returns options that make sense (a process count from 1 to the maximum, or
 // hosts whose slots cover it; the program's index inside argv), or throws
 // usage_error with a message that says what was expected; nothing else, and no
 // crash, sanitizer report or hang. Inputs naming /dev, /proc or /sys are skipped
 // (a host file there could be a terminal or endless).
-#define MDRING_RUN_NO_MAIN 1
-#include "../../tools/mdring_run.cpp"
+#include "run_args.hpp"  // tools/run_args.hpp
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+using namespace mdring_run;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
