@@ -1,9 +1,19 @@
-// mdring/plan/build_program.hpp: writing program steps (plan/program.hpp).
+// mdring/plan/build_program.hpp: a call, as the program builders see it.
 //
-// What the stage emitters (plan/build_stages.hpp) and the collectives
-// (plan/collective_programs.hpp) write programs with: the parameters of a call,
-// views of buffers, and a builder that opens and closes steps and appends
-// messages and ops to them.
+//   program_params   the parameters of one rank's call (what make_program takes)
+//   dim_program      what the call runs in one executed dimension
+//   detail::call_context
+//                    the parameters with this rank's place: extents, coordinates,
+//                    the non-trivial dimensions, the root's coordinates, and the
+//                    tests the collectives share (staged, pull, ...)
+//   detail::bview    a buffer, as a view of the nested order (below)
+//   detail::buffer_layout
+//                    where a stage receives: all_reduce's receive slots, or the
+//                    parts of the scratch region (below)
+//
+// The builders compose these with the step writer (plan/program_writer.hpp) and
+// the stage emitters (plan/build_stages.hpp); plan/collective_programs.hpp names
+// them.
 //
 // A stage works on a range r of the nested order (plan/blocks.hpp: stage d cuts
 // the range the rank owns after stages 0..d-1 into p_d blocks; the rank keeps
@@ -13,20 +23,24 @@
 // of rank rank_of_nested(x / blk)'s block (MPI puts block r at rank r; the stages
 // produce nested order). A view yields contiguous runs, so the executors never
 // see the permutation: a fold or copy over a permuted range is one op per run.
+//
+// Scratch (one region, 64-byte aligned parts; all_reduce uses receive slots per
+// segment instead), with m the largest block of the first non-trivial dimension:
+//   R0, R1  a received block (R1: the partial being sent when no recvbuf holds
+//           partials; halving-doubling: the whole stage range)
+//   Q       p-1 receive blocks of a direct stage by messages; P: packed sends
+//   W       m elements: the rank's share after the first stage
 #pragma once
 
 #include "../config.hpp"
 #include "../options.hpp"
+#include "../topology/coordinates.hpp"
+#include "../vocabulary.hpp"
 #include "blocks.hpp"
-#include "cost.hpp"
-#include "halving_doubling.hpp"
 #include "program.hpp"
 
 #include <cstddef>
-#include <cstdint>
-#include <initializer_list>
 #include <limits>
-#include <optional>
 #include <span>
 #include <vector>
 
@@ -61,7 +75,7 @@ struct program_params {
   std::size_t nontemporal_bytes = std::numeric_limits<std::size_t>::max();  // tuning::nontemporal_bytes
   std::size_t shared_reduce_max_bytes = 0;  // tuning::shared_reduce_max_bytes (0: the two stages)
   // reduce: a shared last dimension's reduce-scatter and gather as one stage, the
-  // ranks writing their blocks into the root's buffer (collective_programs.hpp
+  // ranks writing their blocks into the root's buffer (plan/reduce_program.hpp
   // shared_reduce_split; the host engine; the GPU path keeps the two stages).
   bool shared_reduce_split = false;
   bool trees = false;  // broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
@@ -95,169 +109,156 @@ struct bview {
   slice base(block_range r) const noexcept { return permuted() ? slice{where, 0, 0} : at(r.offset); }
 };
 
-constexpr slice operator+(slice s, std::size_t n) noexcept { return {s.where, s.peer, s.offset + n}; }
-constexpr slice peer_slice(region where, std::size_t peer, std::size_t offset) noexcept {
-  return {where, std::uint32_t(peer), offset};
-}
-
 // Scratch elements, 64-byte aligned.
 inline std::size_t aligned_elements(std::size_t elems, std::size_t elem_size) {
   const std::size_t bytes = (elems * elem_size + 63) / 64 * 64;
   return bytes / elem_size;
 }
 
-class program_builder {
+// One rank's call of one collective: the parameters, and this rank's place in the
+// executed dimensions. Holds a reference to the parameters (and so lives no longer).
+class call_context {
 public:
   // Recursive doubling is an all-reduce: other collectives run halving-doubling there.
-  explicit program_builder(const program_params& p)
-      : p_(p), V_(p.vector_elements ? p.vector_elements : 1), dims_(p.dims.begin(), p.dims.end()) {
+  call_context(const program_params& p, collective kind) : p_(p), dims_(p.dims.begin(), p.dims.end()) {
     for (auto& d : dims_) {
       ext_.push_back(d.extent), coords_.push_back(d.coord);
-      if (d.algo == algorithm::recursive_doubling && p.kind != collective::all_reduce)
+      if (d.algo == algorithm::recursive_doubling && kind != collective::all_reduce)
         d.algo = algorithm::halving_doubling;
     }
+    for (std::size_t d = 0; d < ext_.size(); ++d)
+      if (ext_[d] > 1) nontrivial_.push_back(d);
   }
 
-protected:
-  // The receive buffers of a stage that is not all_reduce's (whose receive slots
-  // are the segment's slot region): offsets into the scratch region.
-  struct scratch_layout {
-    std::size_t r0 = 0, r1 = 0, q = 0, pack = 0, w = 0;
-  };
-  // One reduce-scatter stage: range r of src; `mid` covers the range when the
-  // stage keeps its partials there (all_reduce: recvbuf), `out` receives block c.
-  struct rs_args {
-    std::size_t d = 0;
-    block_range r;
-    bview src;
-    std::optional<slice> mid;
-    slice out;
-    bool final = false;
-  };
-
+  const program_params& params() const noexcept { return p_; }
   const dim_program& dim(std::size_t d) const { return dims_[d]; }
-  bool slots_region() const noexcept { return p_.kind == collective::all_reduce; }
+  std::size_t extent(std::size_t d) const { return ext_[d]; }
+  std::size_t coord(std::size_t d) const { return coords_[d]; }
+  std::span<const std::size_t> extents() const noexcept { return ext_; }
+  std::span<const std::size_t> coords() const noexcept { return coords_; }
+  // The dimensions of more than one rank, in order; first() and last() need one.
+  std::span<const std::size_t> nontrivial() const noexcept { return nontrivial_; }
+  std::size_t first() const { return nontrivial_.front(); }
+  std::size_t last() const { return nontrivial_.back(); }
+  std::size_t ranks() const {
+    std::size_t n = 1;
+    for (auto e : ext_) n *= e;
+    return n;
+  }
+  // This rank's stage ranges of a buffer of n elements (plan/blocks.hpp stage_ranges).
+  std::vector<block_range> ranges(std::size_t n) const {
+    std::vector<block_range> rg(ext_.size());
+    stage_ranges(n, ext_, coords_, rg);
+    return rg;
+  }
+
+  // A shared stage on a range of n elements goes through the staging buffers.
   bool staged(std::size_t d, std::size_t n) const { return n * p_.elem_size <= dim(d).staging_bytes; }
+  // A copy or fold writing this many bytes goes around the cache.
   bool stream(std::size_t bytes) const noexcept { return bytes >= p_.nontemporal_bytes; }
-  std::size_t steps_of(std::size_t d) const {
-    if (dim(d).algo == algorithm::direct) return dim(d).shared ? 2 : 1;
-    const algorithm a = dim(d).algo;
-    return a == algorithm::halving_doubling || a == algorithm::recursive_doubling ? hd_shape_of(ext_[d]).steps()
-                                                                                  : ext_[d] - 1;
+  // The pull form (dim_program::streamed): the only ring, and the range is not
+  // staged (on every rank of the ring alike: they share the range).
+  bool pull(std::size_t d, block_range r) const { return dim(d).streamed && first() == last() && !staged(d, r.count); }
+
+  // ---- broadcast and reduce --------------------------------------------------------
+  std::vector<std::size_t> root_coords() const {
+    std::vector<std::size_t> rc(ext_.size());
+    to_coordinates(p_.root, ext_, rc);
+    return rc;
+  }
+  // This rank takes part in dimension d's scatter/gather: its coordinates above d are the root's.
+  bool line_of_root(std::size_t d, const std::vector<std::size_t>& rc) const {
+    for (std::size_t e = d + 1; e < ext_.size(); ++e)
+      if (coords_[e] != rc[e]) return false;
+    return true;
+  }
+  // The ranks whose coordinates below d are the root's: a tree stage of dimension d.
+  bool below_root(std::size_t d, const std::vector<std::size_t>& rc) const {
+    for (std::size_t e = 0; e < d; ++e)
+      if (coords_[e] != rc[e]) return false;
+    return true;
   }
 
-  // ---- emitting steps ----------------------------------------------------------
-  void open(std::size_t d, std::size_t index, phase ph, sync_kind sync) {
-    cur_ = program_step{};
-    cur_.segment = seg_, cur_.stage = stage_, cur_.dim = d, cur_.index = index, cur_.ph = ph, cur_.sync = sync;
-    cur_.first_pre = out_.ops.size();
-    cur_.first_send = out_.sends.size(), cur_.first_recv = out_.recvs.size();
-    post_ = false;
-  }
-  void close() {
-    if (!post_) cur_.pre = out_.ops.size() - cur_.first_pre, cur_.first_op = out_.ops.size();
-    else cur_.ops = out_.ops.size() - cur_.first_op;
-    cur_.sends = out_.sends.size() - cur_.first_send;
-    cur_.recvs = out_.recvs.size() - cur_.first_recv;
-    out_.shared |= cur_.sync == sync_kind::arrive || cur_.sync == sync_kind::leave;
-    out_.steps.push_back(cur_);
-  }
-  // A stage of `n` steps: f(i) fills step i (sync(i) says what it waits for).
-  template <class Sync, class F>
-  void stage(std::size_t d, phase ph, std::size_t n, Sync&& sync, F&& f) {
-    for (std::size_t i = 0; i < n; ++i) {
-      open(d, i, ph, sync(i));
-      cur_.stage_begin = i == 0, cur_.stage_end = i + 1 == n;
-      f(i);
-      close();
-    }
-    ++stage_;
-  }
-  template <class F>
-  void message_stage(std::size_t d, phase ph, std::size_t n, F&& f) {
-    stage(
-        d, ph, n, [](std::size_t) { return sync_kind::messages; }, f);
-  }
-  void send(std::size_t peer, slice at, std::size_t n) {
-    if (n) out_.sends.push_back({peer, at, n});
-  }
-  void recv(std::size_t peer, slice at, std::size_t n) {
-    if (n) out_.recvs.push_back({peer, at, n});
-  }
-  // An op before the step's messages (pre) or after its sync.
-  void op(local_op::kind_t kind, std::span<const slice> outs, std::span<const slice> ins, std::size_t n, bool final,
-          bool nt, bool pre = false) {
-    if (!n) return;
-    if (!pre && !post_) {
-      post_ = true;
-      cur_.pre = out_.ops.size() - cur_.first_pre, cur_.first_op = out_.ops.size();
-    }
-    local_op o;
-    o.kind = kind, o.final = final, o.nontemporal = nt, o.count = n;
-    o.first_out = out_.slices.size(), o.outs = outs.size();
-    out_.slices.insert(out_.slices.end(), outs.begin(), outs.end());
-    o.first_in = out_.slices.size(), o.ins = ins.size();
-    out_.slices.insert(out_.slices.end(), ins.begin(), ins.end());
-    out_.ops.push_back(o);
-  }
-  void fold(slice dst, std::initializer_list<slice> ins, std::size_t n, bool final) {
-    op(local_op::fold, {&dst, 1}, {ins.begin(), ins.size()}, n, final, false);
-  }
-  void copy(slice dst, slice src, std::size_t n, bool pre = false, bool nt = false) {
-    op(local_op::copy, {&dst, 1}, {&src, 1}, n, false, nt, pre);
-  }
-  // Copies the runs of [lo, lo+n) of v to `to` (pre: packing before a send).
-  void pack(const bview& v, std::size_t lo, std::size_t n, slice to, bool pre = true) {
-    v.runs(lo, n, [&](slice s, std::size_t rel, std::size_t len) { copy(to + rel, s, len, pre); });
-  }
-  // Elements [lo, lo+n) of v as one slice, packed into `scratch` first if v is permuted.
-  slice contiguous_or_pack(const bview& v, std::size_t lo, std::size_t n, slice scratch) {
-    if (!v.permuted()) return v.at(lo);
-    pack(v, lo, n, scratch);
-    return scratch;
-  }
-
-  // ---- receive buffers -----------------------------------------------------------
-  // all_reduce: receive slot j of dimension d, shifted so that the slot and a fold
-  // destination at recv offset dst are alike modulo vector_elements.
-  std::size_t slot_stride(std::size_t d) const { return stride_[d]; }
-  slice slot(std::size_t d, std::size_t j, std::size_t dst) const {
-    return {region::slot, 0, j * stride_[d] + (p_.recv_misalignment + dst) % V_};
-  }
-  slice R(std::size_t i) const { return {region::scratch, 0, i ? L_.r1 : L_.r0}; }
-
-  // ---- shared-access helpers -----------------------------------------------------------
-  static sync_kind shared_sync(std::size_t i) { return i ? sync_kind::leave : sync_kind::arrive; }
-  static sync_kind staged_sync(std::size_t i) { return i ? sync_kind::none : sync_kind::arrive; }
-  void publish(std::size_t n, const slice* src, const slice* dst) {
-    cur_.signature = n;
-    if (src) cur_.publish_src = *src, cur_.publishes_src = true;
-    if (dst) cur_.publish_dst = *dst, cur_.publishes_dst = true;
-  }
-  // outs = the fold, in coordinate order, of elements [off, off+n) of every peer's `where`.
-  void fold_peers(region where, std::size_t p, std::span<const slice> outs, std::size_t off, std::size_t n, bool final,
-                  bool nt) {
-    ins_.clear();
-    for (std::size_t j = 0; j < p; ++j) ins_.push_back(peer_slice(where, j, off));
-    op(local_op::fold, outs, ins_, n, final, nt);
-  }
-  // A stage whose range is empty on every rank of the ring: its steps, doing nothing.
-  void empty_stage(std::size_t d, phase ph, std::size_t n) {
-    stage(
-        d, ph, n, [](std::size_t) { return sync_kind::none; }, [](std::size_t) {});
-  }
-
+private:
   const program_params& p_;
-  std::size_t V_;
   std::vector<dim_program> dims_;
-  std::vector<std::size_t> ext_, coords_;
+  std::vector<std::size_t> ext_, coords_, nontrivial_;
+};
+
+// Where the stages of a call receive (see the top of this file): all_reduce's
+// receive slots (slots()), or the parts of the scratch region (place, place_rs).
+// Sized once before the first stage; the stage emitters read it.
+class buffer_layout {
+public:
+  buffer_layout(const call_context& c, collective kind)
+      : c_(c),
+        slots_(kind == collective::all_reduce),
+        V_(c.params().vector_elements ? c.params().vector_elements : 1),
+        stride_(c.extents().size(), 0) {}
+
+  // ---- all_reduce: the segment's receive slots ----------------------------------------
+  // The receive buffers are slots (all_reduce), not parts of the scratch region.
+  bool slots() const noexcept { return slots_; }
+  // Dimension d needs `slots` slots of `need` elements each: the stride is rounded
+  // up to vector_elements, with room to shift the slot (see slot()).
+  void size_slots(std::size_t d, std::size_t slots, std::size_t need) {
+    stride_[d] = (need + (V_ > 1 ? V_ : 0) + V_ - 1) / V_ * V_;
+    slot_elements_ = slots * stride_[d] > slot_elements_ ? slots * stride_[d] : slot_elements_;
+  }
+  // Receive slot j of dimension d, shifted so that the slot and a fold destination
+  // at recv offset dst are alike modulo vector_elements.
+  slice slot(std::size_t d, std::size_t j, std::size_t dst) const {
+    return {region::slot, 0, j * stride_[d] + (c_.params().recv_misalignment + dst) % V_};
+  }
+
+  // ---- the other collectives: the scratch region --------------------------------------
+  // R0 or R1 (i), Q's and P's k-th block of mb elements, W's offset.
+  slice R(std::size_t i) const { return {region::scratch, 0, i ? r1_ : r0_}; }
+  slice Q(std::size_t k, std::size_t mb) const { return {region::scratch, 0, q_ + k * mb}; }
+  slice P(std::size_t k, std::size_t mb) const { return {region::scratch, 0, pack_ + k * mb}; }
+  std::size_t W() const noexcept { return w_; }
+  // Elements of each part: R0 and R1 (two_r) of r, Q of q, P of pack, W of w.
+  void place(std::size_t r, bool two_r, std::size_t q, std::size_t pack, std::size_t w) {
+    r0_ = 0;
+    r1_ = al(r);
+    q_ = r1_ + (two_r ? al(r) : 0);
+    pack_ = q_ + al(q);
+    w_ = pack_ + al(pack);
+    scratch_elements_ = w_ + al(w);
+  }
+  // The reduce-scatter half (stage ranges rg): no recvbuf for the first stage's
+  // partials unless first_has_mid; W when need_w; packing when the source is permuted.
+  void place_rs(const std::vector<block_range>& rg, bool permuted, bool first_has_mid, bool need_w) {
+    std::size_t r = 0, q = 0, pack = 0;
+    bool two_r = !first_has_mid || permuted;
+    for (std::size_t d : c_.nontrivial()) {
+      const std::size_t p = c_.extent(d), mb = max_block(rg[d].count, p);
+      if (c_.dim(d).algo == algorithm::direct) {
+        if (c_.dim(d).shared) continue;
+        q = (p - 1) * mb > q ? (p - 1) * mb : q;
+        if (permuted && d == c_.first()) pack = (p - 1) * mb;
+      } else if (c_.dim(d).algo == algorithm::halving_doubling) {
+        r = rg[d].count > r ? rg[d].count : r;
+        two_r = true;
+      } else {
+        r = mb > r ? mb : r;
+      }
+    }
+    place(r, two_r, q, pack, need_w ? max_block(rg[c_.first()].count, c_.extent(c_.first())) : 0);
+  }
+
+  std::size_t scratch_elements() const noexcept { return scratch_elements_; }
+  std::size_t slot_elements() const noexcept { return slot_elements_; }
+
+private:
+  std::size_t al(std::size_t elems) const { return aligned_elements(elems, c_.params().elem_size); }
+
+  const call_context& c_;
+  bool slots_;
+  std::size_t V_;
   std::vector<std::size_t> stride_;  // all_reduce: receive slot stride per dimension
-  scratch_layout L_;
-  program out_;
-  program_step cur_;
-  bool post_ = false;
-  std::size_t seg_ = 0, stage_ = 0;
-  std::vector<slice> ins_, outs_;
+  std::size_t r0_ = 0, r1_ = 0, q_ = 0, pack_ = 0, w_ = 0;
+  std::size_t scratch_elements_ = 0, slot_elements_ = 0;
 };
 
 }  // namespace detail
