@@ -31,22 +31,13 @@ MDRING_NAMESPACE_BEGIN
 
 namespace detail {
 
+// Writes an all_gather through the parts of plan/build_stages.hpp builder_parts.
 class all_gather_builder {
 public:
-  explicit all_gather_builder(const program_params& p)
-      : c_(p, collective::all_gather),
-        L_(c_, collective::all_gather),
-        w_(collective::all_gather, p.count),
-        st_(w_, c_, L_) {}
+  explicit all_gather_builder(builder_parts& x) : c_(x.c), L_(x.L), w_(x.w), st_(x.st) {}
 
-  program build() && {
-    w_.begin_segment(0);
-    write();
-    return std::move(w_).finish(L_.scratch_elements(), L_.slot_elements());
-  }
-
-private:
   void write() {
+    w_.begin_segment(0);
     const std::size_t sc = c_.params().count, n = sc * c_.ranks();
     if (sc == 0) return;
     if (c_.nontrivial().empty()) return w_.local_copy(sc, false);
@@ -89,6 +80,8 @@ private:
     outv.blk = sc, outv.extents = c_.extents();
     unpack(first, rg[first], w.at(w_lo), outv);
   }
+
+private:
   // A stage of one local step, f() its ops.
   template <class F>
   void local_step(F&& f) {
@@ -154,15 +147,19 @@ private:
     });
   }
 
-  call_context c_;
-  buffer_layout L_;
-  program_writer w_;
-  stage_emitter st_;
+  const call_context& c_;
+  buffer_layout& L_;
+  program_writer& w_;
+  stage_emitter& st_;
 };
 
 }  // namespace detail
 
 // The program of one rank's all_gather (p.count: sendcount; p.kind is not read).
-inline program make_all_gather_program(const program_params& p) { return detail::all_gather_builder(p).build(); }
+inline program make_all_gather_program(const program_params& p) {
+  detail::builder_parts x(p, collective::all_gather);
+  detail::all_gather_builder(x).write();
+  return std::move(x).finish();
+}
 
 MDRING_NAMESPACE_END

@@ -30,23 +30,11 @@ MDRING_NAMESPACE_BEGIN
 
 namespace detail {
 
-// Composes the call, its receive slots, the writer and the stage emitters; one
-// build per builder.
+// Writes an all_reduce through the parts of plan/build_stages.hpp builder_parts
+// (the call, its receive slots, the writer and the stage emitters).
 class all_reduce_builder {
 public:
-  explicit all_reduce_builder(const program_params& p)
-      : c_(p, collective::all_reduce),
-        L_(c_, collective::all_reduce),
-        w_(collective::all_reduce, p.count),
-        st_(w_, c_, L_) {}
-
-  program build() && {
-    write();
-    return std::move(w_).finish(L_.scratch_elements(), L_.slot_elements());
-  }
-
-private:
-  bool rd(std::size_t d) const { return c_.dim(d).algo == algorithm::recursive_doubling; }
+  explicit all_reduce_builder(builder_parts& x) : c_(x.c), L_(x.L), w_(x.w), st_(x.st) {}
 
   void write() {
     const std::size_t n = c_.params().count;
@@ -75,6 +63,9 @@ private:
     }
     for (std::size_t s = 0; s < sg.segments; ++s) segment(sg, s);
   }
+
+private:
+  bool rd(std::size_t d) const { return c_.dim(d).algo == algorithm::recursive_doubling; }
 
   // Segment s: its reduce-scatter (or recursive doubling) stages, then its all-gathers.
   void segment(const segmentation& sg, std::size_t s) {
@@ -112,16 +103,20 @@ private:
     }
   }
 
-  call_context c_;
-  buffer_layout L_;
-  program_writer w_;
-  stage_emitter st_;
+  const call_context& c_;
+  buffer_layout& L_;
+  program_writer& w_;
+  stage_emitter& st_;
 };
 
 }  // namespace detail
 
 // The program of one rank's all_reduce (p.kind is not read: the program is an
 // all_reduce's whatever it says; make_program dispatches on it).
-inline program make_all_reduce_program(const program_params& p) { return detail::all_reduce_builder(p).build(); }
+inline program make_all_reduce_program(const program_params& p) {
+  detail::builder_parts x(p, collective::all_reduce);
+  detail::all_reduce_builder(x).write();
+  return std::move(x).finish();
+}
 
 MDRING_NAMESPACE_END

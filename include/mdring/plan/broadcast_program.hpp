@@ -30,22 +30,13 @@ MDRING_NAMESPACE_BEGIN
 
 namespace detail {
 
+// Writes a broadcast through the parts of plan/build_stages.hpp builder_parts.
 class broadcast_builder {
 public:
-  explicit broadcast_builder(const program_params& p)
-      : c_(p, collective::broadcast),
-        L_(c_, collective::broadcast),
-        w_(collective::broadcast, p.count),
-        st_(w_, c_, L_) {}
+  explicit broadcast_builder(builder_parts& x) : c_(x.c), w_(x.w), st_(x.st) {}
 
-  program build() && {
-    w_.begin_segment(0);
-    write();
-    return std::move(w_).finish(L_.scratch_elements(), L_.slot_elements());
-  }
-
-private:
   void write() {
+    w_.begin_segment(0);
     const std::size_t n = c_.params().count;
     if (c_.nontrivial().empty() || n == 0) return;
     const auto rg = c_.ranges(n);
@@ -78,6 +69,7 @@ private:
     }
   }
 
+private:
   // Broadcast by binomial trees (program_params::trees): the whole buffer from the
   // root's coordinate along each dimension, outermost first, among the ranks whose
   // lower coordinates are the root's. Step s: relative coordinate v < 2^s sends to
@@ -143,15 +135,18 @@ private:
   // plan/cost.hpp whole_streaming_pays.)
   bool split_broadcast(std::size_t d) const { return c_.extent(d) == 2 && !c_.dim(d).streamed; }
 
-  call_context c_;
-  buffer_layout L_;
-  program_writer w_;
-  stage_emitter st_;
+  const call_context& c_;  // no scratch: the buffer is recv
+  program_writer& w_;
+  stage_emitter& st_;
 };
 
 }  // namespace detail
 
 // The program of one rank's broadcast (the buffer is recv; p.kind is not read).
-inline program make_broadcast_program(const program_params& p) { return detail::broadcast_builder(p).build(); }
+inline program make_broadcast_program(const program_params& p) {
+  detail::builder_parts x(p, collective::broadcast);
+  detail::broadcast_builder(x).write();
+  return std::move(x).finish();
+}
 
 MDRING_NAMESPACE_END

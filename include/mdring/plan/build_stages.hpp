@@ -4,7 +4,8 @@
 // stage_emitter holds references to the step writer, the call (call_context) and
 // its receive buffers (buffer_layout: plan/build_program.hpp), and nothing of the
 // collective: the collective builders (plan/collective_programs.hpp names them)
-// tell it which stage to write on which range of which buffer. The emitters:
+// tell it which stage to write on which range of which buffer. builder_parts
+// (at the end) makes the four once per program. The emitters:
 // reduce_scatter_stage and all_gather_stage, each a branch per algorithm (each
 // mirrors its comment in DESIGN.md), and the stages of one pass and of recursive
 // doubling, which all_reduce calls (and reduce_scatter streamed_rs):
@@ -35,6 +36,7 @@
 #include <cstddef>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 MDRING_NAMESPACE_BEGIN
@@ -381,6 +383,28 @@ private:
   const call_context& c_;
   const buffer_layout& L_;
   std::vector<slice> ins_, outs_;  // a fold's inputs and outputs, reused
+};
+
+// What a collective's builder (plan/collective_programs.hpp names them) works
+// with, made once per program: the call, its buffers, the writer and the stage
+// emitters. Each part refers to the ones before it, so the parts stay where they
+// are made (no copy, no move). A builder holds references to them and writes its
+// stages; finish() then hands the program over:
+//
+//   builder_parts x(p, collective::all_reduce);
+//   all_reduce_builder(x).write();
+//   program pr = std::move(x).finish();
+struct builder_parts {
+  builder_parts(const program_params& p, collective kind) : c(p, kind), L(c, kind), w(kind, p.count), st(w, c, L) {}
+  builder_parts(const builder_parts&) = delete;
+  builder_parts& operator=(const builder_parts&) = delete;
+
+  program finish() && { return std::move(w).finish(L.scratch_elements(), L.slot_elements()); }
+
+  call_context c;
+  buffer_layout L;
+  program_writer w;
+  stage_emitter st;
 };
 
 }  // namespace detail

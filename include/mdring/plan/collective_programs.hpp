@@ -27,7 +27,8 @@
 //                   split_reduce's shared_reduce_split); or binomial trees to the
 //                   root in 0..k-1 (reduce_trees)
 //
-// Each collective's builder composes the same parts, none derived from another:
+// Each collective's builder is composed of the same parts (detail::builder_parts,
+// made once per program), none derived from another:
 //   detail::call_context     the parameters and this rank's place   plan/build_program.hpp
 //   detail::buffer_layout    receive slots or scratch parts          plan/build_program.hpp
 //   detail::program_writer   the program and its open step           plan/program_writer.hpp
@@ -48,26 +49,38 @@
 #include "all_reduce_program.hpp"
 #include "broadcast_program.hpp"
 #include "build_program.hpp"
+#include "build_stages.hpp"
 #include "program.hpp"
 #include "reduce_program.hpp"
 #include "reduce_scatter_program.hpp"
 
+#include <utility>
+
 MDRING_NAMESPACE_BEGIN
 
-// The program of one rank's call (see the top of this file and plan/program.hpp).
+// The program of one rank's call (see the top of this file and plan/program.hpp):
+// for p.kind == collective::X, the same program as make_X_program(p), through the
+// same builder.
 inline program make_program(const program_params& p) {
+  detail::builder_parts x(p, p.kind);
   switch (p.kind) {
     case collective::all_reduce:
-      return make_all_reduce_program(p);
+      detail::all_reduce_builder(x).write();
+      break;
     case collective::reduce_scatter:
-      return make_reduce_scatter_program(p);
+      detail::reduce_scatter_builder(x).write();
+      break;
     case collective::all_gather:
-      return make_all_gather_program(p);
+      detail::all_gather_builder(x).write();
+      break;
     case collective::broadcast:
-      return make_broadcast_program(p);
+      detail::broadcast_builder(x).write();
+      break;
     default:
-      return make_reduce_program(p);
+      detail::reduce_builder(x).write();
+      break;
   }
+  return std::move(x).finish();
 }
 
 MDRING_NAMESPACE_END

@@ -32,19 +32,13 @@ MDRING_NAMESPACE_BEGIN
 
 namespace detail {
 
+// Writes a reduce through the parts of plan/build_stages.hpp builder_parts.
 class reduce_builder {
 public:
-  explicit reduce_builder(const program_params& p)
-      : c_(p, collective::reduce), L_(c_, collective::reduce), w_(collective::reduce, p.count), st_(w_, c_, L_) {}
+  explicit reduce_builder(builder_parts& x) : c_(x.c), L_(x.L), w_(x.w), st_(x.st) {}
 
-  program build() && {
-    w_.begin_segment(0);
-    write();
-    return std::move(w_).finish(L_.scratch_elements(), L_.slot_elements());
-  }
-
-private:
   void write() {
+    w_.begin_segment(0);
     const program_params& prm = c_.params();
     const std::size_t n = prm.count;
     if (c_.nontrivial().empty()) return w_.local_copy(n, true);
@@ -88,6 +82,7 @@ private:
     }
   }
 
+private:
   // Reduce by binomial trees: along each dimension, innermost first, to the root's
   // coordinate, among the ranks whose lower coordinates are the root's. Step s:
   // relative coordinate v = 2^s mod 2^(s+1) sends its partial to v - 2^s and is
@@ -181,15 +176,19 @@ private:
     });
   }
 
-  call_context c_;
-  buffer_layout L_;
-  program_writer w_;
-  stage_emitter st_;
+  const call_context& c_;
+  buffer_layout& L_;
+  program_writer& w_;
+  stage_emitter& st_;
 };
 
 }  // namespace detail
 
 // The program of one rank's reduce (the result in the root's recvbuf; p.kind is not read).
-inline program make_reduce_program(const program_params& p) { return detail::reduce_builder(p).build(); }
+inline program make_reduce_program(const program_params& p) {
+  detail::builder_parts x(p, collective::reduce);
+  detail::reduce_builder(x).write();
+  return std::move(x).finish();
+}
 
 MDRING_NAMESPACE_END

@@ -29,22 +29,13 @@ MDRING_NAMESPACE_BEGIN
 
 namespace detail {
 
+// Writes a reduce_scatter through the parts of plan/build_stages.hpp builder_parts.
 class reduce_scatter_builder {
 public:
-  explicit reduce_scatter_builder(const program_params& p)
-      : c_(p, collective::reduce_scatter),
-        L_(c_, collective::reduce_scatter),
-        w_(collective::reduce_scatter, p.count),
-        st_(w_, c_, L_) {}
+  explicit reduce_scatter_builder(builder_parts& x) : c_(x.c), L_(x.L), w_(x.w), st_(x.st) {}
 
-  program build() && {
-    w_.begin_segment(0);
-    write();
-    return std::move(w_).finish(L_.scratch_elements(), L_.slot_elements());
-  }
-
-private:
   void write() {
+    w_.begin_segment(0);
     const std::size_t rc = c_.params().count, n = rc * c_.ranks();
     if (c_.nontrivial().empty()) return w_.local_copy(rc, true);
     const auto rg = c_.ranges(n);
@@ -72,17 +63,20 @@ private:
     }
   }
 
-  call_context c_;
-  buffer_layout L_;
-  program_writer w_;
-  stage_emitter st_;
+private:
+  const call_context& c_;
+  buffer_layout& L_;
+  program_writer& w_;
+  stage_emitter& st_;
 };
 
 }  // namespace detail
 
 // The program of one rank's reduce_scatter (p.count: recvcount; p.kind is not read).
 inline program make_reduce_scatter_program(const program_params& p) {
-  return detail::reduce_scatter_builder(p).build();
+  detail::builder_parts x(p, collective::reduce_scatter);
+  detail::reduce_scatter_builder(x).write();
+  return std::move(x).finish();
 }
 
 MDRING_NAMESPACE_END
