@@ -1,5 +1,5 @@
-// benchmarks/bench_nonblocking.hpp: mdring-bench's --inflight and --overlap modes
-// (MPI processes, all_reduce), included by mdring_bench.cpp.
+// benchmarks/bench/nonblocking.hpp: mdring-bench's --inflight and --overlap modes
+// (MPI processes, all_reduce), included by mpi.cpp.
 //
 //   mpirun -n 2 mdring-bench --inflight 16 --min-bytes 4K --max-bytes 16M
 //     N calls in flight (N iall_reduce, then wait_all) against the same N calls
@@ -19,14 +19,17 @@
 // Every time is the slowest rank's (max over ranks), the median over --iters.
 #pragma once
 
+#include "collective.hpp"
+
 #include <mdring/mpi.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
-namespace nonblocking_bench {
+namespace mdring_bench::nonblocking {
 
 // A dependent chain of multiply-adds: about 4 cycles each, no memory traffic. The
 // seed and the step count pass through volatiles, so the compiler cannot fold it.
@@ -175,4 +178,4 @@ void run_overlap(const config& cfg, Comm& comm, const world_ops& w, Op op, MPI_D
     std::printf("# times in us; overlap = (comm + compute - total) / min(comm, compute): 1 = fully hidden, 0 = none\n");
 }
 
-}  // namespace nonblocking_bench
+}  // namespace mdring_bench::nonblocking
