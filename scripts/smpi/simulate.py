@@ -9,8 +9,8 @@ all on the same buffers and the same simulated network. See docs/SCALING.md.
 
 Results are cached in OUT/results.jsonl: a built-in algorithm's point is reused
 as long as the platform and SimGrid stay the same; mdring's and the flat ring's
-are reused only while include/ and benchmarks/mdring_bench.cpp are unchanged, so
-re-running after a library change re-simulates mdring and nothing else.
+are reused only while include/ and benchmarks/bench/ (mdring-bench) are unchanged,
+so re-running after a library change re-simulates mdring and nothing else.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def sha(*parts) -> str:
 def code_version() -> str:
     """Hash of what mdring's simulated time depends on."""
     h = hashlib.sha1()
-    files = sorted((ROOT / "include").rglob("*.hpp")) + [ROOT / "benchmarks" / "mdring_bench.cpp"]
+    files = sorted((ROOT / "include").rglob("*.hpp")) + sorted((ROOT / "benchmarks" / "bench").glob("*.?pp"))
     for f in files:
         h.update(str(f.relative_to(ROOT)).encode())
         h.update(f.read_bytes())
