@@ -21,6 +21,7 @@
 #include "../error.hpp"
 #include "../plan/bound_layout.hpp"
 #include "../plan/call.hpp"
+#include "../plan/collective_programs.hpp"
 #include "../plan/program.hpp"
 #include "../plan/program_cache.hpp"
 #include "../reduce/ops.hpp"

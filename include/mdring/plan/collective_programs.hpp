@@ -83,4 +83,20 @@ inline program make_program(const program_params& p) {
   return std::move(x).finish();
 }
 
+// The builder of one collective's programs (what program_cache::get takes).
+inline program (*builder_of(collective kind) noexcept)(const program_params&) {
+  switch (kind) {
+    case collective::all_reduce:
+      return make_all_reduce_program;
+    case collective::reduce_scatter:
+      return make_reduce_scatter_program;
+    case collective::all_gather:
+      return make_all_gather_program;
+    case collective::broadcast:
+      return make_broadcast_program;
+    default:
+      return make_reduce_program;
+  }
+}
+
 MDRING_NAMESPACE_END

@@ -5,10 +5,15 @@
 // communicator keeps the most recent ones; a call whose program is here builds
 // nothing and allocates nothing. A reference returned by get() stays valid until
 // the next get() (a communicator runs one call at a time).
+//
+// get() takes the builder of the call's collective (plan/collective_programs.hpp:
+// make_all_reduce_program, ..., or make_program for any), so that a program which
+// calls only all_reduce compiles only all_reduce's builder.
 #pragma once
 
 #include "../config.hpp"
-#include "collective_programs.hpp"
+#include "build_program.hpp"
+#include "program.hpp"
 
 #include <algorithm>
 #include <array>
@@ -22,7 +27,9 @@ class program_cache {
 public:
   static constexpr std::size_t capacity = 16;
 
-  const program& get(const program_params& p) {
+  using builder = program (*)(const program_params&);
+
+  const program& get(const program_params& p, builder build) {
     ++clock_;
     entry* victim = &entries_[0];
     for (auto& e : entries_) {
@@ -35,7 +42,7 @@ public:
     victim->nontemporal_bytes = p.nontemporal_bytes, victim->trees = p.trees;
     victim->shared_reduce_max_bytes = p.shared_reduce_max_bytes, victim->shared_reduce_split = p.shared_reduce_split;
     victim->dims.assign(p.dims.begin(), p.dims.end());
-    victim->pr = make_program(p);
+    victim->pr = build(p);
     victim->used = clock_;
     ++built_;
     return victim->pr;

@@ -11,10 +11,16 @@
 // (local_ops.hpp local_ops<T, Op>).
 #pragma once
 
+#include "../../plan/all_gather_program.hpp"
+#include "../../plan/all_reduce_program.hpp"
+#include "../../plan/broadcast_program.hpp"
 #include "../../plan/call.hpp"
+#include "../../plan/collective_programs.hpp"
 #include "../../plan/cost.hpp"
 #include "../../plan/measure.hpp"
 #include "../../plan/pipeline.hpp"
+#include "../../plan/reduce_program.hpp"
+#include "../../plan/reduce_scatter_program.hpp"
 #include "../../plan/wisdom.hpp"
 #include "../../memory.hpp"
 #include "cursor.hpp"
@@ -70,19 +76,22 @@ public:
   }
   void start_reduce_scatter(const void* send, void* recv, std::size_t rc) {
     decide(collective::reduce_scatter, rc);
-    start(program_of(collective::reduce_scatter, rc, 0), 1, send, recv, {rc * size(), rc, true, send});
+    start(program_of(collective::reduce_scatter, rc, 0, make_reduce_scatter_program), 1, send, recv,
+          {rc * size(), rc, true, send});
   }
   void start_all_gather(const void* send, void* recv, std::size_t sc) {
     decide(collective::all_gather, sc);
-    start(program_of(collective::all_gather, sc, 0), 1, send, recv, {sc, sc * size(), true, recv});
+    start(program_of(collective::all_gather, sc, 0, make_all_gather_program), 1, send, recv,
+          {sc, sc * size(), true, recv});
   }
   void start_broadcast(void* buf, std::size_t n, std::size_t root) {
     decide(collective::broadcast, n);
-    start(program_of(collective::broadcast, n, root), 1, buf, buf, {n, n, s_.layout().rank == root, buf});
+    start(program_of(collective::broadcast, n, root, make_broadcast_program), 1, buf, buf,
+          {n, n, s_.layout().rank == root, buf});
   }
   void start_reduce(const void* send, void* recv, std::size_t n, std::size_t root) {
     decide(collective::reduce, n);
-    start(program_of(collective::reduce, n, root), 1, send, recv);
+    start(program_of(collective::reduce, n, root, make_reduce_program), 1, send, recv);
   }
 
   void all_reduce(const void* send, void* recv, std::size_t n) {
@@ -151,8 +160,9 @@ private:
   // The program of the call decided last (decide): plan/call.hpp describe_call, with
   // what the transport can do in each dimension (shared access between the ranks of a
   // node, and, between processes, whether the last all_reduce on it had buffers some
-  // rank's peers could not map: the same on every rank, core.hpp sync).
-  const program& program_of(collective kind, std::size_t count, std::size_t root) {
+  // rank's peers could not map: the same on every rank, core.hpp sync), built by the
+  // collective's own builder (a program that calls all_reduce alone compiles only its).
+  const program& program_of(collective kind, std::size_t count, std::size_t root, program_cache::builder build) {
     const auto access = ws().access();
     for (std::size_t d = 0; d < access.size(); ++d) {
       access[d] = {};
@@ -164,8 +174,8 @@ private:
         }
       }
     }
-    const program& pr =
-        ws().program_for({kind, count, root, elem()}, s_.layout(), access, opts().tune, !Transport::same_address_space);
+    const program& pr = ws().program_for({kind, count, root, elem()}, s_.layout(), access, opts().tune,
+                                         !Transport::same_address_space, build);
     s_.set_notes_unmapped(ws().description().notes_unmapped);
     return pr;
   }
@@ -183,7 +193,7 @@ private:
   // decide = false).
   std::pair<const program*, std::size_t> all_reduce_plan(std::size_t n, bool decide_now = true) {
     const call_decision& d = decide_now ? decide(collective::all_reduce, n) : ws().decision();
-    const program& pr = program_of(collective::all_reduce, n, 0);
+    const program& pr = program_of(collective::all_reduce, n, 0, make_all_reduce_program);
     return {&pr, d.depth < pr.segments ? d.depth : pr.segments};
   }
 
@@ -271,7 +281,7 @@ private:
     }
     // reduce: a rank that is not the root, which needs more (W)
     const std::size_t root = kind == collective::reduce && s_.layout().rank == 0 ? 1 % size() : 0;
-    return scratch_bytes_of(program_of(kind, count, root), 1);
+    return scratch_bytes_of(program_of(kind, count, root, builder_of(kind)), 1);
   }
 
   // ---- measured planning (options.planning = measure, plan/wisdom.hpp) ---------

@@ -80,11 +80,12 @@ public:
   // before program_for; reused storage).
   std::span<dim_access> access() noexcept { return access_; }
   // The program of the call decided last, for `c` on L with `access`: described,
-  // then built or found in the cache. The reference lasts until the next call.
+  // then found in the cache or built by `build` (the collective's builder,
+  // plan/collective_programs.hpp). The reference lasts until the next call.
   const program& program_for(const call_shape& c, const bound_layout& L, std::span<const dim_access> access,
-                             const tuning& tune, bool between_processes) {
+                             const tuning& tune, bool between_processes, program_cache::builder build) {
     describe_call(described_, decision_, c, L, access, tune, executor_profile::on_host(between_processes));
-    return programs_.get(described_.params);
+    return programs_.get(described_.params, build);
   }
   const call_decision& decision() const noexcept { return decision_; }
   const call_program& description() const noexcept { return described_; }
