@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""scripts/check_rooms.py: no header includes one from a room above its own.
+"""scripts/check_rooms.py: no header includes one from a room above its own, and
+none is longer than about 450 lines (at most MAX_LINES: a longer one does several
+jobs; split it by job).
 
 The rooms of include/mdring/ (docs/ARCHITECTURE.md), lowest first. A header may
 include headers of its own room and of the rooms below it; never one above:
 
   0 basics      config.hpp, error.hpp, fnv.hpp, memory.hpp, vocabulary.hpp
   1 topology/   reduce/   (the machine as a value; the arithmetic of the ops)
-  2 options.hpp           (what a user sets; names links)
+  2 options.hpp tuning.hpp   (what a user sets; names links)
   3 rendezvous/           (how processes without MPI find each other)
   4 plan/                 (what each rank does, as data)
   5 transport/            (moving bytes between the ranks of a dimension)
@@ -15,13 +17,15 @@ include headers of its own room and of the rooms below it; never one above:
   8 cuda/   separate/     (the GPU path; separate compilation's face and library)
   9 entry headers         mdring.hpp, mpi.hpp, ucx.hpp, boost_mpi.hpp
 
-    scripts/check_rooms.py            # prints every include that goes up, exits 1 if any
+    scripts/check_rooms.py            # prints every include that goes up and every header
+                                      # over MAX_LINES, exits 1 if any
     scripts/check_rooms.py --graph    # also prints how many includes go from room to room
 """
 import os
 import re
 import sys
 
+MAX_LINES = 460
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "mdring")
 BASICS = {"config.hpp", "error.hpp", "fnv.hpp", "memory.hpp", "vocabulary.hpp"}
 ENTRIES = {"mdring.hpp", "mpi.hpp", "ucx.hpp", "boost_mpi.hpp"}
@@ -37,7 +41,7 @@ def room_of(rel):
         return "basics"
     if rel in ENTRIES:
         return "entry"
-    if rel == "options.hpp":
+    if rel in ("options.hpp", "tuning.hpp"):
         return "options"
     return None
 
@@ -52,6 +56,10 @@ def main():
             path = os.path.join(dirpath, f)
             rel = os.path.relpath(path, ROOT)
             room = room_of(rel)
+            with open(path, encoding="utf-8") as fh:
+                n_lines = sum(1 for _ in fh)
+            if n_lines > MAX_LINES and not f.endswith(".cpp"):
+                bad.append(f"include/mdring/{rel}: {n_lines} lines, more than {MAX_LINES}: split it by job")
             if room not in LEVEL:
                 unknown.append(rel)
                 continue
@@ -77,7 +85,8 @@ def main():
             print(f"{a} -> {b}: {n}")
     if bad or unknown:
         return 1
-    print(f"check_rooms: every include of include/mdring goes to its own room or one below")
+    print(f"check_rooms: every include of include/mdring goes to its own room or one below, "
+          f"and no header has more than {MAX_LINES} lines")
     return 0
 
 

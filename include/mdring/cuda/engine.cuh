@@ -373,7 +373,7 @@ public:
                              const tuning& tune, bool commutative, std::size_t vector_elements, std::size_t recv_mis) {
     decide_call(decision_, request_for(L, c.kind, c.count, c.elem_size, commutative, tune));
     describe_call(described_, decision_, c, L, access, tune, executor_profile::on_device(vector_elements, recv_mis));
-    return programs_.get(described_.params);
+    return programs_.get(described_.params, builder_of(c.kind));
   }
   const call_decision& decision() const noexcept { return decision_; }
   const call_program& description() const noexcept { return described_; }

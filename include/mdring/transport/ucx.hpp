@@ -74,7 +74,7 @@ public:
         crowded_(mdring::detail::oversubscribed(w.local_size())) {
     if (size_ > detail::max_ranks)
       throw invalid_argument("world", "mdring::ucx: at most 2^24 ranks, not " + std::to_string(size_));
-    worker_ = take_worker(w.context());
+    worker_ = detail::take_worker(w.context());
     try {
       connect(fingerprint);
       post_control();
@@ -412,66 +412,9 @@ private:
     mappings_.release();
     // A clean end leaves the worker to the next bind; after a failure, or an endpoint
     // not closed in time (its error handler points here), it goes.
-    if (!(force || failed_ || !closed) && give_back(worker_)) worker_ = nullptr;
+    if (!(force || failed_ || !closed) && detail::give_back_worker(worker_)) worker_ = nullptr;
     if (worker_) ucp_worker_destroy(worker_);
     worker_ = nullptr;
-  }
-
-  static ucp_worker_h take_worker(ucp_context_h ctx) {
-    auto& pool = detail::process_workers();
-    {
-      std::lock_guard g(pool.m);
-      if (!pool.idle.empty()) {
-        ucp_worker_h w = pool.idle.back();
-        pool.idle.pop_back();
-        ++pool.reused;
-        return w;
-      }
-    }
-    ucp_worker_params_t wp{};
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the executor's lock serializes our calls
-    ucp_worker_h w = nullptr;
-    ucx::detail::check(ucp_worker_create(ctx, &wp, &w), "ucp_worker_create");
-    return w;
-  }
-  // Drops what arrived unmatched (nothing, after a clean end, but a peer's late
-  // control message), then pools the worker; false when the pool is full.
-  static bool give_back(ucp_worker_h w) noexcept {
-    auto& pool = detail::process_workers();
-    {
-      std::lock_guard g(pool.m);
-      if (pool.idle.size() >= detail::worker_pool::capacity) return false;
-    }
-    try {
-      for (int i = 0; i < 1000 && ucp_worker_progress(w) != 0; ++i) {}
-      std::vector<char> sink;
-      for (int i = 0; i < 1024; ++i) {
-        ucp_tag_recv_info_t info{};
-        ucp_tag_message_h msg = ucp_tag_probe_nb(w, 0, 0, 1, &info);
-        if (!msg) break;
-        sink.resize(std::max<std::size_t>(info.length, 1));
-        ucp_request_param_t prm{};
-        prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-        ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(w, sink.data(), info.length, msg, &prm);
-        if (UCS_PTR_IS_ERR(sp)) return false;
-        const auto until = deadline_clock::now() + std::chrono::milliseconds(100);
-        while (sp && ucp_request_check_status(sp) == UCS_INPROGRESS && deadline_clock::now() < until)
-          ucp_worker_progress(w);
-        if (sp) {
-          const bool done = ucp_request_check_status(sp) != UCS_INPROGRESS;
-          if (!done) ucp_request_cancel(w, sp);
-          ucp_request_free(sp);
-          if (!done) return false;
-        }
-      }
-    } catch (...) {
-      return false;
-    }
-    std::lock_guard g(pool.m);
-    if (pool.idle.size() >= detail::worker_pool::capacity) return false;
-    pool.idle.push_back(w);
-    return true;
   }
 
   // mdring's tag (16 bits) under the bind's stamp.
