@@ -18,6 +18,15 @@
 
 // Everything lives in a versioned inline namespace, so that two shared objects that
 // vendor different mdring versions never exchange template instances by accident.
+// What runs once per bind, per new call shape or on an error path (parsing the
+// profile and wisdom files, binding, building a program, naming a failure): the
+// compiler optimizes it for size and keeps it out of the hot paths, which also
+// makes the header-only user's file cheaper to compile (docs/perf/compile.md).
+#if defined(__GNUC__)
+#define MDRING_COLD __attribute__((cold))
+#else
+#define MDRING_COLD
+#endif
 #define MDRING_NAMESPACE_BEGIN \
   namespace mdring {           \
   inline namespace v0 {

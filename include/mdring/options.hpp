@@ -358,7 +358,7 @@ struct options {
 };
 
 namespace detail {
-inline void validate(const options& o) {
+MDRING_COLD inline void validate(const options& o) {
   if (o.reproducible)
     for (std::size_t d = 0; d < o.algorithms.size(); ++d)
       if (o.algorithms[d] != algorithm::automatic && o.algorithms[d] != algorithm::direct)

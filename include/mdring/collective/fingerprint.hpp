@@ -26,7 +26,7 @@ namespace detail {
 // Ranks that disagreed on any of them would post messages that do not match and
 // wait for each other forever; with it in the fingerprint they get topology_error
 // at bind instead. Doubles are printed exactly (hexadecimal).
-inline std::string fingerprint_core(const runtime_topology& written, const options& o) {
+MDRING_COLD inline std::string fingerprint_core(const runtime_topology& written, const options& o) {
   const tuning& u = o.tune;
   // A profile's figures replace the links' (and a rank that cannot read it says so).
   runtime_topology t = written;
@@ -101,7 +101,7 @@ inline std::string wisdom_key(const runtime_topology& written, const options& o)
 
 // The measured plans a bind starts from: options.wisdom's, when measured under the
 // same topology and options. Throws invalid_argument("options.wisdom").
-inline wisdom load_wisdom(const runtime_topology& written, const options& o) {
+MDRING_COLD inline wisdom load_wisdom(const runtime_topology& written, const options& o) {
   if (o.planning != planning::measure || o.wisdom.empty()) return {};
   // Its section for this topology and these options (none: another machine,
   // topology or options, measured afresh).
@@ -115,7 +115,7 @@ inline wisdom load_wisdom(const runtime_topology& written, const options& o) {
 
 // Ranks that bind together must agree on all of the above, on the planning mode
 // and on the wisdom they start from.
-inline std::string fingerprint(const runtime_topology& written, const options& o) {
+MDRING_COLD inline std::string fingerprint(const runtime_topology& written, const options& o) {
   std::string s = fingerprint_core(written, o);
   if (o.planning == planning::measure) {
     s += "|measure";

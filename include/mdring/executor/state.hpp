@@ -66,6 +66,11 @@ struct board_registry {
   std::mutex m;
   std::vector<const state_board*> boards;
   int next_id = 0;
+  // Every live board's line (all_state_lines), set by the first board: the signal
+  // thread, which a program may start before any board exists (at its start, from
+  // MDRING_STATE_SIGNAL), calls it through here, so that a file which includes
+  // mdring but makes no communicator compiles no line formatting.
+  std::string (*lines)() = nullptr;
   static board_registry& get() {
     static board_registry* r = new board_registry;  // never destroyed: boards may outlive static destruction
     return *r;
@@ -73,6 +78,7 @@ struct board_registry {
 };
 
 inline void install_state_signal();
+inline std::string all_state_lines();
 
 class state_board {
 public:
@@ -93,6 +99,7 @@ public:
       std::lock_guard<std::mutex> g(r.m);
       id_ = r.next_id++;
       r.boards.push_back(this);
+      r.lines = &all_state_lines;
     }
     install_state_signal();
   }
@@ -157,7 +164,7 @@ public:
   }
 
   // ---- read by anyone --------------------------------------------------------------
-  std::string line() const {
+  MDRING_COLD std::string line() const {
     static const char* const phases[] = {"reduce-scatter", "all-gather", "scatter", "gather",
                                          "all-reduce",     "broadcast",  "reduce"};
     static const char* const states[] = {"idle", "running", "waiting", "failed"};
@@ -254,7 +261,7 @@ inline std::string all_state_lines() {
 }
 
 // MDRING_STATE_DIR: the process's lines in DIR/state.<host>.<pid>, rewritten whole.
-inline void write_state_file(const std::string& lines) {
+MDRING_COLD inline void write_state_file(const std::string& lines) {
   const char* dir = std::getenv("MDRING_STATE_DIR");
   if (!dir || !*dir) return;
   char host[256] = {};
@@ -346,7 +353,13 @@ inline void install_state_signal() {
       const ssize_t n = ::read(rd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return;
-      const std::string lines = all_state_lines();
+      std::string (*all)() = nullptr;
+      {
+        auto& r = board_registry::get();
+        std::lock_guard<std::mutex> g(r.m);
+        all = r.lines;
+      }
+      const std::string lines = all ? all() : std::string();
       write_lines(lines);
       write_state_file(lines);
     }

@@ -78,7 +78,7 @@ inline std::string state_seconds_text(double seconds) {
 }
 
 // The line of f (without a newline).
-inline std::string format_state_line(const state_fields& f) {
+MDRING_COLD inline std::string format_state_line(const state_fields& f) {
   std::string out(state_line_prefix);
   auto put = [&out](std::string_view key, std::string_view value) {
     if (out.size() > state_line_prefix.size()) out += ' ';

@@ -106,8 +106,8 @@ inline void check_algorithm_count(const runtime_topology& t, const options& o, c
 // accumulation settings are normalized to what the calls run: one entry per
 // dimension in o.dimension_accumulation, and o.accumulation float32 only when the
 // calls widen.
-inline bound_layout bind_layout(const runtime_topology& written, std::size_t size, std::size_t rank, options& o,
-                                bind_path path, const char* caller) {
+MDRING_COLD inline bound_layout bind_layout(const runtime_topology& written, std::size_t size, std::size_t rank,
+                                            options& o, bind_path path, const char* caller) {
   const bool host = path == bind_path::host;
   const std::string fn = std::string("mdring::") + caller;
   bound_layout L;

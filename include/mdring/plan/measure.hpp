@@ -31,11 +31,11 @@ MDRING_NAMESPACE_BEGIN
 //   - with pipelining, the estimate's segment count K as 1, 2K, K/2, 4K and K/4
 //     (within tune.max_segments and n), and fewer segments in flight (2).
 // No candidate twice.
-inline std::vector<measured_choice> measured_candidates(const runtime_topology& executed,
-                                                        std::span<const algorithm> est,
-                                                        std::span<const algorithm> requested,
-                                                        std::span<const algorithm> bind, std::size_t n,
-                                                        std::size_t elem_size, const tuning& tune) {
+MDRING_COLD inline std::vector<measured_choice> measured_candidates(const runtime_topology& executed,
+                                                                    std::span<const algorithm> est,
+                                                                    std::span<const algorithm> requested,
+                                                                    std::span<const algorithm> bind, std::size_t n,
+                                                                    std::size_t elem_size, const tuning& tune) {
   std::vector<measured_choice> cand;
   const std::vector<algorithm> e(est.begin(), est.end());
   auto add = [&](const std::vector<algorithm>& al, std::size_t K, std::size_t depth) {

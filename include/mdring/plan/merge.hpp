@@ -63,8 +63,8 @@ inline std::size_t split_factor(std::size_t p, std::size_t min_extent) noexcept 
 }
 
 // `topo` must be resolved; requested[d] (missing: automatic) is the user's choice for dimension d.
-inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::span<const algorithm> requested,
-                                          const tuning& tune) {
+MDRING_COLD inline merged_dimensions merge_dimensions(const runtime_topology& topo,
+                                                      std::span<const algorithm> requested, const tuning& tune) {
   merged_dimensions m;
   std::vector<runtime_topology::dimension> out;
   auto req = [&](std::size_t d) { return d < requested.size() ? requested[d] : algorithm::automatic; };
@@ -102,7 +102,8 @@ inline merged_dimensions merge_dimensions(const runtime_topology& topo, std::spa
 // (options::dimension_accumulation: folded at the owner, rounded once), unless the
 // call is widened (every dimension float32 on the host path: `widens`). Asking
 // for another algorithm there is invalid_argument("options.algorithms").
-inline std::vector<algorithm> requested_algorithms(const runtime_topology& topo, const options& o, bool widens) {
+MDRING_COLD inline std::vector<algorithm> requested_algorithms(const runtime_topology& topo, const options& o,
+                                                               bool widens) {
   const std::size_t k = topo.ndims();
   if (o.dimension_accumulation.size() > k)
     throw invalid_argument("options.dimension_accumulation",

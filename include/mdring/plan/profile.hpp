@@ -29,9 +29,7 @@
 #include "text_line.hpp"
 
 #include <cstdio>
-#include <fstream>
 #include <algorithm>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,7 +81,7 @@ struct profile {
   // At a size without a train the latency is the previous size's (the smallest
   // size's: its whole time) and the rest busy. Dimensions of one link (a ring split
   // in two) each have their points: at the same size they are averaged.
-  link_info with_curve(link_info l) const {
+  MDRING_COLD link_info with_curve(link_info l) const {
     struct size_row {
       double bytes = 0, one = 0, train = 0, messages = 0;
       std::size_t ones = 0, trains = 0;
@@ -129,7 +127,7 @@ struct profile {
     return l;
   }
 
-  std::string to_string() const {
+  MDRING_COLD std::string to_string() const {
     std::string s = "mdring-profile 1\n";
     if (!topology.empty()) s += "topology " + topology + "\n";
     if (ranks) s += "ranks " + std::to_string(ranks) + "\n";
@@ -155,21 +153,20 @@ struct profile {
 
   // Reads a profile's text; `source` names it in errors (a file name).
   // Throws invalid_argument("profile") naming the line and what is wrong.
-  static profile parse(std::string_view text, const std::string& source = "profile") {
+  MDRING_COLD static profile parse(std::string_view text, const std::string& source = "profile") {
     profile pr;
-    std::istringstream in{std::string(text)};
-    std::string line;
     std::size_t no = 0;
     bool header = false;
     auto fail = [&](const std::string& why) {
       return invalid_argument("profile", "mdring::profile: " + source + ", line " + std::to_string(no) + ": " + why);
     };
-    while (std::getline(in, line)) {
+    detail::for_each_line(text, [&](std::string_view whole) {
+      std::string line(whole);
       ++no;
       if (const auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
       detail::text_line ls(line);
       const std::string key(ls.word());
-      if (key.empty()) continue;
+      if (key.empty()) return;
       auto done = [&](const char* what) {
         if (!ls.end()) throw fail(std::string("unexpected text after ") + what);
       };
@@ -216,23 +213,21 @@ struct profile {
       } else {
         throw fail("unknown line \"" + key + "\"");
       }
-    }
+    });
     if (!header) throw fail("empty: expected \"mdring-profile 1\"");
     return pr;
   }
 
-  void save(const std::string& path) const {
-    std::ofstream f(path);
-    f << to_string();
-    if (!f.good()) throw invalid_argument("path", "mdring::profile::save: cannot write \"" + path + "\"");
+  MDRING_COLD void save(const std::string& path) const {
+    if (!detail::write_text_file(path, to_string()))
+      throw invalid_argument("path", "mdring::profile::save: cannot write \"" + path + "\"");
   }
 
-  static profile load(const std::string& path) {
-    std::ifstream f(path);
-    if (!f) throw invalid_argument("profile", "mdring::profile::load: cannot read \"" + path + "\"");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return parse(ss.str(), "\"" + path + "\"");
+  MDRING_COLD static profile load(const std::string& path) {
+    std::string text;
+    if (!detail::read_text_file(path, text))
+      throw invalid_argument("profile", "mdring::profile::load: cannot read \"" + path + "\"");
+    return parse(text, "\"" + path + "\"");
   }
 
   friend bool operator==(const profile&, const profile&) = default;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -67,6 +68,38 @@ private:
   std::string_view s_;
   std::size_t i_ = 0;
 };
+
+// The lines of a text, as std::getline gives them: split at '\n', the last one
+// without it included, no empty line after a final '\n'. Calls f(line) for each.
+template <class F>
+void for_each_line(std::string_view text, F&& f) {
+  for (std::size_t pos = 0; pos < text.size();) {
+    const std::size_t nl = std::min(text.find('\n', pos), text.size());
+    f(text.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+}
+
+// A whole file into `out` (false: it cannot be opened or read), and a text into a
+// file (false: it cannot be written whole). Plain stdio: no iostreams compiled for
+// the profile and wisdom files.
+inline bool read_text_file(const std::string& path, std::string& out) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  out.clear();
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const bool ok = !std::ferror(f);
+  std::fclose(f);
+  return ok;
+}
+inline bool write_text_file(const std::string& path, std::string_view text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  const bool wrote = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  return std::fclose(f) == 0 && wrote;
+}
 
 }  // namespace detail
 

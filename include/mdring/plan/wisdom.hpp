@@ -37,9 +37,7 @@
 #include <bit>
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,7 +111,7 @@ struct wisdom {
   std::string to_string() const { return "mdring-wisdom 1\n" + section(); }
 
   // The key line and this section's lines.
-  std::string section() const {
+  MDRING_COLD std::string section() const {
     std::string s = "key " + key + "\n";
     char buf[160];
     for (auto& [k, m] : all_reduce) {
@@ -140,10 +138,8 @@ struct wisdom {
 
   // Every section, in the file's order; lines before any key line make a section
   // with an empty key.
-  static std::vector<wisdom> parse_all(std::string_view text, const std::string& source = "wisdom") {
+  MDRING_COLD static std::vector<wisdom> parse_all(std::string_view text, const std::string& source = "wisdom") {
     std::vector<wisdom> all;
-    std::istringstream in{std::string(text)};
-    std::string line;
     std::size_t no = 0;
     auto fail = [&](const std::string& why) {
       return invalid_argument("wisdom", "mdring::wisdom: " + source + ", line " + std::to_string(no) + ": " + why);
@@ -153,11 +149,11 @@ struct wisdom {
       return all.back();
     };
     bool header = false;
-    while (std::getline(in, line)) {
+    detail::for_each_line(text, [&](std::string_view line) {
       ++no;
       detail::text_line ls(line);
       const std::string k(ls.word());
-      if (k.empty()) continue;
+      if (k.empty()) return;
       if (!header) {
         if (k != "mdring-wisdom" || ls.word() != "1" || !ls.end()) throw fail("expected \"mdring-wisdom 1\" first");
         header = true;
@@ -205,7 +201,7 @@ struct wisdom {
       } else {
         throw fail("unknown line \"" + k + "\"");
       }
-    }
+    });
     if (!header) throw fail("empty: expected \"mdring-wisdom 1\"");
     return all;
   }
@@ -213,7 +209,7 @@ struct wisdom {
   // A missing file is no wisdom yet (empty); one that cannot be parsed throws.
   // Without a key: the file's first section; with one: that key's (empty, with
   // the key, when the file has none).
-  static wisdom load(const std::string& path) { return parse(read_file(path), "\"" + path + "\""); }
+  MDRING_COLD static wisdom load(const std::string& path) { return parse(read_file(path), "\"" + path + "\""); }
   static wisdom load(const std::string& path, const std::string& key) {
     for (auto& w : parse_all(read_file(path), "\"" + path + "\""))
       if (w.key == key) return w;
@@ -228,7 +224,7 @@ struct wisdom {
   // text goes to a file of its own, then is renamed over `path`, so that ranks
   // writing at once (one file system, or one per node) leave a whole file.
   // `rank` names that file: writers at once must pass different ones.
-  void save(const std::string& path, std::size_t rank = 0) const {
+  MDRING_COLD void save(const std::string& path, std::size_t rank = 0) const {
     std::vector<wisdom> all;
     try {
       all = parse_all(read_file(path), "\"" + path + "\"");
@@ -246,22 +242,16 @@ struct wisdom {
     std::string text = "mdring-wisdom 1\n";
     for (auto& w : all) text += w.section();
     const std::string tmp = path + ".tmp" + std::to_string(rank);
-    {
-      std::ofstream f(tmp);
-      f << text;
-      if (!f.good()) throw invalid_argument("options.wisdom", "mdring: cannot write the wisdom file \"" + tmp + "\"");
-    }
+    if (!detail::write_text_file(tmp, text))
+      throw invalid_argument("options.wisdom", "mdring: cannot write the wisdom file \"" + tmp + "\"");
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       throw invalid_argument("options.wisdom", "mdring: cannot replace the wisdom file \"" + path + "\"");
   }
 
 private:
   static std::string read_file(const std::string& path) {
-    std::ifstream f(path);
-    if (!f) return "mdring-wisdom 1\n";
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
+    std::string text;
+    return detail::read_text_file(path, text) ? text : "mdring-wisdom 1\n";
   }
 
 public:

@@ -17,11 +17,13 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <filesystem>
+#include <cstring>
 #include <map>
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include <dirent.h>
 
 MDRING_NAMESPACE_BEGIN
 
@@ -39,9 +41,16 @@ struct node_layout {
 namespace detail {
 // A node with an InfiniBand (or RoCE) device shows it under /sys/class/infiniband.
 inline bool has_infiniband() {
-  std::error_code ec;
-  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
-  return !ec && it != std::filesystem::directory_iterator();
+  DIR* d = ::opendir("/sys/class/infiniband");
+  if (!d) return false;
+  bool any = false;
+  while (const dirent* e = ::readdir(d))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      any = true;
+      break;
+    }
+  ::closedir(d);
+  return any;
 }
 }  // namespace detail
 

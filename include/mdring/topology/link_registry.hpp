@@ -34,7 +34,7 @@ inline bool is_link_name_char(char c) {
 
 // parse_link (below) with `known(name)` giving the figures of a known link.
 template <class Lookup>
-link_info parse_link_with(std::string_view text, Lookup&& known) {
+MDRING_COLD link_info parse_link_with(std::string_view text, Lookup&& known) {
   auto fail = [&](const std::string& why) {
     return invalid_argument("link", "mdring::parse_link: \"" + std::string(text) + "\": " + why +
                                         " (expected NAME=BANDWIDTH,LATENCY[,full|ring][,host|device]"
@@ -89,7 +89,7 @@ struct link_registry {
     if (const char* env = std::getenv("MDRING_LINKS")) add_from(env);
   }
   // MDRING_LINKS: parse_link texts separated by ';', applied in order.
-  void add_from(std::string_view list) {
+  MDRING_COLD void add_from(std::string_view list) {
     auto known = [this](std::string_view n) -> std::optional<link_info> {
       auto it = links.find(n);
       return it == links.end() ? std::nullopt : std::optional<link_info>(it->second);

@@ -72,7 +72,7 @@ public:
   // The same topology with the dynamic extent fixed so that size() == world_size.
   // Throws topology_error when world_size does not fit.
   // `caller` names the function in the message ("bind" when bind() resolves).
-  runtime_topology resolve(std::size_t world_size, const char* caller = "resolve") const {
+  MDRING_COLD runtime_topology resolve(std::size_t world_size, const char* caller = "resolve") const {
     const std::string fn = std::string("mdring::") + caller + ": ";
     runtime_topology r = *this;
     const std::size_t fixed = static_size();
@@ -143,7 +143,7 @@ public:
     return l;
   }
 
-  std::string to_string() const {
+  MDRING_COLD std::string to_string() const {
     std::string s;
     for (auto& d : dims_) {
       if (!s.empty()) s += " x ";
@@ -193,7 +193,7 @@ inline const runtime_topology& describe(const runtime_topology& t) { return t; }
 
 // Parses "nvlink:4 x infiniband:64" or "shm:2 x shm:*". Throws topology_error
 // (argument "topology") that quotes the string and points at the bad position.
-inline runtime_topology parse_topology(std::string_view text) {
+MDRING_COLD inline runtime_topology parse_topology(std::string_view text) {
   const std::string quoted = "\"" + std::string(text) + "\"";
   auto fail = [&](std::size_t pos, const std::string& why) -> topology_error {
     return topology_error("topology", "mdring::parse_topology: " + quoted + " at position " + std::to_string(pos) +

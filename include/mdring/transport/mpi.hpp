@@ -64,7 +64,7 @@ public:
   static constexpr int control_tag = 1;
 
   // Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
-  transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
+  MDRING_COLD transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
       : max_bytes_(opts.max_message_bytes),
         shared_memory_(opts.shared_memory && !MDRING_SMPI),
         staging_((opts.tune.shared_staging_bytes + 63) / 64 * 64) {
@@ -109,7 +109,7 @@ public:
   MPI_Comm control_comm() const noexcept { return ctrl_; }
 
   // Collective: every rank calls it for the same dimensions in the same order.
-  channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
+  MDRING_COLD channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
     MPI_Comm sub = MPI_COMM_NULL;
     // The global rank of coordinate 0 names the ring uniquely.
     detail::check(MPI_Comm_split(ctrl_, int(members[0]), int(my_index), &sub), "MPI_Comm_split");

@@ -44,7 +44,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <cstdio>
 #include <new>
 #include <optional>
 #include <span>
@@ -63,9 +63,12 @@ inline std::string node_identity() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   id = host;
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string b;
-  if (boot >> b) id += "/" + b;
+  // The boot's id: its first word (the file holds one line).
+  if (std::FILE* boot = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char b[128] = {};
+    if (std::fscanf(boot, "%127s", b) == 1) id += "/" + std::string(b);
+    std::fclose(boot);
+  }
 #endif
   return id;
 }

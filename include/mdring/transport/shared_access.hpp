@@ -43,8 +43,10 @@
 #define MDRING_HAVE_FUTEX 0
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define MDRING_CPU_RELAX() __builtin_ia32_pause()  // _mm_pause, without <immintrin.h>'s parse cost
+#elif defined(__x86_64__) || defined(__i386__)
+#include <emmintrin.h>
 #define MDRING_CPU_RELAX() _mm_pause()
 #else
 #define MDRING_CPU_RELAX() std::this_thread::yield()

@@ -234,8 +234,8 @@ public:
 
   // Throws the error a failed wait means: timeout_error naming the peer, or
   // remote_error naming the rank that failed.
-  [[noreturn]] void raise(const wait_status& st, phase ph, std::size_t d, std::size_t step, std::size_t peer,
-                          const char* waiting_for, state_board::dir dir) {
+  [[noreturn]] MDRING_COLD void raise(const wait_status& st, phase ph, std::size_t d, std::size_t step,
+                                      std::size_t peer, const char* waiting_for, state_board::dir dir) {
     if (st.kind == wait_status::timeout) {
       board().waiting_on((long long)peer, dir);
       char secs[32];
@@ -266,7 +266,7 @@ public:
 private:
   // Ranks whose ranges differ passed different counts (or types, or roots): every
   // rank of the ring sees that, and throws.
-  void check_signatures(const access_group& g, std::size_t d, std::size_t n) {
+  MDRING_COLD void check_signatures(const access_group& g, std::size_t d, std::size_t n) {
     if (const std::size_t j = g.mismatch(); j < g.size())
       throw transport_error(std::string("mdring::") + name_ + ": rank " + std::to_string(layout().dims[d].members[j]) +
                                 " works on " + std::to_string(g.signature(j) / 64) + " elements of " +

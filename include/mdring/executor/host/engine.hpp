@@ -293,7 +293,7 @@ private:
   // all_reduce, so every rank picks the same), and keeps the fastest if it beats the
   // estimate's plan by more than the runs' spread (1 % to 5 %, plan/wisdom.hpp
   // pick_measured), else the estimate's. Every rank writes options.wisdom.
-  void measure(std::size_t n) {
+  MDRING_COLD void measure(std::size_t n) {
     auto& ms = ws().measuring();
     ms.active = true;
     struct reset {
