@@ -33,6 +33,7 @@
 #include "plan/cost.hpp"
 #include "plan/merge.hpp"
 #include "plan/pipeline.hpp"
+#include "plan/call_algorithms.hpp"
 #include "plan/halving_doubling.hpp"
 #include "plan/plan.hpp"
 #include "plan/program.hpp"

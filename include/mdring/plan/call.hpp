@@ -40,6 +40,7 @@
 #include "../topology/runtime.hpp"
 #include "bound_layout.hpp"
 #include "build_program.hpp"
+#include "call_algorithms.hpp"
 #include "cost.hpp"
 #include "pipeline.hpp"
 #include "wisdom.hpp"
@@ -66,9 +67,6 @@ struct call_request {
   // engine's: no copy of a link per call); empty: computed here.
   std::span<const link_info> rank_links = {};
   std::span<const std::size_t> extents = {};  // topology.extent(d), likewise
-  // >= 0: halving-doubling on this dimension whatever the model says (the host
-  // engine's bound on scratch, communicator::reserve).
-  int force_halving_doubling = -1;
 };
 
 struct call_decision {
@@ -87,14 +85,18 @@ constexpr std::size_t call_elements(collective kind, std::size_t count, std::siz
 }
 
 // Fills d (reusing its storage: no allocation once it has the dimensions).
-inline void decide_call(call_decision& d, const call_request& r) {
+// `required`: per dimension, an algorithm the caller requires of this call whatever
+// the model says (automatic, or no entry: none), before the segments are cut (the
+// host engine sizes scratch for every algorithm a smaller call may run:
+// executor/host/engine.hpp reserve_bytes).
+inline void decide_call(call_decision& d, const call_request& r, std::span<const algorithm> required = {}) {
   const std::size_t k = r.topology.ndims();
   const std::size_t n = call_elements(r.kind, r.count, r.ranks);
   d.algos.resize(k);
   for (std::size_t i = 0; i < k; ++i) d.algos[i] = r.commutative ? r.bind_algorithms[i] : algorithm::direct;
   algorithms_for_call(r.kind, r.topology, r.requested, d.algos, n, r.elem_size, r.tune, r.rank_links, r.extents);
-  if (r.force_halving_doubling >= 0 && std::size_t(r.force_halving_doubling) < k)
-    d.algos[std::size_t(r.force_halving_doubling)] = algorithm::halving_doubling;
+  for (std::size_t i = 0; i < k && i < required.size(); ++i)
+    if (required[i] != algorithm::automatic) d.algos[i] = required[i];
   d.segment_length = 0, d.segments = 1, d.depth = 1, d.source = call_decision::origin::estimate;
   if (r.kind == collective::all_reduce) {
     std::size_t depth = r.tune.pipeline_depth;
@@ -224,11 +226,9 @@ inline void describe_call(call_program& cp, const call_decision& d, const call_s
 
 // decide_call's request for a call on layout L.
 inline call_request request_for(const bound_layout& L, collective kind, std::size_t count, std::size_t elem_size,
-                                bool commutative, const tuning& tune, const measured_choice* measured = nullptr,
-                                int force_halving_doubling = -1) {
-  return call_request{
-      kind, L.executed(), L.merged.requested, L.algorithms, commutative,           count, L.size, elem_size,
-      tune, measured,     L.rank_links,       L.extents,    force_halving_doubling};
+                                bool commutative, const tuning& tune, const measured_choice* measured = nullptr) {
+  return call_request{kind,      L.executed(), L.merged.requested, L.algorithms, commutative, count, L.size,
+                      elem_size, tune,         measured,           L.rank_links, L.extents};
 }
 
 MDRING_NAMESPACE_END

@@ -154,8 +154,12 @@ private:
   // force_hd >= 0: halving-doubling on that dimension (scratch_bytes' bound).
   const call_decision& decide(collective kind, std::size_t count, int force_hd = -1) {
     const std::size_t n = call_elements(kind, count, size());
-    return ws().decide(request_for(s_.layout(), kind, count, elem(), s_.commutative(), opts().tune,
-                                   kind == collective::all_reduce ? measured_for(n) : nullptr, force_hd));
+    const call_request r = request_for(s_.layout(), kind, count, elem(), s_.commutative(), opts().tune,
+                                       kind == collective::all_reduce ? measured_for(n) : nullptr);
+    if (force_hd < 0) return ws().decide(r);
+    std::vector<algorithm> required(s_.layout().ndims(), algorithm::automatic);  // (sizing only: reserve)
+    required[std::size_t(force_hd)] = algorithm::halving_doubling;
+    return ws().decide(r, required);
   }
   // The program of the call decided last (decide): plan/call.hpp describe_call, with
   // what the transport can do in each dimension (shared access between the ranks of a

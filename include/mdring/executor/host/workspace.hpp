@@ -72,8 +72,8 @@ public:
   const void** pointers() noexcept { return ptrs_.data(); }
 
   // What the call runs (plan/call.hpp), in reused storage.
-  const call_decision& decide(const call_request& r) {
-    decide_call(decision_, r);
+  const call_decision& decide(const call_request& r, std::span<const algorithm> required = {}) {
+    decide_call(decision_, r, required);
     return decision_;
   }
   // Per executed dimension, what the transport can do there (the engine fills it
