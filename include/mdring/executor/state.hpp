@@ -356,7 +356,7 @@ inline void install_state_signal() {
       std::string (*all)() = nullptr;
       {
         auto& r = board_registry::get();
-        std::lock_guard<std::mutex> g(r.m);
+        std::lock_guard<std::mutex> lock(r.m);
         all = r.lines;
       }
       const std::string lines = all ? all() : std::string();
