@@ -158,14 +158,16 @@ struct wisdom {
         if (k != "mdring-wisdom" || ls.word() != "1" || !ls.end()) throw fail("expected \"mdring-wisdom 1\" first");
         header = true;
       } else if (k == "key") {
-        std::string key(ls.word());
-        if (key.empty() ||
-            !std::all_of(key.begin(), key.end(), [](char c) { return std::isxdigit((unsigned char)c); }) || !ls.end())
+        std::string section_key(ls.word());
+        if (section_key.empty() ||
+            !std::all_of(section_key.begin(), section_key.end(),
+                         [](char c) { return std::isxdigit((unsigned char)c); }) ||
+            !ls.end())
           throw fail("key takes the fingerprint's hexadecimal digits");
         for (const auto& w : all)
-          if (w.key == key) throw fail("key " + key + " appears twice");
-        if (!all.empty() && all.back().key.empty() && all.back().empty()) all.back().key = key;
-        else all.emplace_back().key = key;
+          if (w.key == section_key) throw fail("key " + section_key + " appears twice");
+        if (!all.empty() && all.back().key.empty() && all.back().empty()) all.back().key = section_key;
+        else all.emplace_back().key = section_key;
       } else if (k == "native") {
         std::string coll(ls.word()), side;
         std::size_t cls = 0;
