@@ -102,13 +102,16 @@ struct host_peers {
 struct call_types {
   const char* type_name;
   const char* op_name;
-  std::int64_t type_id, op_id;
+  // The ids the agreement compares (checks.hpp type_id: a hash of the type's
+  // spelling), computed only when a call agrees (check_level::collective).
+  std::int64_t (*type_id)();
+  std::int64_t (*op_id)();
   std::size_t elem_size;
   bool commutative;
 };
 template <class T, class Op>
 call_types call_types_of() {
-  return {type_name<T>(), op_traits<Op>::name(), type_id<T>(), type_id<Op>(), sizeof(T), op_traits<Op>::commutative};
+  return {type_name<T>(), op_traits<Op>::name(), &type_id<T>, &type_id<Op>, sizeof(T), op_traits<Op>::commutative};
 }
 
 // Steps 3 to 5 of a call, when its turn comes: at once for a blocking call with
@@ -157,8 +160,8 @@ private:
       if (!comm_.usable()) throw_unusable(name_, comm_.failure());
       stage_ = 2;
       if (comm_.get_options().checks == check_level::collective) {
-        values_ =
-            agreement_of(comm_.rank(), err_, std::int64_t(count_), types_.type_id, types_.op_id, std::int64_t(root_));
+        values_ = agreement_of(comm_.rank(), err_, std::int64_t(count_), types_.type_id(), types_.op_id(),
+                               std::int64_t(root_));
         guard([&] {
           agree_.emplace(binding_of(comm_), name_, agree_ops_, sizeof(std::int64_t), true);
           agree_->start_all_reduce(values_.v, values_.v, 9);
