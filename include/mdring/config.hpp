@@ -22,10 +22,12 @@
 // profile and wisdom files, binding, building a program, naming a failure): the
 // compiler optimizes it for size and keeps it out of the hot paths, which also
 // makes the header-only user's file cheaper to compile (docs/perf/compile.md).
+#ifndef MDRING_COLD
 #if defined(__GNUC__)
 #define MDRING_COLD __attribute__((cold))
 #else
 #define MDRING_COLD
+#endif
 #endif
 #define MDRING_NAMESPACE_BEGIN \
   namespace mdring {           \
