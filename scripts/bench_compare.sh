@@ -37,7 +37,9 @@ for round in $(seq "$rounds"); do
           bench=$old
           [ $build = new ] && bench=$new
           echo "== round $round, $build: $op, $np processes, \"$topo\", $alloc" >&2
-          for range in "4K 1M 50 10" "4M $max 10 3"; do
+          # Small sizes take many iterations: their per-call cost is what a change
+          # to the call path moves, by tens of nanoseconds.
+          for range in "4K 64K 1000 100" "256K 1M 100 10" "4M $max 10 3"; do
             read -r lo hi iters warm <<<"$range"
             mpirun -n "$np" "$bench" --op "$op" --topology "$topo" --min-bytes "$lo" --max-bytes "$hi" --factor 4 \
               --iters "$iters" --warmup "$warm" --baseline mpi --alloc "$alloc" --json |
