@@ -155,7 +155,7 @@ struct world {
       p.kind = kind, p.dims = dp, p.count = count, p.rank = r, p.root = root, p.elem_size = sizeof(T);
       p.segment_length = seg_len, p.nontemporal_bytes = 4096, p.trees = trees;
       // A reduce of at most 256 bytes over a shared last dimension of two: one stage
-      // at the root (collective_programs.hpp shared_reduce); the tests' 97 elements: two.
+      // at the root (plan/reduce_program.hpp shared_reduce); the tests' 97 elements: two.
       p.shared_reduce_max_bytes = 256;
       // Larger ones, not staged: one stage, each rank writing its block into the
       // root's (shared_reduce_split) as the host engine runs it; split false (the

@@ -289,7 +289,7 @@ shared_last_case shared_last_case_of(md::collective kind, md::phase shared, std:
 }  // namespace
 
 TEST_CASE("explain: a broadcast over a shared last dimension splits its range with the root (the program's stages)") {
-  // plan/collective_programs.hpp shared_broadcast: the scatter and all-gather of the
+  // plan/broadcast_program.hpp shared_broadcast: the scatter and all-gather of the
   // last dimension become one stage, the root writing the second half into its
   // peer, which reads the first from the root; a staged range (600 elements: 200
   // in the stage) is read whole from the root's staging buffer.
@@ -336,7 +336,7 @@ TEST_CASE("explain: a broadcast over a shared last dimension splits its range wi
 }
 
 TEST_CASE("explain: a reduce over a shared last dimension of two folds its range at the root (the program's stages)") {
-  // plan/collective_programs.hpp shared_reduce: the reduce-scatter and gather of the
+  // plan/reduce_program.hpp shared_reduce: the reduce-scatter and gather of the
   // last dimension become one stage, the rank at the root's coordinate reading its
   // peer's range. The reduce-scatter on dimension 0, the shared reduce on dimension
   // 1 (every line of it, into its rank at coordinate 1), the gather on dimension 0
@@ -384,7 +384,7 @@ TEST_CASE("explain: a reduce over a shared last dimension of two folds its range
 
 TEST_CASE(
     "explain: a larger reduce over a shared last dimension writes each block into the root's (the program's stages)") {
-  // plan/collective_programs.hpp shared_reduce_split: above
+  // plan/reduce_program.hpp shared_reduce_split: above
   // tune.shared_reduce_max_bytes, and where the range is not staged, each rank of
   // the last dimension folds its block from every peer's and writes it into the
   // root's buffer: the reduce-scatter and gather of dimension 1 are one stage.

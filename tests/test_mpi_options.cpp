@@ -230,7 +230,7 @@ TEST_CASE("heap buffers streamed through node memory: the next call decides, ali
 
 // A reduce over a shared dimension: over two ranks, in a call of at most
 // tune.shared_reduce_max_bytes, one stage, the root folding its peer's range
-// (plan/collective_programs.hpp shared_reduce); else, where the range is not
+// (plan/reduce_program.hpp shared_reduce); else, where the range is not
 // staged, one stage too, each rank folding its block and writing it into the
 // root's (shared_reduce_split); else the reduce-scatter and the gather. Every
 // form on heap and node memory, every root: exact at the root, recvbuf untouched

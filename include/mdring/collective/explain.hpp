@@ -89,7 +89,7 @@ plan plan_of_call(const bound_layout& L, const options& o, collective kind, std:
   // What the executor runs by shared access and streams (plan/call.hpp describe_call):
   // the reduce-scatter and all-gather stages of a dimension the call runs direct
   // whose ranks share memory, and a broadcast's or reduce's last such dimension
-  // (plan/collective_programs.hpp shared_broadcast, shared_reduce); tree, scatter
+  // (plan/broadcast_program.hpp shared_broadcast, plan/reduce_program.hpp shared_reduce); tree, scatter
   // and gather stages move messages.
   call_program cp;
   describe_call(cp, d, {kind, count, root, at.size}, L, access, o.tune, executor_profile::on_host(between_processes));

@@ -109,7 +109,7 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
 // (cma_gamma 0: never). A broadcast over two ranks never streams: there the root
 // writes half of the range while its peer reads the other half, both by
 // cross-memory attach, which measured 0.35 to 0.4 x the time of streaming at
-// 16 MiB and 0.45 to 0.55 x at 64 and 256 MiB (collective_programs.hpp
+// 16 MiB and 0.45 to 0.55 x at 64 and 256 MiB (broadcast_program.hpp
 // shared_broadcast).
 inline bool whole_streaming_pays(collective kind, std::size_t p, std::size_t bytes, const tuning& t) {
   if (kind == collective::broadcast) return p > 2 && t.cma_gamma > 0 && bytes >= t.stream_broadcast_min_bytes;

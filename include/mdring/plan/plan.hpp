@@ -142,7 +142,7 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 // more than one rank runs by shared access (the transport's answer; a broadcast then
 // reads its range from the root there, and a reduce folds it in one stage: over two
 // ranks at the root up to tune.shared_reduce_max_bytes, else a block each written
-// into the root's buffer; plan/collective_programs.hpp shared_broadcast,
+// into the root's buffer; plan/broadcast_program.hpp shared_broadcast, plan/reduce_program.hpp
 // shared_reduce and shared_reduce_split). topo must be resolved.
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
                       std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune, std::size_t root = 0,
@@ -311,10 +311,10 @@ inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t
     for (std::size_t d = 0; d < k; ++d)
       if (ext[d] > 1) last = d;
     const bool whole_last = kind == collective::broadcast && shared_last && last < k;
-    // (collective_programs.hpp whole_reduce: the same test)
+    // (reduce_program.hpp whole_reduce: the same test)
     const bool whole_reduce = kind == collective::reduce && shared_last && last < k && ext[last] == 2 &&
                               count * elem_size <= tune.shared_reduce_max_bytes;
-    // (collective_programs.hpp split_reduce: the same test)
+    // (reduce_program.hpp split_reduce: the same test)
     split_reduce = kind == collective::reduce && shared_last && last < k && !whole_reduce &&
                    ranges[last].count * elem_size > staging;
     const bool one_reduce = whole_reduce || split_reduce;

@@ -250,9 +250,9 @@ private:
   // cross-memory attach. A rank whose buffers are node memory, or that gets none,
   // runs on its own buffers (its peers map them, or use cross-memory attach):
   // correct either way, each rank deciding alone. A broadcast's root takes the
-  // block as its source alone (plan/collective_programs.hpp shared_broadcast);
+  // block as its source alone (plan/broadcast_program.hpp shared_broadcast);
   // the other ranks (takes = false) only publish whether their buffer is mapped.
-  // all_gather's ranks put their own block into it (collective_programs.hpp).
+  // all_gather's ranks put their own block into it (plan/all_gather_program.hpp).
   void stream_in(const void* send, void* recv, const streaming& how) {
     if constexpr (!Transport::same_address_space) {
       call_buffers& b = s_.buffers();
