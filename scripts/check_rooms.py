@@ -6,7 +6,8 @@ jobs; split it by job).
 The rooms of include/mdring/ (docs/ARCHITECTURE.md), lowest first. A header may
 include headers of its own room and of the rooms below it; never one above:
 
-  0 basics      config.hpp, error.hpp, fnv.hpp, memory.hpp, vocabulary.hpp
+  0 basics      config.hpp, error.hpp, fnv.hpp, memory.hpp, vocabulary.hpp,
+                version.hpp
   1 topology/   reduce/   (the machine as a value; the arithmetic of the ops)
   2 options.hpp tuning.hpp   (what a user sets; names links)
   3 rendezvous/           (how processes without MPI find each other)
@@ -27,7 +28,7 @@ import sys
 
 MAX_LINES = 460
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "mdring")
-BASICS = {"config.hpp", "error.hpp", "fnv.hpp", "memory.hpp", "vocabulary.hpp"}
+BASICS = {"config.hpp", "error.hpp", "fnv.hpp", "memory.hpp", "vocabulary.hpp", "version.hpp"}
 ENTRIES = {"mdring.hpp", "mpi.hpp", "ucx.hpp", "boost_mpi.hpp"}
 LEVEL = {"basics": 0, "topology": 1, "reduce": 1, "options": 2, "rendezvous": 3, "plan": 4, "transport": 5,
          "executor": 6, "collective": 7, "cuda": 8, "separate": 8, "entry": 9}

@@ -3,7 +3,7 @@
 
 # The packages a build with tests, MPI and Boost.MPI needs (libsimgrid-dev: the
 # smpi_smoke test, the MPI transport on simulated ranks; about 15 MB).
-MDRING_PACKAGES=(g++ gfortran make cmake libopenmpi-dev openmpi-bin libboost-mpi-dev doctest-dev libsimgrid-dev libucx-dev ucx-utils libgloo-dev pkg-config python3-dev python3-torch libtorch-dev pybind11-dev iproute2)
+MDRING_PACKAGES=(g++ gfortran make cmake libopenmpi-dev openmpi-bin libboost-mpi-dev doctest-dev libsimgrid-dev libucx-dev ucx-utils libgloo-dev pkg-config python3-dev python3-torch libtorch-dev pybind11-dev iproute2 python3-venv python3-pip doxygen)
 
 # The other groups (scripts/install-deps.sh installs any of them at once): the
 # libFuzzer targets (scripts/fuzz.sh), the interposer under MPICH beside Open MPI

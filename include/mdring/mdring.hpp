@@ -20,6 +20,7 @@
 #include "error.hpp"
 #include "memory.hpp"
 #include "options.hpp"
+#include "version.hpp"
 
 #include "topology/coordinates.hpp"
 #include "topology/link.hpp"

@@ -28,6 +28,7 @@
 #include "../config.hpp"
 #include "../error.hpp"
 #include "../memory.hpp"
+#include "../version.hpp"
 #include "../options.hpp"
 #include "../vocabulary.hpp"
 #include "../reduce/ops.hpp"
