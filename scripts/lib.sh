@@ -75,7 +75,10 @@ mdring_build() {
   # architecture, to stay inside its time budget; default 80 and 90).
   # MDRING_CMAKE_ARGS: more -D options, split at spaces (CI's: see .ci/run); without
   # them, the defaults again (a build tree CI configured builds fully next time).
-  local extra=(-DMDRING_BENCH_ALL_TYPES=ON -DMDRING_TEST_OPTIMIZE=)
+  # The parts MDRING_PACKAGES bring must be built (as in the presets): a missing one
+  # fails configure, naming it, instead of leaving its tests out quietly.
+  local extra=(-DMDRING_BENCH_ALL_TYPES=ON -DMDRING_TEST_OPTIMIZE=
+               "-DMDRING_REQUIRE=tests;mpi;boost_mpi;ucx;pmpi;torch;tools;benchmarks;examples;bench_gloo")
   [ -n "${MDRING_CUDA_ARCHITECTURES:-}" ] && extra+=(-DCMAKE_CUDA_ARCHITECTURES="$MDRING_CUDA_ARCHITECTURES")
   # shellcheck disable=SC2206
   [ -n "${MDRING_CMAKE_ARGS:-}" ] && extra+=(${MDRING_CMAKE_ARGS})

@@ -1,10 +1,11 @@
-// test_options.cpp: the MDRING_* variables that set options' defaults
+// test_options.cpp: version() (version.hpp), and the MDRING_* variables that set options' defaults
 // (options.hpp): a value mdring can use is used; one it cannot use (found by
 // tests/fuzz: MDRING_TIMEOUT=4444444444444496929 overflowed a conversion, and
 // "2x" was read as 2 s, "yes" as on, silently) is named once on stderr with what
 // was expected, and the default kept.
 #include <doctest/doctest.h>
 #include <mdring/options.hpp>
+#include <mdring/version.hpp>
 
 #include "stderr_capture.hpp"
 
@@ -116,4 +117,13 @@ TEST_CASE("the other MDRING_* defaults: known values used, others named once") {
     env_var e("MDRING_HANG_REPORT", "0");
     CHECK(!md::detail::default_hang_report());
   }
+}
+
+TEST_CASE("version(): the numbers of config.hpp's macros, and their text") {
+  static_assert(mdring::version() == mdring::version_info{MDRING_VERSION_MAJOR, MDRING_VERSION_MINOR, MDRING_VERSION_PATCH});
+  static_assert(mdring::version() > mdring::version_info{0, 0, 9});
+  static_assert(mdring::version_info{0, 2, 0} > mdring::version_info{0, 1, 9});
+  const std::string text = std::to_string(MDRING_VERSION_MAJOR) + "." + std::to_string(MDRING_VERSION_MINOR) + "." +
+                           std::to_string(MDRING_VERSION_PATCH);
+  CHECK(std::string(mdring::version_string()) == text);
 }

@@ -6,6 +6,11 @@
 // with the host loops.
 #pragma once
 
+// A compiler in C++17 mode (g++ 12's default) fails in a hundred places: say why once.
+#if __cplusplus < 202002L && !defined(_MSVC_LANG)
+#error "mdring needs C++20: compile with -std=c++20 or later"
+#endif
+
 #define MDRING_VERSION_MAJOR 0
 #define MDRING_VERSION_MINOR 1
 #define MDRING_VERSION_PATCH 0

@@ -1,6 +1,7 @@
 #include <mdring/mdring.hpp>
 
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 int main() {
@@ -15,6 +16,12 @@ int main() {
   });
   for (int v : result)
     if (v != 21) return std::printf("consumer_threads: got %d, expected 21\n", v), 1;
+#ifdef MDRING_EXPECT_VERSION
+  if (std::string_view(mdring::version_string()) != MDRING_EXPECT_VERSION)
+    return std::printf("consumer_threads: the headers are %s, the CMake package %s\n", mdring::version_string(),
+                       MDRING_EXPECT_VERSION),
+           1;
+#endif
   std::printf("consumer_threads: ok\n");
   return 0;
 }
