@@ -31,8 +31,8 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-// A caller's argument is wrong. argument() is the parameter's name as the
-// documentation spells it ("sendbuf", "count", "root", "topology", ...).
+/// A caller's argument is wrong. argument() is the parameter's name as the
+/// documentation spells it ("sendbuf", "count", "root", "topology", ...).
 class invalid_argument : public error {
 public:
   invalid_argument(std::string argument, const std::string& what) : error(what), argument_(std::move(argument)) {}
@@ -47,9 +47,9 @@ public:
   using invalid_argument::invalid_argument;
 };
 
-// A wait passed its deadline. The fields say where: collective ("all_reduce"),
-// dimension (0-based index into the topology), phase ("reduce-scatter", ...), step
-// within that phase, and the peer's rank in the bound communicator.
+/// A wait passed its deadline. The fields say where: collective ("all_reduce"),
+/// dimension (0-based index into the topology), phase ("reduce-scatter", ...), step
+/// within that phase, and the peer's rank in the bound communicator.
 class timeout_error : public error {
 public:
   timeout_error(const std::string& what, std::string collective, std::size_t dimension, std::string phase,
@@ -74,8 +74,8 @@ private:
   std::size_t peer_;
 };
 
-// Another rank of the same communicator failed (bad argument, timeout, transport
-// error) and told the others, so that they stop waiting instead of hanging.
+/// Another rank of the same communicator failed (bad argument, timeout, transport
+/// error) and told the others, so that they stop waiting instead of hanging.
 class remote_error : public error {
 public:
   remote_error(const std::string& what, std::size_t failed_rank) : error(what), failed_rank_(failed_rank) {}

@@ -149,7 +149,7 @@ inline bool is_node_memory(const void* p, std::size_t bytes = 1) {
   return detail::node_registry::instance().find(p, bytes).id != 0;
 }
 
-// std::allocator-shaped access to node_alloc, for containers.
+/// std::allocator-shaped access to node_alloc, for containers.
 template <class T>
 struct node_allocator {
   using value_type = T;
@@ -167,7 +167,7 @@ struct node_allocator {
   }
 };
 
-// A memory resource over node_alloc (for std::pmr containers).
+/// A memory resource over node_alloc (for std::pmr containers).
 class node_memory_resource final : public std::pmr::memory_resource {
   void* do_allocate(std::size_t bytes, std::size_t align) override {
     if (align > 4096) throw std::bad_alloc();

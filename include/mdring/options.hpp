@@ -268,89 +268,89 @@ inline check_level default_checks() {
 }  // namespace detail
 
 struct options {
-  // The deadline of every single wait (one step of one stage). Generous by default
-  // (5 minutes, or MDRING_TIMEOUT seconds); when it passes, timeout_error names the
-  // collective, dimension, step and peer that did not answer.
+  /// The deadline of every single wait (one step of one stage). Generous by default
+  /// (5 minutes, or MDRING_TIMEOUT seconds); when it passes, timeout_error names the
+  /// collective, dimension, step and peer that did not answer.
   std::chrono::milliseconds timeout = detail::default_timeout();
 
-  // When a call fails on its deadline or on a peer's failure, this rank writes one
-  // line on stderr saying what it was doing: the call, its step, dimension and link,
-  // the peer it waited on (executor/state.hpp; mdring::dump_state writes the same on
-  // demand). On by default; MDRING_HANG_REPORT=0 turns it off.
+  /// When a call fails on its deadline or on a peer's failure, this rank writes one
+  /// line on stderr saying what it was doing: the call, its step, dimension and link,
+  /// the peer it waited on (executor/state.hpp; mdring::dump_state writes the same on
+  /// demand). On by default; MDRING_HANG_REPORT=0 turns it off.
   bool hang_report = detail::default_hang_report();
 
-  // Per-dimension algorithm; missing entries mean automatic.
+  /// Per-dimension algorithm; missing entries mean automatic.
   std::vector<algorithm> algorithms{};
 
-  // A profile file written by mdring::calibrate / mdring-calibrate (plan/profile.hpp):
-  // the cost model plans with its measured figures for the links it names instead
-  // of their traits. Every rank must read the same figures (bind checks). Empty:
-  // none; MDRING_PROFILE=<file> sets the default.
+  /// A profile file written by mdring::calibrate / mdring-calibrate (plan/profile.hpp):
+  /// the cost model plans with its measured figures for the links it names instead
+  /// of their traits. Every rank must read the same figures (bind checks). Empty:
+  /// none; MDRING_PROFILE=<file> sets the default.
   std::string profile = detail::default_profile();
 
-  // estimate (the default) or measure (see planning); MDRING_PLANNING=measure.
+  /// estimate (the default) or measure (see planning); MDRING_PLANNING=measure.
   mdring::planning planning = detail::default_planning();
-  // With measure: a file that keeps the measured plans across runs (plan/wisdom.hpp),
-  // read at bind and rewritten by rank 0 after each measurement. Every rank must
-  // read the same (bind checks). Empty: kept in memory only; MDRING_WISDOM=<file>.
+  /// With measure: a file that keeps the measured plans across runs (plan/wisdom.hpp),
+  /// read at bind and rewritten by rank 0 after each measurement. Every rank must
+  /// read the same (bind checks). Empty: kept in memory only; MDRING_WISDOM=<file>.
   std::string wisdom = detail::default_wisdom();
 
-  // Where all scratch memory comes from (nullptr: std::pmr::get_default_resource()).
-  // Scratch grows to the largest call and is then reused: no allocation per call.
+  /// Where all scratch memory comes from (nullptr: std::pmr::get_default_resource()).
+  /// Scratch grows to the largest call and is then reused: no allocation per call.
   std::pmr::memory_resource* memory = nullptr;
   std::pmr::memory_resource* memory_or_default() const noexcept {
     return memory ? memory : std::pmr::get_default_resource();
   }
 
-  // MPI: messages longer than this are sent as several MPI elements (MPI counts are
-  // int). Must be at least 1.
+  /// MPI: messages longer than this are sent as several MPI elements (MPI counts are
+  /// int). Must be at least 1.
   std::size_t max_message_bytes = std::size_t(1) << 30;
 
   check_level checks = detail::default_checks();
 
-  // Reproducible results (docs/USAGE.md, "Reproducible reductions"): every element of a
-  // reduction is combined in one order that depends on the topology alone, whatever
-  // the count, the element's place in the buffer, the segments, the pipeline depth,
-  // the planning mode, the transport and the progress mode:
-  //   dimension by dimension, innermost first; within a dimension, the partial
-  //   results of the ranks along it folded left to right in coordinate order
-  //   (((x_0 op x_1) op x_2) ... op x_{p-1}), in the op's accumulator type (float for
-  //   half and bfloat16), rounded to the element type once per dimension.
-  // Only the direct algorithm folds so: every dimension runs it, none is split,
-  // merged same-link dimensions fold nested (plan/merge.hpp), and asking for ring,
-  // halving_doubling or recursive_doubling as well is an
-  // invalid_argument("options.algorithms").
-  // Costs (p - 1) messages in flight per rank on long rings (docs/PERFORMANCE.md).
-  // Every rank must agree (bind checks). MDRING_REPRODUCIBLE=1 sets the default.
+  /// Reproducible results (docs/USAGE.md, "Reproducible reductions"): every element of a
+  /// reduction is combined in one order that depends on the topology alone, whatever
+  /// the count, the element's place in the buffer, the segments, the pipeline depth,
+  /// the planning mode, the transport and the progress mode:
+  ///   dimension by dimension, innermost first; within a dimension, the partial
+  ///   results of the ranks along it folded left to right in coordinate order
+  ///   (((x_0 op x_1) op x_2) ... op x_{p-1}), in the op's accumulator type (float for
+  ///   half and bfloat16), rounded to the element type once per dimension.
+  /// Only the direct algorithm folds so: every dimension runs it, none is split,
+  /// merged same-link dimensions fold nested (plan/merge.hpp), and asking for ring,
+  /// halving_doubling or recursive_doubling as well is an
+  /// invalid_argument("options.algorithms").
+  /// Costs (p - 1) messages in flight per rank on long rings (docs/PERFORMANCE.md).
+  /// Every rank must agree (bind checks). MDRING_REPRODUCIBLE=1 sets the default.
   bool reproducible = detail::default_reproducible();
 
-  // half and bfloat16 reductions: partial results in 16 bits (element, the default)
-  // or the whole call widened to float32 and rounded once (see accumulation).
-  // Every rank must agree (bind checks). MDRING_ACCUMULATION=float32 sets the default.
+  /// half and bfloat16 reductions: partial results in 16 bits (element, the default)
+  /// or the whole call widened to float32 and rounded once (see accumulation).
+  /// Every rank must agree (bind checks). MDRING_ACCUMULATION=float32 sets the default.
   mdring::accumulation accumulation = detail::default_accumulation();
-  // The same per dimension of the topology as written, overriding `accumulation`
-  // (missing entries take it): {element, float32} keeps the inner dimension's
-  // default and folds the outer one direct, rounded once (see accumulation). A
-  // float32 dimension must leave its algorithm automatic or direct
-  // (invalid_argument("options.algorithms")), unless every dimension is float32.
-  // At bind the communicator's options hold one entry per dimension, and
-  // `accumulation` says float32 only when every dimension is.
-  // MDRING_ACCUMULATION=element,float32 sets the default.
+  /// The same per dimension of the topology as written, overriding `accumulation`
+  /// (missing entries take it): {element, float32} keeps the inner dimension's
+  /// default and folds the outer one direct, rounded once (see accumulation). A
+  /// float32 dimension must leave its algorithm automatic or direct
+  /// (invalid_argument("options.algorithms")), unless every dimension is float32.
+  /// At bind the communicator's options hold one entry per dimension, and
+  /// `accumulation` says float32 only when every dimension is.
+  /// MDRING_ACCUMULATION=element,float32 sets the default.
   std::vector<mdring::accumulation> dimension_accumulation = detail::default_dimension_accumulation();
 
-  // Let the ranks of a node read and write each other's buffers directly in the
-  // direct stages (threads: plain pointers; MPI processes on one node: cross-memory
-  // attach, when the kernel allows it). Off: messages only. MDRING_SHARED=0 turns
-  // the default off.
+  /// Let the ranks of a node read and write each other's buffers directly in the
+  /// direct stages (threads: plain pointers; MPI processes on one node: cross-memory
+  /// attach, when the kernel allows it). Off: messages only. MDRING_SHARED=0 turns
+  /// the default off.
   bool shared_memory = detail::default_shared();
 
-  // Who moves nonblocking calls on (see progress_mode). MDRING_PROGRESS=agent|in_wait
-  // sets the default.
+  /// Who moves nonblocking calls on (see progress_mode). MDRING_PROGRESS=agent|in_wait
+  /// sets the default.
   progress_mode progress = detail::default_progress();
 
-  // GPU path (mdring/cuda/): the transport of each dimension (missing entries:
-  // automatic), and where device scratch comes from (nullptr: cudaMalloc); a
-  // resource given here must return device memory.
+  /// GPU path (mdring/cuda/): the transport of each dimension (missing entries:
+  /// automatic), and where device scratch comes from (nullptr: cudaMalloc); a
+  /// resource given here must return device memory.
   std::vector<device_transport> device_transports{};
   std::pmr::memory_resource* device_memory = nullptr;
 

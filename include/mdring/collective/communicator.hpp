@@ -199,9 +199,9 @@ const call_workspace<Transport>& workspace_of(communicator_core<Transport>& c) n
 
 }  // namespace detail
 
-// A bound communicator (bind() makes one): detail::communicator_core, whose public
-// members are its face, and the topology's type, which the compile-time checks of
-// the collectives read (a non-commutative op on a ring-only link).
+/// A bound communicator (bind() makes one): detail::communicator_core, whose public
+/// members are its face, and the topology's type, which the compile-time checks of
+/// the collectives read (a non-commutative op on a ring-only link).
 template <class Topology, transport Transport>
 class communicator : public detail::communicator_core<Transport> {
 public:

@@ -52,29 +52,29 @@ public:
   request& operator=(const request&) = delete;
   ~request() { settle(); }
 
-  // Issued and not yet waited for.
+  /// Issued and not yet waited for.
   bool valid() const noexcept { return st_ != nullptr; }
-  // Completed (successfully or not) but not yet waited for.
+  /// Completed (successfully or not) but not yet waited for.
   bool ready() const noexcept { return st_ && st_->done.load(std::memory_order_acquire); }
 
-  // Until the call has completed; rethrows its failure.
+  /// Until the call has completed; rethrows its failure.
   void wait() {
     if (!st_) return;
     ex_->wait(*st_);
     finish();
   }
-  // f(error) once, when the call completes (error is null on success): on the
-  // thread that completed it (the progress agent, or one in wait/test), after
-  // mdring's locks are released, and before wait() returns or ready() says true;
-  // at once, on this thread, if that has happened already. The request must still
-  // be waited for (or destroyed) as usual. Keep f short, do not throw from it (an
-  // exception is dropped), and do not wait in it for this communicator's calls.
-  // Empty request: f is not called.
+  /// f(error) once, when the call completes (error is null on success): on the
+  /// thread that completed it (the progress agent, or one in wait/test), after
+  /// mdring's locks are released, and before wait() returns or ready() says true;
+  /// at once, on this thread, if that has happened already. The request must still
+  /// be waited for (or destroyed) as usual. Keep f short, do not throw from it (an
+  /// exception is dropped), and do not wait in it for this communicator's calls.
+  /// Empty request: f is not called.
   void on_complete(std::function<void(std::exception_ptr)> f) {
     if (st_) st_->on_complete(std::move(f));
   }
-  // Moves things on once (in any progress mode) and says whether the call has
-  // completed; when it has, the request is empty afterwards and a failure is thrown.
+  /// Moves things on once (in any progress mode) and says whether the call has
+  /// completed; when it has, the request is empty afterwards and a failure is thrown.
   bool test() {
     if (!st_) return true;
     if (!ex_->test(*st_)) return false;

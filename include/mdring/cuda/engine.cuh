@@ -51,7 +51,7 @@ struct device_message {
 struct step_context {
   const char* collective = "all_reduce";
   std::size_t dim = 0;
-  std::string link;  // "nvlink:4"
+  std::string link;  ///< "nvlink:4"
   phase ph = phase::reduce_scatter;
   std::size_t step = 0;
   std::size_t rank = 0;

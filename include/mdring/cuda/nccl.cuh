@@ -98,7 +98,7 @@ public:
   ncclComm_t get() const noexcept { return comm_.get(); }
   bool capturable() const noexcept { return true; }
 
-  // One group of receives and sends on `stream`.
+  /// One group of receives and sends on `stream`.
   void exchange(std::span<const device_message> sends, std::span<const device_message> recvs, cudaStream_t stream,
                 const step_context& cx) {
     ncclComm_t comm = comm_.get();
@@ -117,10 +117,10 @@ public:
     detail::nccl_check(end, where, "ncclGroupEnd", comm);
   }
 
-  // After a failure: make NCCL give up on what is in flight (its kernels that
-  // wait for a peer return). Only this rank's communicator: a peer on a ring of
-  // NCCL dimensions only learns of it when its own NCCL operations fail or when
-  // another dimension (MPI) tells it (docs/GPU.md, "Errors").
+  /// After a failure: make NCCL give up on what is in flight (its kernels that
+  /// wait for a peer return). Only this rank's communicator: a peer on a ring of
+  /// NCCL dimensions only learns of it when its own NCCL operations fail or when
+  /// another dimension (MPI) tells it (docs/GPU.md, "Errors").
   void abort(const std::string&) noexcept { abort_local(); }
   void abort_local() noexcept {
     if (ncclComm_t c = comm_.release()) ncclCommAbort(c);

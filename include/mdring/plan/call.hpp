@@ -54,28 +54,28 @@ MDRING_NAMESPACE_BEGIN
 
 struct call_request {
   collective kind = collective::all_reduce;
-  const runtime_topology& topology;            // executed dimensions (plan/merge.hpp)
-  std::span<const algorithm> requested;        // options.algorithms, per executed dimension
-  std::span<const algorithm> bind_algorithms;  // choose_algorithm at bind, commutative ops
+  const runtime_topology& topology;            ///< executed dimensions (plan/merge.hpp)
+  std::span<const algorithm> requested;        ///< options.algorithms, per executed dimension
+  std::span<const algorithm> bind_algorithms;  ///< choose_algorithm at bind, commutative ops
   bool commutative = true;
-  std::size_t count = 0;  // the collective's count argument (per rank for reduce_scatter, all_gather)
+  std::size_t count = 0;  ///< the collective's count argument (per rank for reduce_scatter, all_gather)
   std::size_t ranks = 1;
   std::size_t elem_size = 4;
   const tuning& tune;
-  const measured_choice* measured = nullptr;  // all_reduce, options.planning = measure
-  // topology.rank_link(d) for every dimension, computed once at bind (the host
-  // engine's: no copy of a link per call); empty: computed here.
+  const measured_choice* measured = nullptr;  ///< all_reduce, options.planning = measure
+  /// topology.rank_link(d) for every dimension, computed once at bind (the host
+  /// engine's: no copy of a link per call); empty: computed here.
   std::span<const link_info> rank_links = {};
-  std::span<const std::size_t> extents = {};  // topology.extent(d), likewise
+  std::span<const std::size_t> extents = {};  ///< topology.extent(d), likewise
 };
 
 struct call_decision {
   enum class origin { estimate, measured };
-  std::vector<algorithm> algos;    // per executed dimension
-  std::size_t segment_length = 0;  // all_reduce; 0 (one segment) for the others
+  std::vector<algorithm> algos;    ///< per executed dimension
+  std::size_t segment_length = 0;  ///< all_reduce; 0 (one segment) for the others
   std::size_t segments = 1;
-  std::size_t depth = 1;  // segments in flight
-  bool trees = false;     // broadcast, reduce
+  std::size_t depth = 1;  ///< segments in flight
+  bool trees = false;     ///< broadcast, reduce
   origin source = origin::estimate;
 };
 
@@ -117,26 +117,26 @@ inline void decide_call(call_decision& d, const call_request& r, std::span<const
 
 // ---- the call's program parameters ---------------------------------------------------
 
-// What an executor can do in one executed dimension (its transport's answer).
+/// What an executor can do in one executed dimension (its transport's answer).
 struct dim_access {
-  bool shared = false;            // the ranks read each other's buffers: direct stages by shared access
-  std::size_t staging_bytes = 0;  // shared: stage ranges of at most this many bytes go through staging buffers
-  // Host, between processes: the last call on this dimension that noted it had
-  // buffers some rank's peers could not map (the same on every rank of the ring:
-  // executor/host/core.hpp sync); the next one takes the pull form where it pays.
+  bool shared = false;            ///< the ranks read each other's buffers: direct stages by shared access
+  std::size_t staging_bytes = 0;  ///< shared: stage ranges of at most this many bytes go through staging buffers
+  /// Host, between processes: the last call on this dimension that noted it had
+  /// buffers some rank's peers could not map (the same on every rank of the ring:
+  /// executor/host/core.hpp sync); the next one takes the pull form where it pays.
   bool unmapped = false;
 };
 
-// What differs between the executors that run programs.
+/// What differs between the executors that run programs.
 struct executor_profile {
-  // The host engine: nontemporal copies from tune.nontemporal_bytes, a reduce's
-  // shared last dimension in one stage (program_params::shared_reduce_split).
+  /// The host engine: nontemporal copies from tune.nontemporal_bytes, a reduce's
+  /// shared last dimension in one stage (program_params::shared_reduce_split).
   bool host = true;
-  // Host ranks in separate address spaces: the pull form (dim_program::streamed)
-  // where a dimension's buffers are unmapped and it pays.
+  /// Host ranks in separate address spaces: the pull form (dim_program::streamed)
+  /// where a dimension's buffers are unmapped and it pays.
   bool between_processes = false;
-  // The GPU: receive slots aligned like their fold's destination, and all_reduce's
-  // recvbuf misalignment in elements modulo that vector.
+  /// The GPU: receive slots aligned like their fold's destination, and all_reduce's
+  /// recvbuf misalignment in elements modulo that vector.
   std::size_t vector_elements = 1;
   std::size_t recv_misalignment = 0;
 
@@ -146,24 +146,24 @@ struct executor_profile {
   }
 };
 
-// One call as its program is built: what collective, how many elements, which root.
+/// One call as its program is built: what collective, how many elements, which root.
 struct call_shape {
   collective kind = collective::all_reduce;
-  std::size_t count = 0;  // the collective's count argument
+  std::size_t count = 0;  ///< the collective's count argument
   std::size_t root = 0;
   std::size_t elem_size = 4;
 };
 
-// The description describe_call fills: params (whose dims view `dims`) is what a
-// program is built or looked up with (plan/program_cache.hpp). Reused storage.
+/// The description describe_call fills: params (whose dims view `dims`) is what a
+/// program is built or looked up with (plan/program_cache.hpp). Reused storage.
 struct call_program {
   std::vector<dim_program> dims;
   program_params params;
-  // Per executed dimension: the pull form pays on it (it runs streamed when its
-  // buffers are unmapped; explain() says so).
+  /// Per executed dimension: the pull form pays on it (it runs streamed when its
+  /// buffers are unmapped; explain() says so).
   std::vector<unsigned char> stream_pays;
-  // Some dimension's pull form pays: the call notes, at its arrives, whether any
-  // rank's buffers were unmapped, for the next call to decide on.
+  /// Some dimension's pull form pays: the call notes, at its arrives, whether any
+  /// rank's buffers were unmapped, for the next call to decide on.
   bool notes_unmapped = false;
 
   call_program() = default;

@@ -116,19 +116,19 @@ inline bool whole_streaming_pays(collective kind, std::size_t p, std::size_t byt
   return t.cma_gamma > 0 && bytes >= t.stream_blocks_min_bytes;
 }
 
-// Whether an all_reduce of `bytes` runs its pull form on dimension `dim` when some
-// rank's buffers cannot be mapped (dim_program::streamed): the one test the host
-// engine (executor/host/engine.hpp program_of) builds the program by and explain()
-// (collective/communicator.hpp make_plan) reports. Only an all_reduce whose one
-// dimension of more than one rank runs direct by shared access between processes,
-// with segments larger than the staging buffer, where streaming_pays says so.
+/// Whether an all_reduce of `bytes` runs its pull form on dimension `dim` when some
+/// rank's buffers cannot be mapped (dim_program::streamed): the one test the host
+/// engine (executor/host/engine.hpp program_of) builds the program by and explain()
+/// (collective/communicator.hpp make_plan) reports. Only an all_reduce whose one
+/// dimension of more than one rank runs direct by shared access between processes,
+/// with segments larger than the staging buffer, where streaming_pays says so.
 struct stream_query {
   collective kind = collective::all_reduce;
-  std::span<const std::size_t> extents;  // the executed dimensions'
+  std::span<const std::size_t> extents;  ///< the executed dimensions'
   std::size_t dim = 0;
-  algorithm algo = algorithm::direct;  // what the call runs on dim
-  bool shared = false;                 // dim's ranks share memory (the transport's answer)
-  bool same_address_space = false;     // the transport's ranks are threads of one process
+  algorithm algo = algorithm::direct;  ///< what the call runs on dim
+  bool shared = false;                 ///< dim's ranks share memory (the transport's answer)
+  bool same_address_space = false;     ///< the transport's ranks are threads of one process
   std::size_t bytes = 0, segment_bytes = 0, segments = 1, staging_bytes = 0;
 };
 inline bool streams_when_unmapped(const stream_query& q, const link_info& link, const tuning& t) {

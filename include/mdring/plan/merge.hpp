@@ -44,12 +44,12 @@
 MDRING_NAMESPACE_BEGIN
 
 struct merged_dimensions {
-  runtime_topology topology;         // the dimensions as executed
-  std::vector<algorithm> requested;  // per executed dimension
-  std::vector<std::size_t> of_user;  // user dimension d runs in executed dimension of_user[d] (the first, if split)
-  std::vector<std::size_t> user_of;  // executed dimension e runs (the first of) user dimension user_of[e]
-  // The user dimensions' extents that executed dimension e is made of, innermost
-  // first ({4} unmerged, {2, 2} for shm:2 x shm:2 merged; a split's parts: {a}, {b}).
+  runtime_topology topology;         ///< the dimensions as executed
+  std::vector<algorithm> requested;  ///< per executed dimension
+  std::vector<std::size_t> of_user;  ///< user dimension d runs in executed dimension of_user[d] (the first, if split)
+  std::vector<std::size_t> user_of;  ///< executed dimension e runs (the first of) user dimension user_of[e]
+  /// The user dimensions' extents that executed dimension e is made of, innermost
+  /// first ({4} unmerged, {2, 2} for shm:2 x shm:2 merged; a split's parts: {a}, {b}).
   std::vector<std::vector<std::size_t>> nest;
 };
 

@@ -54,8 +54,8 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// n values of T, on the stack up to 16 (a topology has a handful of dimensions: the
-// planner allocates nothing for it), on the heap beyond; value-initialized.
+/// n values of T, on the stack up to 16 (a topology has a handful of dimensions: the
+/// planner allocates nothing for it), on the heap beyond; value-initialized.
 template <class T>
 class small_buffer {
 public:
@@ -92,11 +92,11 @@ inline double closed_pace(std::span<const double> demands, double delay, std::si
   return 1.0 / x;
 }
 
-// Predicted seconds of the reduce-scatter plus all-gather of every dimension, for
-// an all_reduce of n elements (ranges shrink by each dimension's extent).
+/// Predicted seconds of the reduce-scatter plus all-gather of every dimension, for
+/// an all_reduce of n elements (ranges shrink by each dimension's extent).
 struct dimension_times {
-  double sum = 0;   // all stages, one after the other
-  double pace = 0;  // seconds between segments done, `concurrent` in flight
+  double sum = 0;   ///< all stages, one after the other
+  double pace = 0;  ///< seconds between segments done, `concurrent` in flight
 };
 
 inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, std::span<const algorithm> algos,
@@ -145,14 +145,14 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
   return t;
 }
 
-// How an all_reduce of `count` elements is cut into segments of `length` elements
-// (the last one shorter): the one place that says so, for the programs both
-// executors run (plan/collective_programs.hpp) and for explain()
-// (plan.hpp). A length of 0 or of at least count is one segment; a count of 0 is
-// one empty segment. Example: count 10, length 4: segments 3, of 4, 4 and 2.
+/// How an all_reduce of `count` elements is cut into segments of `length` elements
+/// (the last one shorter): the one place that says so, for the programs both
+/// executors run (plan/collective_programs.hpp) and for explain()
+/// (plan.hpp). A length of 0 or of at least count is one segment; a count of 0 is
+/// one empty segment. Example: count 10, length 4: segments 3, of 4, 4 and 2.
 struct segmentation {
   std::size_t count = 0, length = 0, segments = 1;
-  std::vector<block_range> full, tail;  // this rank's stage ranges in a full and in the last segment
+  std::vector<block_range> full, tail;  ///< this rank's stage ranges in a full and in the last segment
 
   std::size_t first(std::size_t s) const noexcept { return s * length; }
   const std::vector<block_range>& ranges(std::size_t s) const noexcept { return s + 1 == segments ? tail : full; }
@@ -235,9 +235,9 @@ inline double pipelined_seconds(const runtime_topology& topo, std::span<const al
   return t.sum + double(K - 1) * t.pace;
 }
 
-// The shape a call's stages cut its buffer by: a recursive_doubling dimension
-// all-reduces its whole range, so it cuts nothing (extent 1 there, coordinate 0).
-// stage_ranges and make_segmentation of this shape give each stage's range.
+/// The shape a call's stages cut its buffer by: a recursive_doubling dimension
+/// all-reduces its whole range, so it cuts nothing (extent 1 there, coordinate 0).
+/// stage_ranges and make_segmentation of this shape give each stage's range.
 struct cut_shape {
   std::vector<std::size_t> extents, coords;
 };

@@ -39,55 +39,55 @@ MDRING_NAMESPACE_BEGIN
 struct plan_stage {
   phase ph = phase::reduce_scatter;
   std::size_t dim = 0;
-  link_info link;                // as the topology has it
-  double rank_bandwidth = 0;     // this rank's share of it (runtime_topology::rank_link)
-  std::size_t port_sharers = 1;  // ranks of the node using its ports at once
+  link_info link;                ///< as the topology has it
+  double rank_bandwidth = 0;     ///< this rank's share of it (runtime_topology::rank_link)
+  std::size_t port_sharers = 1;  ///< ranks of the node using its ports at once
   std::size_t extent = 1;
   std::size_t coordinate = 0;
   algorithm algo = algorithm::ring;
-  bool participates = true;          // scatter/gather stages involve only the root's line
-  block_range range;                 // elements of the (nested) buffer this stage works on
-  std::size_t steps = 0;             // rounds of messages
-  std::vector<std::size_t> send_to;  // global ranks
+  bool participates = true;          ///< scatter/gather stages involve only the root's line
+  block_range range;                 ///< elements of the (nested) buffer this stage works on
+  std::size_t steps = 0;             ///< rounds of messages
+  std::vector<std::size_t> send_to;  ///< global ranks
   std::vector<std::size_t> recv_from;
-  std::size_t bytes_sent = 0;  // by this rank
+  std::size_t bytes_sent = 0;  ///< by this rank
   std::size_t bytes_received = 0;
-  double seconds = 0;  // predicted for the whole stage
-  // A direct stage the bound communicator runs by shared access: no messages; this
-  // rank reads its peers' buffers (reduce-scatter) and writes into them (all-gather)
-  // in place. Set by communicator::make_plan (the free explain() knows no transport).
+  double seconds = 0;  ///< predicted for the whole stage
+  /// A direct stage the bound communicator runs by shared access: no messages; this
+  /// rank reads its peers' buffers (reduce-scatter) and writes into them (all-gather)
+  /// in place. Set by communicator::make_plan (the free explain() knows no transport).
   bool shared_access = false;
 };
 
 struct plan {
   collective kind = collective::all_reduce;
-  std::string type;  // element type name
+  std::string type;  ///< element type name
   std::size_t elem_size = 0;
-  std::size_t count = 0;     // as passed to the collective
-  std::size_t elements = 0;  // elements of the whole buffer the stages cut up
+  std::size_t count = 0;     ///< as passed to the collective
+  std::size_t elements = 0;  ///< elements of the whole buffer the stages cut up
   std::string op;
-  runtime_topology topology;  // resolved, as executed (same-link dimensions merged)
-  runtime_topology written;   // as the user wrote it (resolved), when known
+  runtime_topology topology;  ///< resolved, as executed (same-link dimensions merged)
+  runtime_topology written;   ///< as the user wrote it (resolved), when known
   std::size_t rank = 0;
   std::vector<std::size_t> coords;
   std::size_t root = 0;
   std::vector<plan_stage> stages;
-  // all_reduce cut into this many segments that move through the stages one
-  // behind the other (plan/pipeline.hpp); each stage's seconds above are for the
-  // whole buffer, and pipelined_seconds is the model's total for the segments.
+  /// all_reduce cut into this many segments that move through the stages one
+  /// behind the other (plan/pipeline.hpp); each stage's seconds above are for the
+  /// whole buffer, and pipelined_seconds is the model's total for the segments.
   std::size_t segments = 1;
   std::size_t segment_elements = 0;
   double pipelined_seconds = 0;
-  // How the algorithms and segments were picked (options.planning): empty for the
-  // cost model's estimate, or what the measurement found (plan/wisdom.hpp).
+  /// How the algorithms and segments were picked (options.planning): empty for the
+  /// cost model's estimate, or what the measurement found (plan/wisdom.hpp).
   std::string chosen_by;
-  // options.reproducible: every reduction folds in the topology's fixed order.
+  /// options.reproducible: every reduction folds in the topology's fixed order.
   bool reproducible = false;
-  // half and bfloat16 reductions under a float32 accumulation (options.accumulation,
-  // options.dimension_accumulation): what it does, printed as it is.
+  /// half and bfloat16 reductions under a float32 accumulation (options.accumulation,
+  /// options.dimension_accumulation): what it does, printed as it is.
   std::string accumulation;
-  // A bound communicator's all_reduce that would stream heap buffers through node
-  // memory (tuning::cma_gamma): what it does, printed as it is.
+  /// A bound communicator's all_reduce that would stream heap buffers through node
+  /// memory (tuning::cma_gamma): what it does, printed as it is.
   std::string streaming;
 
   double seconds() const noexcept {

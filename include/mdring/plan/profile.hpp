@@ -40,12 +40,12 @@ struct profile_point {
   std::string link;
   std::size_t dim = 0;
   std::size_t bytes = 0;
-  double seconds = 0;  // one ring step: a message of `bytes` to the next rank, one from the previous
+  double seconds = 0;  ///< one ring step: a message of `bytes` to the next rank, one from the previous
   friend bool operator==(const profile_point&, const profile_point&) = default;
 };
 
-// A train: `messages` ring steps' messages of `bytes` in flight at once; `seconds`
-// until all have arrived.
+/// A train: `messages` ring steps' messages of `bytes` in flight at once; `seconds`
+/// until all have arrived.
 struct profile_train {
   std::string link;
   std::size_t dim = 0;
@@ -56,10 +56,10 @@ struct profile_train {
 };
 
 struct profile {
-  std::string topology;  // the executed topology it was measured on
+  std::string topology;  ///< the executed topology it was measured on
   std::size_t ranks = 0;
-  std::vector<link_info> links;       // what the cost model plans with, by name
-  std::vector<profile_point> points;  // what was measured
+  std::vector<link_info> links;       ///< what the cost model plans with, by name
+  std::vector<profile_point> points;  ///< what was measured
   std::vector<profile_train> trains;
 
   const link_info* find(std::string_view name) const {
@@ -68,19 +68,19 @@ struct profile {
     return nullptr;
   }
 
-  // Gives every dimension whose link is named here the profile's figures: its
-  // measured points as the link's curve, else the fitted bandwidth, latency and
-  // overhead.
+  /// Gives every dimension whose link is named here the profile's figures: its
+  /// measured points as the link's curve, else the fitted bandwidth, latency and
+  /// overhead.
   void apply(runtime_topology& t) const {
     for (std::size_t d = 0; d < t.ndims(); ++d)
       if (const link_info* l = find(t.dim(d).link.name)) t.dim(d).link = with_curve(*l);
   }
-  // The curve (topology/link.hpp) from the points of link l. At a size with a train
-  // of c messages (time t_c) beside the single message (t_1), LogGP's gap splits
-  // t_1: busy = (t_c - t_1) / (c - 1), latency = t_1 - busy (each within [0, t_1]).
-  // At a size without a train the latency is the previous size's (the smallest
-  // size's: its whole time) and the rest busy. Dimensions of one link (a ring split
-  // in two) each have their points: at the same size they are averaged.
+  /// The curve (topology/link.hpp) from the points of link l. At a size with a train
+  /// of c messages (time t_c) beside the single message (t_1), LogGP's gap splits
+  /// t_1: busy = (t_c - t_1) / (c - 1), latency = t_1 - busy (each within [0, t_1]).
+  /// At a size without a train the latency is the previous size's (the smallest
+  /// size's: its whole time) and the rest busy. Dimensions of one link (a ring split
+  /// in two) each have their points: at the same size they are averaged.
   MDRING_COLD link_info with_curve(link_info l) const {
     struct size_row {
       double bytes = 0, one = 0, train = 0, messages = 0;
@@ -151,8 +151,8 @@ struct profile {
     return s;
   }
 
-  // Reads a profile's text; `source` names it in errors (a file name).
-  // Throws invalid_argument("profile") naming the line and what is wrong.
+  /// Reads a profile's text; `source` names it in errors (a file name).
+  /// Throws invalid_argument("profile") naming the line and what is wrong.
   MDRING_COLD static profile parse(std::string_view text, const std::string& source = "profile") {
     profile pr;
     std::size_t no = 0;

@@ -76,10 +76,10 @@ enum class region : std::uint8_t {
   result
 };
 
-// Elements [offset, offset + count) of a region (the count is held by the user of the slice).
+/// Elements [offset, offset + count) of a region (the count is held by the user of the slice).
 struct slice {
   region where = region::recv;
-  std::uint32_t peer = 0;  // peer_src, peer_dst, staging: the peer's coordinate in the step's dimension
+  std::uint32_t peer = 0;  ///< peer_src, peer_dst, staging: the peer's coordinate in the step's dimension
   std::size_t offset = 0;
   friend constexpr bool operator==(const slice&, const slice&) = default;
   constexpr bool remote() const noexcept {
@@ -87,23 +87,23 @@ struct slice {
   }
 };
 
-// One message: `count` elements at `at`, to or from the rank at coordinate `peer`
-// of the step's dimension.
+/// One message: `count` elements at `at`, to or from the rank at coordinate `peer`
+/// of the step's dimension.
 struct transfer {
   std::size_t peer = 0;
   slice at;
   std::size_t count = 0;
 };
 
-// A local operation on `count` elements: a fold writes in_0 op in_1 op ... op
-// in_{ins-1} (coordinate order; one input is a copy, finalized when `final`) to
-// every output; a copy copies its one input to every output (and skips an output
-// that is the input). `nontemporal`: the outputs are large enough to bypass caches.
+/// A local operation on `count` elements: a fold writes in_0 op in_1 op ... op
+/// in_{ins-1} (coordinate order; one input is a copy, finalized when `final`) to
+/// every output; a copy copies its one input to every output (and skips an output
+/// that is the input). `nontemporal`: the outputs are large enough to bypass caches.
 struct local_op {
   enum kind_t : std::uint8_t { fold, copy } kind = fold;
   bool final = false, nontemporal = false;
   std::size_t count = 0;
-  std::size_t first_out = 0, outs = 0;  // into program::slices
+  std::size_t first_out = 0, outs = 0;  ///< into program::slices
   std::size_t first_in = 0, ins = 0;
 };
 
@@ -111,18 +111,18 @@ enum class sync_kind : std::uint8_t { none, messages, arrive, leave };
 
 struct program_step {
   std::size_t segment = 0;
-  std::size_t stage = 0;  // index into the segment's stages
-  std::size_t dim = 0;    // executed dimension
-  std::size_t index = 0;  // step within the stage (ring: 0 .. p-2); in messages' tags and errors
+  std::size_t stage = 0;  ///< index into the segment's stages
+  std::size_t dim = 0;    ///< executed dimension
+  std::size_t index = 0;  ///< step within the stage (ring: 0 .. p-2); in messages' tags and errors
   phase ph = phase::reduce_scatter;
   bool stage_begin = false, stage_end = false;
   sync_kind sync = sync_kind::none;
-  std::size_t first_pre = 0, pre = 0;  // into program::ops
+  std::size_t first_pre = 0, pre = 0;  ///< into program::ops
   std::size_t first_send = 0, sends = 0;
   std::size_t first_recv = 0, recvs = 0;
-  std::size_t first_op = 0, ops = 0;  // into program::ops
-  // arrive: what this rank publishes (peers read peer_src / peer_dst relative to
-  // it), and the stage's range in elements, which every peer must agree on.
+  std::size_t first_op = 0, ops = 0;  ///< into program::ops
+  /// arrive: what this rank publishes (peers read peer_src / peer_dst relative to
+  /// it), and the stage's range in elements, which every peer must agree on.
   slice publish_src{}, publish_dst{};
   bool publishes_src = false, publishes_dst = false;
   std::size_t signature = 0;
@@ -130,18 +130,18 @@ struct program_step {
 
 struct program {
   collective kind = collective::all_reduce;
-  std::size_t count = 0;  // the call's count argument
+  std::size_t count = 0;  ///< the call's count argument
   std::size_t segments = 1, segment_length = 0;
-  std::vector<std::size_t> stage_dims;  // the stages of one segment: dimension and phase of each
+  std::vector<std::size_t> stage_dims;  ///< the stages of one segment: dimension and phase of each
   std::vector<phase> stage_phases;
-  std::vector<program_step> steps;         // segment after segment
-  std::vector<std::size_t> segment_begin;  // steps of segment s: [segment_begin[s], segment_begin[s+1])
+  std::vector<program_step> steps;         ///< segment after segment
+  std::vector<std::size_t> segment_begin;  ///< steps of segment s: [segment_begin[s], segment_begin[s+1])
   std::vector<transfer> sends, recvs;
   std::vector<local_op> ops;
   std::vector<slice> slices;
-  std::size_t scratch_elements = 0;  // the scratch region
-  std::size_t slot_elements = 0;     // the receive slots of one segment
-  bool shared = false;               // some step synchronizes by shared access
+  std::size_t scratch_elements = 0;  ///< the scratch region
+  std::size_t slot_elements = 0;     ///< the receive slots of one segment
+  bool shared = false;               ///< some step synchronizes by shared access
 
   std::span<const transfer> sends_of(const program_step& s) const { return {sends.data() + s.first_send, s.sends}; }
   std::span<const transfer> recvs_of(const program_step& s) const { return {recvs.data() + s.first_recv, s.recvs}; }

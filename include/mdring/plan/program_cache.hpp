@@ -47,7 +47,7 @@ public:
     ++built_;
     return victim->pr;
   }
-  // Programs built so far (tests: a repeated call builds nothing).
+  /// Programs built so far (tests: a repeated call builds nothing).
   std::uint64_t built() const noexcept { return built_; }
 
 private:

@@ -51,7 +51,7 @@ MDRING_HOST_DEVICE constexpr T wrap_mul(T a, T b) noexcept {
 }
 }  // namespace detail
 
-// The built-in ops work on accumulator_t<T> (float for half and bfloat16).
+/// The built-in ops work on accumulator_t<T> (float for half and bfloat16).
 struct sum_t {
   static constexpr const char* name = "sum";
   template <class A>
@@ -80,15 +80,15 @@ struct max_t {
     return a < b ? b : a;
   }
 };
-// Sum, then one division by the number of ranks, fused into the owner's last pass.
+/// Sum, then one division by the number of ranks, fused into the owner's last pass.
 struct avg_t {
   static constexpr const char* name = "avg";
   template <class A>
   MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
     return detail::wrap_add(a, b);
   }
-  // The division happens in the widest type of A's kind, so that `ranks` never
-  // wraps (300 ranks of uint8 divide by 300, not by 44).
+  /// The division happens in the widest type of A's kind, so that `ranks` never
+  /// wraps (300 ranks of uint8 divide by 300, not by 44).
   template <class A>
   MDRING_HOST_DEVICE constexpr A finalize(A a, std::size_t ranks) const noexcept {
     if constexpr (std::is_integral_v<A> && std::is_signed_v<A>)
@@ -105,8 +105,8 @@ inline constexpr min_t min{};
 inline constexpr max_t max{};
 inline constexpr avg_t avg{};
 
-// Wraps an associative but non-commutative callable. The library then combines
-// contributions strictly in rank order (x_0 op x_1 op ... op x_{P-1}).
+/// Wraps an associative but non-commutative callable. The library then combines
+/// contributions strictly in rank order (x_0 op x_1 op ... op x_{P-1}).
 template <class F>
 struct non_commutative_op {
   F f;
@@ -146,8 +146,8 @@ template <class F>
 struct is_non_commutative_wrapper<non_commutative_op<F>> : std::true_type {};
 }  // namespace detail
 
-// What the plan needs to know about an op. Specialize it for your own functor, or
-// give the functor `static constexpr bool is_commutative = false;`.
+/// What the plan needs to know about an op. Specialize it for your own functor, or
+/// give the functor `static constexpr bool is_commutative = false;`.
 template <class Op>
 struct op_traits {
   static constexpr bool builtin = detail::builtin_op<Op>::value;

@@ -34,7 +34,7 @@ public:
   virtual ~store() = default;
   virtual void set(const std::string& key, const std::string& value) = 0;
   virtual std::string get(const std::string& key, clock::time_point deadline) = 0;
-  // The default waits for the keys one after the other with get().
+  /// The default waits for the keys one after the other with get().
   virtual void wait(std::span<const std::string> keys, clock::time_point deadline) {
     for (const auto& k : keys) (void)get(k, deadline);
   }
@@ -48,8 +48,8 @@ inline timeout_error missing_key(const std::string& key, const std::string& wher
                        "rendezvous", 0, "rendezvous", 0, 0);
 }
 
-// Every key prefixed, so that several users of one store (two communicators, a
-// user's own keys) never meet.
+/// Every key prefixed, so that several users of one store (two communicators, a
+/// user's own keys) never meet.
 class prefix_store final : public store {
 public:
   prefix_store(store& inner, std::string prefix) : inner_(inner), prefix_(std::move(prefix)) {}

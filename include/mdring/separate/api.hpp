@@ -98,7 +98,7 @@ constexpr void check_reduction() {
                 "mdring (MDRING_SEPARATE_COMPILATION): avg is compiled for the floating types only");
 }
 
-// A bound communicator of the compiled library (separate/src.hpp implements it).
+/// A bound communicator of the compiled library (separate/src.hpp implements it).
 class face {
 public:
   virtual ~face() = default;
@@ -120,8 +120,8 @@ public:
 
 }  // namespace separate
 
-// What bind() returns in separate compilation: the members users call of a
-// header-only communicator (collective/communicator.hpp).
+/// What bind() returns in separate compilation: the members users call of a
+/// header-only communicator (collective/communicator.hpp).
 class compiled_communicator {
 public:
   explicit compiled_communicator(std::unique_ptr<separate::face> f) noexcept : f_(std::move(f)) {}

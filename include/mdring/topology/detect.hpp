@@ -28,14 +28,14 @@
 MDRING_NAMESPACE_BEGIN
 
 struct node_layout {
-  std::size_t ranks = 0;           // comm's size
-  std::size_t nodes = 0;           // distinct shared-memory nodes
-  std::size_t ranks_per_node = 0;  // when every node has as many ranks; 0 otherwise
-  std::size_t node = 0;            // this rank's node, numbered by the lowest rank on it
-  std::size_t local_rank = 0;      // this rank's position on its node (in comm's rank order)
-  bool node_major = false;         // rank == (ranks of the nodes before) + local_rank, everywhere
-  int key = 0;                     // this rank's position in node-major order
-  std::string network;             // "infiniband" or "ethernet" (the same on every rank)
+  std::size_t ranks = 0;           ///< comm's size
+  std::size_t nodes = 0;           ///< distinct shared-memory nodes
+  std::size_t ranks_per_node = 0;  ///< when every node has as many ranks; 0 otherwise
+  std::size_t node = 0;            ///< this rank's node, numbered by the lowest rank on it
+  std::size_t local_rank = 0;      ///< this rank's position on its node (in comm's rank order)
+  bool node_major = false;         ///< rank == (ranks of the nodes before) + local_rank, everywhere
+  int key = 0;                     ///< this rank's position in node-major order
+  std::string network;             ///< "infiniband" or "ethernet" (the same on every rank)
 };
 
 namespace detail {

@@ -86,7 +86,7 @@ struct link_traits<pcie> {
 template <>
 struct link_traits<infiniband> {
   static constexpr std::string_view name = "infiniband";
-  static constexpr double bandwidth = 12.5e9;  // HDR100, 100 Gb/s per port
+  static constexpr double bandwidth = 12.5e9;  ///< HDR100, 100 Gb/s per port
   static constexpr double latency = 2e-6;
   static constexpr bool fully_connected = false;
   static constexpr memory_space space = memory_space::host;
@@ -97,7 +97,7 @@ struct link_traits<infiniband> {
 template <>
 struct link_traits<ethernet> {
   static constexpr std::string_view name = "ethernet";
-  static constexpr double bandwidth = 1.25e9;  // 10 Gb/s per port
+  static constexpr double bandwidth = 1.25e9;  ///< 10 Gb/s per port
   static constexpr double latency = 25e-6;
   static constexpr bool fully_connected = false;
   static constexpr memory_space space = memory_space::host;
@@ -127,19 +127,19 @@ concept link = requires {
 
 static_assert(link<nvlink> && link<pcie> && link<infiniband> && link<ethernet> && link<shm>);
 
-// A link's measured message times (mdring::calibrate, plan/profile.hpp), measured
-// with every rank of the plan sending at once (so port sharing is in them): at
-// each size, the seconds one rank's message keeps the link busy (`seconds`: what
-// other messages in flight wait for) and its latency (`latency`: what they overlap
-// with). Busy time is piecewise linear between the points and extrapolated with
-// the last segment's slope; latency is piecewise linear between the points and
-// flat beyond them. Where it has points the cost model uses them instead of
-// overhead + b / bandwidth and the link's one latency: real networks are not
-// linear in the message size (protocol switches, SimGrid's size-dependent
-// factors), and a fit of two figures to them is off by several times at some sizes.
+/// A link's measured message times (mdring::calibrate, plan/profile.hpp), measured
+/// with every rank of the plan sending at once (so port sharing is in them): at
+/// each size, the seconds one rank's message keeps the link busy (`seconds`: what
+/// other messages in flight wait for) and its latency (`latency`: what they overlap
+/// with). Busy time is piecewise linear between the points and extrapolated with
+/// the last segment's slope; latency is piecewise linear between the points and
+/// flat beyond them. Where it has points the cost model uses them instead of
+/// overhead + b / bandwidth and the link's one latency: real networks are not
+/// linear in the message size (protocol switches, SimGrid's size-dependent
+/// factors), and a fit of two figures to them is off by several times at some sizes.
 struct link_curve {
   static constexpr std::size_t max_points = 8;
-  std::array<double, max_points> bytes{}, seconds{}, latency{};  // bytes ascending
+  std::array<double, max_points> bytes{}, seconds{}, latency{};  ///< bytes ascending
   std::size_t points = 0;
 
   double at(double b) const noexcept {
@@ -162,27 +162,27 @@ struct link_curve {
   friend bool operator==(const link_curve&, const link_curve&) = default;
 };
 
-// The run-time copy of a link's traits. The plan and the cost model read only
-// this, so a user can override the figures without new types (parse_link reads
-// them from text: topology/runtime.hpp).
+/// The run-time copy of a link's traits. The plan and the cost model read only
+/// this, so a user can override the figures without new types (parse_link reads
+/// them from text: topology/runtime.hpp).
 struct link_info {
   std::string name;
-  double bandwidth = 0;  // bytes per second (per rank, or per port when ports > 0)
-  double latency = 0;    // seconds per message
+  double bandwidth = 0;  ///< bytes per second (per rank, or per port when ports > 0)
+  double latency = 0;    ///< seconds per message
   bool fully_connected = false;
   memory_space space = memory_space::host;
-  std::size_t ports = 0;  // 0: bandwidth is per rank; N: per port, N ports per node
-  double overhead = 0;    // seconds per message that the link is busy
-  link_curve curve{};     // measured (calibrate): replaces overhead and bandwidth in the cost model
+  std::size_t ports = 0;  ///< 0: bandwidth is per rank; N: per port, N ports per node
+  double overhead = 0;    ///< seconds per message that the link is busy
+  link_curve curve{};     ///< measured (calibrate): replaces overhead and bandwidth in the cost model
 
-  // Seconds a message of `bytes` keeps the link busy besides its latency.
+  /// Seconds a message of `bytes` keeps the link busy besides its latency.
   double busy_seconds(double bytes) const noexcept {
     if (curve.points) return curve.at(bytes);
     return overhead + (bandwidth > 0 ? bytes / bandwidth : 0.0);
   }
-  // The latency of a message of `bytes` (the link's one latency without a curve).
+  /// The latency of a message of `bytes` (the link's one latency without a curve).
   double latency_seconds(double bytes) const noexcept { return curve.points ? curve.latency_at(bytes) : latency; }
-  // The same link without latencies: the time it is busy (plan/pipeline.hpp).
+  /// The same link without latencies: the time it is busy (plan/pipeline.hpp).
   link_info busy_only() const {
     link_info l = *this;
     l.latency = 0;

@@ -117,7 +117,7 @@ struct type_list {};
 
 }  // namespace detail
 
-// One dimension of N ranks joined by Link.
+/// One dimension of N ranks joined by Link.
 template <class Link, std::size_t N>
 struct ring_t : detail::topology_base<detail::dim_spec<Link, N>> {
   static_assert(link<Link>,
@@ -138,7 +138,7 @@ template <class L, std::size_t N>
 struct is_ring<ring_t<L, N>> : std::true_type {};
 }  // namespace detail
 
-// The product of rings, dimension 0 first.
+/// The product of rings, dimension 0 first.
 template <class... Rings>
 struct topology : detail::topology_base<detail::dim_spec<typename Rings::link_type, Rings::extent_v>...> {
   static_assert(sizeof...(Rings) >= 1, "mdring::topology: a topology needs at least one ring");

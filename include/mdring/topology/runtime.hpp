@@ -36,7 +36,7 @@ class runtime_topology {
 public:
   struct dimension {
     link_info link;
-    std::size_t extent = 1;  // dynamic_extent until resolved
+    std::size_t extent = 1;  ///< dynamic_extent until resolved
     friend bool operator==(const dimension&, const dimension&) = default;
   };
 
@@ -66,12 +66,12 @@ public:
     return s;
   }
 
-  // The number of ranks, or dynamic_extent while a dimension is dynamic.
+  /// The number of ranks, or dynamic_extent while a dimension is dynamic.
   std::size_t size() const noexcept { return is_static() ? static_size() : dynamic_extent; }
 
-  // The same topology with the dynamic extent fixed so that size() == world_size.
-  // Throws topology_error when world_size does not fit.
-  // `caller` names the function in the message ("bind" when bind() resolves).
+  /// The same topology with the dynamic extent fixed so that size() == world_size.
+  /// Throws topology_error when world_size does not fit.
+  /// `caller` names the function in the message ("bind" when bind() resolves).
   MDRING_COLD runtime_topology resolve(std::size_t world_size, const char* caller = "resolve") const {
     const std::string fn = std::string("mdring::") + caller + ": ";
     runtime_topology r = *this;
@@ -91,7 +91,7 @@ public:
     return r;
   }
 
-  // Coordinates of a rank (dimension 0 fastest). Requires a resolved topology.
+  /// Coordinates of a rank (dimension 0 fastest). Requires a resolved topology.
   std::vector<std::size_t> coordinates(std::size_t rank) const {
     require_static("coordinates");
     auto e = extents();
@@ -112,19 +112,19 @@ public:
     return peer_of(rank, d, j, e);
   }
 
-  // The ranks of rank's ring in dimension d, ordered by coordinate d.
+  /// The ranks of rank's ring in dimension d, ordered by coordinate d.
   std::vector<std::size_t> peers(std::size_t rank, std::size_t d) const {
     std::vector<std::size_t> p;
     for (std::size_t j = 0; j < extent(d); ++j) p.push_back(peer(rank, d, j));
     return p;
   }
 
-  // How many ranks use dimension d's ports at once: a link with ports is a node's
-  // NIC, and every rank of the node runs its own ring of dimension d through it. The
-  // ranks of a node are those that differ only in dimensions whose links have no
-  // ports (links inside a node), so this is the product of those extents (a dynamic
-  // one counts as 1). 1 for a dimension whose link has no ports.
-  // Example: "nvlink:4 x infiniband:64": 4 ranks share each node's InfiniBand port.
+  /// How many ranks use dimension d's ports at once: a link with ports is a node's
+  /// NIC, and every rank of the node runs its own ring of dimension d through it. The
+  /// ranks of a node are those that differ only in dimensions whose links have no
+  /// ports (links inside a node), so this is the product of those extents (a dynamic
+  /// one counts as 1). 1 for a dimension whose link has no ports.
+  /// Example: "nvlink:4 x infiniband:64": 4 ranks share each node's InfiniBand port.
   std::size_t port_sharers(std::size_t d) const {
     if (dims_.at(d).link.ports == 0) return 1;
     std::size_t n = 1;
@@ -133,8 +133,8 @@ public:
     return n;
   }
 
-  // Dimension d's link as one rank sees it: the bandwidth is the rank's own, its
-  // share of the node's ports (bandwidth * min(1, ports / port_sharers(d))).
+  /// Dimension d's link as one rank sees it: the bandwidth is the rank's own, its
+  /// share of the node's ports (bandwidth * min(1, ports / port_sharers(d))).
   link_info rank_link(std::size_t d) const {
     link_info l = dims_.at(d).link;
     const std::size_t n = port_sharers(d);

@@ -37,17 +37,17 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// What a device communicator can use.
+/// What a device communicator can use.
 struct device_transport_support {
-  bool nccl = false;            // built with NCCL and bound where NCCL can reach the ranks
-  bool mpi = false;             // bound to an MPI communicator (staged MPI always works then)
-  bool cuda_aware_mpi = false;  // the MPI library says it takes device pointers
-  bool local = false;           // a local world: every dimension is local
-  // Per executed dimension: its ranks share a node and CUDA IPC works between
-  // them (so the ipc transport can run it). Missing entries: no.
+  bool nccl = false;            ///< built with NCCL and bound where NCCL can reach the ranks
+  bool mpi = false;             ///< bound to an MPI communicator (staged MPI always works then)
+  bool cuda_aware_mpi = false;  ///< the MPI library says it takes device pointers
+  bool local = false;           ///< a local world: every dimension is local
+  /// Per executed dimension: its ranks share a node and CUDA IPC works between
+  /// them (so the ipc transport can run it). Missing entries: no.
   std::vector<bool> ipc;
-  std::string nccl_unavailable;  // why not nccl, when it was built but cannot be used here (in errors)
-  std::string ipc_unavailable;   // why not ipc (in errors)
+  std::string nccl_unavailable;  ///< why not nccl, when it was built but cannot be used here (in errors)
+  std::string ipc_unavailable;   ///< why not ipc (in errors)
 
   bool ipc_on(std::size_t d) const noexcept { return d < ipc.size() && ipc[d]; }
 };

@@ -57,13 +57,13 @@ namespace mpi {
 class transport {
 public:
   using channel = detail::channel;
-  // Peers' buffers are in other processes: read and write them with CMA.
+  /// Peers' buffers are in other processes: read and write them with CMA.
   static constexpr bool same_address_space = false;
   using request = detail::mpi_request;
 
   static constexpr int control_tag = 1;
 
-  // Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
+  /// Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
   MDRING_COLD transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
       : max_bytes_(opts.max_message_bytes),
         shared_memory_(opts.shared_memory && !MDRING_SMPI),
@@ -108,7 +108,7 @@ public:
   std::string name() const { return "mpi"; }
   MPI_Comm control_comm() const noexcept { return ctrl_; }
 
-  // Collective: every rank calls it for the same dimensions in the same order.
+  /// Collective: every rank calls it for the same dimensions in the same order.
   MDRING_COLD channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
     MPI_Comm sub = MPI_COMM_NULL;
     // The global rank of coordinate 0 names the ring uniquely.
@@ -138,7 +138,7 @@ public:
     if (auto f = poll_control()) return *f;
     return wait_status::ok();
   }
-  // Copies `bytes` from peer j's address space (at `remote`) into this process, and back.
+  /// Copies `bytes` from peer j's address space (at `remote`) into this process, and back.
   void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
     ch.window.read(mappings_, j, remote, local, bytes);
   }
@@ -146,13 +146,13 @@ public:
     ch.window.write(mappings_, j, local, remote, bytes);
   }
 
-  // How many peers' node_alloc segments this process has mapped (zero-copy), and
-  // whether any dimension runs on shared access at all.
+  /// How many peers' node_alloc segments this process has mapped (zero-copy), and
+  /// whether any dimension runs on shared access at all.
   std::size_t mapped_segments() const noexcept { return mappings_.count(); }
   bool shared_channels() const noexcept { return shared_channels_ != 0; }
 
-  // Where peer j's bytes [remote, remote + bytes) can be reached in this process
-  // (node_window::local_address), or nullptr.
+  /// Where peer j's bytes [remote, remote + bytes) can be reached in this process
+  /// (node_window::local_address), or nullptr.
   void* local_address(channel& ch, std::size_t j, const void* remote, std::size_t bytes) {
     return ch.window.local_address(mappings_, j, remote, bytes);
   }
@@ -175,9 +175,9 @@ public:
 #endif
   }
 
-  // Returns once at least one of the requests that are pending in rs has
-  // completed (at once when none is pending); complete() says which. It lets the
-  // pipelined all_reduce go on with whichever segment's step is done first.
+  /// Returns once at least one of the requests that are pending in rs has
+  /// completed (at once when none is pending); complete() says which. It lets the
+  /// pipelined all_reduce go on with whichever segment's step is done first.
   wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
 #if MDRING_SMPI
     if (deadline == deadline_clock::time_point{}) return simulated_.test(rs, true, rank_);
@@ -188,12 +188,12 @@ public:
   }
   static bool complete(const request& rq) noexcept { return rq.n == 0; }
 
-  // MPI_Wtime: simulated seconds under SimGrid SMPI (calibration and measured
-  // planning time with it).
+  /// MPI_Wtime: simulated seconds under SimGrid SMPI (calibration and measured
+  /// planning time with it).
   double seconds() const noexcept { return MPI_Wtime(); }
 
-  // A progress thread may call MPI while the user's threads do only under
-  // MPI_THREAD_MULTIPLE (never under SMPI, whose ranks are simulated actors).
+  /// A progress thread may call MPI while the user's threads do only under
+  /// MPI_THREAD_MULTIPLE (never under SMPI, whose ranks are simulated actors).
   bool background_progress() const noexcept { return thread_multiple(); }
   static bool thread_multiple() noexcept {
 #if MDRING_SMPI
@@ -206,7 +206,7 @@ public:
   }
 
 #if !MDRING_SMPI
-  // Completes rq if its messages are done (true); throws if one failed.
+  /// Completes rq if its messages are done (true); throws if one failed.
   bool test(request& rq) { return detail::test_request(rq, rank_); }
   wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
     for (unsigned spin = 0;; ++spin) {
@@ -230,8 +230,8 @@ public:
   }
 #endif
 
-  // Cancels what is pending. Receives are cancelled and completed (so MPI will not
-  // write into the caller's buffers later); sends that cannot be cancelled are freed.
+  /// Cancels what is pending. Receives are cancelled and completed (so MPI will not
+  /// write into the caller's buffers later); sends that cannot be cancelled are freed.
   void cancel_all(std::span<request> rs) noexcept {
     if (detail::finalized()) return;
     for (auto& rq : rs) {
@@ -247,7 +247,7 @@ public:
     }
   }
 
-  // Tells every other rank that this one failed; they stop waiting with remote_error.
+  /// Tells every other rank that this one failed; they stop waiting with remote_error.
   void abort(const std::string& reason) noexcept {
     if (aborted_ || detail::finalized()) return;
     aborted_ = true;

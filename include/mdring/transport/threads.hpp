@@ -41,28 +41,28 @@ MDRING_NAMESPACE_BEGIN
 
 namespace threads {
 
-// The transport object of one rank in one bound communicator.
+/// The transport object of one rank in one bound communicator.
 class transport {
 public:
   struct channel {
     std::uint32_t dim = 0;
-    std::vector<std::size_t> members;    // global ranks, by coordinate
-    std::size_t index = 0;               // this rank's coordinate
-    mdring::detail::access_group group;  // shared access (all threads share memory)
+    std::vector<std::size_t> members;    ///< global ranks, by coordinate
+    std::size_t index = 0;               ///< this rank's coordinate
+    mdring::detail::access_group group;  ///< shared access (all threads share memory)
   };
 
-  // Shared access: every dimension of threads has it, and peers' pointers are
-  // dereferenced directly (no copy into scratch).
+  /// Shared access: every dimension of threads has it, and peers' pointers are
+  /// dereferenced directly (no copy into scratch).
   static constexpr bool same_address_space = true;
 
   struct request {
     enum kind_t { none, send, recv };
     kind_t kind = none;
-    std::size_t peer = 0;  // global rank of the other side
-    // send
+    std::size_t peer = 0;  ///< global rank of the other side
+    /// send
     detail::send_desc desc;
-    bool sent = false;  // desc reached done, as this rank's last wait saw it (complete())
-    // recv
+    bool sent = false;  ///< desc reached done, as this rank's last wait saw it (complete())
+    /// recv
     detail::message_key key;
     void* buf = nullptr;
     std::size_t bytes = 0;
@@ -135,13 +135,13 @@ public:
   wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
     return wait_until(rs, deadline, false);
   }
-  // Returns once at least one request that was pending in rs has completed (at
-  // once when none was); complete() says which.
+  /// Returns once at least one request that was pending in rs has completed (at
+  /// once when none was); complete() says which.
   wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
     return wait_until(rs, deadline, true);
   }
-  // What this rank's last wait saw: a send that the receiver finishes copying
-  // becomes complete at the sender's next wait, not in between (see transport.hpp).
+  /// What this rank's last wait saw: a send that the receiver finishes copying
+  /// becomes complete at the sender's next wait, not in between (see transport.hpp).
   static bool complete(const request& r) noexcept {
     switch (r.kind) {
       case request::send:
@@ -153,8 +153,8 @@ public:
     }
   }
 
-  // Withdraws pending sends (waiting out a copy already under way) and forgets
-  // pending receives, so no peer can later touch this rank's buffers.
+  /// Withdraws pending sends (waiting out a copy already under way) and forgets
+  /// pending receives, so no peer can later touch this rank's buffers.
   void cancel_all(std::span<request> rs) noexcept {
     for (auto& r : rs) {
       if (r.kind == request::send) {

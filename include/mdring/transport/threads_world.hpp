@@ -77,7 +77,7 @@ struct mailbox {
 
 class world;
 
-// One rank's handle on a world: what bind() takes.
+/// One rank's handle on a world: what bind() takes.
 struct endpoint {
   world* w = nullptr;
   std::size_t rank = 0;
@@ -93,7 +93,7 @@ public:
 
   std::size_t size() const noexcept { return n_; }
 
-  // The handle of rank `rank`, to pass to bind() on that rank's thread.
+  /// The handle of rank `rank`, to pass to bind() on that rank's thread.
   threads::endpoint at(std::size_t rank) {
     if (rank >= n_)
       throw invalid_argument("rank", "mdring::threads::world::at: rank " + std::to_string(rank) +
@@ -103,8 +103,8 @@ public:
 
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
 
-  // Poisons the world: every rank's current and future waits end with peer_failed.
-  // The first failure is the one remembered.
+  /// Poisons the world: every rank's current and future waits end with peer_failed.
+  /// The first failure is the one remembered.
   void fail(std::size_t rank, const std::string& reason) noexcept {
     {
       std::lock_guard lock(fail_m_);
@@ -138,9 +138,9 @@ public:
 
   detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }
 
-  // The control regions (slot and staging buffers, access_region_bytes each) of one
-  // ring (communicator context, dimension, first member), created by the first
-  // member that asks.
+  /// The control regions (slot and staging buffers, access_region_bytes each) of one
+  /// ring (communicator context, dimension, first member), created by the first
+  /// member that asks.
   unsigned char* access_regions(std::uint64_t ctx, std::size_t dim, std::size_t first, std::size_t p,
                                 std::size_t staging) {
     std::lock_guard lock(ctx_m_);
@@ -154,9 +154,9 @@ public:
     return r.get();
   }
 
-  // Every rank binds its communicators in the same order (as with MPI), so the
-  // k-th bind on each rank gets context k. The first rank to bind context k records
-  // its topology; the others must match.
+  /// Every rank binds its communicators in the same order (as with MPI), so the
+  /// k-th bind on each rank gets context k. The first rank to bind context k records
+  /// its topology; the others must match.
   std::uint64_t new_context(std::size_t rank, const std::string& topology) {
     const std::uint64_t ctx = boxes_[rank].next_context++;
     std::lock_guard lock(ctx_m_);

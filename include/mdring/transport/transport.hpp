@@ -38,9 +38,9 @@ using deadline_clock = std::chrono::steady_clock;
 struct wait_status {
   enum kind_t { done, timeout, peer_failed };
   kind_t kind = done;
-  std::size_t index = 0;        // timeout: the first request that had not completed
-  std::size_t failed_rank = 0;  // peer_failed: who said so
-  std::string reason;           // peer_failed: what it said
+  std::size_t index = 0;        ///< timeout: the first request that had not completed
+  std::size_t failed_rank = 0;  ///< peer_failed: who said so
+  std::string reason;           ///< peer_failed: what it said
 
   static wait_status ok() { return {}; }
 };

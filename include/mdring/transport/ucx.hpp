@@ -58,12 +58,12 @@ public:
   static constexpr bool same_address_space = false;
   struct channel {
     std::size_t id = 0;
-    std::vector<std::size_t> members;  // global ranks, by coordinate
+    std::vector<std::size_t> members;  ///< global ranks, by coordinate
     mdring::detail::node_window window;
   };
   using request = detail::ucx_request;
 
-  // Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
+  /// Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
   transport(const world& w, const options& opts, const std::string& fingerprint)
       : world_(w),
         rank_(w.rank()),
@@ -90,11 +90,11 @@ public:
   std::size_t size() const noexcept { return size_; }
   std::size_t rank() const noexcept { return rank_; }
   std::string name() const { return "ucx"; }
-  // Where rank r runs, for error messages (executor/host/core.hpp).
+  /// Where rank r runs, for error messages (executor/host/core.hpp).
   std::string peer_host(std::size_t r) const { return r < size_ ? world_.hosts()[r] : std::string(); }
   ucp_worker_h worker() const noexcept { return worker_; }
 
-  // Collective: every rank calls it for the same dimensions in the same order.
+  /// Collective: every rank calls it for the same dimensions in the same order.
   channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
     if (channels_ >= detail::max_channels)
       throw invalid_argument("topology", "mdring::ucx: at most 64 dimensions per communicator");
@@ -122,8 +122,8 @@ public:
   std::size_t mapped_segments() const noexcept { return mappings_.count(); }
   bool shared_channels() const noexcept { return shared_channels_ != 0; }
 
-  // Polled by the shared stages while they wait: a peer's control message, a
-  // failed endpoint, or a peer process of this node that is gone.
+  /// Polled by the shared stages while they wait: a peer's control message, a
+  /// failed endpoint, or a peer process of this node that is gone.
   wait_status shared_failure() {
     ucp_worker_progress(worker_);
     if (auto f = poll_failure()) return *f;
@@ -153,8 +153,8 @@ public:
   }
   static bool complete(const request& rq) noexcept { return !rq.pending; }
 
-  // Cancels what is pending: receives are cancelled and completed (UCX will not
-  // write into the caller's buffers later); sends are released.
+  /// Cancels what is pending: receives are cancelled and completed (UCX will not
+  /// write into the caller's buffers later); sends are released.
   void cancel_all(std::span<request> rs) noexcept {
     for (auto& rq : rs) {
       if (!rq.pending) continue;
@@ -169,12 +169,12 @@ public:
     }
   }
 
-  // A process that dies is noticed by its neighbours only (its node, its
-  // endpoints): a rank that stops because of it passes the failure on (collective
-  // step 5, transport.hpp relayed_failure).
+  /// A process that dies is noticed by its neighbours only (its node, its
+  /// endpoints): a rank that stops because of it passes the failure on (collective
+  /// step 5, transport.hpp relayed_failure).
   static constexpr bool relays_failures = true;
 
-  // Tells every other rank that this one failed; they stop waiting with remote_error.
+  /// Tells every other rank that this one failed; they stop waiting with remote_error.
   void abort(const std::string& reason) noexcept {
     if (aborted_) return;
     aborted_ = true;

@@ -189,13 +189,13 @@ inline std::shared_ptr<ucp_context> process_context() {
 
 class world {
 public:
-  // A world over a store that every process of the job reaches (the PyTorch
-  // backend passes torch's). local_size 0: found from the processes' host names.
+  /// A world over a store that every process of the job reaches (the PyTorch
+  /// backend passes torch's). local_size 0: found from the processes' host names.
   world(rendezvous::store& store, std::size_t rank, std::size_t size, std::size_t local_size = 0,
         std::chrono::milliseconds timeout = mdring::detail::default_timeout())
       : world(nullptr, &store, rank, size, local_size, timeout) {}
 
-  // From the launcher's environment (see the top); rank 0 hosts the store.
+  /// From the launcher's environment (see the top); rank 0 hosts the store.
   static world from_env() {
     const auto timeout = mdring::detail::default_timeout();
     auto j = rendezvous::launched_job::from_env("mdring::ucx::world::from_env", timeout);
@@ -204,23 +204,23 @@ public:
 
   std::size_t rank() const noexcept { return s_->rank; }
   std::size_t size() const noexcept { return s_->size; }
-  // Processes on this node (LOCAL_WORLD_SIZE, or counted from host names).
+  /// Processes on this node (LOCAL_WORLD_SIZE, or counted from host names).
   std::size_t local_size() const noexcept { return s_->local; }
-  // Where the processes run, as detect_topology() sees MPI's (topology/detect.hpp).
+  /// Where the processes run, as detect_topology() sees MPI's (topology/detect.hpp).
   const node_layout& layout() const noexcept { return s_->layout; }
   runtime_topology topology() const { return topology_of(s_->layout); }
   rendezvous::store& store() const noexcept { return *s_->store; }
-  // The host each rank runs on, by rank (its name; "" where the node identity is unknown).
+  /// The host each rank runs on, by rank (its name; "" where the node identity is unknown).
   const std::vector<std::string>& hosts() const noexcept { return s_->hosts; }
-  // The other processes of this node: (rank, process id).
+  /// The other processes of this node: (rank, process id).
   const std::vector<std::pair<std::size_t, long>>& node_peers() const noexcept { return s_->node_peers; }
   ucp_context_h context() const noexcept { return s_->context.get(); }
   std::chrono::milliseconds timeout() const noexcept { return s_->timeout; }
 
-  // The next bind's key prefix in the store, and its 16-bit stamp: the same on every
-  // rank (they bind in the same order), different for consecutive binds of a world
-  // (the world's random salt plus the bind's number), so that a message meant for
-  // an earlier communicator never matches a later one on a reused worker.
+  /// The next bind's key prefix in the store, and its 16-bit stamp: the same on every
+  /// rank (they bind in the same order), different for consecutive binds of a world
+  /// (the world's random salt plus the bind's number), so that a message meant for
+  /// an earlier communicator never matches a later one on a reused worker.
   struct bind_ticket {
     std::string prefix;
     std::uint32_t stamp = 0;
