@@ -140,11 +140,11 @@ private:
 
 }  // namespace detail
 
-// `bytes` of host memory (page-aligned) that peers on this node can map; see above.
+/// `bytes` of host memory (page-aligned) that peers on this node can map; see above.
 inline void* node_alloc(std::size_t bytes) { return detail::node_registry::instance().allocate(bytes); }
-// Frees memory from node_alloc (nullptr is ignored; any other pointer aborts).
+/// Frees memory from node_alloc (nullptr is ignored; any other pointer aborts).
 inline void node_free(void* p) noexcept { detail::node_registry::instance().deallocate(p); }
-// Whether [p, p + bytes) lies in one buffer from node_alloc that peers can map.
+/// Whether [p, p + bytes) lies in one buffer from node_alloc that peers can map.
 inline bool is_node_memory(const void* p, std::size_t bytes = 1) {
   return detail::node_registry::instance().find(p, bytes).id != 0;
 }

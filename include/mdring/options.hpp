@@ -33,27 +33,27 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// The algorithm of one dimension's stages.
-//   ring    p-1 steps, each sends 1/p of the range to the next rank: bandwidth optimal
-//           on any link, 2(p-1) latencies per all-reduce.
-//   direct  one step: every rank sends block j to rank j and folds the p inputs of its
-//           own block in one n-ary pass; 2 latencies, but (p-1) messages in flight and
-//           (p-1)/p of the range in scratch. For fully connected links (nvlink, shm).
-//   halving_doubling  recursive halving, then doubling (Rabenseifner): log2 p steps
-//           (two more when p is not a power of two), sending halves, quarters, ...
-//           of the range to ranks 1, 2, 4, ... apart: latency-bound sizes on rings
-//           of many ranks (plan/halving_doubling.hpp).
-//   recursive_doubling  all_reduce only: the dimension all-reduces its whole range
-//           instead of cutting it into blocks, in log2 p exchanges of the whole
-//           range with ranks 1, 2, 4, ... apart (two more steps when p is not a
-//           power of two): the fewest latencies, for the tiniest calls, at p times
-//           the bytes of a reduce-scatter (plan/halving_doubling.hpp). The other
-//           collectives run halving_doubling on such a dimension.
-//   automatic  direct on fully connected links of 2 to tuning::direct_max_extent ranks,
-//           ring otherwise, and for a call's ranges where the cost model predicts
-//           it faster (small messages) halving_doubling instead of that ring, or
-//           (all_reduce, up to tuning::recursive_doubling_max_bytes) recursive_doubling
-//           on the last dimensions; a non-commutative op always gets direct.
+/// The algorithm of one dimension's stages.
+///   ring    p-1 steps, each sends 1/p of the range to the next rank: bandwidth optimal
+///           on any link, 2(p-1) latencies per all-reduce.
+///   direct  one step: every rank sends block j to rank j and folds the p inputs of its
+///           own block in one n-ary pass; 2 latencies, but (p-1) messages in flight and
+///           (p-1)/p of the range in scratch. For fully connected links (nvlink, shm).
+///   halving_doubling  recursive halving, then doubling (Rabenseifner): log2 p steps
+///           (two more when p is not a power of two), sending halves, quarters, ...
+///           of the range to ranks 1, 2, 4, ... apart: latency-bound sizes on rings
+///           of many ranks (plan/halving_doubling.hpp).
+///   recursive_doubling  all_reduce only: the dimension all-reduces its whole range
+///           instead of cutting it into blocks, in log2 p exchanges of the whole
+///           range with ranks 1, 2, 4, ... apart (two more steps when p is not a
+///           power of two): the fewest latencies, for the tiniest calls, at p times
+///           the bytes of a reduce-scatter (plan/halving_doubling.hpp). The other
+///           collectives run halving_doubling on such a dimension.
+///   automatic  direct on fully connected links of 2 to tuning::direct_max_extent ranks,
+///           ring otherwise, and for a call's ranges where the cost model predicts
+///           it faster (small messages) halving_doubling instead of that ring, or
+///           (all_reduce, up to tuning::recursive_doubling_max_bytes) recursive_doubling
+///           on the last dimensions; a non-commutative op always gets direct.
 enum class algorithm { automatic, ring, direct, halving_doubling, recursive_doubling };
 
 constexpr std::string_view to_string(algorithm a) noexcept {
@@ -71,29 +71,29 @@ constexpr std::string_view to_string(algorithm a) noexcept {
   }
 }
 
-// How bind's plans are chosen for all_reduce.
-//   estimate  the cost model alone (plan/cost.hpp, plan/pipeline.hpp): free.
-//   measure   the first call of each size class (a factor of 2 in bytes) times a few
-//             candidate plans on the real ranks (algorithms per dimension, segment
-//             count, segments in flight) and keeps the fastest (plan/wisdom.hpp).
+/// How bind's plans are chosen for all_reduce.
+///   estimate  the cost model alone (plan/cost.hpp, plan/pipeline.hpp): free.
+///   measure   the first call of each size class (a factor of 2 in bytes) times a few
+///             candidate plans on the real ranks (algorithms per dimension, segment
+///             count, segments in flight) and keeps the fastest (plan/wisdom.hpp).
 enum class planning { estimate, measure };
 
 constexpr std::string_view to_string(planning p) noexcept { return p == planning::measure ? "measure" : "estimate"; }
 
-// The transport of one dimension when the buffers are in GPU memory (mdring/cuda/,
-// docs/GPU.md). automatic picks by the dimension's link (transport/device_select.hpp):
-// ipc on GPU links whose ranks share a node, NCCL on other GPU links and fast
-// fabrics, MPI on slow host links.
-//   ipc             the processes of one node read each other's device buffers in
-//                   place through CUDA IPC (direct stages fold the peers' blocks
-//                   where they are; small ones go through staging buffers, one-shot);
-//                   stream-ordered flags: can be captured in a CUDA graph
-//   nccl            one NCCL communicator per dimension, grouped ncclSend/ncclRecv
-//                   on the stream: stream-ordered, can be captured in a CUDA graph
-//   mpi_staged      MPI through pinned host buffers, chunked and double-buffered
-//                   (synchronizes the host with the stream; not capturable)
-//   mpi_cuda_aware  MPI on the device pointers, when the MPI library supports it
-//   local           several logical ranks on one GPU in one process (cudaMemcpyAsync)
+/// The transport of one dimension when the buffers are in GPU memory (mdring/cuda/,
+/// docs/GPU.md). automatic picks by the dimension's link (transport/device_select.hpp):
+/// ipc on GPU links whose ranks share a node, NCCL on other GPU links and fast
+/// fabrics, MPI on slow host links.
+///   ipc             the processes of one node read each other's device buffers in
+///                   place through CUDA IPC (direct stages fold the peers' blocks
+///                   where they are; small ones go through staging buffers, one-shot);
+///                   stream-ordered flags: can be captured in a CUDA graph
+///   nccl            one NCCL communicator per dimension, grouped ncclSend/ncclRecv
+///                   on the stream: stream-ordered, can be captured in a CUDA graph
+///   mpi_staged      MPI through pinned host buffers, chunked and double-buffered
+///                   (synchronizes the host with the stream; not capturable)
+///   mpi_cuda_aware  MPI on the device pointers, when the MPI library supports it
+///   local           several logical ranks on one GPU in one process (cudaMemcpyAsync)
 enum class device_transport { automatic, nccl, mpi_staged, mpi_cuda_aware, local, ipc };
 
 constexpr std::string_view to_string(device_transport t) noexcept {
@@ -113,48 +113,48 @@ constexpr std::string_view to_string(device_transport t) noexcept {
   }
 }
 
-// Where the partial results of half and bfloat16 reductions are carried.
-//   element  each fold accumulates in float and rounds to the element type: the
-//            partial sums cross the stages (and the wire) in 16 bits, rounded once
-//            per ring hop, or once per dimension where the dimension runs direct.
-//   float32  the call is widened: its inputs converted to float32, the reduction run
-//            in float32 through every stage, and the result rounded to 16 bits once,
-//            at the end. Twice the bytes of every stage, a conversion pass each way,
-//            and count floats of scratch per call in flight, kept for reuse (node
-//            memory between the processes of a node, else options.memory). Host
-//            path; the GPU path runs every dimension direct instead (one rounding
-//            per dimension).
-// Per dimension (options::dimension_accumulation, MDRING_ACCUMULATION=element,float32):
-// a float32 dimension's partial results are not rounded inside it. The dimension
-// runs direct: every rank's 16-bit inputs to a block reach its owner, which folds
-// them in float and rounds once, as the block leaves the dimension. The bytes are
-// those of a ring's reduce-scatter (16 bits); what it costs is (p - 1) messages in
-// flight instead of one. Rings of the other dimensions still round per hop. Every
-// dimension float32 is the widened call. Other element types and user ops are not
-// affected.
+/// Where the partial results of half and bfloat16 reductions are carried.
+///   element  each fold accumulates in float and rounds to the element type: the
+///            partial sums cross the stages (and the wire) in 16 bits, rounded once
+///            per ring hop, or once per dimension where the dimension runs direct.
+///   float32  the call is widened: its inputs converted to float32, the reduction run
+///            in float32 through every stage, and the result rounded to 16 bits once,
+///            at the end. Twice the bytes of every stage, a conversion pass each way,
+///            and count floats of scratch per call in flight, kept for reuse (node
+///            memory between the processes of a node, else options.memory). Host
+///            path; the GPU path runs every dimension direct instead (one rounding
+///            per dimension).
+/// Per dimension (options::dimension_accumulation, MDRING_ACCUMULATION=element,float32):
+/// a float32 dimension's partial results are not rounded inside it. The dimension
+/// runs direct: every rank's 16-bit inputs to a block reach its owner, which folds
+/// them in float and rounds once, as the block leaves the dimension. The bytes are
+/// those of a ring's reduce-scatter (16 bits); what it costs is (p - 1) messages in
+/// flight instead of one. Rings of the other dimensions still round per hop. Every
+/// dimension float32 is the widened call. Other element types and user ops are not
+/// affected.
 enum class accumulation { element, float32 };
 
 constexpr std::string_view to_string(accumulation a) noexcept {
   return a == accumulation::float32 ? "float32" : "element";
 }
 
-// How much argument checking a collective does.
-//   local       each rank checks its own arguments (null buffers, overlap, root); a
-//               rank that fails tells its peers, so nobody waits for it.
-//   collective  additionally, the ranks agree on count, element type, op and root
-//               with one small all-reduce per call before moving data, and all of
-//               them throw the same invalid_argument when they differ.
+/// How much argument checking a collective does.
+///   local       each rank checks its own arguments (null buffers, overlap, root); a
+///               rank that fails tells its peers, so nobody waits for it.
+///   collective  additionally, the ranks agree on count, element type, op and root
+///               with one small all-reduce per call before moving data, and all of
+///               them throw the same invalid_argument when they differ.
 enum class check_level { local, collective };
 
-// Who moves nonblocking calls (iall_reduce, ...) on while the caller does
-// something else (executor/progress.hpp).
-//   automatic  agent where the transport allows a second thread to call it (threads
-//              always; MPI when initialized with MPI_THREAD_MULTIPLE), else in_wait.
-//   agent      a progress thread of mdring's, one per process, that sleeps while no
-//              call is in flight. Over MPI it needs MPI_THREAD_MULTIPLE: bind throws
-//              invalid_argument("options.progress") when MPI provides less.
-//   in_wait    no extra thread: calls move only inside request::wait/test,
-//              wait_all and wait_any (and blocking calls), on the caller's thread.
+/// Who moves nonblocking calls (iall_reduce, ...) on while the caller does
+/// something else (executor/progress.hpp).
+///   automatic  agent where the transport allows a second thread to call it (threads
+///              always; MPI when initialized with MPI_THREAD_MULTIPLE), else in_wait.
+///   agent      a progress thread of mdring's, one per process, that sleeps while no
+///              call is in flight. Over MPI it needs MPI_THREAD_MULTIPLE: bind throws
+///              invalid_argument("options.progress") when MPI provides less.
+///   in_wait    no extra thread: calls move only inside request::wait/test,
+///              wait_all and wait_any (and blocking calls), on the caller's thread.
 enum class progress_mode { automatic, agent, in_wait };
 
 constexpr std::string_view to_string(progress_mode m) noexcept {

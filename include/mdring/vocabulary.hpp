@@ -14,7 +14,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// The collective a call runs (explain(), the programs, the cost of a call).
+/// The collective a call runs (explain(), the programs, the cost of a call).
 enum class collective { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
 
 constexpr std::string_view to_string(collective c) noexcept {
@@ -32,8 +32,8 @@ constexpr std::string_view to_string(collective c) noexcept {
   }
 }
 
-// What a stage does to its range. all_reduce: recursive doubling of the whole range;
-// broadcast and reduce: a binomial tree of the whole range.
+/// What a stage does to its range. all_reduce: recursive doubling of the whole range;
+/// broadcast and reduce: a binomial tree of the whole range.
 enum class phase { reduce_scatter, all_gather, scatter, gather, all_reduce, broadcast, reduce };
 
 constexpr std::string_view to_string(phase p) noexcept {

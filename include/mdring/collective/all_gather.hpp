@@ -54,7 +54,7 @@ void all_gather(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf) {
                                  detail::gathered_sizes("all_gather", comm.size(), sendbuf.size(), recvbuf.size()));
 }
 
-// Nonblocking (collective/request.hpp).
+/// Nonblocking (collective/request.hpp).
 template <bound_communicator C, class T>
 [[nodiscard]] request iall_gather(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount) {
   return detail::all_gather_impl<true>(comm, sendbuf, recvbuf, sendcount, std::nullopt);

@@ -69,8 +69,8 @@ void all_reduce(C& comm, std::span<T> buf, Op op = {}) {
   all_reduce(comm, static_cast<const T*>(buf.data()), buf.data(), buf.size(), op);
 }
 
-// Nonblocking: the same call, returning at once (collective/request.hpp). The
-// buffers belong to the call until the request completes.
+/// Nonblocking: the same call, returning at once (collective/request.hpp). The
+/// buffers belong to the call until the request completes.
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request iall_reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op = {}) {
   return detail::all_reduce_impl<true>(comm, sendbuf, recvbuf, count, op, std::nullopt);

@@ -31,8 +31,8 @@ constexpr reproducible_topology<Topology> reproducible(const Topology& t) {
   return {t};
 }
 
-// The bind for the world's transport (found when the call is instantiated), with
-// options::reproducible set.
+/// The bind for the world's transport (found when the call is instantiated), with
+/// options::reproducible set.
 template <class Topology, class World>
 auto bind(const reproducible_topology<Topology>& t, World&& world, options opts = {}) {
   opts.reproducible = true;

@@ -42,7 +42,7 @@ void broadcast(C& comm, std::span<T> buf, std::size_t root) {
   broadcast(comm, buf.data(), buf.size(), root);
 }
 
-// Nonblocking (collective/request.hpp).
+/// Nonblocking (collective/request.hpp).
 template <bound_communicator C, class T>
 [[nodiscard]] request ibroadcast(C& comm, T* buf, std::size_t count, std::size_t root) {
   return detail::broadcast_impl<true>(comm, buf, count, root);

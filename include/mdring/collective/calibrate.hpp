@@ -128,8 +128,8 @@ double ring_steps(Comm& comm, std::size_t d, std::size_t bytes, std::size_t reps
 
 }  // namespace detail
 
-// Measures every executed dimension's links and fits the cost model's figures
-// (see above). Collective; every rank returns the same profile.
+/// Measures every executed dimension's links and fits the cost model's figures
+/// (see above). Collective; every rank returns the same profile.
 template <class Comm>
 profile calibrate(Comm& comm, const calibration& how = {}) {
   detail::check_calibration(how);

@@ -62,7 +62,7 @@ void reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, std::size
                              detail::root_sizes("reduce", comm.rank() == root, sendbuf.size(), recvbuf.size()));
 }
 
-// Nonblocking (collective/request.hpp).
+/// Nonblocking (collective/request.hpp).
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request ireduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op = {}) {
   return detail::reduce_impl<true>(comm, sendbuf, recvbuf, count, root, op, std::nullopt);

@@ -65,7 +65,7 @@ void reduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, O
       detail::scattered_sizes("reduce_scatter", comm.size(), sendbuf.size(), recvbuf.size()));
 }
 
-// Nonblocking (collective/request.hpp).
+/// Nonblocking (collective/request.hpp).
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request ireduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op = {}) {
   return detail::reduce_scatter_impl<true>(comm, sendbuf, recvbuf, recvcount, op, std::nullopt);

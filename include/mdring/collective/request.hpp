@@ -106,8 +106,8 @@ private:
   std::shared_ptr<detail::call_state> st_;
 };
 
-// Waits for every request, then throws the first failure (in the order of rs):
-// when it throws, every call has completed and no buffer is in use any more.
+/// Waits for every request, then throws the first failure (in the order of rs):
+/// when it throws, every call has completed and no buffer is in use any more.
 inline void wait_all(std::span<request> rs) {
   std::exception_ptr first;
   for (auto& r : rs) {
@@ -120,9 +120,9 @@ inline void wait_all(std::span<request> rs) {
   if (first) std::rethrow_exception(first);
 }
 
-// One pass over the requests: the index of the first that has completed (it is
-// empty afterwards, and its failure is thrown), or rs.size() when none has. No
-// valid request at all also gives rs.size().
+/// One pass over the requests: the index of the first that has completed (it is
+/// empty afterwards, and its failure is thrown), or rs.size() when none has. No
+/// valid request at all also gives rs.size().
 inline std::size_t test_any(std::span<request> rs) {
   for (std::size_t i = 0; i < rs.size(); ++i)
     if (rs[i].ready()) return rs[i].finish(), i;
@@ -132,8 +132,8 @@ inline std::size_t test_any(std::span<request> rs) {
   return rs.size();
 }
 
-// Until one request completes: its index (it is empty afterwards, and its failure
-// is thrown). rs.size() when no request is valid.
+/// Until one request completes: its index (it is empty afterwards, and its failure
+/// is thrown). rs.size() when no request is valid.
 inline std::size_t wait_any(std::span<request> rs) {
   bool any = false;
   for (auto& r : rs) any |= r.valid();

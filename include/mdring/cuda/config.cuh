@@ -27,6 +27,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The GPU path: communicators on device buffers, their collectives and device transports.
 namespace cuda {
 
 namespace detail {

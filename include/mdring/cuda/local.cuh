@@ -75,7 +75,7 @@ private:
 template <class Topology>
 using local_communicator = communicator<Topology, local_link>;
 
-// One communicator per logical rank, in rank order.
+/// One communicator per logical rank, in rank order.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 std::vector<local_communicator<Topology>> bind(const Topology& topo, const local_world& world, options opts = {}) {
@@ -154,10 +154,10 @@ void local_step(std::span<local_communicator<Topology>> comms, std::span<const p
 
 }  // namespace detail
 
-// all_reduce over every rank of a local world at once: sendbufs[r] and recvbufs[r]
-// are rank r's device buffers of `count` elements (in place when equal); streams
-// as described at the top of this file. Postcondition as for all_reduce
-// (communicator.cuh): every recvbufs[r] holds the same bits.
+/// all_reduce over every rank of a local world at once: sendbufs[r] and recvbufs[r]
+/// are rank r's device buffers of `count` elements (in place when equal); streams
+/// as described at the top of this file. Postcondition as for all_reduce
+/// (communicator.cuh): every recvbufs[r] holds the same bits.
 template <class Topology, class T, class Op = sum_t>
 void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T* const> sendbufs,
                 std::span<T* const> recvbufs, std::size_t count, Op op = {},
@@ -225,7 +225,7 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
   }
 }
 
-// The same with std::vector arguments (deduces T from them).
+/// The same with std::vector arguments (deduces T from them).
 template <class Topology, class T, class Op = sum_t>
 void all_reduce(std::vector<local_communicator<Topology>>& comms, const std::vector<const T*>& sendbufs,
                 const std::vector<T*>& recvbufs, std::size_t count, Op op = {},

@@ -259,7 +259,7 @@ template <class Topology>
 using mpi_communicator = communicator<Topology, nccl_link, mpi_link, ipc_link>;
 #endif
 
-// Binds a topology to an MPI communicator for device buffers (collective over comm; see the top).
+/// Binds a topology to an MPI communicator for device buffers (collective over comm; see the top).
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 mpi_communicator<Topology> bind(const Topology& topo, MPI_Comm comm, options opts = {}) {

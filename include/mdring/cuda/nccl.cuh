@@ -166,7 +166,7 @@ inline bool nccl_agree(ncclComm_t comm, std::uint64_t h) {
 template <class Topology>
 using nccl_communicator = communicator<Topology, nccl_link>;
 
-// Binds a topology to every rank of `parent` (collective over it; see the top).
+/// Binds a topology to every rank of `parent` (collective over it; see the top).
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 nccl_communicator<Topology> bind(const Topology& topo, ncclComm_t parent, options opts = {}) {

@@ -318,8 +318,8 @@ void launch_fold(std::span<T* const> dsts, const T* const* in, int k, std::size_
 
 }  // namespace detail
 
-// See the top of this file. Enqueued on `stream`; returns at once. Every dst of
-// dsts gets the result.
+/// See the top of this file. Enqueued on `stream`; returns at once. Every dst of
+/// dsts gets the result.
 template <class T, class Op>
 void fold(std::span<T* const> dsts, std::span<const T* const> in, std::size_t n, const Op& op, bool final,
           std::size_t ranks, cudaStream_t stream) {

@@ -84,10 +84,10 @@ struct bound_layout {
   }
 };
 
-// Which executor the layout is for: the host path folds merged dimensions nested
-// under options.reproducible, widens 16-bit calls whose every dimension
-// accumulates in float32, and plans with options.profile; the device path does none
-// of these (plan/merge.hpp).
+/// Which executor the layout is for: the host path folds merged dimensions nested
+/// under options.reproducible, widens 16-bit calls whose every dimension
+/// accumulates in float32, and plans with options.profile; the device path does none
+/// of these (plan/merge.hpp).
 enum class bind_path { host, device };
 
 namespace detail {
@@ -101,11 +101,11 @@ inline void check_algorithm_count(const runtime_topology& t, const options& o, c
 }
 }  // namespace detail
 
-// The layout of rank `rank` of `size` (see the top of this file). `caller` names
-// the bind in errors ("bind", "cuda::bind", "explain"). On the host path, o's
-// accumulation settings are normalized to what the calls run: one entry per
-// dimension in o.dimension_accumulation, and o.accumulation float32 only when the
-// calls widen.
+/// The layout of rank `rank` of `size` (see the top of this file). `caller` names
+/// the bind in errors ("bind", "cuda::bind", "explain"). On the host path, o's
+/// accumulation settings are normalized to what the calls run: one entry per
+/// dimension in o.dimension_accumulation, and o.accumulation float32 only when the
+/// calls widen.
 MDRING_COLD inline bound_layout bind_layout(const runtime_topology& written, std::size_t size, std::size_t rank,
                                             options& o, bind_path path, const char* caller) {
   const bool host = path == bind_path::host;

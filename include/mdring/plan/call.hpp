@@ -79,16 +79,16 @@ struct call_decision {
   origin source = origin::estimate;
 };
 
-// The elements of the whole buffer a call's stages cut up.
+/// The elements of the whole buffer a call's stages cut up.
 constexpr std::size_t call_elements(collective kind, std::size_t count, std::size_t ranks) noexcept {
   return kind == collective::reduce_scatter || kind == collective::all_gather ? count * ranks : count;
 }
 
-// Fills d (reusing its storage: no allocation once it has the dimensions).
-// `required`: per dimension, an algorithm the caller requires of this call whatever
-// the model says (automatic, or no entry: none), before the segments are cut (the
-// host engine sizes scratch for every algorithm a smaller call may run:
-// executor/host/engine.hpp reserve_bytes).
+/// Fills d (reusing its storage: no allocation once it has the dimensions).
+/// `required`: per dimension, an algorithm the caller requires of this call whatever
+/// the model says (automatic, or no entry: none), before the segments are cut (the
+/// host engine sizes scratch for every algorithm a smaller call may run:
+/// executor/host/engine.hpp reserve_bytes).
 inline void decide_call(call_decision& d, const call_request& r, std::span<const algorithm> required = {}) {
   const std::size_t k = r.topology.ndims();
   const std::size_t n = call_elements(r.kind, r.count, r.ranks);
@@ -180,11 +180,11 @@ struct call_program {
   }
 };
 
-// Fills cp for the call `c` that decision d describes, on layout L with `access`
-// per executed dimension (empty: no shared access anywhere, as the free explain()
-// assumes). A dimension runs by shared access where its ranks share memory and
-// the call runs it direct; between processes it runs the pull form where that
-// pays (plan/cost.hpp streams_when_unmapped) and its buffers were unmapped.
+/// Fills cp for the call `c` that decision d describes, on layout L with `access`
+/// per executed dimension (empty: no shared access anywhere, as the free explain()
+/// assumes). A dimension runs by shared access where its ranks share memory and
+/// the call runs it direct; between processes it runs the pull form where that
+/// pays (plan/cost.hpp streams_when_unmapped) and its buffers were unmapped.
 inline void describe_call(call_program& cp, const call_decision& d, const call_shape& c, const bound_layout& L,
                           std::span<const dim_access> access, const tuning& tune, const executor_profile& ex) {
   const std::size_t k = L.ndims();
@@ -224,7 +224,7 @@ inline void describe_call(call_program& cp, const call_decision& d, const call_s
   }
 }
 
-// decide_call's request for a call on layout L.
+/// decide_call's request for a call on layout L.
 inline call_request request_for(const bound_layout& L, collective kind, std::size_t count, std::size_t elem_size,
                                 bool commutative, const tuning& tune, const measured_choice* measured = nullptr) {
   return call_request{kind,      L.executed(), L.merged.requested, L.algorithms, commutative, count, L.size,

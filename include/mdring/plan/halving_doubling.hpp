@@ -81,8 +81,8 @@ struct hd_step {
   bool sends = false, receives = false;
 };
 
-// The steps of a pair (coordinates c and c^1 below 2 rem): at the fold-in the even
-// one sends `moved` to the odd one, at the hand-out the odd one to the even one.
+/// The steps of a pair (coordinates c and c^1 below 2 rem): at the fold-in the even
+/// one sends `moved` to the odd one, at the hand-out the odd one to the even one.
 constexpr hd_step hd_pair_step(const hd_shape& h, std::size_t c, hd_step::kind_t kind, block_range moved) noexcept {
   hd_step st;
   st.kind = kind;
@@ -94,8 +94,8 @@ constexpr hd_step hd_pair_step(const hd_shape& h, std::size_t c, hd_step::kind_t
   return st;
 }
 
-// Step s (0 <= s < steps()) of the reduce-scatter on a range of n elements.
-// Exchange steps: `recv` is what this rank keeps and folds, `send` the other half.
+/// Step s (0 <= s < steps()) of the reduce-scatter on a range of n elements.
+/// Exchange steps: `recv` is what this rank keeps and folds, `send` the other half.
 constexpr hd_step hd_rs_step(const hd_shape& h, std::size_t n, std::size_t c, std::size_t s) noexcept {
   hd_step st;
   const std::size_t lead = h.rem ? 1 : 0;
@@ -111,7 +111,7 @@ constexpr hd_step hd_rs_step(const hd_shape& h, std::size_t n, std::size_t c, st
   return st;
 }
 
-// Step s of the all-gather on a range of n elements, block c present.
+/// Step s of the all-gather on a range of n elements, block c present.
 constexpr hd_step hd_ag_step(const hd_shape& h, std::size_t n, std::size_t c, std::size_t s) noexcept {
   hd_step st;
   const std::size_t lead = h.rem ? 1 : 0;

@@ -73,11 +73,11 @@ private:
   std::vector<T> on_heap_;
 };
 
-// 1 / X(c) of the mean value analysis above: `demands` are the links' busy seconds
-// per segment (one queue each), `delay` the seconds that overlap anything, c >= 1
-// the segments in flight. Example: one link busy 1 s and 1 s of latency, two in
-// flight: X(1) = 1/2, Q(1) = 1/2, R(2) = 1.5, X(2) = 2/2.5: pace 1.25 s (the bounds
-// say max(1, 2/2) = 1).
+/// 1 / X(c) of the mean value analysis above: `demands` are the links' busy seconds
+/// per segment (one queue each), `delay` the seconds that overlap anything, c >= 1
+/// the segments in flight. Example: one link busy 1 s and 1 s of latency, two in
+/// flight: X(1) = 1/2, Q(1) = 1/2, R(2) = 1.5, X(2) = 2/2.5: pace 1.25 s (the bounds
+/// say max(1, 2/2) = 1).
 inline double closed_pace(std::span<const double> demands, double delay, std::size_t c) {
   small_buffer<double> queued(demands.size());  // Q_q(n - 1)
   double* q = queued.data();
@@ -165,7 +165,7 @@ constexpr std::size_t segment_count(std::size_t count, std::size_t length) noexc
 static_assert(segment_count(10, 4) == 3 && segment_count(10, 0) == 1 && segment_count(10, 10) == 1 &&
               segment_count(0, 4) == 1 && segment_count(10, 11) == 1);
 
-// The segmentation with this rank's stage ranges (extents and coords as in stage_ranges).
+/// The segmentation with this rank's stage ranges (extents and coords as in stage_ranges).
 inline segmentation make_segmentation(std::size_t count, std::size_t length, std::span<const std::size_t> extents,
                                       std::span<const std::size_t> coords) {
   segmentation g;
@@ -179,13 +179,13 @@ inline segmentation make_segmentation(std::size_t count, std::size_t length, std
   return g;
 }
 
-// Segments in flight at once when there are K of them.
+/// Segments in flight at once when there are K of them.
 inline std::size_t in_flight(std::size_t K, const tuning& tune) {
   return tune.pipeline_depth < K ? tune.pipeline_depth : K;
 }
 
-// Elements per segment when n elements are cut into about K segments: rounded up
-// to whole cache lines, so that segments after the first start on one.
+/// Elements per segment when n elements are cut into about K segments: rounded up
+/// to whole cache lines, so that segments after the first start on one.
 constexpr std::size_t segment_length(std::size_t n, std::size_t K, std::size_t elem_size) noexcept {
   const std::size_t line = elem_size < 64 ? 64 / elem_size : 1;
   const std::size_t len = max_block(n, K ? K : 1);
@@ -193,8 +193,8 @@ constexpr std::size_t segment_length(std::size_t n, std::size_t K, std::size_t e
 }
 static_assert(segment_length(4099, 257, 4) == 16 && segment_length(100, 1, 4) == 100 && segment_length(0, 4, 4) == 0);
 
-// Whether an all_reduce with these algorithms is pipelined at all: two or more
-// dimensions of more than one rank, one of which moves messages (see the top).
+/// Whether an all_reduce with these algorithms is pipelined at all: two or more
+/// dimensions of more than one rank, one of which moves messages (see the top).
 inline bool pipelines(const runtime_topology& topo, std::span<const algorithm> algos) {
   std::size_t busy = 0;
   bool messages = false;
@@ -208,8 +208,8 @@ inline bool pipelines(const runtime_topology& topo, std::span<const algorithm> a
   return busy >= 2 && messages;
 }
 
-// Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
-// pipelining). Segments after the first start on a cache line.
+/// Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
+/// pipelining). Segments after the first start on a cache line.
 inline std::size_t segment_elements(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
                                     std::size_t elem_size, const tuning& tune) {
   if (!pipelines(topo, algos) || n == 0) return n;
@@ -227,7 +227,7 @@ inline std::size_t segment_elements(const runtime_topology& topo, std::span<cons
   return segment_length(n, best, elem_size);
 }
 
-// The predicted seconds of an all_reduce cut into segments of len elements.
+/// The predicted seconds of an all_reduce cut into segments of len elements.
 inline double pipelined_seconds(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
                                 std::size_t elem_size, const tuning& tune, std::size_t len) {
   const std::size_t K = segment_count(n, len);

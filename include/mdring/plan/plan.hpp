@@ -135,15 +135,15 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 
 }  // namespace detail
 
-// The plan of one call on one rank. `count` is what the collective takes (per-rank
-// block for reduce_scatter / all_gather, the whole buffer otherwise); `algos[d]` is
-// the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
-// into that many instead of the model's count. shared_last: the last dimension of
-// more than one rank runs by shared access (the transport's answer; a broadcast then
-// reads its range from the root there, and a reduce folds it in one stage: over two
-// ranks at the root up to tune.shared_reduce_max_bytes, else a block each written
-// into the root's buffer; plan/broadcast_program.hpp shared_broadcast, plan/reduce_program.hpp
-// shared_reduce and shared_reduce_split). topo must be resolved.
+/// The plan of one call on one rank. `count` is what the collective takes (per-rank
+/// block for reduce_scatter / all_gather, the whole buffer otherwise); `algos[d]` is
+/// the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
+/// into that many instead of the model's count. shared_last: the last dimension of
+/// more than one rank runs by shared access (the transport's answer; a broadcast then
+/// reads its range from the root there, and a reduce folds it in one stage: over two
+/// ranks at the root up to tune.shared_reduce_max_bytes, else a block each written
+/// into the root's buffer; plan/broadcast_program.hpp shared_broadcast, plan/reduce_program.hpp
+/// shared_reduce and shared_reduce_split). topo must be resolved.
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
                       std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune, std::size_t root = 0,
                       std::string type = "float", std::string op = "sum", std::size_t segments = 0, bool trees = false,

@@ -152,10 +152,10 @@ struct program {
   std::size_t steps_of(std::size_t seg) const { return segment_begin[seg + 1] - segment_begin[seg]; }
 };
 
-// The order a stream-ordered executor enqueues the steps in: a wavefront, where
-// at time t segment s runs stage t - s, later segments (earlier stages) first. So
-// a dimension's link works on segment s+1 while the next dimension works on
-// segment s. The same order on every rank.
+/// The order a stream-ordered executor enqueues the steps in: a wavefront, where
+/// at time t segment s runs stage t - s, later segments (earlier stages) first. So
+/// a dimension's link works on segment s+1 while the next dimension works on
+/// segment s. The same order on every rank.
 inline std::vector<std::size_t> wavefront_order(const program& pr) {
   std::vector<std::size_t> order;
   order.reserve(pr.steps.size());

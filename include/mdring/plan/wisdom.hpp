@@ -54,13 +54,13 @@ struct measured_choice {
   friend bool operator==(const measured_choice&, const measured_choice&) = default;
 };
 
-// Which measured candidate a measurement keeps: the fastest (smallest median) of
-// those faster than candidate 0 (the estimate's plan) by more than the margin,
-// else 0. The margin is the noise the measurement itself showed, `spread`: the
-// largest (slowest - fastest) / median of any candidate's runs on any rank,
-// bounded to [1 %, 5 %]. On a quiet machine (or a simulated one) a plan 2 %
-// faster is kept; where runs of one plan differ by 5 % or more, only a plan more
-// than 5 % faster, since a pick made by noise would cost every later call.
+/// Which measured candidate a measurement keeps: the fastest (smallest median) of
+/// those faster than candidate 0 (the estimate's plan) by more than the margin,
+/// else 0. The margin is the noise the measurement itself showed, `spread`: the
+/// largest (slowest - fastest) / median of any candidate's runs on any rank,
+/// bounded to [1 %, 5 %]. On a quiet machine (or a simulated one) a plan 2 %
+/// faster is kept; where runs of one plan differ by 5 % or more, only a plan more
+/// than 5 % faster, since a pick made by noise would cost every later call.
 inline constexpr double measured_margin_min = 0.01, measured_margin_max = 0.05;
 inline double measured_margin(double spread) noexcept {
   return spread > measured_margin_max   ? measured_margin_max

@@ -100,7 +100,7 @@ static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
 template <class T>
 inline constexpr bool is_16bit_float_v = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
-// The type arithmetic happens in: float for the 16-bit storage types, T otherwise.
+/// The type arithmetic happens in: float for the 16-bit storage types, T otherwise.
 template <class T>
 using accumulator_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
 
@@ -108,7 +108,7 @@ using accumulator_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
 template <class T>
 concept builtin_element = (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) || is_16bit_float_v<T>;
 
-// A short name for messages and explain(): "float", "int32", "bfloat16", ...
+/// A short name for messages and explain(): "float", "int32", "bfloat16", ...
 template <class T>
 constexpr const char* type_name() noexcept {
   if constexpr (std::is_same_v<T, float>) return "float";

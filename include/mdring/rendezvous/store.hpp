@@ -25,6 +25,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// How processes without MPI find each other: a key-value store and the job's description.
 namespace rendezvous {
 
 using clock = std::chrono::steady_clock;
@@ -40,7 +41,7 @@ public:
   }
 };
 
-// The timeout_error that get() and wait() throw when `key` is not set in time.
+/// The timeout_error that get() and wait() throw when `key` is not set in time.
 inline timeout_error missing_key(const std::string& key, const std::string& where) {
   return timeout_error(where + ": the key \"" + key +
                            "\" was not set before the deadline (did every process start, with the same "
@@ -68,9 +69,9 @@ private:
   std::string prefix_;
 };
 
-// Each of `size` processes contributes `mine` (rank `rank`); returns everyone's,
-// by rank. Collective over the store: every process calls it with the same `tag`,
-// which no earlier call used.
+/// Each of `size` processes contributes `mine` (rank `rank`); returns everyone's,
+/// by rank. Collective over the store: every process calls it with the same `tag`,
+/// which no earlier call used.
 inline std::vector<std::string> all_gather(store& s, const std::string& tag, std::size_t rank, std::size_t size,
                                            const std::string& mine, clock::time_point deadline) {
   s.set(tag + "/" + std::to_string(rank), mine);

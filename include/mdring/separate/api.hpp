@@ -47,9 +47,10 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// Separate compilation (MDRING_SEPARATE_COMPILATION): the compiled set of types and ops.
 namespace separate {
 
-// The element types and ops compiled into the library.
+/// The element types and ops compiled into the library.
 enum class element : unsigned char { float32, float64, int32, int64, float16, bfloat16 };
 enum class op_kind : unsigned char { sum, prod, min, max, avg };
 

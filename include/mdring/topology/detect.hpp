@@ -54,8 +54,8 @@ inline bool has_infiniband() {
 }
 }  // namespace detail
 
-// The layout from the node every rank names (`given[r]`: any int; equal ints are
-// one node) as seen by rank `rank`; `infiniband`: every rank has an InfiniBand device.
+/// The layout from the node every rank names (`given[r]`: any int; equal ints are
+/// one node) as seen by rank `rank`; `infiniband`: every rank has an InfiniBand device.
 inline node_layout layout_from_node_ids(const std::vector<int>& given, std::size_t rank, bool infiniband) {
   const int size = int(given.size());
   // A node is named by its lowest rank.
@@ -88,7 +88,7 @@ inline node_layout layout_from_node_ids(const std::vector<int>& given, std::size
   return l;
 }
 
-// The topology of a layout (see the table at the top).
+/// The topology of a layout (see the table at the top).
 inline runtime_topology topology_of(const node_layout& l) {
   std::string t;
   if (l.nodes <= 1) t = "shm:" + std::to_string(l.ranks);

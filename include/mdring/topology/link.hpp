@@ -44,7 +44,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// Where the buffers of a dimension live: the transport is chosen from this.
+/// Where the buffers of a dimension live: the transport is chosen from this.
 enum class memory_space { host, device };
 
 constexpr std::string_view to_string(memory_space s) noexcept { return s == memory_space::host ? "host" : "device"; }
@@ -209,14 +209,14 @@ link_info link_info_of() {
   return l;
 }
 
-// The built-in tags' figures (the link registry starts from them).
+/// The built-in tags' figures (the link registry starts from them).
 inline std::array<link_info, 5> builtin_links() {
   return {link_info_of<nvlink>(), link_info_of<pcie>(), link_info_of<infiniband>(), link_info_of<ethernet>(),
           link_info_of<shm>()};
 }
 
-// Whether l has the figures of one of the built-in tags: typical values, not
-// measurements of the machine (explain() says so).
+/// Whether l has the figures of one of the built-in tags: typical values, not
+/// measurements of the machine (explain() says so).
 inline bool builtin_figures(const link_info& l) {
   for (const link_info& b : builtin_links())
     if (l == b) return true;

@@ -129,7 +129,7 @@ struct ring_t : detail::topology_base<detail::dim_spec<Link, N>> {
   using rings = detail::type_list<ring_t>;
 };
 
-// `ring<nvlink, 4>`: the value users multiply. `ring<shm>` has a dynamic extent.
+/// `ring<nvlink, 4>`: the value users multiply. `ring<shm>` has a dynamic extent.
 template <class Link, std::size_t N = dynamic_extent>
 inline constexpr ring_t<Link, N> ring{};
 
@@ -170,8 +170,8 @@ template <class T>
 concept static_topology =
     detail::is_ring<std::remove_cv_t<T>>::value || detail::is_topology_type<std::remove_cv_t<T>>::value;
 
-// The product: flattens, so it is associative, and keeps dimension order.
-//   ring<nvlink,4> * ring<infiniband,64>  ->  topology<ring_t<nvlink,4>, ring_t<infiniband,64>>
+/// The product: flattens, so it is associative, and keeps dimension order.
+///   ring<nvlink,4> * ring<infiniband,64>  ->  topology<ring_t<nvlink,4>, ring_t<infiniband,64>>
 template <static_topology A, static_topology B>
 constexpr auto operator*(const A&, const B&) noexcept {
   static_assert(A::dynamic_count() + B::dynamic_count() <= 1,
@@ -179,7 +179,7 @@ constexpr auto operator*(const A&, const B&) noexcept {
   return typename detail::concat<typename A::rings, typename B::rings>::type{};
 }
 
-// Every compile-time topology as a topology<...> (ring_t<L,N> becomes topology<ring_t<L,N>>).
+/// Every compile-time topology as a topology<...> (ring_t<L,N> becomes topology<ring_t<L,N>>).
 template <static_topology T>
 using as_topology_t = typename detail::concat<detail::type_list<>, typename T::rings>::type;
 
@@ -188,7 +188,7 @@ constexpr bool operator==(const A&, const B&) noexcept {
   return std::is_same_v<as_topology_t<A>, as_topology_t<B>>;
 }
 
-// "nvlink:4 x infiniband:64"; a dynamic extent prints as "*".
+/// "nvlink:4 x infiniband:64"; a dynamic extent prints as "*".
 template <static_topology T>
 std::string to_string(const T&) {
   std::string s;

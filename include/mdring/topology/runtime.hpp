@@ -179,7 +179,7 @@ private:
   std::vector<dimension> dims_;
 };
 
-// The run-time description of a compile-time topology.
+/// The run-time description of a compile-time topology.
 template <static_topology T>
 runtime_topology describe(const T&) {
   std::vector<runtime_topology::dimension> dims;
@@ -191,8 +191,8 @@ runtime_topology describe(const T&) {
 
 inline const runtime_topology& describe(const runtime_topology& t) { return t; }
 
-// Parses "nvlink:4 x infiniband:64" or "shm:2 x shm:*". Throws topology_error
-// (argument "topology") that quotes the string and points at the bad position.
+/// Parses "nvlink:4 x infiniband:64" or "shm:2 x shm:*". Throws topology_error
+/// (argument "topology") that quotes the string and points at the bad position.
 MDRING_COLD inline runtime_topology parse_topology(std::string_view text) {
   const std::string quoted = "\"" + std::string(text) + "\"";
   auto fail = [&](std::size_t pos, const std::string& why) -> topology_error {

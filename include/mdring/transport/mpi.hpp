@@ -52,6 +52,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The MPI transport (`mpi::transport`, include <mdring/mpi.hpp>).
 namespace mpi {
 
 class transport {

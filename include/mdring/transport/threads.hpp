@@ -39,6 +39,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The in-process transport: N ranks as N threads of one process (`threads::run`, `threads::endpoint`).
 namespace threads {
 
 /// The transport object of one rank in one bound communicator.

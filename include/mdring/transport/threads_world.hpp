@@ -185,9 +185,9 @@ private:
       regions_;
 };
 
-// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
-// throws, the world is poisoned (so no other rank waits for it), and after the join
-// the first failure's exception is rethrown.
+/// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
+/// throws, the world is poisoned (so no other rank waits for it), and after the join
+/// the first failure's exception is rethrown.
 template <class F>
 void run(std::size_t n, F&& f) {
   world w(n);

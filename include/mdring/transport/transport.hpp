@@ -45,15 +45,15 @@ struct wait_status {
   static wait_status ok() { return {}; }
 };
 
-// A failure passed on. A rank that stops because a peer failed tells the others
-// too (its abort message), naming the rank that failed first, so that ranks that
-// never talk to the failed one directly (another node, another dimension) stop as
-// well and name the right rank. The message is the failed rank and the reason.
+/// A failure passed on. A rank that stops because a peer failed tells the others
+/// too (its abort message), naming the rank that failed first, so that ranks that
+/// never talk to the failed one directly (another node, another dimension) stop as
+/// well and name the right rank. The message is the failed rank and the reason.
 inline std::string relayed_failure(std::size_t failed_rank, const std::string& reason) {
   return "\x1b" + std::to_string(failed_rank) + ":" + reason;
 }
-// A peer_failed status as a transport received it (failed_rank: the sender):
-// a relayed failure names the rank that failed first instead.
+/// A peer_failed status as a transport received it (failed_rank: the sender):
+/// a relayed failure names the rank that failed first instead.
 inline wait_status received_failure(std::size_t sender, std::string reason) {
   wait_status st{wait_status::peer_failed, 0, sender, std::move(reason)};
   if (st.reason.size() > 2 && st.reason[0] == '\x1b') {
@@ -125,7 +125,7 @@ concept has_clock = requires(const T& t) {
   { t.seconds() } -> std::convertible_to<double>;
 };
 
-// Seconds on the transport's clock, or the steady clock's.
+/// Seconds on the transport's clock, or the steady clock's.
 template <class T>
 double seconds_on(const T& t) {
   if constexpr (has_clock<T>) return t.seconds();

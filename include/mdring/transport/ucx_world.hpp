@@ -50,6 +50,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The UCX transport (`ucx::world`, `ucx::transport`, include <mdring/ucx.hpp>).
 namespace ucx {
 
 namespace detail {
@@ -290,9 +291,9 @@ private:
   std::shared_ptr<state> s_;
 };
 
-// Rank 0 hosts the built-in store: before the job's processes end, call this on
-// every one (collective), so that rank 0 leaves only after the others are done
-// with the store. Bound communicators should be destroyed before it.
+/// Rank 0 hosts the built-in store: before the job's processes end, call this on
+/// every one (collective), so that rank 0 leaves only after the others are done
+/// with the store. Bound communicators should be destroyed before it.
 inline void wait_to_leave(const world& w, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   const std::string key = "mdring/ucx/leave/";
   if (w.rank() != 0) return w.store().set(key + std::to_string(w.rank()), "");
