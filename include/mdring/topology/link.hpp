@@ -47,6 +47,7 @@ MDRING_NAMESPACE_BEGIN
 /// Where the buffers of a dimension live: the transport is chosen from this.
 enum class memory_space { host, device };
 
+/// "host" or "device".
 constexpr std::string_view to_string(memory_space s) noexcept { return s == memory_space::host ? "host" : "device"; }
 
 // Primary template: deliberately undefined. A link tag is usable once it has a
@@ -66,25 +67,36 @@ struct ethernet {};
 struct shm {};
 
 template <>
+/// nvlink's figures.
 struct link_traits<nvlink> {
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message), whether all pairs are connected, where its buffers live.
+  ///@{
   static constexpr std::string_view name = "nvlink";
   static constexpr double bandwidth = 150e9;
   static constexpr double latency = 2e-6;
   static constexpr bool fully_connected = true;
   static constexpr memory_space space = memory_space::device;
+  ///@}
 };
 
 template <>
+/// pcie's figures.
 struct link_traits<pcie> {
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message), whether all pairs are connected, where its buffers live.
+  ///@{
   static constexpr std::string_view name = "pcie";
   static constexpr double bandwidth = 24e9;
   static constexpr double latency = 5e-6;
   static constexpr bool fully_connected = false;
   static constexpr memory_space space = memory_space::device;
+  ///@}
 };
 
 template <>
+/// infiniband's figures.
 struct link_traits<infiniband> {
+  /// The link's figures: its name in topology strings, bandwidth, latency (seconds per message), whether all pairs are connected, where its buffers live, ports per node, seconds per message that the link is busy.
+  ///@{
   static constexpr std::string_view name = "infiniband";
   static constexpr double bandwidth = 12.5e9;  ///< HDR100, 100 Gb/s per port
   static constexpr double latency = 2e-6;
@@ -92,10 +104,14 @@ struct link_traits<infiniband> {
   static constexpr memory_space space = memory_space::host;
   static constexpr unsigned ports = 1;
   static constexpr double overhead = 2e-6;
+  ///@}
 };
 
 template <>
+/// ethernet's figures.
 struct link_traits<ethernet> {
+  /// The link's figures: its name in topology strings, bandwidth, latency (seconds per message), whether all pairs are connected, where its buffers live, ports per node, seconds per message that the link is busy.
+  ///@{
   static constexpr std::string_view name = "ethernet";
   static constexpr double bandwidth = 1.25e9;  ///< 10 Gb/s per port
   static constexpr double latency = 25e-6;
@@ -103,15 +119,20 @@ struct link_traits<ethernet> {
   static constexpr memory_space space = memory_space::host;
   static constexpr unsigned ports = 1;
   static constexpr double overhead = 20e-6;
+  ///@}
 };
 
 template <>
+/// shm's figures.
 struct link_traits<shm> {
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message), whether all pairs are connected, where its buffers live.
+  ///@{
   static constexpr std::string_view name = "shm";
   static constexpr double bandwidth = 8e9;
   static constexpr double latency = 1e-6;
   static constexpr bool fully_connected = true;
   static constexpr memory_space space = memory_space::host;
+  ///@}
 };
 
 // A type is a link tag when link_traits<L> is complete and has the five members
@@ -138,10 +159,14 @@ static_assert(link<nvlink> && link<pcie> && link<infiniband> && link<ethernet> &
 /// linear in the message size (protocol switches, SimGrid's size-dependent
 /// factors), and a fit of two figures to them is off by several times at some sizes.
 struct link_curve {
-  static constexpr std::size_t max_points = 8;
+  static constexpr std::size_t max_points = 8;  ///< the most points a curve holds
+  /// Per point: message bytes (ascending), busy seconds, latency.
+  ///@{
   std::array<double, max_points> bytes{}, seconds{}, latency{};  ///< bytes ascending
-  std::size_t points = 0;
+  ///@}
+  std::size_t points = 0;  ///< points in use (0: no curve)
 
+  /// The busy seconds of a message of `b` bytes, interpolated (0 without points).
   double at(double b) const noexcept {
     if (points == 0) return 0;
     if (points == 1 || b <= bytes[0]) return points == 1 ? seconds[0] * (bytes[0] > 0 ? b / bytes[0] : 1) : seconds[0];
@@ -151,6 +176,7 @@ struct link_curve {
     const double t = seconds[i - 1] + (b - bytes[i - 1]) * slope;
     return t > 0 ? t : 0;
   }
+  /// The latency of a message of `b` bytes, interpolated (0 without points).
   double latency_at(double b) const noexcept {
     if (points == 0) return 0;
     if (b <= bytes[0]) return latency[0];
@@ -166,11 +192,11 @@ struct link_curve {
 /// this, so a user can override the figures without new types (parse_link reads
 /// them from text: topology/runtime.hpp).
 struct link_info {
-  std::string name;
+  std::string name;  ///< as topology strings write it
   double bandwidth = 0;  ///< bytes per second (per rank, or per port when ports > 0)
   double latency = 0;    ///< seconds per message
-  bool fully_connected = false;
-  memory_space space = memory_space::host;
+  bool fully_connected = false;  ///< every rank reaches every other directly
+  memory_space space = memory_space::host;  ///< where the dimension's buffers live
   std::size_t ports = 0;  ///< 0: bandwidth is per rank; N: per port, N ports per node
   double overhead = 0;    ///< seconds per message that the link is busy
   link_curve curve{};     ///< measured (calibrate): replaces overhead and bandwidth in the cost model
@@ -194,6 +220,7 @@ struct link_info {
 };
 
 template <link L>
+/// The link_info of a link tag, from its link_traits.
 link_info link_info_of() {
   using t = link_traits<L>;
   link_info l{std::string(t::name), double(t::bandwidth), double(t::latency), bool(t::fully_connected),
