@@ -125,7 +125,7 @@ struct program_step {
   std::size_t stage = 0;  ///< index into the segment's stages
   std::size_t dim = 0;    ///< executed dimension
   std::size_t index = 0;  ///< step within the stage (ring: 0 .. p-2); in messages' tags and errors
-  phase ph = phase::reduce_scatter;  ///< reduce-scatter or all-gather
+  phase ph = phase::reduce_scatter;  ///< what the step's stage does to its range
   /// The first and the last step of its stage.
   ///@{
   bool stage_begin = false, stage_end = false;
