@@ -52,16 +52,17 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// What decide_call needs to know of a call.
 struct call_request {
-  collective kind = collective::all_reduce;
+  collective kind = collective::all_reduce;  ///< the collective
   const runtime_topology& topology;            ///< executed dimensions (plan/merge.hpp)
   std::span<const algorithm> requested;        ///< options.algorithms, per executed dimension
   std::span<const algorithm> bind_algorithms;  ///< choose_algorithm at bind, commutative ops
-  bool commutative = true;
+  bool commutative = true;  ///< the op is commutative
   std::size_t count = 0;  ///< the collective's count argument (per rank for reduce_scatter, all_gather)
-  std::size_t ranks = 1;
-  std::size_t elem_size = 4;
-  const tuning& tune;
+  std::size_t ranks = 1;  ///< ranks in the communicator
+  std::size_t elem_size = 4;  ///< bytes per element
+  const tuning& tune;  ///< the cost model's knobs
   const measured_choice* measured = nullptr;  ///< all_reduce, options.planning = measure
   /// topology.rank_link(d) for every dimension, computed once at bind (the host
   /// engine's: no copy of a link per call); empty: computed here.
@@ -69,14 +70,16 @@ struct call_request {
   std::span<const std::size_t> extents = {};  ///< topology.extent(d), likewise
 };
 
+/// What a call runs (decide_call): the algorithm per executed dimension, the segments, the trees.
 struct call_decision {
+  /// Where the decision comes from: the cost model's estimate, or a measured plan (plan/wisdom.hpp).
   enum class origin { estimate, measured };
   std::vector<algorithm> algos;    ///< per executed dimension
   std::size_t segment_length = 0;  ///< all_reduce; 0 (one segment) for the others
-  std::size_t segments = 1;
+  std::size_t segments = 1;  ///< all_reduce: segments of segment_length elements
   std::size_t depth = 1;  ///< segments in flight
   bool trees = false;     ///< broadcast, reduce
-  origin source = origin::estimate;
+  origin source = origin::estimate;  ///< estimate or measured
 };
 
 /// The elements of the whole buffer a call's stages cut up.
@@ -138,27 +141,30 @@ struct executor_profile {
   /// The GPU: receive slots aligned like their fold's destination, and all_reduce's
   /// recvbuf misalignment in elements modulo that vector.
   std::size_t vector_elements = 1;
-  std::size_t recv_misalignment = 0;
+  std::size_t recv_misalignment = 0;  ///< the GPU: all_reduce's recvbuf misalignment in elements modulo vector_elements
 
+  /// The host engine's profile (between processes or threads of one process), and the GPU's.
+  ///@{
   static constexpr executor_profile on_host(bool between_processes) noexcept { return {true, between_processes, 1, 0}; }
   static constexpr executor_profile on_device(std::size_t vector_elements, std::size_t recv_misalignment) noexcept {
     return {false, false, vector_elements, recv_misalignment};
   }
+  ///@}
 };
 
 /// One call as its program is built: what collective, how many elements, which root.
 struct call_shape {
-  collective kind = collective::all_reduce;
+  collective kind = collective::all_reduce;  ///< the collective
   std::size_t count = 0;  ///< the collective's count argument
-  std::size_t root = 0;
-  std::size_t elem_size = 4;
+  std::size_t root = 0;  ///< broadcast, reduce: the root
+  std::size_t elem_size = 4;  ///< bytes per element
 };
 
 /// The description describe_call fills: params (whose dims view `dims`) is what a
 /// program is built or looked up with (plan/program_cache.hpp). Reused storage.
 struct call_program {
-  std::vector<dim_program> dims;
-  program_params params;
+  std::vector<dim_program> dims;  ///< per executed dimension
+  program_params params;  ///< what the program is built or looked up with (its dims view `dims`)
   /// Per executed dimension: the pull form pays on it (it runs streamed when its
   /// buffers are unmapped; explain() says so).
   std::vector<unsigned char> stream_pays;
@@ -167,10 +173,12 @@ struct call_program {
   bool notes_unmapped = false;
 
   call_program() = default;
+  /// Copies, pointing params.dims at the copy's own dims.
   call_program(const call_program& o)
       : dims(o.dims), params(o.params), stream_pays(o.stream_pays), notes_unmapped(o.notes_unmapped) {
     params.dims = dims;
   }
+  /// Copies, pointing params.dims at this object's own dims.
   call_program& operator=(const call_program& o) {
     if (this != &o) {
       dims = o.dims, params = o.params, stream_pays = o.stream_pays, notes_unmapped = o.notes_unmapped;

@@ -55,14 +55,15 @@ MDRING_NAMESPACE_BEGIN
 /// The MPI transport (`mpi::transport`, include <mdring/mpi.hpp>).
 namespace mpi {
 
+/// The transport object of one rank in one bound communicator, over an MPI communicator.
 class transport {
 public:
-  using channel = detail::channel;
+  using channel = detail::channel;  ///< one dimension's ranks: a sub-communicator, and shared access where its ranks share a node
   /// Peers' buffers are in other processes: read and write them with CMA.
   static constexpr bool same_address_space = false;
-  using request = detail::mpi_request;
+  using request = detail::mpi_request;  ///< one send or receive in flight
 
-  static constexpr int control_tag = 1;
+  static constexpr int control_tag = 1;  ///< the tag of control messages (failures) on control_comm()
 
   /// Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
   MDRING_COLD transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
@@ -104,10 +105,10 @@ public:
   transport& operator=(const transport&) = delete;
   ~transport() { free_all(); }
 
-  std::size_t size() const noexcept { return size_; }
-  std::size_t rank() const noexcept { return rank_; }
-  std::string name() const { return "mpi"; }
-  MPI_Comm control_comm() const noexcept { return ctrl_; }
+  std::size_t size() const noexcept { return size_; }  ///< ranks in the communicator
+  std::size_t rank() const noexcept { return rank_; }  ///< this rank
+  std::string name() const { return "mpi"; }  ///< "mpi"
+  MPI_Comm control_comm() const noexcept { return ctrl_; }  ///< the duplicate communicator that carries control messages (failures)
 
   /// Collective: every rank calls it for the same dimensions in the same order.
   MDRING_COLD channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
@@ -133,12 +134,14 @@ public:
     return ch;
   }
 
-  bool shared(const channel& ch) const noexcept { return ch.window.shared(); }
-  mdring::detail::access_group& group(channel& ch) noexcept { return ch.window.group(); }
+  bool shared(const channel& ch) const noexcept { return ch.window.shared(); }  ///< whether the channel has shared access (its ranks share a node)
+  mdring::detail::access_group& group(channel& ch) noexcept { return ch.window.group(); }  ///< the channel's access group
+  /// A peer's failure, polled by the shared stages while they wait.
   wait_status shared_failure() {
     if (auto f = poll_control()) return *f;
     return wait_status::ok();
   }
+  ///@{
   /// Copies `bytes` from peer j's address space (at `remote`) into this process, and back.
   void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
     ch.window.read(mappings_, j, remote, local, bytes);
@@ -146,11 +149,14 @@ public:
   void write(channel& ch, std::size_t j, const void* local, void* remote, std::size_t bytes) {
     ch.window.write(mappings_, j, local, remote, bytes);
   }
+  ///@}
 
+  ///@{
   /// How many peers' node_alloc segments this process has mapped (zero-copy), and
   /// whether any dimension runs on shared access at all.
   std::size_t mapped_segments() const noexcept { return mappings_.count(); }
   bool shared_channels() const noexcept { return shared_channels_ != 0; }
+  ///@}
 
   /// Where peer j's bytes [remote, remote + bytes) can be reached in this process
   /// (node_window::local_address), or nullptr.
@@ -158,6 +164,8 @@ public:
     return ch.window.local_address(mappings_, j, remote, bytes);
   }
 
+  /// Posts a send or a receive of `bytes` to or from coordinate `peer` of the channel, with `tag`, into `rq` (transport/transport.hpp).
+  ///@{
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
     post(ch, const_cast<void*>(buf), bytes, peer, tag, rq, true);
   }
@@ -165,6 +173,8 @@ public:
     post(ch, buf, bytes, peer, tag, rq, false);
   }
 
+  ///@}
+  /// Waits until every request in rs completes, a peer fails or the deadline passes.
   wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
 #if MDRING_SMPI
     // A deadline already passed (a nonblocking call's cursor testing) tests once;
@@ -187,7 +197,7 @@ public:
     return wait_until(rs, deadline, true);
 #endif
   }
-  static bool complete(const request& rq) noexcept { return rq.n == 0; }
+  static bool complete(const request& rq) noexcept { return rq.n == 0; }  ///< what the last wait saw (transport/transport.hpp)
 
   /// MPI_Wtime: simulated seconds under SimGrid SMPI (calibration and measured
   /// planning time with it).
@@ -196,6 +206,7 @@ public:
   /// A progress thread may call MPI while the user's threads do only under
   /// MPI_THREAD_MULTIPLE (never under SMPI, whose ranks are simulated actors).
   bool background_progress() const noexcept { return thread_multiple(); }
+  /// Whether MPI was initialized with MPI_THREAD_MULTIPLE.
   static bool thread_multiple() noexcept {
 #if MDRING_SMPI
     return false;
@@ -209,6 +220,7 @@ public:
 #if !MDRING_SMPI
   /// Completes rq if its messages are done (true); throws if one failed.
   bool test(request& rq) { return detail::test_request(rq, rank_); }
+  /// Waits until all (or, with `any`, one) of the pending requests in rs complete, a peer fails or the deadline passes.
   wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
     for (unsigned spin = 0;; ++spin) {
       bool all = true, some = false;
