@@ -59,13 +59,14 @@ MDRING_NAMESPACE_BEGIN
 template <class T>
 class small_buffer {
 public:
+  /// n values, value-initialized.
   explicit small_buffer(std::size_t n) : n_(n) {
     if (n > on_stack_.size()) on_heap_.assign(n, T{});
   }
   small_buffer(const small_buffer&) = delete;
   small_buffer& operator=(const small_buffer&) = delete;
-  T* data() noexcept { return n_ > on_stack_.size() ? on_heap_.data() : on_stack_.data(); }
-  std::span<T> span() noexcept { return {data(), n_}; }
+  T* data() noexcept { return n_ > on_stack_.size() ? on_heap_.data() : on_stack_.data(); }  ///< the n values
+  std::span<T> span() noexcept { return {data(), n_}; }  ///< the n values, as a span
 
 private:
   std::size_t n_;
@@ -99,6 +100,7 @@ struct dimension_times {
   double pace = 0;  ///< seconds between segments done, `concurrent` in flight
 };
 
+/// The dimension_times of an all_reduce of n elements with these algorithms, `concurrent` segments in flight.
 inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, std::span<const algorithm> algos,
                                                   std::size_t n, std::size_t elem_size, const tuning& tune,
                                                   std::size_t concurrent = 1) {
@@ -151,13 +153,19 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
 /// (plan.hpp). A length of 0 or of at least count is one segment; a count of 0 is
 /// one empty segment. Example: count 10, length 4: segments 3, of 4, 4 and 2.
 struct segmentation {
+  /// The count, the segment length (0: one segment) and the number of segments.
+  ///@{
   std::size_t count = 0, length = 0, segments = 1;
+  ///@}
+  ///@{
   std::vector<block_range> full, tail;  ///< this rank's stage ranges in a full and in the last segment
+  ///@}
 
-  std::size_t first(std::size_t s) const noexcept { return s * length; }
-  const std::vector<block_range>& ranges(std::size_t s) const noexcept { return s + 1 == segments ? tail : full; }
+  std::size_t first(std::size_t s) const noexcept { return s * length; }  ///< the first element of segment s
+  const std::vector<block_range>& ranges(std::size_t s) const noexcept { return s + 1 == segments ? tail : full; }  ///< this rank's stage ranges in segment s
 };
 
+/// Segments of `length` elements in `count` (1 when length is 0 or at least count).
 constexpr std::size_t segment_count(std::size_t count, std::size_t length) noexcept {
   const std::size_t len = length && length < count ? length : count;
   return len ? max_block(count, len) : 1;
@@ -239,7 +247,9 @@ inline double pipelined_seconds(const runtime_topology& topo, std::span<const al
 /// all-reduces its whole range, so it cuts nothing (extent 1 there, coordinate 0).
 /// stage_ranges and make_segmentation of this shape give each stage's range.
 struct cut_shape {
-  std::vector<std::size_t> extents, coords;
+  ///@{
+  std::vector<std::size_t> extents, coords;  ///< the shape's extents and coordinates, per dimension
+  ///@}
 };
 inline cut_shape cut_shape_of(std::span<const std::size_t> extents, std::span<const std::size_t> coords,
                               std::span<const algorithm> algos) {

@@ -36,10 +36,11 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// One measurement: a ring step's message of `bytes` on a link in a dimension, and its seconds.
 struct profile_point {
-  std::string link;
-  std::size_t dim = 0;
-  std::size_t bytes = 0;
+  std::string link;  ///< the link's name
+  std::size_t dim = 0;  ///< executed dimension
+  std::size_t bytes = 0;  ///< message bytes
   double seconds = 0;  ///< one ring step: a message of `bytes` to the next rank, one from the previous
   friend bool operator==(const profile_point&, const profile_point&) = default;
 };
@@ -47,21 +48,23 @@ struct profile_point {
 /// A train: `messages` ring steps' messages of `bytes` in flight at once; `seconds`
 /// until all have arrived.
 struct profile_train {
-  std::string link;
-  std::size_t dim = 0;
-  std::size_t bytes = 0;
-  std::size_t messages = 0;
-  double seconds = 0;
+  std::string link;  ///< the link's name
+  std::size_t dim = 0;  ///< executed dimension
+  std::size_t bytes = 0;  ///< message bytes
+  std::size_t messages = 0;  ///< messages in flight each way
+  double seconds = 0;  ///< until all have arrived
   friend bool operator==(const profile_train&, const profile_train&) = default;
 };
 
+/// Measured link figures (mdring::calibrate): the links the cost model plans with and the measurements behind them.
 struct profile {
   std::string topology;  ///< the executed topology it was measured on
-  std::size_t ranks = 0;
+  std::size_t ranks = 0;  ///< ranks it was measured with
   std::vector<link_info> links;       ///< what the cost model plans with, by name
   std::vector<profile_point> points;  ///< what was measured
-  std::vector<profile_train> trains;
+  std::vector<profile_train> trains;  ///< measured with several messages in flight
 
+  /// The link of this name, or nullptr.
   const link_info* find(std::string_view name) const {
     for (auto& l : links)
       if (l.name == name) return &l;
@@ -127,6 +130,7 @@ struct profile {
     return l;
   }
 
+  /// The profile as text (the file format above).
   MDRING_COLD std::string to_string() const {
     std::string s = "mdring-profile 1\n";
     if (!topology.empty()) s += "topology " + topology + "\n";
@@ -218,11 +222,13 @@ struct profile {
     return pr;
   }
 
+  /// Writes the profile to `path`; throws invalid_argument when it cannot.
   MDRING_COLD void save(const std::string& path) const {
     if (!detail::write_text_file(path, to_string()))
       throw invalid_argument("path", "mdring::profile::save: cannot write \"" + path + "\"");
   }
 
+  /// Reads a profile file; throws invalid_argument when it cannot read or parse it.
   MDRING_COLD static profile load(const std::string& path) {
     std::string text;
     if (!detail::read_text_file(path, text))

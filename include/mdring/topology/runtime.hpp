@@ -32,33 +32,42 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// A topology known at run time: a list of dimensions, each a link and an extent (dynamic_extent until resolved).
 class runtime_topology {
 public:
+  /// One dimension: its link and its extent.
   struct dimension {
-    link_info link;
+    link_info link;  ///< the link's figures
     std::size_t extent = 1;  ///< dynamic_extent until resolved
     friend bool operator==(const dimension&, const dimension&) = default;
   };
 
   runtime_topology() = default;
+  /// The topology of these dimensions (checked: throws topology_error).
   explicit runtime_topology(std::vector<dimension> dims) : dims_(std::move(dims)) { validate(); }
 
-  std::size_t ndims() const noexcept { return dims_.size(); }
+  std::size_t ndims() const noexcept { return dims_.size(); }  ///< the number of dimensions
+  /// Dimension d (std::out_of_range past the last).
+  ///@{
   const dimension& dim(std::size_t d) const { return dims_.at(d); }
   dimension& dim(std::size_t d) { return dims_.at(d); }
-  const std::vector<dimension>& dims() const noexcept { return dims_; }
-  std::size_t extent(std::size_t d) const { return dims_.at(d).extent; }
+  ///@}
+  const std::vector<dimension>& dims() const noexcept { return dims_; }  ///< every dimension
+  std::size_t extent(std::size_t d) const { return dims_.at(d).extent; }  ///< dimension d's extent (dynamic_extent until resolved)
 
+  /// The extents of every dimension.
   std::vector<std::size_t> extents() const {
     std::vector<std::size_t> e;
     for (auto& d : dims_) e.push_back(d.extent);
     return e;
   }
 
+  /// True when no extent is dynamic.
   bool is_static() const noexcept {
     return std::none_of(dims_.begin(), dims_.end(), [](const dimension& d) { return d.extent == dynamic_extent; });
   }
 
+  /// The product of the extents that are not dynamic.
   std::size_t static_size() const noexcept {
     std::size_t s = 1;
     for (auto& d : dims_)
@@ -100,12 +109,14 @@ public:
     return c;
   }
 
+  /// The rank at these coordinates (dimension 0 fastest). Requires a resolved topology.
   std::size_t rank_of(const std::vector<std::size_t>& coords) const {
     require_static("rank_of");
     auto e = extents();
     return to_rank(coords, e);
   }
 
+  /// The rank at coordinate j of rank's ring in dimension d. Requires a resolved topology.
   std::size_t peer(std::size_t rank, std::size_t d, std::size_t j) const {
     require_static("peer");
     auto e = extents();
@@ -143,6 +154,7 @@ public:
     return l;
   }
 
+  /// The topology as text: "nvlink:4 x infiniband:64" ("*" for a dynamic extent).
   MDRING_COLD std::string to_string() const {
     std::string s;
     for (auto& d : dims_) {
@@ -189,6 +201,7 @@ runtime_topology describe(const T&) {
   return runtime_topology(std::move(dims));
 }
 
+/// A run-time topology describes itself.
 inline const runtime_topology& describe(const runtime_topology& t) { return t; }
 
 /// Parses "nvlink:4 x infiniband:64" or "shm:2 x shm:*". Throws topology_error
