@@ -56,6 +56,7 @@ MDRING_NAMESPACE_BEGIN
 ///           on the last dimensions; a non-commutative op always gets direct.
 enum class algorithm { automatic, ring, direct, halving_doubling, recursive_doubling };
 
+/// The algorithm's name ("ring", "halving_doubling", ...).
 constexpr std::string_view to_string(algorithm a) noexcept {
   switch (a) {
     case algorithm::ring:
@@ -78,6 +79,7 @@ constexpr std::string_view to_string(algorithm a) noexcept {
 ///             count, segments in flight) and keeps the fastest (plan/wisdom.hpp).
 enum class planning { estimate, measure };
 
+/// "estimate" or "measure".
 constexpr std::string_view to_string(planning p) noexcept { return p == planning::measure ? "measure" : "estimate"; }
 
 /// The transport of one dimension when the buffers are in GPU memory (mdring/cuda/,
@@ -96,6 +98,7 @@ constexpr std::string_view to_string(planning p) noexcept { return p == planning
 ///   local           several logical ranks on one GPU in one process (cudaMemcpyAsync)
 enum class device_transport { automatic, nccl, mpi_staged, mpi_cuda_aware, local, ipc };
 
+/// The device transport's name.
 constexpr std::string_view to_string(device_transport t) noexcept {
   switch (t) {
     case device_transport::nccl:
@@ -134,6 +137,7 @@ constexpr std::string_view to_string(device_transport t) noexcept {
 /// affected.
 enum class accumulation { element, float32 };
 
+/// The accumulation's name.
 constexpr std::string_view to_string(accumulation a) noexcept {
   return a == accumulation::float32 ? "float32" : "element";
 }
@@ -157,6 +161,7 @@ enum class check_level { local, collective };
 ///              wait_all and wait_any (and blocking calls), on the caller's thread.
 enum class progress_mode { automatic, agent, in_wait };
 
+/// The progress mode's name.
 constexpr std::string_view to_string(progress_mode m) noexcept {
   switch (m) {
     case progress_mode::agent:
@@ -267,6 +272,7 @@ inline check_level default_checks() {
 }
 }  // namespace detail
 
+/// What bind() takes besides the topology and the world; the defaults come from the MDRING_* environment variables.
 struct options {
   /// The deadline of every single wait (one step of one stage). Generous by default
   /// (5 minutes, or MDRING_TIMEOUT seconds); when it passes, timeout_error names the
@@ -285,19 +291,20 @@ struct options {
   /// A profile file written by mdring::calibrate / mdring-calibrate (plan/profile.hpp):
   /// the cost model plans with its measured figures for the links it names instead
   /// of their traits. Every rank must read the same figures (bind checks). Empty:
-  /// none; MDRING_PROFILE=<file> sets the default.
+  /// none; `MDRING_PROFILE=<file>` sets the default.
   std::string profile = detail::default_profile();
 
   /// estimate (the default) or measure (see planning); MDRING_PLANNING=measure.
   mdring::planning planning = detail::default_planning();
   /// With measure: a file that keeps the measured plans across runs (plan/wisdom.hpp),
   /// read at bind and rewritten by rank 0 after each measurement. Every rank must
-  /// read the same (bind checks). Empty: kept in memory only; MDRING_WISDOM=<file>.
+  /// read the same (bind checks). Empty: kept in memory only; `MDRING_WISDOM=<file>`.
   std::string wisdom = detail::default_wisdom();
 
   /// Where all scratch memory comes from (nullptr: std::pmr::get_default_resource()).
   /// Scratch grows to the largest call and is then reused: no allocation per call.
   std::pmr::memory_resource* memory = nullptr;
+  /// memory, or std::pmr::get_default_resource().
   std::pmr::memory_resource* memory_or_default() const noexcept {
     return memory ? memory : std::pmr::get_default_resource();
   }
@@ -306,6 +313,7 @@ struct options {
   /// int). Must be at least 1.
   std::size_t max_message_bytes = std::size_t(1) << 30;
 
+  /// local or collective argument checks (check_level); MDRING_CHECKS=collective sets the default.
   check_level checks = detail::default_checks();
 
   /// Reproducible results (docs/USAGE.md, "Reproducible reductions"): every element of a
@@ -352,9 +360,9 @@ struct options {
   /// automatic), and where device scratch comes from (nullptr: cudaMalloc); a
   /// resource given here must return device memory.
   std::vector<device_transport> device_transports{};
-  std::pmr::memory_resource* device_memory = nullptr;
+  std::pmr::memory_resource* device_memory = nullptr;  ///< where device scratch comes from (nullptr: cudaMalloc)
 
-  tuning tune{};
+  tuning tune{};  ///< the knobs of the cost model and the executors (tuning.hpp)
 };
 
 namespace detail {

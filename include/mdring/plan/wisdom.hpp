@@ -44,6 +44,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// A plan that was measured for one size class: what it runs, and what the measurement found.
 struct measured_choice {
   std::vector<algorithm> algos;  ///< per executed dimension
   std::size_t segments = 1;      ///< all_reduce cut into this many (plan/pipeline.hpp segment_length)
@@ -54,6 +55,7 @@ struct measured_choice {
   friend bool operator==(const measured_choice&, const measured_choice&) = default;
 };
 
+///@{
 /// Which measured candidate a measurement keeps: the fastest (smallest median) of
 /// those faster than candidate 0 (the estimate's plan) by more than the margin,
 /// else 0. The margin is the noise the measurement itself showed, `spread`: the
@@ -74,12 +76,15 @@ inline std::size_t pick_measured(const std::vector<double>& medians, double spre
     if (medians[i] < (1 - margin) * medians[0] && medians[i] < medians[best]) best = i;
   return best;
 }
+///@}
 
+/// The size class of a call of `bytes`: floor(log2(bytes)) (0 for 0).
 constexpr std::size_t size_class(std::size_t bytes) noexcept {
   return bytes ? std::size_t(std::bit_width(bytes)) - 1 : 0;
 }
 static_assert(size_class(0) == 0 && size_class(1) == 0 && size_class(4096) == 12 && size_class(8191) == 12);
 
+/// The algorithm of this name; throws invalid_argument naming `what` when there is none.
 inline algorithm algorithm_from_string(std::string_view s, const char* what) {
   for (algorithm a : {algorithm::automatic, algorithm::ring, algorithm::direct, algorithm::halving_doubling,
                       algorithm::recursive_doubling})
@@ -97,18 +102,20 @@ struct native_choice {
   friend bool operator==(const native_choice&, const native_choice&) = default;
 };
 
+/// A communicator's measured plans (its wisdom), and the drop-in's choices, as held in a file (the format above).
 struct wisdom {
   std::string key;  ///< hex of the fingerprint it was measured under
   std::map<std::pair<std::size_t, std::size_t>, measured_choice> all_reduce;  ///< (element size, size class)
   std::map<std::pair<std::string, std::size_t>, native_choice> native;        ///< (collective, size class)
 
+  /// The measured plan for calls of `bytes` bytes of elements of `elem_size`, or nullptr.
   const measured_choice* find(std::size_t elem_size, std::size_t bytes) const {
     auto it = all_reduce.find({elem_size, size_class(bytes)});
     return it == all_reduce.end() ? nullptr : &it->second;
   }
-  bool empty() const noexcept { return all_reduce.empty() && native.empty(); }
+  bool empty() const noexcept { return all_reduce.empty() && native.empty(); }  ///< no plans
 
-  std::string to_string() const { return "mdring-wisdom 1\n" + section(); }
+  std::string to_string() const { return "mdring-wisdom 1\n" + section(); }  ///< the file's text: this section alone
 
   /// The key line and this section's lines.
   MDRING_COLD std::string section() const {
@@ -209,6 +216,7 @@ struct wisdom {
   }
 
   /// A missing file is no wisdom yet (empty); one that cannot be parsed throws.
+  ///@{
   /// Without a key: the file's first section; with one: that key's (empty, with
   /// the key, when the file has none).
   MDRING_COLD static wisdom load(const std::string& path) { return parse(read_file(path), "\"" + path + "\""); }
@@ -219,6 +227,7 @@ struct wisdom {
     w.key = key;
     return w;
   }
+  ///@}
 
   /// This section's lines replace the file's lines of the same section (a line
   /// this section lacks is kept: two writers of one section, such as measured

@@ -75,16 +75,18 @@ inline void stream_fence() noexcept {
 }
 }  // namespace detail
 
+/// The host's reduction loops for elements T and op Op (the table above).
 template <class T, class Op>
 class host_reducer {
 public:
   /// Built-in ops compute in accumulator_t<T>; user ops see T itself.
   using acc = std::conditional_t<op_traits<Op>::builtin, accumulator_t<T>, T>;
 
+  /// A reducer of `op` over `ranks` ranks (avg divides by it).
   host_reducer(Op op, std::size_t ranks) : op_(op), ranks_(ranks) {}
 
-  const Op& op() const noexcept { return op_; }
-  std::size_t ranks() const noexcept { return ranks_; }
+  const Op& op() const noexcept { return op_; }  ///< the op
+  std::size_t ranks() const noexcept { return ranks_; }  ///< the ranks avg divides by
 
   /// dst = a op b, optionally finalized. dst may equal a or b.
   void combine(T* dst, const T* a, const T* b, std::size_t n, bool final) const {
@@ -130,6 +132,7 @@ public:
   /// folded and rounded to T, then each run of nest[1] of those, and so on: the
   /// result of the separate stages the merged dimension replaces.
   static constexpr std::size_t max_nest = 8;
+  /// Writes the nested fold described above to every out[o].
   void combine_nested(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool final,
                       bool stream, std::span<const std::size_t> nest) const {
     if (n == 0) return;
@@ -277,17 +280,20 @@ template <class T, class Op>
   requires bulk_reduction<Op, T>
 class host_reducer<T, Op> {
 public:
+  /// A reducer of `op` over `ranks` ranks.
   host_reducer(Op op, std::size_t ranks) : op_(op), ranks_(ranks) {}
 
-  const Op& op() const noexcept { return op_; }
-  std::size_t ranks() const noexcept { return ranks_; }
+  const Op& op() const noexcept { return op_; }  ///< the op
+  std::size_t ranks() const noexcept { return ranks_; }  ///< the ranks
 
+  /// dst = a op b (reduce_local). dst may equal a or b.
   void combine(T* dst, const T* a, const T* b, std::size_t n, bool /*final*/) const {
     if (n == 0) return;
     if (dst == b) return op_.reduce_local(a, dst, n);  // dst = a op dst
     if (dst != a) std::memcpy(dst, a, n * sizeof(T));
     op_.reduce_local(b, dst, n);  // dst = b op a (commutative)
   }
+  /// combine_n_to with one output.
   void combine_n(T* dst, const T* const* in, std::size_t k, std::size_t n, bool final) const {
     combine_n_to(&dst, 1, in, k, n, final, false);
   }
@@ -310,6 +316,7 @@ public:
   /// The nested fold of the generic reducer's combine_nested, in T (a bulk op has no
   /// accumulator of its own), one level's tile after the other.
   static constexpr std::size_t max_nest = 8;
+  /// Writes the nested fold to every out[o].
   void combine_nested(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool /*final*/,
                       bool stream, std::span<const std::size_t> nest) const {
     if (n == 0) return;
@@ -325,6 +332,7 @@ public:
     }
     if (stream) detail::stream_fence();
   }
+  /// A copy (a bulk op has no finalize).
   void finalize(T* dst, const T* src, std::size_t n, bool /*final*/) const {
     if (n != 0 && dst != src) std::memmove(dst, src, n * sizeof(T));
   }

@@ -28,12 +28,15 @@ MDRING_NAMESPACE_BEGIN
 /// How processes without MPI find each other: a key-value store and the job's description.
 namespace rendezvous {
 
-using clock = std::chrono::steady_clock;
+using clock = std::chrono::steady_clock;  ///< the clock deadlines are on
 
+/// A key-value store the processes of a job share (rendezvous/tcp_store.hpp is one).
 class store {
 public:
   virtual ~store() = default;
+  /// Sets `key` to `value`.
   virtual void set(const std::string& key, const std::string& value) = 0;
+  /// The value of `key`, waiting for it to be set until the deadline (then timeout_error: missing_key).
   virtual std::string get(const std::string& key, clock::time_point deadline) = 0;
   /// The default waits for the keys one after the other with get().
   virtual void wait(std::span<const std::string> keys, clock::time_point deadline) {
@@ -53,8 +56,10 @@ inline timeout_error missing_key(const std::string& key, const std::string& wher
 /// user's own keys) never meet.
 class prefix_store final : public store {
 public:
+  /// Prefixes every key of `inner` with `prefix`.
   prefix_store(store& inner, std::string prefix) : inner_(inner), prefix_(std::move(prefix)) {}
-  void set(const std::string& key, const std::string& value) override { inner_.set(prefix_ + key, value); }
+  void set(const std::string& key, const std::string& value) override { inner_.set(prefix_ + key, value); }  ///< sets prefix + key
+  /// Gets prefix + key.
   std::string get(const std::string& key, clock::time_point deadline) override {
     return inner_.get(prefix_ + key, deadline);
   }
