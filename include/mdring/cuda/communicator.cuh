@@ -42,8 +42,8 @@ namespace cuda {
 template <class Topology, class... Links>
 class communicator : public mdring::detail::communicator_base {
 public:
-  using topology_type = Topology;
-  using link_variant = std::variant<std::monostate, Links...>;
+  using topology_type = Topology;  ///< the topology type bound
+  using link_variant = std::variant<std::monostate, Links...>;  ///< one dimension's link: none yet, or one of Links
 
   /// Binds rank `rank` of `size` (plan/bound_layout.hpp, the device path) and picks a
   /// transport per executed dimension. The bind functions then install each
@@ -67,10 +67,13 @@ public:
     links_.resize(L.ndims());
   }
 
+  /// Movable, not copyable.
+  ///@{
   communicator(communicator&&) noexcept = default;
   communicator& operator=(communicator&&) noexcept = default;
+  ///@}
 
-  int device() const noexcept { return device_; }
+  int device() const noexcept { return device_; }  ///< the CUDA device the communicator runs on
   /// The transport of dimension d as written.
   device_transport transport_of(std::size_t d) const { return transports_.at(layout().merged.of_user.at(d)); }
   /// Per executed dimension.
@@ -88,6 +91,7 @@ public:
                       collective::reduce})
       reserve<T>(kind, count);
   }
+  /// Pre-sizes for one collective `kind` only (see reserve<T>(count)).
   template <class T>
   void reserve(collective kind, std::size_t count) {
     detail::device_guard g(device_);
@@ -105,12 +109,13 @@ public:
     calls_.workspace().get(bytes, false, "reserve");
     calls_.streams().prepare(layout().ndims(), segments);
   }
-  std::size_t scratch_bytes() const noexcept { return calls_.workspace().capacity(); }
+  std::size_t scratch_bytes() const noexcept { return calls_.workspace().capacity(); }  ///< device scratch held, in bytes
 
-  /// ---- for the engine and the bind functions ----------------------------------
+  // ---- for the engine and the bind functions ----------------------------------
   /// Something the links share and that must live as long as they do (the MPI transport).
   void keep_alive(std::shared_ptr<void> p) { owners_.push_back(std::move(p)); }
-  link_variant& link(std::size_t d) { return links_.at(d); }
+  link_variant& link(std::size_t d) { return links_.at(d); }  ///< executed dimension d's link
+  /// Installs executed dimension d's link.
   template <class L>
   void set_link(std::size_t d, L&& l) {
     links_.at(d) = std::forward<L>(l);
@@ -118,7 +123,7 @@ public:
   /// Executed dimension d runs its direct stages by shared access (the ipc
   /// transport), with stages of up to staging_bytes going through staging buffers.
   void set_shared(std::size_t d, std::size_t staging_bytes) { access_.at(d) = {true, staging_bytes, false}; }
-  bool shared(std::size_t d) const { return access_.at(d).shared; }
+  bool shared(std::size_t d) const { return access_.at(d).shared; }  ///< executed dimension d runs its direct stages by shared access
 
   /// The program of one call (plan/call.hpp decides and describes it; built once per
   /// parameters and cached, plan/program_cache.hpp). recv_mis: all_reduce's
@@ -134,7 +139,7 @@ public:
   const program& program_for(std::size_t count, bool commutative, std::size_t recv_mis) {
     return program_for<T>(collective::all_reduce, count, 0, commutative, recv_mis);
   }
-  std::uint64_t programs_built() const noexcept { return calls_.programs_built(); }
+  std::uint64_t programs_built() const noexcept { return calls_.programs_built(); }  ///< programs built so far (a repeated call shape builds none)
   /// The GPU executor's state for this communicator's calls (cuda/engine.cuh).
   detail::device_calls& calls() noexcept { return calls_; }
 

@@ -74,8 +74,11 @@ public:
   static constexpr bool collective_steps = true;
 
   ipc_link() = default;
+  /// Movable, not copyable.
+  ///@{
   ipc_link(ipc_link&&) noexcept = default;
   ipc_link& operator=(ipc_link&&) noexcept = default;
+  ///@}
   ~ipc_link() = default;
 
   /// Collective over the dimension's ranks (ex.all_gather(mine, bytes, all), by
@@ -147,14 +150,15 @@ public:
     return l;
   }
 
-  bool is_open() const noexcept { return s_ != nullptr; }
-  bool capturable() const noexcept { return true; }
-  std::size_t staging_bytes() const noexcept { return s_ ? s_->staging : 0; }
-  std::size_t size() const noexcept { return s_ ? s_->p : 0; }
+  bool is_open() const noexcept { return s_ != nullptr; }  ///< open() succeeded
+  bool capturable() const noexcept { return true; }  ///< its steps can be captured into a CUDA graph
+  std::size_t staging_bytes() const noexcept { return s_ ? s_->staging : 0; }  ///< bytes per staging buffer (0 when not open)
+  std::size_t size() const noexcept { return s_ ? s_->p : 0; }  ///< ranks of the dimension (0 when not open)
   /// Peer allocations mapped so far (tests: a repeated call maps nothing new).
   std::size_t mappings() const noexcept { return s_ ? s_->maps.count() : 0; }
 
   // ---- messages (pull): see the top --------------------------------------------------
+  /// Enqueues one step's messages on `stream`: each receiver copies from its sender's buffer (see the top).
   void exchange(std::span<const device_message> sends, std::span<const device_message> recvs, cudaStream_t stream,
                 const step_context& cx) {
     state& s = *s_;
@@ -188,6 +192,7 @@ public:
   }
 
   // ---- shared access --------------------------------------------------------------------
+  /// Shared access: publishes this rank's src and dst for the step and enqueues the wait for every peer's (see the top).
   void arrive(const void* src, const void* dst, std::uint64_t signature, cudaStream_t stream, const step_context& cx) {
     state& s = *s_;
     ++s.arrived;
@@ -225,6 +230,7 @@ public:
     }
     barrier(stream);
   }
+  /// Shared access: enqueues the barrier after which the peers' buffers are free again.
   void leave(cudaStream_t stream, const step_context&) {
     s_->pending_leave = false;
     barrier(stream);
@@ -236,6 +242,7 @@ public:
     s_->pending_staged = false;
     barrier(stream);
   }
+  /// Where the peers' published buffers and staging are, for the folds.
   const detail::remote_view* view() {
     state& s = *s_;
     s.rv.src = s.src.data();

@@ -39,7 +39,10 @@ MDRING_NAMESPACE_BEGIN
 
 /// One executed dimension as this rank is bound to it.
 struct bound_dimension {
+  /// The dimension's extent, and this rank's coordinate in it.
+  ///@{
   std::size_t extent = 1, coord = 0;
+  ///@}
   link_info link;                              ///< as the executed topology has it
   algorithm requested = algorithm::automatic;  ///< the user's (automatic where none was asked for)
   algorithm algo = algorithm::ring;            ///< bind-time, for commutative ops
@@ -49,20 +52,28 @@ struct bound_dimension {
   std::vector<std::size_t> nest;
 };
 
+/// The one bind result: the topology resolved, merged and split, and this rank's place in it (see the top).
 struct bound_layout {
+  /// The communicator's size, and this rank.
+  ///@{
   std::size_t size = 0, rank = 0;
+  ///@}
   runtime_topology written;  ///< resolved, as the user wrote it (profile applied)
   merged_dimensions merged;  ///< the dimensions as they run (merged.topology)
   /// Per executed dimension, as flat arrays (what plan/call.hpp's decide_call takes).
+  ///@{
   std::vector<std::size_t> extents, coords;
+  ///@}
   std::vector<algorithm> algorithms;  ///< bind-time, commutative ops (= dims[d].algo)
   std::vector<link_info> rank_links;  ///< this rank's share of each link
-  std::vector<bound_dimension> dims;
+  std::vector<bound_dimension> dims;  ///< per executed dimension
   /// Per written dimension.
+  ///@{
   std::vector<std::size_t> written_extents, written_coords;
+  ///@}
 
-  const runtime_topology& executed() const noexcept { return merged.topology; }
-  std::size_t ndims() const noexcept { return extents.size(); }
+  const runtime_topology& executed() const noexcept { return merged.topology; }  ///< the dimensions as they run
+  std::size_t ndims() const noexcept { return extents.size(); }  ///< executed dimensions
   /// The algorithm dimension d as written runs for commutative ops (a merged
   /// dimension reports its merged stage's).
   algorithm algorithm_of(std::size_t written_d) const { return algorithms.at(merged.of_user.at(written_d)); }
