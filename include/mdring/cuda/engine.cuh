@@ -39,15 +39,15 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// One message of a step, as a transport sees it: `bytes` at `ptr`, to or from the
-// rank at coordinate `peer` of the dimension.
+/// One message of a step, as a transport sees it: `bytes` at `ptr`, to or from the
+/// rank at coordinate `peer` of the dimension.
 struct device_message {
   void* ptr = nullptr;  ///< where the bytes are
   std::size_t bytes = 0;  ///< bytes
   std::size_t peer = 0;  ///< the peer's coordinate in the dimension
 };
 
-// Where a step is, for error messages and deadlines.
+/// Where a step is, for error messages and deadlines.
 struct step_context {
   const char* collective = "all_reduce";  ///< the collective's name
   std::size_t dim = 0;  ///< executed dimension

@@ -99,7 +99,7 @@ public:
     st->p = p, st->me = me;
     st->members.assign(members.begin(), members.end());
     st->staging = staging_bytes;
-    // The control block: allocated, zeroed and exported here; mapped by the peers.
+    /// The control block: allocated, zeroed and exported here; mapped by the peers.
     struct msg {
       int ok;
       cudaIpcMemHandle_t h;

@@ -42,8 +42,8 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// The link of one dimension of a local rank: two events, "my data is ready" and
-// "my copies are done" (re-recorded every step; lock step makes that safe).
+/// The link of one dimension of a local rank: two events, "my data is ready" and
+/// "my copies are done" (re-recorded every step; lock step makes that safe).
 struct local_link {
   static constexpr bool lock_step = true;
   unique_event ready, done;
@@ -52,7 +52,7 @@ struct local_link {
   bool capturable() const noexcept { return true; }
 };
 
-// `ranks` logical ranks on `device` (-1: the current device).
+/// `ranks` logical ranks on `device` (-1: the current device).
 class local_world {
 public:
   explicit local_world(std::size_t ranks, int device = -1) : ranks_(ranks), device_(device) {

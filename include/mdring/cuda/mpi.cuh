@@ -67,7 +67,7 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// The link of one dimension over MPI (see the top).
+/// The link of one dimension over MPI (see the top).
 class mpi_link {
 public:
   mpi_link(std::shared_ptr<mdring::mpi::transport> tr, mdring::mpi::transport::channel ch, bool cuda_aware,
@@ -122,7 +122,7 @@ private:
     fail(st, cx, ch_.members[j]);
   }
 
-  // One message in chunks through two pinned slots.
+  /// One message in chunks through two pinned slots.
   struct flow {
     const device_message* m = nullptr;
     bool send = false;

@@ -89,7 +89,7 @@ inline void nccl_check(ncclResult_t r, const std::string& where, const char* cal
 
 }  // namespace detail
 
-// The link of one dimension: an NCCL communicator whose rank is the coordinate.
+/// The link of one dimension: an NCCL communicator whose rank is the coordinate.
 class nccl_link {
 public:
   nccl_link() = default;

@@ -48,8 +48,8 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// The processes of a job as a store sees them: this one is `rank` of `size`. Keys
-// go under `prefix` (several worlds may share one store under different prefixes).
+/// The processes of a job as a store sees them: this one is `rank` of `size`. Keys
+/// go under `prefix` (several worlds may share one store under different prefixes).
 struct store_world {
   rendezvous::store& store;
   std::size_t rank = 0, size = 1;

@@ -55,15 +55,15 @@ constexpr std::string_view to_string(memory_space s) noexcept { return s == memo
 template <class Link>
 struct link_traits;
 
-// GPU-to-GPU inside a node, through NVLink/NVSwitch (all pairs connected).
+/// GPU-to-GPU inside a node, through NVLink/NVSwitch (all pairs connected).
 struct nvlink {};
-// GPU-to-GPU through the PCIe tree (shared upstream links, so a ring fits best).
+/// GPU-to-GPU through the PCIe tree (shared upstream links, so a ring fits best).
 struct pcie {};
-// Node-to-node over InfiniBand (one uplink per node, shared by its ranks).
+/// Node-to-node over InfiniBand (one uplink per node, shared by its ranks).
 struct infiniband {};
-// Node-to-node over Ethernet (one uplink per node, shared by its ranks).
+/// Node-to-node over Ethernet (one uplink per node, shared by its ranks).
 struct ethernet {};
-// Ranks on one node sharing host memory.
+/// Ranks on one node sharing host memory.
 struct shm {};
 
 template <>

@@ -204,7 +204,7 @@ public:
   }
 
 private:
-  // The node window's exchange: every member sends its bytes to every other.
+  /// The node window's exchange: every member sends its bytes to every other.
   struct exchange {
     transport& t;
     channel& ch;
