@@ -45,16 +45,20 @@ namespace cuda {
 /// The link of one dimension of a local rank: two events, "my data is ready" and
 /// "my copies are done" (re-recorded every step; lock step makes that safe).
 struct local_link {
-  static constexpr bool lock_step = true;
+  static constexpr bool lock_step = true;  ///< its ranks are all driven at once by one thread
+  /// Recorded by a rank when its data is ready and when its copies are done.
+  ///@{
   unique_event ready, done;
+  ///@}
 
-  static local_link create() { return {unique_event::create(), unique_event::create()}; }
-  bool capturable() const noexcept { return true; }
+  static local_link create() { return {unique_event::create(), unique_event::create()}; }  ///< a link with two new events
+  bool capturable() const noexcept { return true; }  ///< its steps can be captured into a CUDA graph
 };
 
 /// `ranks` logical ranks on `device` (-1: the current device).
 class local_world {
 public:
+  /// `ranks` logical ranks on `device` (-1: the current device).
   explicit local_world(std::size_t ranks, int device = -1) : ranks_(ranks), device_(device) {
     if (ranks == 0) throw invalid_argument("ranks", "mdring::cuda::local_world: ranks must be at least 1");
     if (device_ < 0) device_ = detail::current_device();
@@ -64,8 +68,8 @@ public:
       throw invalid_argument("device", "mdring::cuda::local_world: device " + std::to_string(device_) +
                                            " does not exist (this machine has " + std::to_string(n) + ")");
   }
-  std::size_t size() const noexcept { return ranks_; }
-  int device() const noexcept { return device_; }
+  std::size_t size() const noexcept { return ranks_; }  ///< logical ranks
+  int device() const noexcept { return device_; }  ///< the device they run on
 
 private:
   std::size_t ranks_;
@@ -73,6 +77,7 @@ private:
 };
 
 template <class Topology>
+/// A communicator of a local_world.
 using local_communicator = communicator<Topology, local_link>;
 
 /// One communicator per logical rank, in rank order.

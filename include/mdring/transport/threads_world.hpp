@@ -79,19 +79,21 @@ class world;
 
 /// One rank's handle on a world: what bind() takes.
 struct endpoint {
-  world* w = nullptr;
-  std::size_t rank = 0;
+  world* w = nullptr;  ///< the world
+  std::size_t rank = 0;  ///< this rank
 };
 
+/// N ranks of one process that communicate through mailboxes; threads::run makes one, or a program makes its own and hands each thread at(rank).
 class world {
 public:
+  /// A world of n ranks (n >= 1).
   explicit world(std::size_t n) : n_(n), boxes_(n ? new detail::mailbox[n] : nullptr) {
     if (n == 0) throw invalid_argument("n", "mdring::threads::world: the number of ranks must be at least 1");
   }
   world(const world&) = delete;
   world& operator=(const world&) = delete;
 
-  std::size_t size() const noexcept { return n_; }
+  std::size_t size() const noexcept { return n_; }  ///< ranks in the world
 
   /// The handle of rank `rank`, to pass to bind() on that rank's thread.
   threads::endpoint at(std::size_t rank) {
@@ -101,7 +103,7 @@ public:
     return {this, rank};
   }
 
-  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }  ///< some rank failed (fail())
 
   /// Poisons the world: every rank's current and future waits end with peer_failed.
   /// The first failure is the one remembered.
@@ -127,16 +129,18 @@ public:
     }
   }
 
+  /// The rank that failed first.
   std::size_t failed_rank() const {
     std::lock_guard lock(fail_m_);
     return failed_rank_;
   }
+  /// What it said.
   std::string failure_reason() const {
     std::lock_guard lock(fail_m_);
     return reason_;
   }
 
-  detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }
+  detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }  ///< rank r's mailbox (the transports')
 
   /// The control regions (slot and staging buffers, access_region_bytes each) of one
   /// ring (communicator context, dimension, first member), created by the first
