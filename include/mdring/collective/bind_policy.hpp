@@ -20,11 +20,13 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// A topology that carries the reproducible contract (reproducible()).
 template <class Topology>
 struct reproducible_topology {
-  Topology topology;
+  Topology topology;  ///< the topology bound
 };
 
+/// The topology `t` with the reproducible contract: bind() sets options::reproducible.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 constexpr reproducible_topology<Topology> reproducible(const Topology& t) {

@@ -56,6 +56,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// What calibrate() measures: the message sizes, the trials per size and the trains (see the top).
 struct calibration {
   /// Message sizes, increasing: the first is the latency, the second the overhead,
   /// the last two the bandwidth; all of them the curve (at most link_curve::max_points).
@@ -69,11 +70,13 @@ struct calibration {
                                     std::size_t(256) << 10,
                                     std::size_t(1) << 20,
                                     std::size_t(8) << 20};
-  std::size_t trials = 3;
+  std::size_t trials = 3;  ///< times each size is timed; a rank keeps its fastest
+  ///@{
   /// Messages in flight per rank in a train (0: no trains; else at least 2), and the
   /// largest size timed as one (a train needs `train` receive buffers of the size).
   std::size_t train = 4;
   std::size_t train_max_bytes = std::size_t(1) << 20;
+  ///@}
 };
 
 namespace detail {

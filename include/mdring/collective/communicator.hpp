@@ -205,9 +205,10 @@ const call_workspace<Transport>& workspace_of(communicator_core<Transport>& c) n
 template <class Topology, transport Transport>
 class communicator : public detail::communicator_core<Transport> {
 public:
-  using topology_type = Topology;
-  using transport_type = Transport;
+  using topology_type = Topology;  ///< the topology's type
+  using transport_type = Transport;  ///< the transport's type
 
+  /// Binds over transport `tr` (the bind functions call it).
   communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
       : detail::communicator_core<Transport>(detail::to_runtime(topo), std::move(tr), std::move(opts)) {}
 };
