@@ -66,10 +66,10 @@ public:
         step_(step),
         peer_(peer) {}
   const std::string& collective() const noexcept { return collective_; }  ///< "all_reduce", ...
-  std::size_t dimension() const noexcept { return dimension_; }  ///< 0-based index into the topology
-  const std::string& phase() const noexcept { return phase_; }  ///< "reduce-scatter", ...
-  std::size_t step() const noexcept { return step_; }  ///< step within the phase
-  std::size_t peer() const noexcept { return peer_; }  ///< the peer's rank in the bound communicator
+  std::size_t dimension() const noexcept { return dimension_; }           ///< 0-based index into the topology
+  const std::string& phase() const noexcept { return phase_; }            ///< "reduce-scatter", ...
+  std::size_t step() const noexcept { return step_; }                     ///< step within the phase
+  std::size_t peer() const noexcept { return peer_; }                     ///< the peer's rank in the bound communicator
 
 private:
   std::string collective_;
@@ -115,8 +115,8 @@ public:
   using transport_error::transport_error;
 };
 
-/// A CUDA call failed; code() is the cudaError_t. Thrown by the GPU path (mdring/cuda/*.cuh); declared here so that host code can
-/// catch them without including CUDA headers.
+/// A CUDA call failed; code() is the cudaError_t. Thrown by the GPU path (mdring/cuda/*.cuh); declared here so that
+/// host code can catch them without including CUDA headers.
 class cuda_error : public transport_error {
 public:
   /// The constructor of transport_error.

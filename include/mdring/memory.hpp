@@ -152,19 +152,26 @@ inline bool is_node_memory(const void* p, std::size_t bytes = 1) {
 /// std::allocator-shaped access to node_alloc, for containers.
 template <class T>
 struct node_allocator {
-  using value_type = T;
+  using value_type = T;  ///< the element type
   node_allocator() noexcept = default;
+  /// Converts from an allocator of another type (they are all alike).
+  ///@{
   template <class U>
   node_allocator(const node_allocator<U>&) noexcept {}
+  ///@}
+  /// n elements of T from node_alloc (std::bad_alloc when n * sizeof(T) overflows).
   T* allocate(std::size_t n) {
     if (n > std::size_t(-1) / sizeof(T)) throw std::bad_alloc();
     return static_cast<T*>(node_alloc(n * sizeof(T)));
   }
-  void deallocate(T* p, std::size_t) noexcept { node_free(p); }
+  void deallocate(T* p, std::size_t) noexcept { node_free(p); }  ///< node_free(p)
+  /// All node_allocators are equal (one node_alloc).
+  ///@{
   template <class U>
   bool operator==(const node_allocator<U>&) const noexcept {
     return true;
   }
+  ///@}
 };
 
 /// A memory resource over node_alloc (for std::pmr containers).

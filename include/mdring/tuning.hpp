@@ -33,6 +33,7 @@ struct tuning {
   /// rank's staging buffers (copy in, one synchronization, read the peers') rather
   /// than reading the peers' buffers in place or by cross-memory attach.
   std::size_t shared_staging_bytes = std::size_t(16) << 10;
+  ///@{
   /// Shared access between processes, buffers the peers cannot map (not from
   /// node_alloc: the heap, a PyTorch tensor, an MPI program's malloc): seconds per
   /// byte that peers take to read or write them by cross-memory attach
@@ -48,6 +49,7 @@ struct tuning {
   double cma_gamma = 1.0 / 4.5e9;
   double copy_gamma = 1.0 / 7e9;
   std::size_t stream_min_bytes = std::size_t(1) << 20;
+  ///@}
   /// A broadcast over one such dimension of three ranks or more streams a root's
   /// unmapped buffer from this size (the root copies it into node memory, the others
   /// copy it out): two copies one after the other beat one by cross-memory attach
@@ -111,9 +113,11 @@ struct tuning {
   std::size_t segment_bytes = 0;
   /// The cost model never cuts segments smaller than this.
   std::size_t min_segment_bytes = std::size_t(256) << 10;
+  ///@{
   /// The most segments the cost model cuts, and the most in flight at once (1 to 8).
   std::size_t max_segments = 64;
   std::size_t pipeline_depth = 4;
+  ///@}
 
   /// GPU path, MPI staged through pinned host memory: bytes per chunk; each message
   /// has two chunks in flight (one being copied, one on the wire).
@@ -125,8 +129,10 @@ struct tuning {
   /// The cost model picks the threshold (transport/device_select.hpp
   /// ipc_staging_bytes) up to this cap, which is also each staging buffer's size.
   std::size_t ipc_staging_bytes = std::size_t(1) << 20;
+  /// The cost model's seconds for the host to publish a step's buffers (see ipc_staging_bytes).
   double ipc_publish_seconds = 20e-6;
 
+  /// Host_gamma or device_gamma, for links in memory space s.
   double gamma(memory_space s) const noexcept { return s == memory_space::device ? device_gamma : host_gamma; }
 };
 

@@ -205,7 +205,7 @@ const call_workspace<Transport>& workspace_of(communicator_core<Transport>& c) n
 template <class Topology, transport Transport>
 class communicator : public detail::communicator_core<Transport> {
 public:
-  using topology_type = Topology;  ///< the topology's type
+  using topology_type = Topology;    ///< the topology's type
   using transport_type = Transport;  ///< the transport's type
 
   /// Binds over transport `tr` (the bind functions call it).

@@ -51,7 +51,8 @@ auto reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::
 }
 }  // namespace detail
 
-/// On root, recvbuf[i] = sendbuf_0[i] op ... op sendbuf_{P-1}[i], `count` elements; recvbuf is not touched elsewhere (see the top).
+/// On root, recvbuf[i] = sendbuf_0[i] op ... op sendbuf_{P-1}[i], `count` elements; recvbuf is not touched elsewhere
+/// (see the top).
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op = {}) {
   detail::reduce_impl<false>(comm, sendbuf, recvbuf, count, root, op, std::nullopt);

@@ -53,7 +53,8 @@ auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recv
 }
 }  // namespace detail
 
-/// Rank r receives block r of the reduction of every rank's sendbuf (size() * recvcount elements), `recvcount` elements (see the top).
+/// Rank r receives block r of the reduction of every rank's sendbuf (size() * recvcount elements), `recvcount` elements
+/// (see the top).
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op = {}) {
   detail::reduce_scatter_impl<false>(comm, sendbuf, recvbuf, recvcount, op, std::nullopt);

@@ -310,6 +310,7 @@ void all_reduce(communicator<Topology, Links...>& comm, const T* sendbuf, T* rec
   detail::run_collective<T>(comm, collective::all_reduce, name, std::move(err), sendbuf, recvbuf, count, 0, op, stream);
 }
 
+/// In place: buf is this rank's input and receives the result.
 template <class Topology, class... Links, class T, class Op = sum_t>
 void all_reduce(communicator<Topology, Links...>& comm, T* buf, std::size_t count, Op op = {},
                 cudaStream_t stream = nullptr) {

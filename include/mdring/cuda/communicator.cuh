@@ -42,7 +42,7 @@ namespace cuda {
 template <class Topology, class... Links>
 class communicator : public mdring::detail::communicator_base {
 public:
-  using topology_type = Topology;  ///< the topology type bound
+  using topology_type = Topology;                               ///< the topology type bound
   using link_variant = std::variant<std::monostate, Links...>;  ///< one dimension's link: none yet, or one of Links
 
   /// Binds rank `rank` of `size` (plan/bound_layout.hpp, the device path) and picks a
@@ -109,7 +109,8 @@ public:
     calls_.workspace().get(bytes, false, "reserve");
     calls_.streams().prepare(layout().ndims(), segments);
   }
-  std::size_t scratch_bytes() const noexcept { return calls_.workspace().capacity(); }  ///< device scratch held, in bytes
+  /// Device scratch held, in bytes.
+  std::size_t scratch_bytes() const noexcept { return calls_.workspace().capacity(); }
 
   // ---- for the engine and the bind functions ----------------------------------
   /// Something the links share and that must live as long as they do (the MPI transport).
@@ -123,7 +124,8 @@ public:
   /// Executed dimension d runs its direct stages by shared access (the ipc
   /// transport), with stages of up to staging_bytes going through staging buffers.
   void set_shared(std::size_t d, std::size_t staging_bytes) { access_.at(d) = {true, staging_bytes, false}; }
-  bool shared(std::size_t d) const { return access_.at(d).shared; }  ///< executed dimension d runs its direct stages by shared access
+  /// Executed dimension d runs its direct stages by shared access.
+  bool shared(std::size_t d) const { return access_.at(d).shared; }
 
   /// The program of one call (plan/call.hpp decides and describes it; built once per
   /// parameters and cached, plan/program_cache.hpp). recv_mis: all_reduce's
@@ -139,7 +141,8 @@ public:
   const program& program_for(std::size_t count, bool commutative, std::size_t recv_mis) {
     return program_for<T>(collective::all_reduce, count, 0, commutative, recv_mis);
   }
-  std::uint64_t programs_built() const noexcept { return calls_.programs_built(); }  ///< programs built so far (a repeated call shape builds none)
+  /// Programs built so far (a repeated call shape builds none).
+  std::uint64_t programs_built() const noexcept { return calls_.programs_built(); }
   /// The GPU executor's state for this communicator's calls (cuda/engine.cuh).
   detail::device_calls& calls() noexcept { return calls_; }
 

@@ -87,7 +87,7 @@ public:
   }
   ///@}
   ~unique_handle() { reset(); }
-  H get() const noexcept { return h_; }  ///< the handle, still owned
+  H get() const noexcept { return h_; }                    ///< the handle, still owned
   H release() noexcept { return std::exchange(h_, H{}); }  ///< the handle, no longer owned
   /// Releases the handle held, and owns h.
   void reset(H h = H{}) noexcept {

@@ -151,8 +151,9 @@ public:
   }
 
   bool is_open() const noexcept { return s_ != nullptr; }  ///< open() succeeded
-  bool capturable() const noexcept { return true; }  ///< its steps can be captured into a CUDA graph
-  std::size_t staging_bytes() const noexcept { return s_ ? s_->staging : 0; }  ///< bytes per staging buffer (0 when not open)
+  bool capturable() const noexcept { return true; }        ///< its steps can be captured into a CUDA graph
+  /// Bytes per staging buffer (0 when not open).
+  std::size_t staging_bytes() const noexcept { return s_ ? s_->staging : 0; }
   std::size_t size() const noexcept { return s_ ? s_->p : 0; }  ///< ranks of the dimension (0 when not open)
   /// Peer allocations mapped so far (tests: a repeated call maps nothing new).
   std::size_t mappings() const noexcept { return s_ ? s_->maps.count() : 0; }
@@ -192,7 +193,8 @@ public:
   }
 
   // ---- shared access --------------------------------------------------------------------
-  /// Shared access: publishes this rank's src and dst for the step and enqueues the wait for every peer's (see the top).
+  /// Shared access: publishes this rank's src and dst for the step and enqueues the wait for every peer's (see the
+  /// top).
   void arrive(const void* src, const void* dst, std::uint64_t signature, cudaStream_t stream, const step_context& cx) {
     state& s = *s_;
     ++s.arrived;

@@ -51,7 +51,8 @@ struct local_link {
   unique_event ready, done;
   ///@}
 
-  static local_link create() { return {unique_event::create(), unique_event::create()}; }  ///< a link with two new events
+  /// A link with two new events.
+  static local_link create() { return {unique_event::create(), unique_event::create()}; }
   bool capturable() const noexcept { return true; }  ///< its steps can be captured into a CUDA graph
 };
 
@@ -69,15 +70,15 @@ public:
                                            " does not exist (this machine has " + std::to_string(n) + ")");
   }
   std::size_t size() const noexcept { return ranks_; }  ///< logical ranks
-  int device() const noexcept { return device_; }  ///< the device they run on
+  int device() const noexcept { return device_; }       ///< the device they run on
 
 private:
   std::size_t ranks_;
   int device_;
 };
 
-template <class Topology>
 /// A communicator of a local_world.
+template <class Topology>
 using local_communicator = communicator<Topology, local_link>;
 
 /// One communicator per logical rank, in rank order.

@@ -70,7 +70,8 @@ namespace cuda {
 /// The link of one dimension over MPI (see the top).
 class mpi_link {
 public:
-  /// The link of transport `tr`'s channel `ch`: MPI on device pointers when `cuda_aware`, else staged through pinned host buffers in chunks of `chunk_bytes` (see the top).
+  /// The link of transport `tr`'s channel `ch`: MPI on device pointers when `cuda_aware`, else staged through pinned
+  /// host buffers in chunks of `chunk_bytes` (see the top).
   mpi_link(std::shared_ptr<mdring::mpi::transport> tr, mdring::mpi::transport::channel ch, bool cuda_aware,
            std::size_t chunk_bytes)
       : tr_(std::move(tr)),
@@ -85,7 +86,8 @@ public:
   mpi_link& operator=(mpi_link&&) noexcept = default;
   ///@}
 
-  bool capturable() const noexcept { return false; }  ///< the host waits for the stream: not capturable into a CUDA graph
+  /// The host waits for the stream: not capturable into a CUDA graph.
+  bool capturable() const noexcept { return false; }
   bool cuda_aware() const noexcept { return aware_; }  ///< MPI takes the device pointers
 
   /// Waits on the host until the stream reaches the step, then moves its messages (see the top).

@@ -93,10 +93,11 @@ inline void nccl_check(ncclResult_t r, const std::string& where, const char* cal
 class nccl_link {
 public:
   nccl_link() = default;
+  /// Owns NCCL communicator `c`.
   explicit nccl_link(ncclComm_t c) noexcept : comm_(c) {}
 
-  ncclComm_t get() const noexcept { return comm_.get(); }
-  bool capturable() const noexcept { return true; }
+  ncclComm_t get() const noexcept { return comm_.get(); }  ///< the NCCL communicator
+  bool capturable() const noexcept { return true; }        ///< its steps can be captured into a CUDA graph
 
   /// One group of receives and sends on `stream`.
   void exchange(std::span<const device_message> sends, std::span<const device_message> recvs, cudaStream_t stream,
@@ -122,6 +123,7 @@ public:
   /// NCCL dimensions only learns of it when its own NCCL operations fail or when
   /// another dimension (MPI) tells it (docs/GPU.md, "Errors").
   void abort(const std::string&) noexcept { abort_local(); }
+  /// Aborts this rank's NCCL communicator (see abort()).
   void abort_local() noexcept {
     if (ncclComm_t c = comm_.release()) ncclCommAbort(c);
   }
@@ -163,6 +165,7 @@ inline bool nccl_agree(ncclComm_t comm, std::uint64_t h) {
 
 }  // namespace detail
 
+/// A communicator whose every dimension runs over NCCL.
 template <class Topology>
 using nccl_communicator = communicator<Topology, nccl_link>;
 

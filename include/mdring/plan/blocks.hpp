@@ -21,9 +21,10 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// Elements [offset, offset + count).
 struct block_range {
-  std::size_t offset = 0;
-  std::size_t count = 0;
+  std::size_t offset = 0;  ///< the first element
+  std::size_t count = 0;   ///< elements
   friend constexpr bool operator==(const block_range&, const block_range&) = default;
 };
 
@@ -60,6 +61,7 @@ constexpr block_range owned_range(std::size_t n, std::span<const std::size_t> ex
   return cur;
 }
 
+///@{
 /// The ring schedules, for the rank at coordinate c of a ring of p, at step s
 /// (0 <= s < p-1). Each rank sends to c+1 and receives from c-1.
 ///   reduce-scatter: send block c-s-1, receive block c-s-2 and fold it into the local
@@ -78,6 +80,7 @@ constexpr std::size_t ring_ag_send_block(std::size_t c, std::size_t s, std::size
 constexpr std::size_t ring_ag_recv_block(std::size_t c, std::size_t s, std::size_t p) noexcept {
   return (c + 2 * p - s - 1) % p;
 }
+///@}
 
 /// The position of rank's final block in the nested (stage-order) layout: the mixed-
 /// radix number with coordinate 0 most significant. reduce_scatter and all_gather

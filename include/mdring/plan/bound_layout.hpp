@@ -73,7 +73,7 @@ struct bound_layout {
   ///@}
 
   const runtime_topology& executed() const noexcept { return merged.topology; }  ///< the dimensions as they run
-  std::size_t ndims() const noexcept { return extents.size(); }  ///< executed dimensions
+  std::size_t ndims() const noexcept { return extents.size(); }                  ///< executed dimensions
   /// The algorithm dimension d as written runs for commutative ops (a merged
   /// dimension reports its merged stage's).
   algorithm algorithm_of(std::size_t written_d) const { return algorithms.at(merged.of_user.at(written_d)); }

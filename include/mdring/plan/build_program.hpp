@@ -67,7 +67,7 @@ struct dim_program {
 /// What a program is built or looked up with (plan/program_cache.hpp): the call and its executed dimensions.
 struct program_params {
   collective kind = collective::all_reduce;  ///< the collective
-  std::span<const dim_program> dims;  ///< per executed dimension (call_program::dims)
+  std::span<const dim_program> dims;         ///< per executed dimension (call_program::dims)
   /// The collective's count argument: elements (all_reduce, broadcast, reduce), or
   /// per rank (reduce_scatter: recvcount, all_gather: sendcount).
   std::size_t count = 0;
@@ -75,7 +75,7 @@ struct program_params {
   ///@{
   std::size_t rank = 0, root = 0;
   ///@}
-  std::size_t elem_size = 4;  ///< bytes per element
+  std::size_t elem_size = 4;          ///< bytes per element
   std::size_t segment_length = 0;     ///< all_reduce: 0 or >= count for one segment
   std::size_t vector_elements = 1;    ///< receive slots aligned like their fold's destination
   std::size_t recv_misalignment = 0;  ///< (address of recvbuf / elem_size) % vector_elements

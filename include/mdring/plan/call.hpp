@@ -54,15 +54,15 @@ MDRING_NAMESPACE_BEGIN
 
 /// What decide_call needs to know of a call.
 struct call_request {
-  collective kind = collective::all_reduce;  ///< the collective
+  collective kind = collective::all_reduce;    ///< the collective
   const runtime_topology& topology;            ///< executed dimensions (plan/merge.hpp)
   std::span<const algorithm> requested;        ///< options.algorithms, per executed dimension
   std::span<const algorithm> bind_algorithms;  ///< choose_algorithm at bind, commutative ops
-  bool commutative = true;  ///< the op is commutative
-  std::size_t count = 0;  ///< the collective's count argument (per rank for reduce_scatter, all_gather)
-  std::size_t ranks = 1;  ///< ranks in the communicator
+  bool commutative = true;                     ///< the op is commutative
+  std::size_t count = 0;      ///< the collective's count argument (per rank for reduce_scatter, all_gather)
+  std::size_t ranks = 1;      ///< ranks in the communicator
   std::size_t elem_size = 4;  ///< bytes per element
-  const tuning& tune;  ///< the cost model's knobs
+  const tuning& tune;         ///< the cost model's knobs
   const measured_choice* measured = nullptr;  ///< all_reduce, options.planning = measure
   /// topology.rank_link(d) for every dimension, computed once at bind (the host
   /// engine's: no copy of a link per call); empty: computed here.
@@ -74,11 +74,11 @@ struct call_request {
 struct call_decision {
   /// Where the decision comes from: the cost model's estimate, or a measured plan (plan/wisdom.hpp).
   enum class origin { estimate, measured };
-  std::vector<algorithm> algos;    ///< per executed dimension
-  std::size_t segment_length = 0;  ///< all_reduce; 0 (one segment) for the others
-  std::size_t segments = 1;  ///< all_reduce: segments of segment_length elements
-  std::size_t depth = 1;  ///< segments in flight
-  bool trees = false;     ///< broadcast, reduce
+  std::vector<algorithm> algos;      ///< per executed dimension
+  std::size_t segment_length = 0;    ///< all_reduce; 0 (one segment) for the others
+  std::size_t segments = 1;          ///< all_reduce: segments of segment_length elements
+  std::size_t depth = 1;             ///< segments in flight
+  bool trees = false;                ///< broadcast, reduce
   origin source = origin::estimate;  ///< estimate or measured
 };
 
@@ -155,16 +155,16 @@ struct executor_profile {
 /// One call as its program is built: what collective, how many elements, which root.
 struct call_shape {
   collective kind = collective::all_reduce;  ///< the collective
-  std::size_t count = 0;  ///< the collective's count argument
-  std::size_t root = 0;  ///< broadcast, reduce: the root
-  std::size_t elem_size = 4;  ///< bytes per element
+  std::size_t count = 0;                     ///< the collective's count argument
+  std::size_t root = 0;                      ///< broadcast, reduce: the root
+  std::size_t elem_size = 4;                 ///< bytes per element
 };
 
 /// The description describe_call fills: params (whose dims view `dims`) is what a
 /// program is built or looked up with (plan/program_cache.hpp). Reused storage.
 struct call_program {
   std::vector<dim_program> dims;  ///< per executed dimension
-  program_params params;  ///< what the program is built or looked up with (its dims view `dims`)
+  program_params params;          ///< what the program is built or looked up with (its dims view `dims`)
   /// Per executed dimension: the pull form pays on it (it runs streamed when its
   /// buffers are unmapped; explain() says so).
   std::vector<unsigned char> stream_pays;

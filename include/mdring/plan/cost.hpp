@@ -123,14 +123,19 @@ inline bool whole_streaming_pays(collective kind, std::size_t p, std::size_t byt
 /// dimension of more than one rank runs direct by shared access between processes,
 /// with segments larger than the staging buffer, where streaming_pays says so.
 struct stream_query {
-  collective kind = collective::all_reduce;
-  std::span<const std::size_t> extents;  ///< the executed dimensions'
-  std::size_t dim = 0;
-  algorithm algo = algorithm::direct;  ///< what the call runs on dim
-  bool shared = false;                 ///< dim's ranks share memory (the transport's answer)
-  bool same_address_space = false;     ///< the transport's ranks are threads of one process
+  collective kind = collective::all_reduce;  ///< the collective
+  std::span<const std::size_t> extents;      ///< the executed dimensions'
+  std::size_t dim = 0;                       ///< the dimension asked about (executed)
+  algorithm algo = algorithm::direct;        ///< what the call runs on dim
+  bool shared = false;                       ///< dim's ranks share memory (the transport's answer)
+  bool same_address_space = false;           ///< the transport's ranks are threads of one process
+  /// The call's bytes, the bytes of its segments, the segments, and the staging buffer's bytes
+  /// (dim_access::staging_bytes).
+  ///@{
   std::size_t bytes = 0, segment_bytes = 0, segments = 1, staging_bytes = 0;
+  ///@}
 };
+/// The test described above for query `q`, on dimension q.dim's link.
 inline bool streams_when_unmapped(const stream_query& q, const link_info& link, const tuning& t) {
   const bool whole =
       q.kind == collective::broadcast || q.kind == collective::all_gather || q.kind == collective::reduce_scatter;

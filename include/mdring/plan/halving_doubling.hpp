@@ -47,7 +47,8 @@
 
 MDRING_NAMESPACE_BEGIN
 
-/// The shape of halving-doubling over p ranks: p2, the largest power of two <= p, virtual ranks, and rem = p - p2 pairs folded in before and handed out after.
+/// The shape of halving-doubling over p ranks: p2, the largest power of two <= p, virtual ranks, and rem = p - p2 pairs
+/// folded in before and handed out after.
 struct hd_shape {
   /// p ranks, p2 the largest power of two <= p, rem = p - p2 pairs, levels = log2(p2) exchange steps.
   ///@{
@@ -57,8 +58,10 @@ struct hd_shape {
   constexpr std::size_t steps() const noexcept { return levels + (rem ? 2 : 0); }
   /// Coordinate c takes part in the exchanges (the odd one of a pair, or unpaired).
   constexpr bool active(std::size_t c) const noexcept { return c >= 2 * rem || c % 2 == 1; }
-  constexpr std::size_t virtual_of(std::size_t c) const noexcept { return c < 2 * rem ? c / 2 : c - rem; }  ///< the virtual rank of coordinate c
-  constexpr std::size_t coordinate_of(std::size_t v) const noexcept { return v < rem ? 2 * v + 1 : v + rem; }  ///< the coordinate of virtual rank v (of a pair, the odd one)
+  /// The virtual rank of coordinate c.
+  constexpr std::size_t virtual_of(std::size_t c) const noexcept { return c < 2 * rem ? c / 2 : c - rem; }
+  /// The coordinate of virtual rank v (of a pair, the odd one).
+  constexpr std::size_t coordinate_of(std::size_t v) const noexcept { return v < rem ? 2 * v + 1 : v + rem; }
   /// The first block virtual rank v answers for (v == p2: p, the end).
   constexpr std::size_t first_block(std::size_t v) const noexcept { return v < rem ? 2 * v : v + rem; }
   /// Elements [a, b) of virtual ranks a .. b-1 in a range of n elements.
@@ -82,8 +85,12 @@ constexpr hd_shape hd_shape_of(std::size_t p) noexcept {
 /// What step s of a stage does on coordinate c.
 struct hd_step {
   /// What the step does: fold in (of a pair), exchange, or hand out (to a pair).
-  enum kind_t { fold_in, exchange, hand_out } kind = exchange;  ///< fold in (of a pair), exchange, or hand out (to a pair)
-  std::size_t partner = 0;     ///< the coordinate messages go to and come from (exchange)
+  enum kind_t {
+    fold_in,
+    exchange,
+    hand_out
+  } kind = exchange;        ///< fold in (of a pair), exchange, or hand out (to a pair)
+  std::size_t partner = 0;  ///< the coordinate messages go to and come from (exchange)
   ///@{
   block_range send{}, recv{};  ///< element ranges, relative to the stage's range
   ///@}
@@ -152,7 +159,7 @@ constexpr hd_step hd_ag_step(const hd_shape& h, std::size_t n, std::size_t c, st
 /// latencies of any algorithm, for calls where they are what costs.
 struct rd_step {
   hd_step::kind_t kind = hd_step::exchange;  ///< fold in, exchange or hand out
-  std::size_t partner = 0;  ///< the coordinate messages go to and come from
+  std::size_t partner = 0;                   ///< the coordinate messages go to and come from
   /// This rank sends, receives in the step.
   ///@{
   bool sends = false, receives = false;

@@ -43,6 +43,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The dimensions as they run (see the top), and how the written ones map to them.
 struct merged_dimensions {
   runtime_topology topology;         ///< the dimensions as executed
   std::vector<algorithm> requested;  ///< per executed dimension

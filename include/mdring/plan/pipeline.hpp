@@ -162,7 +162,8 @@ struct segmentation {
   ///@}
 
   std::size_t first(std::size_t s) const noexcept { return s * length; }  ///< the first element of segment s
-  const std::vector<block_range>& ranges(std::size_t s) const noexcept { return s + 1 == segments ? tail : full; }  ///< this rank's stage ranges in segment s
+  /// This rank's stage ranges in segment s.
+  const std::vector<block_range>& ranges(std::size_t s) const noexcept { return s + 1 == segments ? tail : full; }
 };
 
 /// Segments of `length` elements in `count` (1 when length is 0 or at least count).
@@ -251,6 +252,7 @@ struct cut_shape {
   std::vector<std::size_t> extents, coords;  ///< the shape's extents and coordinates, per dimension
   ///@}
 };
+/// The cut_shape of a call with these extents, coordinates and algorithms.
 inline cut_shape cut_shape_of(std::span<const std::size_t> extents, std::span<const std::size_t> coords,
                               std::span<const algorithm> algos) {
   cut_shape c{{extents.begin(), extents.end()}, {coords.begin(), coords.end()}};

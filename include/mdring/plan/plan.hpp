@@ -34,22 +34,22 @@
 MDRING_NAMESPACE_BEGIN
 /// One stage of a plan: what this rank does in one dimension, with whom, and its predicted time.
 struct plan_stage {
-  phase ph = phase::reduce_scatter;  ///< what the stage does to its range
-  std::size_t dim = 0;  ///< executed dimension
-  link_info link;                ///< as the topology has it
-  double rank_bandwidth = 0;     ///< this rank's share of it (runtime_topology::rank_link)
-  std::size_t port_sharers = 1;  ///< ranks of the node using its ports at once
-  std::size_t extent = 1;  ///< ranks in the dimension
-  std::size_t coordinate = 0;  ///< this rank's coordinate in it
-  algorithm algo = algorithm::ring;  ///< the stage's algorithm
-  bool participates = true;          ///< scatter/gather stages involve only the root's line
-  block_range range;                 ///< elements of the (nested) buffer this stage works on
-  std::size_t steps = 0;             ///< rounds of messages
-  std::vector<std::size_t> send_to;  ///< global ranks
+  phase ph = phase::reduce_scatter;    ///< what the stage does to its range
+  std::size_t dim = 0;                 ///< executed dimension
+  link_info link;                      ///< as the topology has it
+  double rank_bandwidth = 0;           ///< this rank's share of it (runtime_topology::rank_link)
+  std::size_t port_sharers = 1;        ///< ranks of the node using its ports at once
+  std::size_t extent = 1;              ///< ranks in the dimension
+  std::size_t coordinate = 0;          ///< this rank's coordinate in it
+  algorithm algo = algorithm::ring;    ///< the stage's algorithm
+  bool participates = true;            ///< scatter/gather stages involve only the root's line
+  block_range range;                   ///< elements of the (nested) buffer this stage works on
+  std::size_t steps = 0;               ///< rounds of messages
+  std::vector<std::size_t> send_to;    ///< global ranks
   std::vector<std::size_t> recv_from;  ///< global ranks
-  std::size_t bytes_sent = 0;  ///< by this rank
-  std::size_t bytes_received = 0;  ///< by this rank
-  double seconds = 0;  ///< predicted for the whole stage
+  std::size_t bytes_sent = 0;          ///< by this rank
+  std::size_t bytes_received = 0;      ///< by this rank
+  double seconds = 0;                  ///< predicted for the whole stage
   /// A direct stage the bound communicator runs by shared access: no messages; this
   /// rank reads its peers' buffers (reduce-scatter) and writes into them (all-gather)
   /// in place. Set by communicator::make_plan (the free explain() knows no transport).
@@ -58,23 +58,23 @@ struct plan_stage {
 /// What one rank does in one call, stage by stage (make_plan, explain()).
 struct plan {
   collective kind = collective::all_reduce;  ///< the collective
-  std::string type;  ///< element type name
-  std::size_t elem_size = 0;  ///< bytes per element
-  std::size_t count = 0;     ///< as passed to the collective
-  std::size_t elements = 0;  ///< elements of the whole buffer the stages cut up
-  std::string op;  ///< the op's name
-  runtime_topology topology;  ///< resolved, as executed (same-link dimensions merged)
-  runtime_topology written;   ///< as the user wrote it (resolved), when known
-  std::size_t rank = 0;  ///< this rank
-  std::vector<std::size_t> coords;  ///< its coordinates in the executed topology
-  std::size_t root = 0;  ///< broadcast, reduce: the root
-  std::vector<plan_stage> stages;  ///< in the order they run
+  std::string type;                          ///< element type name
+  std::size_t elem_size = 0;                 ///< bytes per element
+  std::size_t count = 0;                     ///< as passed to the collective
+  std::size_t elements = 0;                  ///< elements of the whole buffer the stages cut up
+  std::string op;                            ///< the op's name
+  runtime_topology topology;                 ///< resolved, as executed (same-link dimensions merged)
+  runtime_topology written;                  ///< as the user wrote it (resolved), when known
+  std::size_t rank = 0;                      ///< this rank
+  std::vector<std::size_t> coords;           ///< its coordinates in the executed topology
+  std::size_t root = 0;                      ///< broadcast, reduce: the root
+  std::vector<plan_stage> stages;            ///< in the order they run
   /// all_reduce cut into this many segments that move through the stages one
   /// behind the other (plan/pipeline.hpp); each stage's seconds above are for the
   /// whole buffer, and pipelined_seconds is the model's total for the segments.
   std::size_t segments = 1;
   std::size_t segment_elements = 0;  ///< elements per segment
-  double pipelined_seconds = 0;  ///< the model's total for the segments
+  double pipelined_seconds = 0;      ///< the model's total for the segments
   /// How the algorithms and segments were picked (options.planning): empty for the
   /// cost model's estimate, or what the measurement found (plan/wisdom.hpp).
   std::string chosen_by;

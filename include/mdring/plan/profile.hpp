@@ -38,28 +38,28 @@ MDRING_NAMESPACE_BEGIN
 
 /// One measurement: a ring step's message of `bytes` on a link in a dimension, and its seconds.
 struct profile_point {
-  std::string link;  ///< the link's name
-  std::size_t dim = 0;  ///< executed dimension
+  std::string link;       ///< the link's name
+  std::size_t dim = 0;    ///< executed dimension
   std::size_t bytes = 0;  ///< message bytes
-  double seconds = 0;  ///< one ring step: a message of `bytes` to the next rank, one from the previous
+  double seconds = 0;     ///< one ring step: a message of `bytes` to the next rank, one from the previous
   friend bool operator==(const profile_point&, const profile_point&) = default;
 };
 
 /// A train: `messages` ring steps' messages of `bytes` in flight at once; `seconds`
 /// until all have arrived.
 struct profile_train {
-  std::string link;  ///< the link's name
-  std::size_t dim = 0;  ///< executed dimension
-  std::size_t bytes = 0;  ///< message bytes
+  std::string link;          ///< the link's name
+  std::size_t dim = 0;       ///< executed dimension
+  std::size_t bytes = 0;     ///< message bytes
   std::size_t messages = 0;  ///< messages in flight each way
-  double seconds = 0;  ///< until all have arrived
+  double seconds = 0;        ///< until all have arrived
   friend bool operator==(const profile_train&, const profile_train&) = default;
 };
 
 /// Measured link figures (mdring::calibrate): the links the cost model plans with and the measurements behind them.
 struct profile {
-  std::string topology;  ///< the executed topology it was measured on
-  std::size_t ranks = 0;  ///< ranks it was measured with
+  std::string topology;               ///< the executed topology it was measured on
+  std::size_t ranks = 0;              ///< ranks it was measured with
   std::vector<link_info> links;       ///< what the cost model plans with, by name
   std::vector<profile_point> points;  ///< what was measured
   std::vector<profile_train> trains;  ///< measured with several messages in flight

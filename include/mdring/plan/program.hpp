@@ -80,8 +80,8 @@ enum class region : std::uint8_t {
 /// Elements [offset, offset + count) of a region (the count is held by the user of the slice).
 struct slice {
   region where = region::recv;  ///< the region
-  std::uint32_t peer = 0;  ///< peer_src, peer_dst, staging: the peer's coordinate in the step's dimension
-  std::size_t offset = 0;  ///< elements from the region's start
+  std::uint32_t peer = 0;       ///< peer_src, peer_dst, staging: the peer's coordinate in the step's dimension
+  std::size_t offset = 0;       ///< elements from the region's start
   friend constexpr bool operator==(const slice&, const slice&) = default;
   /// True for the regions in a peer's memory (peer_src, peer_dst, staging).
   constexpr bool remote() const noexcept {
@@ -92,8 +92,8 @@ struct slice {
 /// One message: `count` elements at `at`, to or from the rank at coordinate `peer`
 /// of the step's dimension.
 struct transfer {
-  std::size_t peer = 0;  ///< the peer's coordinate in the step's dimension
-  slice at;  ///< where the elements are
+  std::size_t peer = 0;   ///< the peer's coordinate in the step's dimension
+  slice at;               ///< where the elements are
   std::size_t count = 0;  ///< elements
 };
 
@@ -119,12 +119,13 @@ struct local_op {
 /// What a step waits for before its ops: nothing, its messages, every peer's arrive, or every peer's leave.
 enum class sync_kind : std::uint8_t { none, messages, arrive, leave };
 
-/// One step of a program: its pre ops, messages, sync and ops (see the table above), as index ranges into the program's arrays.
+/// One step of a program: its pre ops, messages, sync and ops (see the table above), as index ranges into the program's
+/// arrays.
 struct program_step {
-  std::size_t segment = 0;  ///< the segment the step belongs to
-  std::size_t stage = 0;  ///< index into the segment's stages
-  std::size_t dim = 0;    ///< executed dimension
-  std::size_t index = 0;  ///< step within the stage (ring: 0 .. p-2); in messages' tags and errors
+  std::size_t segment = 0;           ///< the segment the step belongs to
+  std::size_t stage = 0;             ///< index into the segment's stages
+  std::size_t dim = 0;               ///< executed dimension
+  std::size_t index = 0;             ///< step within the stage (ring: 0 .. p-2); in messages' tags and errors
   phase ph = phase::reduce_scatter;  ///< what the step's stage does to its range
   /// The first and the last step of its stage.
   ///@{
@@ -157,21 +158,21 @@ struct program_step {
 /// What one rank does in one call: the steps of every segment, and the messages, ops and slices they index into.
 struct program {
   collective kind = collective::all_reduce;  ///< the collective
-  std::size_t count = 0;  ///< the call's count argument
+  std::size_t count = 0;                     ///< the call's count argument
   /// The call's segments, and the elements of each.
   ///@{
   std::size_t segments = 1, segment_length = 0;
   ///@}
-  std::vector<std::size_t> stage_dims;  ///< the stages of one segment: dimension and phase of each
-  std::vector<phase> stage_phases;  ///< the phase of each stage of one segment
+  std::vector<std::size_t> stage_dims;     ///< the stages of one segment: dimension and phase of each
+  std::vector<phase> stage_phases;         ///< the phase of each stage of one segment
   std::vector<program_step> steps;         ///< segment after segment
   std::vector<std::size_t> segment_begin;  ///< steps of segment s: [segment_begin[s], segment_begin[s+1])
   /// Every step's sends and receives.
   ///@{
   std::vector<transfer> sends, recvs;
   ///@}
-  std::vector<local_op> ops;  ///< every step's pre ops and ops
-  std::vector<slice> slices;  ///< every op's inputs and outputs
+  std::vector<local_op> ops;         ///< every step's pre ops and ops
+  std::vector<slice> slices;         ///< every op's inputs and outputs
   std::size_t scratch_elements = 0;  ///< the scratch region
   std::size_t slot_elements = 0;     ///< the receive slots of one segment
   bool shared = false;               ///< some step synchronizes by shared access

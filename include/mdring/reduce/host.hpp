@@ -85,7 +85,7 @@ public:
   /// A reducer of `op` over `ranks` ranks (avg divides by it).
   host_reducer(Op op, std::size_t ranks) : op_(op), ranks_(ranks) {}
 
-  const Op& op() const noexcept { return op_; }  ///< the op
+  const Op& op() const noexcept { return op_; }          ///< the op
   std::size_t ranks() const noexcept { return ranks_; }  ///< the ranks avg divides by
 
   /// dst = a op b, optionally finalized. dst may equal a or b.
@@ -283,7 +283,7 @@ public:
   /// A reducer of `op` over `ranks` ranks.
   host_reducer(Op op, std::size_t ranks) : op_(op), ranks_(ranks) {}
 
-  const Op& op() const noexcept { return op_; }  ///< the op
+  const Op& op() const noexcept { return op_; }          ///< the op
   std::size_t ranks() const noexcept { return ranks_; }  ///< the ranks
 
   /// dst = a op b (reduce_local). dst may equal a or b.

@@ -81,10 +81,15 @@ inline std::size_t env_count(const char* mdring_name, const char* torch_name, st
 }
 }  // namespace detail
 
+/// The job a launcher started this process in (from_env()): its rank, size, processes on this node, and the job's
+/// store.
 struct launched_job {
+  /// This process's rank, the job's processes, and those on this node (0: not told).
+  ///@{
   std::size_t rank = 0, size = 1, local_size = 0;
+  ///@}
   std::unique_ptr<store> job_store;  ///< rank 0 serves it (tcp_store), or in memory for a job of one
-  store* store_ptr() const noexcept { return job_store.get(); }
+  store* store_ptr() const noexcept { return job_store.get(); }  ///< job_store, or nullptr
 
   /// From the launcher's environment (see the top); `fn` names the caller in errors.
   static launched_job from_env(const std::string& fn,

@@ -58,7 +58,8 @@ class prefix_store final : public store {
 public:
   /// Prefixes every key of `inner` with `prefix`.
   prefix_store(store& inner, std::string prefix) : inner_(inner), prefix_(std::move(prefix)) {}
-  void set(const std::string& key, const std::string& value) override { inner_.set(prefix_ + key, value); }  ///< sets prefix + key
+  /// Sets prefix + key.
+  void set(const std::string& key, const std::string& value) override { inner_.set(prefix_ + key, value); }
   /// Gets prefix + key.
   std::string get(const std::string& key, clock::time_point deadline) override {
     return inner_.get(prefix_ + key, deadline);

@@ -44,13 +44,13 @@ namespace rendezvous {
 
 /// How a tcp_store connects and what its server accepts.
 struct tcp_store_options {
-  std::string host = "127.0.0.1";  ///< the server listens on this address only
-  std::uint16_t port = 0;          ///< server: 0 picks a free port (port() says which)
-  std::string secret;              ///< every connection presents it (MDRING_SECRET)
-  std::size_t max_key_bytes = 1024;  ///< the server refuses longer keys
+  std::string host = "127.0.0.1";                       ///< the server listens on this address only
+  std::uint16_t port = 0;                               ///< server: 0 picks a free port (port() says which)
+  std::string secret;                                   ///< every connection presents it (MDRING_SECRET)
+  std::size_t max_key_bytes = 1024;                     ///< the server refuses longer keys
   std::size_t max_value_bytes = std::size_t(16) << 20;  ///< the server refuses longer values
-  std::size_t max_keys = std::size_t(1) << 20;  ///< the server holds at most this many keys
-  std::chrono::milliseconds connect_timeout{60000};  ///< clients retry until the server is up
+  std::size_t max_keys = std::size_t(1) << 20;          ///< the server holds at most this many keys
+  std::chrono::milliseconds connect_timeout{60000};     ///< clients retry until the server is up
 };
 
 namespace detail {

@@ -141,7 +141,8 @@ public:
   /// Takes the compiled library's communicator (what bind() makes).
   explicit compiled_communicator(std::unique_ptr<separate::face> f) noexcept : f_(std::move(f)) {}
 
-  /// As the header-only communicator's members of the same names: size, this rank, the number of dimensions, the topology, the options, false after an error inside a call, the failure that broke it, the scratch bytes held.
+  /// As the header-only communicator's members of the same names: size, this rank, the number of dimensions, the
+  /// topology, the options, false after an error inside a call, the failure that broke it, the scratch bytes held.
   ///@{
   std::size_t size() const noexcept { return f_->size(); }
   std::size_t rank() const noexcept { return f_->rank(); }
@@ -174,7 +175,8 @@ private:
 };
 
 // ---- the collectives (their header-only forms: collective/*.hpp) -----------------
-/// The collectives, as their header-only forms (collective/*.hpp), for the compiled types and ops; a call outside that set does not compile.
+/// The collectives, as their header-only forms (collective/*.hpp), for the compiled types and ops; a call outside that
+/// set does not compile.
 ///@{
 template <class T, class Op = sum_t>
 void all_reduce(compiled_communicator& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op = {}) {

@@ -27,6 +27,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// Where the ranks run (see the top): nodes, ranks per node, and the node-major position of each rank.
 struct node_layout {
   std::size_t ranks = 0;           ///< comm's size
   std::size_t nodes = 0;           ///< distinct shared-memory nodes

@@ -56,6 +56,7 @@ inline node_layout detect_node_layout(MPI_Comm comm) {
   return layout_of_nodes(comm, leader);
 }
 
+/// The topology of comm's ranks, from where they run (topology/detect.hpp topology_of).
 inline runtime_topology detect_topology(MPI_Comm comm) { return topology_of(detect_node_layout(comm)); }
 
 MDRING_NAMESPACE_END

@@ -66,10 +66,11 @@ struct ethernet {};
 /// Ranks on one node sharing host memory.
 struct shm {};
 
-template <>
 /// nvlink's figures.
+template <>
 struct link_traits<nvlink> {
-  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message), whether all pairs are connected, where its buffers live.
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message),
+  /// whether all pairs are connected, where its buffers live.
   ///@{
   static constexpr std::string_view name = "nvlink";
   static constexpr double bandwidth = 150e9;
@@ -79,10 +80,11 @@ struct link_traits<nvlink> {
   ///@}
 };
 
-template <>
 /// pcie's figures.
+template <>
 struct link_traits<pcie> {
-  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message), whether all pairs are connected, where its buffers live.
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message),
+  /// whether all pairs are connected, where its buffers live.
   ///@{
   static constexpr std::string_view name = "pcie";
   static constexpr double bandwidth = 24e9;
@@ -92,10 +94,11 @@ struct link_traits<pcie> {
   ///@}
 };
 
-template <>
 /// infiniband's figures.
+template <>
 struct link_traits<infiniband> {
-  /// The link's figures: its name in topology strings, bandwidth, latency (seconds per message), whether all pairs are connected, where its buffers live, ports per node, seconds per message that the link is busy.
+  /// The link's figures: its name in topology strings, bandwidth, latency (seconds per message), whether all pairs are
+  /// connected, where its buffers live, ports per node, seconds per message that the link is busy.
   ///@{
   static constexpr std::string_view name = "infiniband";
   static constexpr double bandwidth = 12.5e9;  ///< HDR100, 100 Gb/s per port
@@ -107,10 +110,11 @@ struct link_traits<infiniband> {
   ///@}
 };
 
-template <>
 /// ethernet's figures.
+template <>
 struct link_traits<ethernet> {
-  /// The link's figures: its name in topology strings, bandwidth, latency (seconds per message), whether all pairs are connected, where its buffers live, ports per node, seconds per message that the link is busy.
+  /// The link's figures: its name in topology strings, bandwidth, latency (seconds per message), whether all pairs are
+  /// connected, where its buffers live, ports per node, seconds per message that the link is busy.
   ///@{
   static constexpr std::string_view name = "ethernet";
   static constexpr double bandwidth = 1.25e9;  ///< 10 Gb/s per port
@@ -122,10 +126,11 @@ struct link_traits<ethernet> {
   ///@}
 };
 
-template <>
 /// shm's figures.
+template <>
 struct link_traits<shm> {
-  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message), whether all pairs are connected, where its buffers live.
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message),
+  /// whether all pairs are connected, where its buffers live.
   ///@{
   static constexpr std::string_view name = "shm";
   static constexpr double bandwidth = 8e9;
@@ -192,14 +197,14 @@ struct link_curve {
 /// this, so a user can override the figures without new types (parse_link reads
 /// them from text: topology/runtime.hpp).
 struct link_info {
-  std::string name;  ///< as topology strings write it
-  double bandwidth = 0;  ///< bytes per second (per rank, or per port when ports > 0)
-  double latency = 0;    ///< seconds per message
-  bool fully_connected = false;  ///< every rank reaches every other directly
+  std::string name;                         ///< as topology strings write it
+  double bandwidth = 0;                     ///< bytes per second (per rank, or per port when ports > 0)
+  double latency = 0;                       ///< seconds per message
+  bool fully_connected = false;             ///< every rank reaches every other directly
   memory_space space = memory_space::host;  ///< where the dimension's buffers live
-  std::size_t ports = 0;  ///< 0: bandwidth is per rank; N: per port, N ports per node
-  double overhead = 0;    ///< seconds per message that the link is busy
-  link_curve curve{};     ///< measured (calibrate): replaces overhead and bandwidth in the cost model
+  std::size_t ports = 0;                    ///< 0: bandwidth is per rank; N: per port, N ports per node
+  double overhead = 0;                      ///< seconds per message that the link is busy
+  link_curve curve{};                       ///< measured (calibrate): replaces overhead and bandwidth in the cost model
 
   /// Seconds a message of `bytes` keeps the link busy besides its latency.
   double busy_seconds(double bytes) const noexcept {
@@ -219,8 +224,8 @@ struct link_info {
   friend bool operator==(const link_info&, const link_info&) = default;
 };
 
-template <link L>
 /// The link_info of a link tag, from its link_traits.
+template <link L>
 link_info link_info_of() {
   using t = link_traits<L>;
   link_info l{std::string(t::name), double(t::bandwidth), double(t::latency), bool(t::fully_connected),

@@ -130,11 +130,13 @@ inline void register_link(const link_info& info) {
   r.links.insert_or_assign(info.name, info);
 }
 
+/// Registers link tag L's figures under its name.
 template <link L>
 void register_link() {
   register_link(link_info_of<L>());
 }
 
+/// The figures registered under `name` (built in or registered), or std::nullopt.
 inline std::optional<link_info> find_link(std::string_view name) {
   auto& r = detail::link_registry::instance();
   std::lock_guard lock(r.mutex);
@@ -157,6 +159,7 @@ inline link_info parse_link(std::string_view text) {
   return detail::parse_link_with(text, [](std::string_view n) { return find_link(n); });
 }
 
+/// The names of every link known (built in or registered).
 inline std::vector<std::string> known_links() {
   auto& r = detail::link_registry::instance();
   std::lock_guard lock(r.mutex);

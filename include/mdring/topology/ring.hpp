@@ -27,6 +27,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The extent of a dimension whose size comes from the communicator (at most one per topology).
 inline constexpr std::size_t dynamic_extent = std::numeric_limits<std::size_t>::max();
 
 template <class... Rings>
@@ -124,9 +125,9 @@ struct ring_t : detail::topology_base<detail::dim_spec<Link, N>> {
                 "mdring::ring: the link tag has no complete mdring::link_traits<Link> specialization "
                 "(it needs name, bandwidth, latency, fully_connected and space)");
   static_assert(N >= 1, "mdring::ring: the extent must be at least 1, or mdring::dynamic_extent");
-  using link_type = Link;
-  static constexpr std::size_t extent_v = N;
-  using rings = detail::type_list<ring_t>;
+  using link_type = Link;                     ///< the link tag
+  static constexpr std::size_t extent_v = N;  ///< the number of ranks (or dynamic_extent)
+  using rings = detail::type_list<ring_t>;    ///< this ring, as a list of one
 };
 
 /// `ring<nvlink, 4>`: the value users multiply. `ring<shm>` has a dynamic extent.
@@ -147,8 +148,9 @@ struct topology : detail::topology_base<detail::dim_spec<typename Rings::link_ty
   static_assert(((Rings::extent_v == dynamic_extent ? 1 : 0) + ... + 0) <= 1,
                 "mdring::topology: at most one dimension may have dynamic_extent (it is the "
                 "communicator's size divided by the product of the others)");
-  using rings = detail::type_list<Rings...>;
+  using rings = detail::type_list<Rings...>;  ///< the rings, dimension 0 first
 
+  /// The ring of dimension D.
   template <std::size_t D>
   using ring_type = std::tuple_element_t<D, std::tuple<Rings...>>;
 };
@@ -183,6 +185,7 @@ constexpr auto operator*(const A&, const B&) noexcept {
 template <static_topology T>
 using as_topology_t = typename detail::concat<detail::type_list<>, typename T::rings>::type;
 
+/// Two compile-time topologies are equal when they have the same rings in the same order.
 template <static_topology A, static_topology B>
 constexpr bool operator==(const A&, const B&) noexcept {
   return std::is_same_v<as_topology_t<A>, as_topology_t<B>>;

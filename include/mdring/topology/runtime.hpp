@@ -37,7 +37,7 @@ class runtime_topology {
 public:
   /// One dimension: its link and its extent.
   struct dimension {
-    link_info link;  ///< the link's figures
+    link_info link;          ///< the link's figures
     std::size_t extent = 1;  ///< dynamic_extent until resolved
     friend bool operator==(const dimension&, const dimension&) = default;
   };
@@ -53,7 +53,8 @@ public:
   dimension& dim(std::size_t d) { return dims_.at(d); }
   ///@}
   const std::vector<dimension>& dims() const noexcept { return dims_; }  ///< every dimension
-  std::size_t extent(std::size_t d) const { return dims_.at(d).extent; }  ///< dimension d's extent (dynamic_extent until resolved)
+  /// Dimension d's extent (dynamic_extent until resolved).
+  std::size_t extent(std::size_t d) const { return dims_.at(d).extent; }
 
   /// The extents of every dimension.
   std::vector<std::size_t> extents() const {

@@ -49,6 +49,7 @@ struct device_transport_support {
   std::string nccl_unavailable;  ///< why not nccl, when it was built but cannot be used here (in errors)
   std::string ipc_unavailable;   ///< why not ipc (in errors)
 
+  /// Dimension d can run the ipc transport.
   bool ipc_on(std::size_t d) const noexcept { return d < ipc.size() && ipc[d]; }
 };
 

@@ -58,7 +58,8 @@ namespace mpi {
 /// The transport object of one rank in one bound communicator, over an MPI communicator.
 class transport {
 public:
-  using channel = detail::channel;  ///< one dimension's ranks: a sub-communicator, and shared access where its ranks share a node
+  /// One dimension's ranks: a sub-communicator, and shared access where its ranks share a node.
+  using channel = detail::channel;
   /// Peers' buffers are in other processes: read and write them with CMA.
   static constexpr bool same_address_space = false;
   using request = detail::mpi_request;  ///< one send or receive in flight
@@ -107,8 +108,9 @@ public:
 
   std::size_t size() const noexcept { return size_; }  ///< ranks in the communicator
   std::size_t rank() const noexcept { return rank_; }  ///< this rank
-  std::string name() const { return "mpi"; }  ///< "mpi"
-  MPI_Comm control_comm() const noexcept { return ctrl_; }  ///< the duplicate communicator that carries control messages (failures)
+  std::string name() const { return "mpi"; }           ///< "mpi"
+  /// The duplicate communicator that carries control messages (failures).
+  MPI_Comm control_comm() const noexcept { return ctrl_; }
 
   /// Collective: every rank calls it for the same dimensions in the same order.
   MDRING_COLD channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
@@ -134,8 +136,10 @@ public:
     return ch;
   }
 
-  bool shared(const channel& ch) const noexcept { return ch.window.shared(); }  ///< whether the channel has shared access (its ranks share a node)
-  mdring::detail::access_group& group(channel& ch) noexcept { return ch.window.group(); }  ///< the channel's access group
+  /// Whether the channel has shared access (its ranks share a node).
+  bool shared(const channel& ch) const noexcept { return ch.window.shared(); }
+  /// The channel's access group.
+  mdring::detail::access_group& group(channel& ch) noexcept { return ch.window.group(); }
   /// A peer's failure, polled by the shared stages while they wait.
   wait_status shared_failure() {
     if (auto f = poll_control()) return *f;
@@ -164,7 +168,8 @@ public:
     return ch.window.local_address(mappings_, j, remote, bytes);
   }
 
-  /// Posts a send or a receive of `bytes` to or from coordinate `peer` of the channel, with `tag`, into `rq` (transport/transport.hpp).
+  /// Posts a send or a receive of `bytes` to or from coordinate `peer` of the channel, with `tag`, into `rq`
+  /// (transport/transport.hpp).
   ///@{
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
     post(ch, const_cast<void*>(buf), bytes, peer, tag, rq, true);
@@ -197,7 +202,8 @@ public:
     return wait_until(rs, deadline, true);
 #endif
   }
-  static bool complete(const request& rq) noexcept { return rq.n == 0; }  ///< what the last wait saw (transport/transport.hpp)
+  /// What the last wait saw (transport/transport.hpp).
+  static bool complete(const request& rq) noexcept { return rq.n == 0; }
 
   /// MPI_Wtime: simulated seconds under SimGrid SMPI (calibration and measured
   /// planning time with it).

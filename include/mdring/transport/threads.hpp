@@ -47,7 +47,7 @@ class transport {
 public:
   /// One dimension's ranks, as make_channel() returns them.
   struct channel {
-    std::uint32_t dim = 0;  ///< executed dimension
+    std::uint32_t dim = 0;               ///< executed dimension
     std::vector<std::size_t> members;    ///< global ranks, by coordinate
     std::size_t index = 0;               ///< this rank's coordinate
     mdring::detail::access_group group;  ///< shared access (all threads share memory)
@@ -61,7 +61,7 @@ public:
   struct request {
     /// What the request is.
     enum kind_t { none, send, recv };
-    kind_t kind = none;  ///< send, recv, or none (idle)
+    kind_t kind = none;    ///< send, recv, or none (idle)
     std::size_t peer = 0;  ///< global rank of the other side
     /// send
     detail::send_desc desc;
@@ -76,7 +76,8 @@ public:
     ///@}
   };
 
-  /// Rank ep.rank of ep's world; `topology`, the bound topology, must match every rank's; shared access on when `shared_memory`, `staging` bytes per staging buffer.
+  /// Rank ep.rank of ep's world; `topology`, the bound topology, must match every rank's; shared access on when
+  /// `shared_memory`, `staging` bytes per staging buffer.
   transport(endpoint ep, const std::string& topology, bool shared_memory = true,
             std::size_t staging = std::size_t(16) << 10)
       : w_(ep.w),
@@ -86,9 +87,9 @@ public:
         staging_((staging + 63) / 64 * 64) {}
 
   std::size_t size() const noexcept { return w_->size(); }  ///< ranks in the world
-  std::size_t rank() const noexcept { return rank_; }  ///< this rank
-  std::string name() const { return "threads"; }  ///< "threads"
-  world& get_world() const noexcept { return *w_; }  ///< the world the ranks share
+  std::size_t rank() const noexcept { return rank_; }       ///< this rank
+  std::string name() const { return "threads"; }            ///< "threads"
+  world& get_world() const noexcept { return *w_; }         ///< the world the ranks share
 
   /// The channel of dimension `dim`: members[j] is the global rank of coordinate j, `my_index` this rank's.
   channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
@@ -105,7 +106,8 @@ public:
     return ch;
   }
 
-  /// Shared access (transport/shared_access.hpp): whether the channel has it, its access group, a peer's failure, and copies to and from a peer's memory (memcpy: one address space).
+  /// Shared access (transport/shared_access.hpp): whether the channel has it, its access group, a peer's failure, and
+  /// copies to and from a peer's memory (memcpy: one address space).
   ///@{
   bool shared(const channel& ch) const noexcept { return ch.group.size() == ch.members.size(); }
   mdring::detail::access_group& group(channel& ch) noexcept { return ch.group; }
@@ -118,7 +120,8 @@ public:
   }
   ///@}
 
-  /// Posts a send or a receive of `bytes` to or from coordinate `peer` of the channel, with `tag`, into `r` (transport/transport.hpp).
+  /// Posts a send or a receive of `bytes` to or from coordinate `peer` of the channel, with `tag`, into `r`
+  /// (transport/transport.hpp).
   ///@{
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& r) {
     r.kind = request::send;

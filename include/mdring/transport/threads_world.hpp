@@ -79,11 +79,12 @@ class world;
 
 /// One rank's handle on a world: what bind() takes.
 struct endpoint {
-  world* w = nullptr;  ///< the world
+  world* w = nullptr;    ///< the world
   std::size_t rank = 0;  ///< this rank
 };
 
-/// N ranks of one process that communicate through mailboxes; threads::run makes one, or a program makes its own and hands each thread at(rank).
+/// N ranks of one process that communicate through mailboxes; threads::run makes one, or a program makes its own and
+/// hands each thread at(rank).
 class world {
 public:
   /// A world of n ranks (n >= 1).

@@ -33,16 +33,18 @@
 
 MDRING_NAMESPACE_BEGIN
 
-using deadline_clock = std::chrono::steady_clock;
+using deadline_clock = std::chrono::steady_clock;  ///< the clock of the transports' deadlines
 
+/// What a wait ended with: done, a timeout, or a peer's failure.
 struct wait_status {
+  /// done, timeout or peer_failed.
   enum kind_t { done, timeout, peer_failed };
-  kind_t kind = done;
+  kind_t kind = done;           ///< how the wait ended
   std::size_t index = 0;        ///< timeout: the first request that had not completed
   std::size_t failed_rank = 0;  ///< peer_failed: who said so
   std::string reason;           ///< peer_failed: what it said
 
-  static wait_status ok() { return {}; }
+  static wait_status ok() { return {}; }  ///< done
 };
 
 /// A failure passed on. A rank that stops because a peer failed tells the others

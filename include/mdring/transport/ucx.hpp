@@ -59,8 +59,8 @@ public:
   static constexpr bool same_address_space = false;  ///< a peer's buffers are in another process
   /// One dimension's ranks, as make_channel() returns them.
   struct channel {
-    std::size_t id = 0;  ///< the channel's number in tags
-    std::vector<std::size_t> members;  ///< global ranks, by coordinate
+    std::size_t id = 0;                  ///< the channel's number in tags
+    std::vector<std::size_t> members;    ///< global ranks, by coordinate
     mdring::detail::node_window window;  ///< shared access to the node's ranks of the channel
   };
   using request = detail::ucx_request;  ///< one send or receive in flight
@@ -91,7 +91,7 @@ public:
 
   std::size_t size() const noexcept { return size_; }  ///< ranks in the world
   std::size_t rank() const noexcept { return rank_; }  ///< this rank
-  std::string name() const { return "ucx"; }  ///< "ucx"
+  std::string name() const { return "ucx"; }           ///< "ucx"
   /// Where rank r runs, for error messages (executor/host/core.hpp).
   std::string peer_host(std::size_t r) const { return r < size_ ? world_.hosts()[r] : std::string(); }
   ucp_worker_h worker() const noexcept { return worker_; }  ///< the UCX worker the transport runs on

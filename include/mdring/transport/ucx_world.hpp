@@ -188,7 +188,8 @@ inline std::shared_ptr<ucp_context> process_context() {
 
 }  // namespace detail
 
-/// The processes of one job, found through a rendezvous::store, and their UCX context: what bind() takes for the UCX transport.
+/// The processes of one job, found through a rendezvous::store, and their UCX context: what bind() takes for the UCX
+/// transport.
 class world {
 public:
   /// A world over a store that every process of the job reaches (the PyTorch
@@ -210,13 +211,14 @@ public:
   std::size_t local_size() const noexcept { return s_->local; }
   /// Where the processes run, as detect_topology() sees MPI's (topology/detect.hpp).
   const node_layout& layout() const noexcept { return s_->layout; }
-  runtime_topology topology() const { return topology_of(s_->layout); }  ///< the topology the processes' layout gives (topology/detect.hpp)
+  /// The topology the processes' layout gives (topology/detect.hpp).
+  runtime_topology topology() const { return topology_of(s_->layout); }
   rendezvous::store& store() const noexcept { return *s_->store; }  ///< the store the world rendezvouses through
   /// The host each rank runs on, by rank (its name; "" where the node identity is unknown).
   const std::vector<std::string>& hosts() const noexcept { return s_->hosts; }
   /// The other processes of this node: (rank, process id).
   const std::vector<std::pair<std::size_t, long>>& node_peers() const noexcept { return s_->node_peers; }
-  ucp_context_h context() const noexcept { return s_->context.get(); }  ///< the UCX context
+  ucp_context_h context() const noexcept { return s_->context.get(); }        ///< the UCX context
   std::chrono::milliseconds timeout() const noexcept { return s_->timeout; }  ///< the deadline of every wait
 
   /// The next bind's key prefix in the store, and its 16-bit stamp: the same on every
@@ -224,7 +226,7 @@ public:
   /// (the world's random salt plus the bind's number), so that a message meant for
   /// an earlier communicator never matches a later one on a reused worker.
   struct bind_ticket {
-    std::string prefix;  ///< the key prefix
+    std::string prefix;       ///< the key prefix
     std::uint32_t stamp = 0;  ///< the 16-bit stamp
   };
   /// The next bind's ticket (see bind_ticket).
