@@ -221,6 +221,8 @@ communicator_core<Transport>& core_of(communicator_core<Transport>& c) noexcept 
 }
 }  // namespace detail
 
+/// A host communicator, as bind() makes one: it names its topology and transport types, and has size() and
+/// get_transport().
 template <class C>
 concept bound_communicator = requires(C& c) {
   typename C::topology_type;

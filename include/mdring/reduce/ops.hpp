@@ -174,19 +174,19 @@ struct op_traits {
   }
 };
 
-// A bulk op reduces whole arrays in one call, the way MPI_Reduce_local does:
-//   op.reduce_local(in, inout, n)   inout[i] = in[i] op inout[i], i < n
-// It suits an op whose per-element call would be expensive (a function pointer, an
-// MPI_Op applied by the MPI library: the drop-in interposer uses this). The host
-// executor calls it on tiles of a few KiB; it must be commutative (the folds give
-// it its inputs in either order), and it has no finalize. The GPU path rejects it.
+/// A bulk op reduces whole arrays in one call, the way MPI_Reduce_local does:
+///   op.reduce_local(in, inout, n)   inout[i] = in[i] op inout[i], i < n
+/// It suits an op whose per-element call would be expensive (a function pointer, an
+/// MPI_Op applied by the MPI library: the drop-in interposer uses this). The host
+/// executor calls it on tiles of a few KiB; it must be commutative (the folds give
+/// it its inputs in either order), and it has no finalize. The GPU path rejects it.
 template <class Op, class T>
 concept bulk_reduction =
     !op_traits<Op>::builtin && op_traits<Op>::commutative &&
     requires(const Op& op, const T* in, T* inout, std::size_t n) { op.reduce_local(in, inout, n); };
 
-// Op can reduce elements of type T: a built-in op on a built-in element type, a
-// callable (T, T) -> T on a trivially copyable T, or a bulk op.
+/// Op can reduce elements of type T: a built-in op on a built-in element type, a
+/// callable (T, T) -> T on a trivially copyable T, or a bulk op.
 template <class Op, class T>
 concept reduction_for =
     std::is_trivially_copyable_v<T> &&

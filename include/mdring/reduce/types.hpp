@@ -111,7 +111,7 @@ inline constexpr bool is_16bit_float_v = std::is_same_v<T, half> || std::is_same
 template <class T>
 using accumulator_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
 
-// The element types the built-in ops accept.
+/// The element types the built-in ops accept.
 template <class T>
 concept builtin_element = (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) || is_16bit_float_v<T>;
 

@@ -140,8 +140,8 @@ struct link_traits<shm> {
   ///@}
 };
 
-// A type is a link tag when link_traits<L> is complete and has the five members
-// with the right types.
+/// A type is a link tag when link_traits<L> is complete and has the five members
+/// with the right types.
 template <class L>
 concept link = requires {
   { link_traits<L>::name } -> std::convertible_to<std::string_view>;

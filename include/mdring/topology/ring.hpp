@@ -167,7 +167,7 @@ struct concat<type_list<A...>, type_list<B...>> {
 };
 }  // namespace detail
 
-// A compile-time topology: a ring_t or a topology<...>.
+/// A compile-time topology: a ring_t or a topology<...>.
 template <class T>
 concept static_topology =
     detail::is_ring<std::remove_cv_t<T>>::value || detail::is_topology_type<std::remove_cv_t<T>>::value;

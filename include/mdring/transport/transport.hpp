@@ -76,6 +76,7 @@ inline wait_status received_failure(std::size_t sender, std::string reason) {
   return st;
 }
 
+/// What a transport must provide (see the top).
 template <class T>
 concept transport = requires(T& t, const T& ct, typename T::channel& ch, typename T::request& r,
                              std::span<typename T::request> rs, std::span<const std::size_t> members, const void* cbuf,
@@ -97,7 +98,7 @@ concept transport = requires(T& t, const T& ct, typename T::channel& ch, typenam
 // that drifts fails to compile there instead of silently turning the feature off
 // in the engine, which tests them with if constexpr.
 
-// Segments of a pipelined all_reduce may complete their steps out of order.
+/// Segments of a pipelined all_reduce may complete their steps out of order.
 template <class T>
 concept waits_for_any = transport<T> && requires(T& t, std::span<typename T::request> rs, const typename T::request& r,
                                                  deadline_clock::time_point dl) {
@@ -105,23 +106,23 @@ concept waits_for_any = transport<T> && requires(T& t, std::span<typename T::req
   { T::complete(r) } -> std::convertible_to<bool>;
 };
 
-// A peer's buffer in node memory (mdring::node_alloc) is reachable by pointer:
-// local_address(ch, j, remote, bytes) is this process's address of peer j's
-// `remote`, or nullptr when it is not mapped (then: cross-memory attach).
+/// A peer's buffer in node memory (mdring::node_alloc) is reachable by pointer:
+/// local_address(ch, j, remote, bytes) is this process's address of peer j's
+/// `remote`, or nullptr when it is not mapped (then: cross-memory attach).
 template <class T>
 concept maps_peer_memory = requires(T& t, typename T::channel& ch, std::size_t j, const void* p, std::size_t n) {
   { t.local_address(ch, j, p, n) } -> std::convertible_to<const void*>;
 };
 
-// Says whether a progress thread may call it while the user's threads do (MPI:
-// only under MPI_THREAD_MULTIPLE). A transport without it allows it.
+/// Says whether a progress thread may call it while the user's threads do (MPI:
+/// only under MPI_THREAD_MULTIPLE). A transport without it allows it.
 template <class T>
 concept reports_background_progress = requires(const T& t) {
   { t.background_progress() } -> std::convertible_to<bool>;
 };
 
-// Has a clock of its own, in seconds (MPI: MPI_Wtime, which under SimGrid SMPI is
-// the simulated time): calibration and measured planning time with it.
+/// Has a clock of its own, in seconds (MPI: MPI_Wtime, which under SimGrid SMPI is
+/// the simulated time): calibration and measured planning time with it.
 template <class T>
 concept has_clock = requires(const T& t) {
   { t.seconds() } -> std::convertible_to<double>;
