@@ -41,7 +41,7 @@ public:
   /// A request for call `st` queued on executor `ex` (the nonblocking collectives make it).
   request(std::shared_ptr<detail::host_executor> ex, std::shared_ptr<detail::call_state> st) noexcept
       : ex_(std::move(ex)), st_(std::move(st)) {}
-  request(request&&) noexcept = default;  ///< moves; `o` is left empty
+  request(request&&) noexcept = default;  ///< moves; the moved-from request is left empty
   /// Moves: waits for the call this request held, if any, then takes `o`'s.
   request& operator=(request&& o) noexcept {
     if (this != &o) {

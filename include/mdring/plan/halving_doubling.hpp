@@ -85,11 +85,7 @@ constexpr hd_shape hd_shape_of(std::size_t p) noexcept {
 /// What step s of a stage does on coordinate c.
 struct hd_step {
   /// What the step does: fold in (of a pair), exchange, or hand out (to a pair).
-  enum kind_t {
-    fold_in,
-    exchange,
-    hand_out
-  } kind = exchange;        ///< fold in (of a pair), exchange, or hand out (to a pair)
+  enum kind_t { fold_in, exchange, hand_out } kind = exchange;  ///< what the step does
   std::size_t partner = 0;  ///< the coordinate messages go to and come from (exchange)
   ///@{
   block_range send{}, recv{};  ///< element ranges, relative to the stage's range

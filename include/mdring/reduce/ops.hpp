@@ -163,8 +163,9 @@ struct is_non_commutative_wrapper<non_commutative_op<F>> : std::true_type {};
 /// give the functor `static constexpr bool is_commutative = false;`.
 template <class Op>
 struct op_traits {
-  static constexpr bool builtin = detail::builtin_op<Op>::value;  ///< one of sum, prod, min, max, avg
-  static constexpr bool commutative =  ///< false for non_commutative_op and for a functor whose is_commutative is false
+  static constexpr bool builtin = detail::builtin_op<Op>::value;  ///< Op is sum_t, prod_t, min_t, max_t or avg_t
+  /// False for non_commutative_op and for a functor whose is_commutative is false.
+  static constexpr bool commutative =
       !detail::is_non_commutative_wrapper<Op>::value && detail::declared_commutative<Op>();
   static constexpr bool has_finalize = std::is_same_v<Op, avg_t>;  ///< avg: a finalize() after the last fold
   /// Op::name where it has one, else "user op".
