@@ -39,6 +39,8 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
+/// A topology bound to device transports (see the top): what cuda::bind() returns; each executed dimension runs
+/// over one of Links.
 template <class Topology, class... Links>
 class communicator : public mdring::detail::communicator_base {
 public:

@@ -67,6 +67,7 @@ inline std::size_t ipc_flags_bytes(std::size_t p) { return (2 * p * sizeof(std::
 
 }  // namespace detail
 
+/// The link of one dimension whose ranks are processes of one node: CUDA IPC (see the top).
 class ipc_link {
 public:
   /// Every rank of the dimension takes part in every step that moves messages,
