@@ -40,6 +40,9 @@
 #define MDRING_NAMESPACE_END \
   }                          \
   }
+/// \namespace mdring
+/// The public API: every name outside the nested `detail` namespaces (which are the
+/// internals). It is declared in the versioned inline namespace mdring::v0.
 
 // Hidden visibility for symbols that must not leak across shared objects (kernels).
 #if defined(__GNUC__) || defined(__clang__)

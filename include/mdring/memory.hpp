@@ -140,34 +140,41 @@ private:
 
 }  // namespace detail
 
-// `bytes` of host memory (page-aligned) that peers on this node can map; see above.
+/// `bytes` of host memory (page-aligned) that peers on this node can map; see above.
 inline void* node_alloc(std::size_t bytes) { return detail::node_registry::instance().allocate(bytes); }
-// Frees memory from node_alloc (nullptr is ignored; any other pointer aborts).
+/// Frees memory from node_alloc (nullptr is ignored; any other pointer aborts).
 inline void node_free(void* p) noexcept { detail::node_registry::instance().deallocate(p); }
-// Whether [p, p + bytes) lies in one buffer from node_alloc that peers can map.
+/// Whether [p, p + bytes) lies in one buffer from node_alloc that peers can map.
 inline bool is_node_memory(const void* p, std::size_t bytes = 1) {
   return detail::node_registry::instance().find(p, bytes).id != 0;
 }
 
-// std::allocator-shaped access to node_alloc, for containers.
+/// std::allocator-shaped access to node_alloc, for containers.
 template <class T>
 struct node_allocator {
-  using value_type = T;
+  using value_type = T;  ///< the element type
   node_allocator() noexcept = default;
+  /// Converts from an allocator of another type (they are all alike).
+  ///@{
   template <class U>
   node_allocator(const node_allocator<U>&) noexcept {}
+  ///@}
+  /// n elements of T from node_alloc (std::bad_alloc when n * sizeof(T) overflows).
   T* allocate(std::size_t n) {
     if (n > std::size_t(-1) / sizeof(T)) throw std::bad_alloc();
     return static_cast<T*>(node_alloc(n * sizeof(T)));
   }
-  void deallocate(T* p, std::size_t) noexcept { node_free(p); }
+  void deallocate(T* p, std::size_t) noexcept { node_free(p); }  ///< node_free(p)
+  /// All node_allocators are equal (one node_alloc).
+  ///@{
   template <class U>
   bool operator==(const node_allocator<U>&) const noexcept {
     return true;
   }
+  ///@}
 };
 
-// A memory resource over node_alloc (for std::pmr containers).
+/// A memory resource over node_alloc (for std::pmr containers).
 class node_memory_resource final : public std::pmr::memory_resource {
   void* do_allocate(std::size_t bytes, std::size_t align) override {
     if (align > 4096) throw std::bad_alloc();

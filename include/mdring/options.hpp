@@ -33,29 +33,30 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// The algorithm of one dimension's stages.
-//   ring    p-1 steps, each sends 1/p of the range to the next rank: bandwidth optimal
-//           on any link, 2(p-1) latencies per all-reduce.
-//   direct  one step: every rank sends block j to rank j and folds the p inputs of its
-//           own block in one n-ary pass; 2 latencies, but (p-1) messages in flight and
-//           (p-1)/p of the range in scratch. For fully connected links (nvlink, shm).
-//   halving_doubling  recursive halving, then doubling (Rabenseifner): log2 p steps
-//           (two more when p is not a power of two), sending halves, quarters, ...
-//           of the range to ranks 1, 2, 4, ... apart: latency-bound sizes on rings
-//           of many ranks (plan/halving_doubling.hpp).
-//   recursive_doubling  all_reduce only: the dimension all-reduces its whole range
-//           instead of cutting it into blocks, in log2 p exchanges of the whole
-//           range with ranks 1, 2, 4, ... apart (two more steps when p is not a
-//           power of two): the fewest latencies, for the tiniest calls, at p times
-//           the bytes of a reduce-scatter (plan/halving_doubling.hpp). The other
-//           collectives run halving_doubling on such a dimension.
-//   automatic  direct on fully connected links of 2 to tuning::direct_max_extent ranks,
-//           ring otherwise, and for a call's ranges where the cost model predicts
-//           it faster (small messages) halving_doubling instead of that ring, or
-//           (all_reduce, up to tuning::recursive_doubling_max_bytes) recursive_doubling
-//           on the last dimensions; a non-commutative op always gets direct.
+/// The algorithm of one dimension's stages.
+///   ring    p-1 steps, each sends 1/p of the range to the next rank: bandwidth optimal
+///           on any link, 2(p-1) latencies per all-reduce.
+///   direct  one step: every rank sends block j to rank j and folds the p inputs of its
+///           own block in one n-ary pass; 2 latencies, but (p-1) messages in flight and
+///           (p-1)/p of the range in scratch. For fully connected links (nvlink, shm).
+///   halving_doubling  recursive halving, then doubling (Rabenseifner): log2 p steps
+///           (two more when p is not a power of two), sending halves, quarters, ...
+///           of the range to ranks 1, 2, 4, ... apart: latency-bound sizes on rings
+///           of many ranks (plan/halving_doubling.hpp).
+///   recursive_doubling  all_reduce only: the dimension all-reduces its whole range
+///           instead of cutting it into blocks, in log2 p exchanges of the whole
+///           range with ranks 1, 2, 4, ... apart (two more steps when p is not a
+///           power of two): the fewest latencies, for the tiniest calls, at p times
+///           the bytes of a reduce-scatter (plan/halving_doubling.hpp). The other
+///           collectives run halving_doubling on such a dimension.
+///   automatic  direct on fully connected links of 2 to tuning::direct_max_extent ranks,
+///           ring otherwise, and for a call's ranges where the cost model predicts
+///           it faster (small messages) halving_doubling instead of that ring, or
+///           (all_reduce, up to tuning::recursive_doubling_max_bytes) recursive_doubling
+///           on the last dimensions; a non-commutative op always gets direct.
 enum class algorithm { automatic, ring, direct, halving_doubling, recursive_doubling };
 
+/// The algorithm's name ("ring", "halving_doubling", ...).
 constexpr std::string_view to_string(algorithm a) noexcept {
   switch (a) {
     case algorithm::ring:
@@ -71,31 +72,33 @@ constexpr std::string_view to_string(algorithm a) noexcept {
   }
 }
 
-// How bind's plans are chosen for all_reduce.
-//   estimate  the cost model alone (plan/cost.hpp, plan/pipeline.hpp): free.
-//   measure   the first call of each size class (a factor of 2 in bytes) times a few
-//             candidate plans on the real ranks (algorithms per dimension, segment
-//             count, segments in flight) and keeps the fastest (plan/wisdom.hpp).
+/// How bind's plans are chosen for all_reduce.
+///   estimate  the cost model alone (plan/cost.hpp, plan/pipeline.hpp): free.
+///   measure   the first call of each size class (a factor of 2 in bytes) times a few
+///             candidate plans on the real ranks (algorithms per dimension, segment
+///             count, segments in flight) and keeps the fastest (plan/wisdom.hpp).
 enum class planning { estimate, measure };
 
+/// "estimate" or "measure".
 constexpr std::string_view to_string(planning p) noexcept { return p == planning::measure ? "measure" : "estimate"; }
 
-// The transport of one dimension when the buffers are in GPU memory (mdring/cuda/,
-// docs/GPU.md). automatic picks by the dimension's link (transport/device_select.hpp):
-// ipc on GPU links whose ranks share a node, NCCL on other GPU links and fast
-// fabrics, MPI on slow host links.
-//   ipc             the processes of one node read each other's device buffers in
-//                   place through CUDA IPC (direct stages fold the peers' blocks
-//                   where they are; small ones go through staging buffers, one-shot);
-//                   stream-ordered flags: can be captured in a CUDA graph
-//   nccl            one NCCL communicator per dimension, grouped ncclSend/ncclRecv
-//                   on the stream: stream-ordered, can be captured in a CUDA graph
-//   mpi_staged      MPI through pinned host buffers, chunked and double-buffered
-//                   (synchronizes the host with the stream; not capturable)
-//   mpi_cuda_aware  MPI on the device pointers, when the MPI library supports it
-//   local           several logical ranks on one GPU in one process (cudaMemcpyAsync)
+/// The transport of one dimension when the buffers are in GPU memory (mdring/cuda/,
+/// docs/GPU.md). automatic picks by the dimension's link (transport/device_select.hpp):
+/// ipc on GPU links whose ranks share a node, NCCL on other GPU links and fast
+/// fabrics, MPI on slow host links.
+///   ipc             the processes of one node read each other's device buffers in
+///                   place through CUDA IPC (direct stages fold the peers' blocks
+///                   where they are; small ones go through staging buffers, one-shot);
+///                   stream-ordered flags: can be captured in a CUDA graph
+///   nccl            one NCCL communicator per dimension, grouped ncclSend/ncclRecv
+///                   on the stream: stream-ordered, can be captured in a CUDA graph
+///   mpi_staged      MPI through pinned host buffers, chunked and double-buffered
+///                   (synchronizes the host with the stream; not capturable)
+///   mpi_cuda_aware  MPI on the device pointers, when the MPI library supports it
+///   local           several logical ranks on one GPU in one process (cudaMemcpyAsync)
 enum class device_transport { automatic, nccl, mpi_staged, mpi_cuda_aware, local, ipc };
 
+/// The device transport's name.
 constexpr std::string_view to_string(device_transport t) noexcept {
   switch (t) {
     case device_transport::nccl:
@@ -113,50 +116,52 @@ constexpr std::string_view to_string(device_transport t) noexcept {
   }
 }
 
-// Where the partial results of half and bfloat16 reductions are carried.
-//   element  each fold accumulates in float and rounds to the element type: the
-//            partial sums cross the stages (and the wire) in 16 bits, rounded once
-//            per ring hop, or once per dimension where the dimension runs direct.
-//   float32  the call is widened: its inputs converted to float32, the reduction run
-//            in float32 through every stage, and the result rounded to 16 bits once,
-//            at the end. Twice the bytes of every stage, a conversion pass each way,
-//            and count floats of scratch per call in flight, kept for reuse (node
-//            memory between the processes of a node, else options.memory). Host
-//            path; the GPU path runs every dimension direct instead (one rounding
-//            per dimension).
-// Per dimension (options::dimension_accumulation, MDRING_ACCUMULATION=element,float32):
-// a float32 dimension's partial results are not rounded inside it. The dimension
-// runs direct: every rank's 16-bit inputs to a block reach its owner, which folds
-// them in float and rounds once, as the block leaves the dimension. The bytes are
-// those of a ring's reduce-scatter (16 bits); what it costs is (p - 1) messages in
-// flight instead of one. Rings of the other dimensions still round per hop. Every
-// dimension float32 is the widened call. Other element types and user ops are not
-// affected.
+/// Where the partial results of half and bfloat16 reductions are carried.
+///   element  each fold accumulates in float and rounds to the element type: the
+///            partial sums cross the stages (and the wire) in 16 bits, rounded once
+///            per ring hop, or once per dimension where the dimension runs direct.
+///   float32  the call is widened: its inputs converted to float32, the reduction run
+///            in float32 through every stage, and the result rounded to 16 bits once,
+///            at the end. Twice the bytes of every stage, a conversion pass each way,
+///            and count floats of scratch per call in flight, kept for reuse (node
+///            memory between the processes of a node, else options.memory). Host
+///            path; the GPU path runs every dimension direct instead (one rounding
+///            per dimension).
+/// Per dimension (options::dimension_accumulation, MDRING_ACCUMULATION=element,float32):
+/// a float32 dimension's partial results are not rounded inside it. The dimension
+/// runs direct: every rank's 16-bit inputs to a block reach its owner, which folds
+/// them in float and rounds once, as the block leaves the dimension. The bytes are
+/// those of a ring's reduce-scatter (16 bits); what it costs is (p - 1) messages in
+/// flight instead of one. Rings of the other dimensions still round per hop. Every
+/// dimension float32 is the widened call. Other element types and user ops are not
+/// affected.
 enum class accumulation { element, float32 };
 
+/// The accumulation's name.
 constexpr std::string_view to_string(accumulation a) noexcept {
   return a == accumulation::float32 ? "float32" : "element";
 }
 
-// How much argument checking a collective does.
-//   local       each rank checks its own arguments (null buffers, overlap, root); a
-//               rank that fails tells its peers, so nobody waits for it.
-//   collective  additionally, the ranks agree on count, element type, op and root
-//               with one small all-reduce per call before moving data, and all of
-//               them throw the same invalid_argument when they differ.
+/// How much argument checking a collective does.
+///   local       each rank checks its own arguments (null buffers, overlap, root); a
+///               rank that fails tells its peers, so nobody waits for it.
+///   collective  additionally, the ranks agree on count, element type, op and root
+///               with one small all-reduce per call before moving data, and all of
+///               them throw the same invalid_argument when they differ.
 enum class check_level { local, collective };
 
-// Who moves nonblocking calls (iall_reduce, ...) on while the caller does
-// something else (executor/progress.hpp).
-//   automatic  agent where the transport allows a second thread to call it (threads
-//              always; MPI when initialized with MPI_THREAD_MULTIPLE), else in_wait.
-//   agent      a progress thread of mdring's, one per process, that sleeps while no
-//              call is in flight. Over MPI it needs MPI_THREAD_MULTIPLE: bind throws
-//              invalid_argument("options.progress") when MPI provides less.
-//   in_wait    no extra thread: calls move only inside request::wait/test,
-//              wait_all and wait_any (and blocking calls), on the caller's thread.
+/// Who moves nonblocking calls (iall_reduce, ...) on while the caller does
+/// something else (executor/progress.hpp).
+///   automatic  agent where the transport allows a second thread to call it (threads
+///              always; MPI when initialized with MPI_THREAD_MULTIPLE), else in_wait.
+///   agent      a progress thread of mdring's, one per process, that sleeps while no
+///              call is in flight. Over MPI it needs MPI_THREAD_MULTIPLE: bind throws
+///              invalid_argument("options.progress") when MPI provides less.
+///   in_wait    no extra thread: calls move only inside request::wait/test,
+///              wait_all and wait_any (and blocking calls), on the caller's thread.
 enum class progress_mode { automatic, agent, in_wait };
 
+/// The progress mode's name.
 constexpr std::string_view to_string(progress_mode m) noexcept {
   switch (m) {
     case progress_mode::agent:
@@ -267,94 +272,97 @@ inline check_level default_checks() {
 }
 }  // namespace detail
 
+/// What bind() takes besides the topology and the world; the defaults come from the MDRING_* environment variables.
 struct options {
-  // The deadline of every single wait (one step of one stage). Generous by default
-  // (5 minutes, or MDRING_TIMEOUT seconds); when it passes, timeout_error names the
-  // collective, dimension, step and peer that did not answer.
+  /// The deadline of every single wait (one step of one stage). Generous by default
+  /// (5 minutes, or MDRING_TIMEOUT seconds); when it passes, timeout_error names the
+  /// collective, dimension, step and peer that did not answer.
   std::chrono::milliseconds timeout = detail::default_timeout();
 
-  // When a call fails on its deadline or on a peer's failure, this rank writes one
-  // line on stderr saying what it was doing: the call, its step, dimension and link,
-  // the peer it waited on (executor/state.hpp; mdring::dump_state writes the same on
-  // demand). On by default; MDRING_HANG_REPORT=0 turns it off.
+  /// When a call fails on its deadline or on a peer's failure, this rank writes one
+  /// line on stderr saying what it was doing: the call, its step, dimension and link,
+  /// the peer it waited on (executor/state.hpp; mdring::dump_state writes the same on
+  /// demand). On by default; MDRING_HANG_REPORT=0 turns it off.
   bool hang_report = detail::default_hang_report();
 
-  // Per-dimension algorithm; missing entries mean automatic.
+  /// Per-dimension algorithm; missing entries mean automatic.
   std::vector<algorithm> algorithms{};
 
-  // A profile file written by mdring::calibrate / mdring-calibrate (plan/profile.hpp):
-  // the cost model plans with its measured figures for the links it names instead
-  // of their traits. Every rank must read the same figures (bind checks). Empty:
-  // none; MDRING_PROFILE=<file> sets the default.
+  /// A profile file written by mdring::calibrate / mdring-calibrate (plan/profile.hpp):
+  /// the cost model plans with its measured figures for the links it names instead
+  /// of their traits. Every rank must read the same figures (bind checks). Empty:
+  /// none; `MDRING_PROFILE=<file>` sets the default.
   std::string profile = detail::default_profile();
 
-  // estimate (the default) or measure (see planning); MDRING_PLANNING=measure.
+  /// estimate (the default) or measure (see planning); MDRING_PLANNING=measure.
   mdring::planning planning = detail::default_planning();
-  // With measure: a file that keeps the measured plans across runs (plan/wisdom.hpp),
-  // read at bind and rewritten by rank 0 after each measurement. Every rank must
-  // read the same (bind checks). Empty: kept in memory only; MDRING_WISDOM=<file>.
+  /// With measure: a file that keeps the measured plans across runs (plan/wisdom.hpp),
+  /// read at bind and rewritten by rank 0 after each measurement. Every rank must
+  /// read the same (bind checks). Empty: kept in memory only; `MDRING_WISDOM=<file>`.
   std::string wisdom = detail::default_wisdom();
 
-  // Where all scratch memory comes from (nullptr: std::pmr::get_default_resource()).
-  // Scratch grows to the largest call and is then reused: no allocation per call.
+  /// Where all scratch memory comes from (nullptr: std::pmr::get_default_resource()).
+  /// Scratch grows to the largest call and is then reused: no allocation per call.
   std::pmr::memory_resource* memory = nullptr;
+  /// memory, or std::pmr::get_default_resource().
   std::pmr::memory_resource* memory_or_default() const noexcept {
     return memory ? memory : std::pmr::get_default_resource();
   }
 
-  // MPI: messages longer than this are sent as several MPI elements (MPI counts are
-  // int). Must be at least 1.
+  /// MPI: messages longer than this are sent as several MPI elements (MPI counts are
+  /// int). Must be at least 1.
   std::size_t max_message_bytes = std::size_t(1) << 30;
 
+  /// local or collective argument checks (check_level); MDRING_CHECKS=collective sets the default.
   check_level checks = detail::default_checks();
 
-  // Reproducible results (docs/USAGE.md, "Reproducible reductions"): every element of a
-  // reduction is combined in one order that depends on the topology alone, whatever
-  // the count, the element's place in the buffer, the segments, the pipeline depth,
-  // the planning mode, the transport and the progress mode:
-  //   dimension by dimension, innermost first; within a dimension, the partial
-  //   results of the ranks along it folded left to right in coordinate order
-  //   (((x_0 op x_1) op x_2) ... op x_{p-1}), in the op's accumulator type (float for
-  //   half and bfloat16), rounded to the element type once per dimension.
-  // Only the direct algorithm folds so: every dimension runs it, none is split,
-  // merged same-link dimensions fold nested (plan/merge.hpp), and asking for ring,
-  // halving_doubling or recursive_doubling as well is an
-  // invalid_argument("options.algorithms").
-  // Costs (p - 1) messages in flight per rank on long rings (docs/PERFORMANCE.md).
-  // Every rank must agree (bind checks). MDRING_REPRODUCIBLE=1 sets the default.
+  /// Reproducible results (docs/USAGE.md, "Reproducible reductions"): every element of a
+  /// reduction is combined in one order that depends on the topology alone, whatever
+  /// the count, the element's place in the buffer, the segments, the pipeline depth,
+  /// the planning mode, the transport and the progress mode:
+  ///   dimension by dimension, innermost first; within a dimension, the partial
+  ///   results of the ranks along it folded left to right in coordinate order
+  ///   (((x_0 op x_1) op x_2) ... op x_{p-1}), in the op's accumulator type (float for
+  ///   half and bfloat16), rounded to the element type once per dimension.
+  /// Only the direct algorithm folds so: every dimension runs it, none is split,
+  /// merged same-link dimensions fold nested (plan/merge.hpp), and asking for ring,
+  /// halving_doubling or recursive_doubling as well is an
+  /// invalid_argument("options.algorithms").
+  /// Costs (p - 1) messages in flight per rank on long rings (docs/PERFORMANCE.md).
+  /// Every rank must agree (bind checks). MDRING_REPRODUCIBLE=1 sets the default.
   bool reproducible = detail::default_reproducible();
 
-  // half and bfloat16 reductions: partial results in 16 bits (element, the default)
-  // or the whole call widened to float32 and rounded once (see accumulation).
-  // Every rank must agree (bind checks). MDRING_ACCUMULATION=float32 sets the default.
+  /// half and bfloat16 reductions: partial results in 16 bits (element, the default)
+  /// or the whole call widened to float32 and rounded once (see accumulation).
+  /// Every rank must agree (bind checks). MDRING_ACCUMULATION=float32 sets the default.
   mdring::accumulation accumulation = detail::default_accumulation();
-  // The same per dimension of the topology as written, overriding `accumulation`
-  // (missing entries take it): {element, float32} keeps the inner dimension's
-  // default and folds the outer one direct, rounded once (see accumulation). A
-  // float32 dimension must leave its algorithm automatic or direct
-  // (invalid_argument("options.algorithms")), unless every dimension is float32.
-  // At bind the communicator's options hold one entry per dimension, and
-  // `accumulation` says float32 only when every dimension is.
-  // MDRING_ACCUMULATION=element,float32 sets the default.
+  /// The same per dimension of the topology as written, overriding `accumulation`
+  /// (missing entries take it): {element, float32} keeps the inner dimension's
+  /// default and folds the outer one direct, rounded once (see accumulation). A
+  /// float32 dimension must leave its algorithm automatic or direct
+  /// (invalid_argument("options.algorithms")), unless every dimension is float32.
+  /// At bind the communicator's options hold one entry per dimension, and
+  /// `accumulation` says float32 only when every dimension is.
+  /// MDRING_ACCUMULATION=element,float32 sets the default.
   std::vector<mdring::accumulation> dimension_accumulation = detail::default_dimension_accumulation();
 
-  // Let the ranks of a node read and write each other's buffers directly in the
-  // direct stages (threads: plain pointers; MPI processes on one node: cross-memory
-  // attach, when the kernel allows it). Off: messages only. MDRING_SHARED=0 turns
-  // the default off.
+  /// Let the ranks of a node read and write each other's buffers directly in the
+  /// direct stages (threads: plain pointers; MPI processes on one node: cross-memory
+  /// attach, when the kernel allows it). Off: messages only. MDRING_SHARED=0 turns
+  /// the default off.
   bool shared_memory = detail::default_shared();
 
-  // Who moves nonblocking calls on (see progress_mode). MDRING_PROGRESS=agent|in_wait
-  // sets the default.
+  /// Who moves nonblocking calls on (see progress_mode). MDRING_PROGRESS=agent|in_wait
+  /// sets the default.
   progress_mode progress = detail::default_progress();
 
-  // GPU path (mdring/cuda/): the transport of each dimension (missing entries:
-  // automatic), and where device scratch comes from (nullptr: cudaMalloc); a
-  // resource given here must return device memory.
+  /// GPU path (mdring/cuda/): the transport of each dimension (missing entries:
+  /// automatic), and where device scratch comes from (nullptr: cudaMalloc); a
+  /// resource given here must return device memory.
   std::vector<device_transport> device_transports{};
-  std::pmr::memory_resource* device_memory = nullptr;
+  std::pmr::memory_resource* device_memory = nullptr;  ///< where device scratch comes from (nullptr: cudaMalloc)
 
-  tuning tune{};
+  tuning tune{};  ///< the knobs of the cost model and the executors (tuning.hpp)
 };
 
 namespace detail {

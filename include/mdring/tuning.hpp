@@ -19,114 +19,120 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// Tuning knobs: a plain aggregate, chosen once per communicator.
+/// Tuning knobs: a plain aggregate, chosen once per communicator.
 struct tuning {
-  // automatic picks direct on fully connected links up to this many ranks.
+  /// automatic picks direct on fully connected links up to this many ranks.
   std::size_t direct_max_extent = 8;
-  // Seconds per byte the host spends folding one input into another (gamma of the
-  // alpha-beta-gamma model); about 1 / (memory bandwidth / 3).
+  /// Seconds per byte the host spends folding one input into another (gamma of the
+  /// alpha-beta-gamma model); about 1 / (memory bandwidth / 3).
   double host_gamma = 1.0 / 4e9;
-  // The same on a GPU (fused kernels at HBM speed), for links in device memory.
+  /// The same on a GPU (fused kernels at HBM speed), for links in device memory.
   double device_gamma = 1.0 / 1e12;
 
-  // Shared access: a stage whose range fits in this many bytes goes through each
-  // rank's staging buffers (copy in, one synchronization, read the peers') rather
-  // than reading the peers' buffers in place or by cross-memory attach.
+  /// Shared access: a stage whose range fits in this many bytes goes through each
+  /// rank's staging buffers (copy in, one synchronization, read the peers') rather
+  /// than reading the peers' buffers in place or by cross-memory attach.
   std::size_t shared_staging_bytes = std::size_t(16) << 10;
-  // Shared access between processes, buffers the peers cannot map (not from
-  // node_alloc: the heap, a PyTorch tensor, an MPI program's malloc): seconds per
-  // byte that peers take to read or write them by cross-memory attach
-  // (process_vm_readv / writev), and that a rank takes to copy them itself. Where
-  // the model says so (plan/cost.hpp streaming_pays), all_reduce streams them
-  // through node memory instead: such a rank copies the blocks of sendbuf its peers
-  // fold into node memory, which they map, and its results land there too (one
-  // more synchronization per segment). Not below stream_min_bytes: a smaller call's
-  // buffers sit in the cache, where cross-memory attach is about as fast as the
-  // copy and the synchronization. Measured on a 2-core EPYC (docs/PERFORMANCE.md):
-  // cross-memory attach about 4.5 GB/s from memory, a copy about 7 GB/s, equal
-  // times at 1 MiB. cma_gamma 0: never stream.
+  ///@{
+  /// Shared access between processes, buffers the peers cannot map (not from
+  /// node_alloc: the heap, a PyTorch tensor, an MPI program's malloc): seconds per
+  /// byte that peers take to read or write them by cross-memory attach
+  /// (process_vm_readv / writev), and that a rank takes to copy them itself. Where
+  /// the model says so (plan/cost.hpp streaming_pays), all_reduce streams them
+  /// through node memory instead: such a rank copies the blocks of sendbuf its peers
+  /// fold into node memory, which they map, and its results land there too (one
+  /// more synchronization per segment). Not below stream_min_bytes: a smaller call's
+  /// buffers sit in the cache, where cross-memory attach is about as fast as the
+  /// copy and the synchronization. Measured on a 2-core EPYC (docs/PERFORMANCE.md):
+  /// cross-memory attach about 4.5 GB/s from memory, a copy about 7 GB/s, equal
+  /// times at 1 MiB. cma_gamma 0: never stream.
   double cma_gamma = 1.0 / 4.5e9;
   double copy_gamma = 1.0 / 7e9;
   std::size_t stream_min_bytes = std::size_t(1) << 20;
-  // A broadcast over one such dimension of three ranks or more streams a root's
-  // unmapped buffer from this size (the root copies it into node memory, the others
-  // copy it out): two copies one after the other beat one by cross-memory attach
-  // only where the buffer has left the cache. Measured on 2 processes of a 2-core
-  // EPYC (32 MiB L3), through the interposer: from 16 MiB 0.8 to 0.9 x the time of
-  // cross-memory attach, below it up to 1.7 x. Two ranks never stream: the root
-  // writes half while its peer reads half, faster at every size.
+  ///@}
+  /// A broadcast over one such dimension of three ranks or more streams a root's
+  /// unmapped buffer from this size (the root copies it into node memory, the others
+  /// copy it out): two copies one after the other beat one by cross-memory attach
+  /// only where the buffer has left the cache. Measured on 2 processes of a 2-core
+  /// EPYC (32 MiB L3), through the interposer: from 16 MiB 0.8 to 0.9 x the time of
+  /// cross-memory attach, below it up to 1.7 x. Two ranks never stream: the root
+  /// writes half while its peer reads half, faster at every size.
   std::size_t stream_broadcast_min_bytes = std::size_t(16) << 20;
-  // An all_gather or reduce_scatter over one such dimension (bytes: the whole
-  // recvbuf, or sendbuf) streams from this size: a rank whose buffer its peers
-  // cannot map copies its block (all_gather) or the blocks they fold
-  // (reduce_scatter) into node memory, from which they copy or fold; a copy is
-  // cheaper than cross-memory attach, which costs about 5 us per call on top
-  // (same machine, all_gather: 0.4 to 0.6 x the time of cross-memory attach from
-  // 32 KiB to 1 MiB, about equal from 2 to 8 MiB).
+  /// An all_gather or reduce_scatter over one such dimension (bytes: the whole
+  /// recvbuf, or sendbuf) streams from this size: a rank whose buffer its peers
+  /// cannot map copies its block (all_gather) or the blocks they fold
+  /// (reduce_scatter) into node memory, from which they copy or fold; a copy is
+  /// cheaper than cross-memory attach, which costs about 5 us per call on top
+  /// (same machine, all_gather: 0.4 to 0.6 x the time of cross-memory attach from
+  /// 32 KiB to 1 MiB, about equal from 2 to 8 MiB).
   std::size_t stream_blocks_min_bytes = std::size_t(32) << 10;
-  // A reduce whose last dimension of more than one rank is shared by two ranks
-  // folds it at the root alone, reading its peer's range, up to this many bytes
-  // (the call's): one synchronization, one rank folding. Larger (and not staged),
-  // the ranks fold a block each, in parallel, and write it into the root's buffer
-  // (also one synchronization). Measured through the interposer on 2 processes of
-  // a 2-core EPYC, heap buffers, the root alone against the split: 0.9 x at
-  // 64 KiB, equal at 128 KiB, 1.25 to 1.5 x from 256 KiB to 2 MiB. 0: never.
+  /// A reduce whose last dimension of more than one rank is shared by two ranks
+  /// folds it at the root alone, reading its peer's range, up to this many bytes
+  /// (the call's): one synchronization, one rank folding. Larger (and not staged),
+  /// the ranks fold a block each, in parallel, and write it into the root's buffer
+  /// (also one synchronization). Measured through the interposer on 2 processes of
+  /// a 2-core EPYC, heap buffers, the root alone against the split: 0.9 x at
+  /// 64 KiB, equal at 128 KiB, 1.25 to 1.5 x from 256 KiB to 2 MiB. 0: never.
   std::size_t shared_reduce_max_bytes = std::size_t(128) << 10;
-  // Shared access: a rank whose results of one stage (its block, times the ranks
-  // it writes it to) reach this many bytes writes them with non-temporal stores,
-  // which skip reading the destination lines and leave the cache alone: about 2 x
-  // faster for large buffers, slower when the caller rereads a small result from
-  // cache. SIZE_MAX turns them off.
+  /// Shared access: a rank whose results of one stage (its block, times the ranks
+  /// it writes it to) reach this many bytes writes them with non-temporal stores,
+  /// which skip reading the destination lines and leave the cache alone: about 2 x
+  /// faster for large buffers, slower when the caller rereads a small result from
+  /// cache. SIZE_MAX turns them off.
   std::size_t nontemporal_bytes = std::size_t(1) << 20;
-  // Adjacent dimensions with the same fully connected link, all `automatic`, are
-  // run as one direct stage over their product when it has at most
-  // direct_max_extent ranks (one pass over the data instead of one per dimension).
+  /// Adjacent dimensions with the same fully connected link, all `automatic`, are
+  /// run as one direct stage over their product when it has at most
+  /// direct_max_extent ranks (one pass over the data instead of one per dimension).
   bool merge_same_link = true;
-  // A dimension of at least this many ranks on a link that is not fully connected
-  // (a switched network), algorithm automatic, runs as two, a x b (a the largest
-  // divisor of p up to sqrt(p)): 2 (a + b - 2) latencies per all_reduce instead of
-  // 2 (p - 1), the same bytes through each port (plan/merge.hpp). 0: never.
+  /// A dimension of at least this many ranks on a link that is not fully connected
+  /// (a switched network), algorithm automatic, runs as two, a x b (a the largest
+  /// divisor of p up to sqrt(p)): 2 (a + b - 2) latencies per all_reduce instead of
+  /// 2 (p - 1), the same bytes through each port (plan/merge.hpp). 0: never.
   std::size_t split_ring_extent = 16;
-  // automatic runs halving-doubling instead of a ring (not fully connected links)
-  // on a call's stage range of at most this many bytes, where the cost model
-  // predicts it faster: it saves 2 (p - 1 - log2 p) latencies, and on a power of
-  // two it moves the same bytes, so it wins at every size the cap lets it. Its
-  // receive buffer is the largest half it receives (half the stage's range per
-  // segment in flight; the whole range when p is not a power of two) rather than
-  // a block, which is what the cap bounds (SIZE_MAX: no bound). On a link that is
-  // a ring of point-to-point wires its distant partners share wires: 0 (never) there.
+  /// automatic runs halving-doubling instead of a ring (not fully connected links)
+  /// on a call's stage range of at most this many bytes, where the cost model
+  /// predicts it faster: it saves 2 (p - 1 - log2 p) latencies, and on a power of
+  /// two it moves the same bytes, so it wins at every size the cap lets it. Its
+  /// receive buffer is the largest half it receives (half the stage's range per
+  /// segment in flight; the whole range when p is not a power of two) rather than
+  /// a block, which is what the cap bounds (SIZE_MAX: no bound). On a link that is
+  /// a ring of point-to-point wires its distant partners share wires: 0 (never) there.
   std::size_t halving_doubling_max_bytes = std::size_t(64) << 20;
-  // automatic runs all_reduce's last dimensions by recursive doubling (whole-range
-  // exchanges) on calls of at most this many bytes where the cost model predicts it
-  // faster; broadcast and reduce run binomial trees (the whole buffer along each
-  // dimension, log2 p steps) instead of scatter/reduce-scatter and all-gather/gather
-  // on calls up to this size where the model says. 0: never.
+  /// automatic runs all_reduce's last dimensions by recursive doubling (whole-range
+  /// exchanges) on calls of at most this many bytes where the cost model predicts it
+  /// faster; broadcast and reduce run binomial trees (the whole buffer along each
+  /// dimension, log2 p steps) instead of scatter/reduce-scatter and all-gather/gather
+  /// on calls up to this size where the model says. 0: never.
   std::size_t recursive_doubling_max_bytes = std::size_t(64) << 10;
 
-  // Pipelining of all_reduce across dimensions: the buffer is cut into segments
-  // that move through the stages one behind the other, so that a segment's
-  // inter-node stage overlaps the next one's intra-node stage. 0 (the default):
-  // the cost model picks the segment count (plan/pipeline.hpp); otherwise
-  // segments of about this many bytes. One segment turns pipelining off.
+  /// Pipelining of all_reduce across dimensions: the buffer is cut into segments
+  /// that move through the stages one behind the other, so that a segment's
+  /// inter-node stage overlaps the next one's intra-node stage. 0 (the default):
+  /// the cost model picks the segment count (plan/pipeline.hpp); otherwise
+  /// segments of about this many bytes. One segment turns pipelining off.
   std::size_t segment_bytes = 0;
-  // The cost model never cuts segments smaller than this.
+  /// The cost model never cuts segments smaller than this.
   std::size_t min_segment_bytes = std::size_t(256) << 10;
-  // The most segments the cost model cuts, and the most in flight at once (1 to 8).
+  ///@{
+  /// The most segments the cost model cuts, and the most in flight at once (1 to 8).
   std::size_t max_segments = 64;
   std::size_t pipeline_depth = 4;
+  ///@}
 
-  // GPU path, MPI staged through pinned host memory: bytes per chunk; each message
-  // has two chunks in flight (one being copied, one on the wire).
+  /// GPU path, MPI staged through pinned host memory: bytes per chunk; each message
+  /// has two chunks in flight (one being copied, one on the wire).
   std::size_t staging_chunk_bytes = std::size_t(1) << 20;
-  // GPU path, ipc transport: a stage whose range is at most this many bytes goes
-  // through each rank's staging buffer (every rank folds the whole range from the
-  // peers' staging: one-shot, no host exchange); larger ones read the peers'
-  // buffers in place, after the host has published them (about ipc_publish_seconds).
-  // The cost model picks the threshold (transport/device_select.hpp
-  // ipc_staging_bytes) up to this cap, which is also each staging buffer's size.
+  /// GPU path, ipc transport: a stage whose range is at most this many bytes goes
+  /// through each rank's staging buffer (every rank folds the whole range from the
+  /// peers' staging: one-shot, no host exchange); larger ones read the peers'
+  /// buffers in place, after the host has published them (about ipc_publish_seconds).
+  /// The cost model picks the threshold (transport/device_select.hpp
+  /// ipc_staging_bytes) up to this cap, which is also each staging buffer's size.
   std::size_t ipc_staging_bytes = std::size_t(1) << 20;
+  /// The cost model's seconds for the host to publish a step's buffers (see ipc_staging_bytes).
   double ipc_publish_seconds = 20e-6;
 
+  /// Host_gamma or device_gamma, for links in memory space s.
   double gamma(memory_space s) const noexcept { return s == memory_space::device ? device_gamma : host_gamma; }
 };
 

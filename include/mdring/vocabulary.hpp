@@ -14,9 +14,10 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// The collective a call runs (explain(), the programs, the cost of a call).
+/// The collective a call runs (explain(), the programs, the cost of a call).
 enum class collective { all_reduce, reduce_scatter, all_gather, broadcast, reduce };
 
+/// The collective's name, as written in code ("all_reduce").
 constexpr std::string_view to_string(collective c) noexcept {
   switch (c) {
     case collective::all_reduce:
@@ -32,10 +33,11 @@ constexpr std::string_view to_string(collective c) noexcept {
   }
 }
 
-// What a stage does to its range. all_reduce: recursive doubling of the whole range;
-// broadcast and reduce: a binomial tree of the whole range.
+/// What a stage does to its range. all_reduce: recursive doubling of the whole range;
+/// broadcast and reduce: a binomial tree of the whole range.
 enum class phase { reduce_scatter, all_gather, scatter, gather, all_reduce, broadcast, reduce };
 
+/// The phase's name, as explain() prints it ("reduce-scatter").
 constexpr std::string_view to_string(phase p) noexcept {
   switch (p) {
     case phase::reduce_scatter:

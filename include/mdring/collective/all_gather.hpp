@@ -43,23 +43,26 @@ auto all_gather_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcoun
 }
 }  // namespace detail
 
+/// Every rank receives size() * sendcount elements, block r being rank r's sendbuf (see the top).
 template <bound_communicator C, class T>
 void all_gather(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount) {
   detail::all_gather_impl<false>(comm, sendbuf, recvbuf, sendcount, std::nullopt);
 }
 
+/// The same on spans: recvbuf's size is size() times sendbuf's.
 template <bound_communicator C, class T>
 void all_gather(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf) {
   detail::all_gather_impl<false>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(),
                                  detail::gathered_sizes("all_gather", comm.size(), sendbuf.size(), recvbuf.size()));
 }
 
-// Nonblocking (collective/request.hpp).
+/// Nonblocking (collective/request.hpp).
 template <bound_communicator C, class T>
 [[nodiscard]] request iall_gather(C& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount) {
   return detail::all_gather_impl<true>(comm, sendbuf, recvbuf, sendcount, std::nullopt);
 }
 
+/// On spans (see all_gather above).
 template <bound_communicator C, class T>
 [[nodiscard]] request iall_gather(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf) {
   return detail::all_gather_impl<true>(

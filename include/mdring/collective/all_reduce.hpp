@@ -48,45 +48,52 @@ auto all_reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, O
 }
 }  // namespace detail
 
+/// recvbuf[i] = sendbuf_0[i] op ... op sendbuf_{P-1}[i] on every rank, `count` elements (see the top).
 template <bound_communicator C, class T, class Op = sum_t>
 void all_reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op = {}) {
   detail::all_reduce_impl<false>(comm, sendbuf, recvbuf, count, op, std::nullopt);
 }
 
+/// In place: buf is this rank's input and receives the result.
 template <bound_communicator C, class T, class Op = sum_t>
 void all_reduce(C& comm, T* buf, std::size_t count, Op op = {}) {
   all_reduce(comm, static_cast<const T*>(buf), buf, count, op);
 }
 
+/// The same on spans of equal size.
 template <bound_communicator C, class T, class Op = sum_t>
 void all_reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
   detail::all_reduce_impl<false>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), op,
                                  detail::span_sizes("all_reduce", sendbuf.size(), recvbuf.size()));
 }
 
+/// In place, on a span.
 template <bound_communicator C, class T, class Op = sum_t>
 void all_reduce(C& comm, std::span<T> buf, Op op = {}) {
   all_reduce(comm, static_cast<const T*>(buf.data()), buf.data(), buf.size(), op);
 }
 
-// Nonblocking: the same call, returning at once (collective/request.hpp). The
-// buffers belong to the call until the request completes.
+/// Nonblocking: the same call, returning at once (collective/request.hpp). The
+/// buffers belong to the call until the request completes.
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request iall_reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op = {}) {
   return detail::all_reduce_impl<true>(comm, sendbuf, recvbuf, count, op, std::nullopt);
 }
 
+/// In place (see iall_reduce above).
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request iall_reduce(C& comm, T* buf, std::size_t count, Op op = {}) {
   return iall_reduce(comm, static_cast<const T*>(buf), buf, count, op);
 }
 
+/// On spans of equal size.
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request iall_reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
   return detail::all_reduce_impl<true>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), op,
                                        detail::span_sizes("iall_reduce", sendbuf.size(), recvbuf.size()));
 }
 
+/// In place, on a span.
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request iall_reduce(C& comm, std::span<T> buf, Op op = {}) {
   return iall_reduce(comm, static_cast<const T*>(buf.data()), buf.data(), buf.size(), op);

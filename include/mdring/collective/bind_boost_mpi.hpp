@@ -16,6 +16,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// Binds over a Boost.MPI communicator, as bind() over its MPI_Comm.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 communicator<Topology, mpi::transport> bind(const Topology& topo, const boost::mpi::communicator& comm,

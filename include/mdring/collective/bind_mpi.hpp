@@ -13,7 +13,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// Binds a topology to an MPI communicator. Collective over comm.
+/// Binds a topology to an MPI communicator. Collective over comm.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 communicator<Topology, mpi::transport> bind(const Topology& topo, MPI_Comm comm, options opts = {}) {

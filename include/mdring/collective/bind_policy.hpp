@@ -20,19 +20,21 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// A topology that carries the reproducible contract (reproducible()).
 template <class Topology>
 struct reproducible_topology {
-  Topology topology;
+  Topology topology;  ///< the topology bound
 };
 
+/// The topology `t` with the reproducible contract: bind() sets options::reproducible.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 constexpr reproducible_topology<Topology> reproducible(const Topology& t) {
   return {t};
 }
 
-// The bind for the world's transport (found when the call is instantiated), with
-// options::reproducible set.
+/// The bind for the world's transport (found when the call is instantiated), with
+/// options::reproducible set.
 template <class Topology, class World>
 auto bind(const reproducible_topology<Topology>& t, World&& world, options opts = {}) {
   opts.reproducible = true;

@@ -15,8 +15,8 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// Binds a topology (compile-time, or a runtime_topology) to one rank of a threads
-// world. Every rank of the world calls it, in the same order for every communicator.
+/// Binds a topology (compile-time, or a runtime_topology) to one rank of a threads
+/// world. Every rank of the world calls it, in the same order for every communicator.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 communicator<Topology, threads::transport> bind(const Topology& topo, threads::endpoint ep, options opts = {}) {

@@ -14,8 +14,8 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// Binds a topology to the processes of a UCX world. Collective over the world:
-// every process binds the same topology, in the same order as its other binds.
+/// Binds a topology to the processes of a UCX world. Collective over the world:
+/// every process binds the same topology, in the same order as its other binds.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 communicator<Topology, ucx::transport> bind(const Topology& topo, const ucx::world& world, options opts = {}) {

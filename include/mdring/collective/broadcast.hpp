@@ -32,22 +32,25 @@ auto broadcast_impl(C& comm, T* buf, std::size_t count, std::size_t root) {
 }
 }  // namespace detail
 
+/// Every rank's buf (`count` elements) becomes root's (see the top).
 template <bound_communicator C, class T>
 void broadcast(C& comm, T* buf, std::size_t count, std::size_t root) {
   detail::broadcast_impl<false>(comm, buf, count, root);
 }
 
+/// The same on a span.
 template <bound_communicator C, class T>
 void broadcast(C& comm, std::span<T> buf, std::size_t root) {
   broadcast(comm, buf.data(), buf.size(), root);
 }
 
-// Nonblocking (collective/request.hpp).
+/// Nonblocking (collective/request.hpp).
 template <bound_communicator C, class T>
 [[nodiscard]] request ibroadcast(C& comm, T* buf, std::size_t count, std::size_t root) {
   return detail::broadcast_impl<true>(comm, buf, count, root);
 }
 
+/// On a span.
 template <bound_communicator C, class T>
 [[nodiscard]] request ibroadcast(C& comm, std::span<T> buf, std::size_t root) {
   return ibroadcast(comm, buf.data(), buf.size(), root);

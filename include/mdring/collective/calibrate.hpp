@@ -56,12 +56,13 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// What calibrate() measures: the message sizes, the trials per size and the trains (see the top).
 struct calibration {
-  // Message sizes, increasing: the first is the latency, the second the overhead,
-  // the last two the bandwidth; all of them the curve (at most link_curve::max_points).
-  // The segments of a pipelined all_reduce send messages of a few KiB to a few
-  // MiB, so the curve has points there: between points it is linear, and real
-  // message times are not.
+  /// Message sizes, increasing: the first is the latency, the second the overhead,
+  /// the last two the bandwidth; all of them the curve (at most link_curve::max_points).
+  /// The segments of a pipelined all_reduce send messages of a few KiB to a few
+  /// MiB, so the curve has points there: between points it is linear, and real
+  /// message times are not.
   std::vector<std::size_t> bytes = {8,
                                     std::size_t(4) << 10,
                                     std::size_t(16) << 10,
@@ -69,11 +70,13 @@ struct calibration {
                                     std::size_t(256) << 10,
                                     std::size_t(1) << 20,
                                     std::size_t(8) << 20};
-  std::size_t trials = 3;
-  // Messages in flight per rank in a train (0: no trains; else at least 2), and the
-  // largest size timed as one (a train needs `train` receive buffers of the size).
+  std::size_t trials = 3;  ///< times each size is timed; a rank keeps its fastest
+  ///@{
+  /// Messages in flight per rank in a train (0: no trains; else at least 2), and the
+  /// largest size timed as one (a train needs `train` receive buffers of the size).
   std::size_t train = 4;
   std::size_t train_max_bytes = std::size_t(1) << 20;
+  ///@}
 };
 
 namespace detail {
@@ -128,8 +131,8 @@ double ring_steps(Comm& comm, std::size_t d, std::size_t bytes, std::size_t reps
 
 }  // namespace detail
 
-// Measures every executed dimension's links and fits the cost model's figures
-// (see above). Collective; every rank returns the same profile.
+/// Measures every executed dimension's links and fits the cost model's figures
+/// (see above). Collective; every rank returns the same profile.
 template <class Comm>
 profile calibrate(Comm& comm, const calibration& how = {}) {
   detail::check_calibration(how);

@@ -199,15 +199,16 @@ const call_workspace<Transport>& workspace_of(communicator_core<Transport>& c) n
 
 }  // namespace detail
 
-// A bound communicator (bind() makes one): detail::communicator_core, whose public
-// members are its face, and the topology's type, which the compile-time checks of
-// the collectives read (a non-commutative op on a ring-only link).
+/// A bound communicator (bind() makes one): detail::communicator_core, whose public
+/// members are its face, and the topology's type, which the compile-time checks of
+/// the collectives read (a non-commutative op on a ring-only link).
 template <class Topology, transport Transport>
 class communicator : public detail::communicator_core<Transport> {
 public:
-  using topology_type = Topology;
-  using transport_type = Transport;
+  using topology_type = Topology;    ///< the topology's type
+  using transport_type = Transport;  ///< the transport's type
 
+  /// Binds over transport `tr` (the bind functions call it).
   communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
       : detail::communicator_core<Transport>(detail::to_runtime(topo), std::move(tr), std::move(opts)) {}
 };
@@ -220,6 +221,8 @@ communicator_core<Transport>& core_of(communicator_core<Transport>& c) noexcept 
 }
 }  // namespace detail
 
+/// A host communicator, as bind() makes one: it names its topology and transport types, and has size() and
+/// get_transport().
 template <class C>
 concept bound_communicator = requires(C& c) {
   typename C::topology_type;

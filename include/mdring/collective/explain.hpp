@@ -147,8 +147,8 @@ plan plan_of_call(const bound_layout& L, const options& o, collective kind, std:
 
 }  // namespace detail
 
-// explain() without binding: the plan of `count` elements of T on `rank` of a
-// topology (a compile-time one without dynamic extent, or a resolved runtime one).
+/// explain() without binding: the plan of `count` elements of T on `rank` of a
+/// topology (a compile-time one without dynamic extent, or a resolved runtime one).
 template <class T = float, class Op = sum_t, class Topology>
 std::string explain(const Topology& topo, std::size_t count, collective kind = collective::all_reduce,
                     std::size_t rank = 0, Op = {}, const options& opts = {}, std::size_t root = 0) {

@@ -51,23 +51,27 @@ auto reduce_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::
 }
 }  // namespace detail
 
+/// On root, recvbuf[i] = sendbuf_0[i] op ... op sendbuf_{P-1}[i], `count` elements; recvbuf is not touched elsewhere
+/// (see the top).
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op = {}) {
   detail::reduce_impl<false>(comm, sendbuf, recvbuf, count, root, op, std::nullopt);
 }
 
+/// The same on spans: count is sendbuf's size.
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, std::size_t root, Op op = {}) {
   detail::reduce_impl<false>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), root, op,
                              detail::root_sizes("reduce", comm.rank() == root, sendbuf.size(), recvbuf.size()));
 }
 
-// Nonblocking (collective/request.hpp).
+/// Nonblocking (collective/request.hpp).
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request ireduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root, Op op = {}) {
   return detail::reduce_impl<true>(comm, sendbuf, recvbuf, count, root, op, std::nullopt);
 }
 
+/// On spans (see reduce above).
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request ireduce(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, std::size_t root, Op op = {}) {
   return detail::reduce_impl<true>(comm, sendbuf.data(), recvbuf.data(), sendbuf.size(), root, op,

@@ -53,11 +53,14 @@ auto reduce_scatter_impl(C& comm, const T* sendbuf, T* recvbuf, std::size_t recv
 }
 }  // namespace detail
 
+/// Rank r receives block r of the reduction of every rank's sendbuf (size() * recvcount elements), `recvcount` elements
+/// (see the top).
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op = {}) {
   detail::reduce_scatter_impl<false>(comm, sendbuf, recvbuf, recvcount, op, std::nullopt);
 }
 
+/// The same on spans: recvbuf's size is recvcount, sendbuf's size() times it.
 template <bound_communicator C, class T, class Op = sum_t>
 void reduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
   detail::reduce_scatter_impl<false>(
@@ -65,12 +68,13 @@ void reduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, O
       detail::scattered_sizes("reduce_scatter", comm.size(), sendbuf.size(), recvbuf.size()));
 }
 
-// Nonblocking (collective/request.hpp).
+/// Nonblocking (collective/request.hpp).
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request ireduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount, Op op = {}) {
   return detail::reduce_scatter_impl<true>(comm, sendbuf, recvbuf, recvcount, op, std::nullopt);
 }
 
+/// On spans (see reduce_scatter above).
 template <bound_communicator C, class T, class Op = sum_t>
 [[nodiscard]] request ireduce_scatter(C& comm, std::span<const T> sendbuf, std::span<T> recvbuf, Op op = {}) {
   return detail::reduce_scatter_impl<true>(

@@ -34,12 +34,15 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The handle of a nonblocking collective (see the top): wait(), test(). Move-only.
 class request {
 public:
   request() noexcept = default;
+  /// A request for call `st` queued on executor `ex` (the nonblocking collectives make it).
   request(std::shared_ptr<detail::host_executor> ex, std::shared_ptr<detail::call_state> st) noexcept
       : ex_(std::move(ex)), st_(std::move(st)) {}
-  request(request&&) noexcept = default;
+  request(request&&) noexcept = default;  ///< moves; the moved-from request is left empty
+  /// Moves: waits for the call this request held, if any, then takes `o`'s.
   request& operator=(request&& o) noexcept {
     if (this != &o) {
       settle();
@@ -52,29 +55,29 @@ public:
   request& operator=(const request&) = delete;
   ~request() { settle(); }
 
-  // Issued and not yet waited for.
+  /// Issued and not yet waited for.
   bool valid() const noexcept { return st_ != nullptr; }
-  // Completed (successfully or not) but not yet waited for.
+  /// Completed (successfully or not) but not yet waited for.
   bool ready() const noexcept { return st_ && st_->done.load(std::memory_order_acquire); }
 
-  // Until the call has completed; rethrows its failure.
+  /// Until the call has completed; rethrows its failure.
   void wait() {
     if (!st_) return;
     ex_->wait(*st_);
     finish();
   }
-  // f(error) once, when the call completes (error is null on success): on the
-  // thread that completed it (the progress agent, or one in wait/test), after
-  // mdring's locks are released, and before wait() returns or ready() says true;
-  // at once, on this thread, if that has happened already. The request must still
-  // be waited for (or destroyed) as usual. Keep f short, do not throw from it (an
-  // exception is dropped), and do not wait in it for this communicator's calls.
-  // Empty request: f is not called.
+  /// f(error) once, when the call completes (error is null on success): on the
+  /// thread that completed it (the progress agent, or one in wait/test), after
+  /// mdring's locks are released, and before wait() returns or ready() says true;
+  /// at once, on this thread, if that has happened already. The request must still
+  /// be waited for (or destroyed) as usual. Keep f short, do not throw from it (an
+  /// exception is dropped), and do not wait in it for this communicator's calls.
+  /// Empty request: f is not called.
   void on_complete(std::function<void(std::exception_ptr)> f) {
     if (st_) st_->on_complete(std::move(f));
   }
-  // Moves things on once (in any progress mode) and says whether the call has
-  // completed; when it has, the request is empty afterwards and a failure is thrown.
+  /// Moves things on once (in any progress mode) and says whether the call has
+  /// completed; when it has, the request is empty afterwards and a failure is thrown.
   bool test() {
     if (!st_) return true;
     if (!ex_->test(*st_)) return false;
@@ -106,8 +109,8 @@ private:
   std::shared_ptr<detail::call_state> st_;
 };
 
-// Waits for every request, then throws the first failure (in the order of rs):
-// when it throws, every call has completed and no buffer is in use any more.
+/// Waits for every request, then throws the first failure (in the order of rs):
+/// when it throws, every call has completed and no buffer is in use any more.
 inline void wait_all(std::span<request> rs) {
   std::exception_ptr first;
   for (auto& r : rs) {
@@ -120,9 +123,9 @@ inline void wait_all(std::span<request> rs) {
   if (first) std::rethrow_exception(first);
 }
 
-// One pass over the requests: the index of the first that has completed (it is
-// empty afterwards, and its failure is thrown), or rs.size() when none has. No
-// valid request at all also gives rs.size().
+/// One pass over the requests: the index of the first that has completed (it is
+/// empty afterwards, and its failure is thrown), or rs.size() when none has. No
+/// valid request at all also gives rs.size().
 inline std::size_t test_any(std::span<request> rs) {
   for (std::size_t i = 0; i < rs.size(); ++i)
     if (rs[i].ready()) return rs[i].finish(), i;
@@ -132,8 +135,8 @@ inline std::size_t test_any(std::span<request> rs) {
   return rs.size();
 }
 
-// Until one request completes: its index (it is empty afterwards, and its failure
-// is thrown). rs.size() when no request is valid.
+/// Until one request completes: its index (it is empty afterwards, and its failure
+/// is thrown). rs.size() when no request is valid.
 inline std::size_t wait_any(std::span<request> rs) {
   bool any = false;
   for (auto& r : rs) any |= r.valid();

@@ -297,10 +297,10 @@ void run_collective(communicator<Topology, Links...>& comm, collective kind, con
 // enqueued on `stream`. Semantics, in-place conventions and argument errors are
 // those of the host collectives (README): MPI's, with NCCL's in-place rules.
 
-// all_reduce. Postcondition, once the stream reaches the end of the call: on
-// every rank, recvbuf[i] = sendbuf_0[i] op ... op sendbuf_{P-1}[i], bitwise
-// identical on all ranks. In place when sendbuf == recvbuf; otherwise they must
-// not overlap.
+/// all_reduce. Postcondition, once the stream reaches the end of the call: on
+/// every rank, recvbuf[i] = sendbuf_0[i] op ... op sendbuf_{P-1}[i], bitwise
+/// identical on all ranks. In place when sendbuf == recvbuf; otherwise they must
+/// not overlap.
 template <class Topology, class... Links, class T, class Op = sum_t>
 void all_reduce(communicator<Topology, Links...>& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op = {},
                 cudaStream_t stream = nullptr) {
@@ -310,15 +310,16 @@ void all_reduce(communicator<Topology, Links...>& comm, const T* sendbuf, T* rec
   detail::run_collective<T>(comm, collective::all_reduce, name, std::move(err), sendbuf, recvbuf, count, 0, op, stream);
 }
 
+/// In place: buf is this rank's input and receives the result.
 template <class Topology, class... Links, class T, class Op = sum_t>
 void all_reduce(communicator<Topology, Links...>& comm, T* buf, std::size_t count, Op op = {},
                 cudaStream_t stream = nullptr) {
   all_reduce(comm, static_cast<const T*>(buf), buf, count, op, stream);
 }
 
-// reduce_scatter (MPI_Reduce_scatter_block): sendbuf holds size() * recvcount
-// elements; rank r gets block r reduced. In place when recvbuf == sendbuf +
-// rank() * recvcount.
+/// reduce_scatter (MPI_Reduce_scatter_block): sendbuf holds size() * recvcount
+/// elements; rank r gets block r reduced. In place when recvbuf == sendbuf +
+/// rank() * recvcount.
 template <class Topology, class... Links, class T, class Op = sum_t>
 void reduce_scatter(communicator<Topology, Links...>& comm, const T* sendbuf, T* recvbuf, std::size_t recvcount,
                     Op op = {}, cudaStream_t stream = nullptr) {
@@ -336,8 +337,8 @@ void reduce_scatter(communicator<Topology, Links...>& comm, const T* sendbuf, T*
                             stream);
 }
 
-// all_gather (MPI_Allgather): every rank gets all ranks' blocks of sendcount, in
-// rank order. In place when sendbuf == recvbuf + rank() * sendcount.
+/// all_gather (MPI_Allgather): every rank gets all ranks' blocks of sendcount, in
+/// rank order. In place when sendbuf == recvbuf + rank() * sendcount.
 template <class Topology, class... Links, class T>
 void all_gather(communicator<Topology, Links...>& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount,
                 cudaStream_t stream = nullptr) {
@@ -355,7 +356,7 @@ void all_gather(communicator<Topology, Links...>& comm, const T* sendbuf, T* rec
                             stream);
 }
 
-// broadcast: every rank's buf gets root's.
+/// broadcast: every rank's buf gets root's.
 template <class Topology, class... Links, class T>
 void broadcast(communicator<Topology, Links...>& comm, T* buf, std::size_t count, std::size_t root,
                cudaStream_t stream = nullptr) {
@@ -366,8 +367,8 @@ void broadcast(communicator<Topology, Links...>& comm, T* buf, std::size_t count
   detail::run_collective<T>(comm, collective::broadcast, name, std::move(err), buf, buf, count, root, sum_t{}, stream);
 }
 
-// reduce: root's recvbuf gets op over every rank's sendbuf (recvbuf may be null
-// on the other ranks). In place at the root when sendbuf == recvbuf.
+/// reduce: root's recvbuf gets op over every rank's sendbuf (recvbuf may be null
+/// on the other ranks). In place at the root when sendbuf == recvbuf.
 template <class Topology, class... Links, class T, class Op = sum_t>
 void reduce(communicator<Topology, Links...>& comm, const T* sendbuf, T* recvbuf, std::size_t count, std::size_t root,
             Op op = {}, cudaStream_t stream = nullptr) {

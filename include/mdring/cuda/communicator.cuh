@@ -39,15 +39,17 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
+/// A topology bound to device transports (see the top): what cuda::bind() returns; each executed dimension runs
+/// over one of Links.
 template <class Topology, class... Links>
 class communicator : public mdring::detail::communicator_base {
 public:
-  using topology_type = Topology;
-  using link_variant = std::variant<std::monostate, Links...>;
+  using topology_type = Topology;                               ///< the topology type bound
+  using link_variant = std::variant<std::monostate, Links...>;  ///< one dimension's link: none yet, or one of Links
 
-  // Binds rank `rank` of `size` (plan/bound_layout.hpp, the device path) and picks a
-  // transport per executed dimension. The bind functions then install each
-  // dimension's link (set_link).
+  /// Binds rank `rank` of `size` (plan/bound_layout.hpp, the device path) and picks a
+  /// transport per executed dimension. The bind functions then install each
+  /// dimension's link (set_link).
   communicator(const Topology& topo, std::size_t size, std::size_t rank, options opts,
                const device_transport_support& support, int device)
       : communicator_base(mdring::detail::to_runtime(topo), size, rank, std::move(opts), bind_path::device,
@@ -67,27 +69,31 @@ public:
     links_.resize(L.ndims());
   }
 
+  /// Movable, not copyable.
+  ///@{
   communicator(communicator&&) noexcept = default;
   communicator& operator=(communicator&&) noexcept = default;
+  ///@}
 
-  int device() const noexcept { return device_; }
-  // The transport of dimension d as written.
+  int device() const noexcept { return device_; }  ///< the CUDA device the communicator runs on
+  /// The transport of dimension d as written.
   device_transport transport_of(std::size_t d) const { return transports_.at(layout().merged.of_user.at(d)); }
-  // Per executed dimension.
+  /// Per executed dimension.
   const std::vector<device_transport>& executed_transports() const noexcept { return transports_; }
-  // The global ranks of this rank's ring in executed dimension d, by coordinate.
+  /// The global ranks of this rank's ring in executed dimension d, by coordinate.
   const std::vector<std::size_t>& members(std::size_t d) const { return layout().dims.at(d).members; }
 
-  // Pre-sizes device scratch, streams and events so that every collective of up
-  // to `count` elements of T (the count argument of each) neither allocates nor
-  // creates anything: needed before capturing a call into a CUDA graph.
-  // reserve<T>(kind, count): for one collective only.
+  /// Pre-sizes device scratch, streams and events so that every collective of up
+  /// to `count` elements of T (the count argument of each) neither allocates nor
+  /// creates anything: needed before capturing a call into a CUDA graph.
+  /// reserve<T>(kind, count): for one collective only.
   template <class T>
   void reserve(std::size_t count) {
     for (auto kind : {collective::all_reduce, collective::reduce_scatter, collective::all_gather, collective::broadcast,
                       collective::reduce})
       reserve<T>(kind, count);
   }
+  /// Pre-sizes for one collective `kind` only (see reserve<T>(count)).
   template <class T>
   void reserve(collective kind, std::size_t count) {
     detail::device_guard g(device_);
@@ -105,37 +111,41 @@ public:
     calls_.workspace().get(bytes, false, "reserve");
     calls_.streams().prepare(layout().ndims(), segments);
   }
+  /// Device scratch held, in bytes.
   std::size_t scratch_bytes() const noexcept { return calls_.workspace().capacity(); }
 
   // ---- for the engine and the bind functions ----------------------------------
-  // Something the links share and that must live as long as they do (the MPI transport).
+  /// Something the links share and that must live as long as they do (the MPI transport).
   void keep_alive(std::shared_ptr<void> p) { owners_.push_back(std::move(p)); }
-  link_variant& link(std::size_t d) { return links_.at(d); }
+  link_variant& link(std::size_t d) { return links_.at(d); }  ///< executed dimension d's link
+  /// Installs executed dimension d's link.
   template <class L>
   void set_link(std::size_t d, L&& l) {
     links_.at(d) = std::forward<L>(l);
   }
-  // Executed dimension d runs its direct stages by shared access (the ipc
-  // transport), with stages of up to staging_bytes going through staging buffers.
+  /// Executed dimension d runs its direct stages by shared access (the ipc
+  /// transport), with stages of up to staging_bytes going through staging buffers.
   void set_shared(std::size_t d, std::size_t staging_bytes) { access_.at(d) = {true, staging_bytes, false}; }
+  /// Executed dimension d runs its direct stages by shared access.
   bool shared(std::size_t d) const { return access_.at(d).shared; }
 
-  // The program of one call (plan/call.hpp decides and describes it; built once per
-  // parameters and cached, plan/program_cache.hpp). recv_mis: all_reduce's
-  // receive buffer's misalignment (elements modulo a 16-byte vector).
+  /// The program of one call (plan/call.hpp decides and describes it; built once per
+  /// parameters and cached, plan/program_cache.hpp). recv_mis: all_reduce's
+  /// receive buffer's misalignment (elements modulo a 16-byte vector).
   template <class T>
   const program& program_for(collective kind, std::size_t count, std::size_t root, bool commutative,
                              std::size_t recv_mis) {
     return calls_.program_for({kind, count, root, sizeof(T)}, layout(), access_, get_options().tune, commutative,
                               std::size_t(detail::vector_elements<T>), recv_mis);
   }
-  // The all_reduce program, as before (tests, benchmarks).
+  /// The all_reduce program, as before (tests, benchmarks).
   template <class T>
   const program& program_for(std::size_t count, bool commutative, std::size_t recv_mis) {
     return program_for<T>(collective::all_reduce, count, 0, commutative, recv_mis);
   }
+  /// Programs built so far (a repeated call shape builds none).
   std::uint64_t programs_built() const noexcept { return calls_.programs_built(); }
-  // The GPU executor's state for this communicator's calls (cuda/engine.cuh).
+  /// The GPU executor's state for this communicator's calls (cuda/engine.cuh).
   detail::device_calls& calls() noexcept { return calls_; }
 
 private:

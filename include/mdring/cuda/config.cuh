@@ -27,6 +27,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The GPU path: communicators on device buffers, their collectives and device transports.
 namespace cuda {
 
 namespace detail {
@@ -70,25 +71,30 @@ inline std::uintptr_t address(const void* p) noexcept { return reinterpret_cast<
 
 }  // namespace detail
 
-// An owning handle: Destroy{}(h) releases a non-null H. Move-only.
+/// An owning handle: Destroy{}(h) releases a non-null H. Move-only.
 template <class H, class Destroy>
 class unique_handle {
 public:
   unique_handle() = default;
+  /// Owns h.
   explicit unique_handle(H h) noexcept : h_(h) {}
+  /// Moves: `o` is left empty.
+  ///@{
   unique_handle(unique_handle&& o) noexcept : h_(std::exchange(o.h_, H{})) {}
   unique_handle& operator=(unique_handle&& o) noexcept {
     if (this != &o) reset(std::exchange(o.h_, H{}));
     return *this;
   }
+  ///@}
   ~unique_handle() { reset(); }
-  H get() const noexcept { return h_; }
-  H release() noexcept { return std::exchange(h_, H{}); }
+  H get() const noexcept { return h_; }                    ///< the handle, still owned
+  H release() noexcept { return std::exchange(h_, H{}); }  ///< the handle, no longer owned
+  /// Releases the handle held, and owns h.
   void reset(H h = H{}) noexcept {
     if (h_) Destroy{}(h_);
     h_ = h;
   }
-  explicit operator bool() const noexcept { return h_ != H{}; }
+  explicit operator bool() const noexcept { return h_ != H{}; }  ///< owns a handle
 
 private:
   H h_{};
@@ -103,10 +109,12 @@ struct event_destroy {
 };
 }  // namespace detail
 
-// An owning cudaStream_t (non-blocking: no implicit synchronization with the legacy stream).
+/// An owning cudaStream_t (non-blocking: no implicit synchronization with the legacy stream).
 class unique_stream : public unique_handle<cudaStream_t, detail::stream_destroy> {
 public:
+  /// The constructors of unique_handle.
   using unique_handle::unique_handle;
+  /// A new non-blocking stream.
   static unique_stream create() {
     cudaStream_t s = nullptr;
     detail::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
@@ -114,10 +122,12 @@ public:
   }
 };
 
-// An owning cudaEvent_t, by default without timing (cheapest to record and wait on).
+/// An owning cudaEvent_t, by default without timing (cheapest to record and wait on).
 class unique_event : public unique_handle<cudaEvent_t, detail::event_destroy> {
 public:
+  /// The constructors of unique_handle.
   using unique_handle::unique_handle;
+  /// A new event, by default without timing.
   static unique_event create(unsigned flags = cudaEventDisableTiming) {
     cudaEvent_t e = nullptr;
     detail::check(cudaEventCreateWithFlags(&e, flags), "cudaEventCreateWithFlags");

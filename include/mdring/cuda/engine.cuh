@@ -39,24 +39,25 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// One message of a step, as a transport sees it: `bytes` at `ptr`, to or from the
-// rank at coordinate `peer` of the dimension.
+/// One message of a step, as a transport sees it: `bytes` at `ptr`, to or from the
+/// rank at coordinate `peer` of the dimension.
 struct device_message {
-  void* ptr = nullptr;
-  std::size_t bytes = 0;
-  std::size_t peer = 0;
+  void* ptr = nullptr;    ///< where the bytes are
+  std::size_t bytes = 0;  ///< bytes
+  std::size_t peer = 0;   ///< the peer's coordinate in the dimension
 };
 
-// Where a step is, for error messages and deadlines.
+/// Where a step is, for error messages and deadlines.
 struct step_context {
-  const char* collective = "all_reduce";
-  std::size_t dim = 0;
-  std::string link;  // "nvlink:4"
-  phase ph = phase::reduce_scatter;
-  std::size_t step = 0;
-  std::size_t rank = 0;
-  deadline_clock::time_point deadline{};
+  const char* collective = "all_reduce";  ///< the collective's name
+  std::size_t dim = 0;                    ///< executed dimension
+  std::string link;                       ///< "nvlink:4"
+  phase ph = phase::reduce_scatter;       ///< what the step's stage does
+  std::size_t step = 0;                   ///< step within the stage
+  std::size_t rank = 0;                   ///< this rank
+  deadline_clock::time_point deadline{};  ///< the step's deadline
 
+  /// `mdring::cuda::<collective>: dimension d (link), <phase> step s on rank r`, for error messages.
   std::string where() const {
     return std::string("mdring::cuda::") + collective + ": dimension " + std::to_string(dim) + " (" + link + "), " +
            std::string(to_string(ph)) + " step " + std::to_string(step) + " on rank " + std::to_string(rank);

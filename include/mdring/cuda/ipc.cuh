@@ -67,22 +67,26 @@ inline std::size_t ipc_flags_bytes(std::size_t p) { return (2 * p * sizeof(std::
 
 }  // namespace detail
 
+/// The link of one dimension whose ranks are processes of one node: CUDA IPC (see the top).
 class ipc_link {
 public:
-  // Every rank of the dimension takes part in every step that moves messages,
-  // even one with nothing to send or receive (the steps are barriers).
+  /// Every rank of the dimension takes part in every step that moves messages,
+  /// even one with nothing to send or receive (the steps are barriers).
   static constexpr bool collective_steps = true;
 
   ipc_link() = default;
+  /// Movable, not copyable.
+  ///@{
   ipc_link(ipc_link&&) noexcept = default;
   ipc_link& operator=(ipc_link&&) noexcept = default;
+  ///@}
   ~ipc_link() = default;
 
-  // Collective over the dimension's ranks (ex.all_gather(mine, bytes, all), by
-  // coordinate). members: their global ranks (errors name them); me: this rank's
-  // coordinate; staging_bytes: each staging buffer's size. Returns a link that is
-  // not open() on every rank when they are not all on this node, or when CUDA IPC
-  // does not work between them (any rank's failure makes every rank's answer no).
+  /// Collective over the dimension's ranks (ex.all_gather(mine, bytes, all), by
+  /// coordinate). members: their global ranks (errors name them); me: this rank's
+  /// coordinate; staging_bytes: each staging buffer's size. Returns a link that is
+  /// not open() on every rank when they are not all on this node, or when CUDA IPC
+  /// does not work between them (any rank's failure makes every rank's answer no).
   template <class Exchange>
   static ipc_link open(Exchange& ex, std::span<const std::size_t> members, std::size_t me, std::size_t staging_bytes,
                        std::string* why_not = nullptr) {
@@ -96,7 +100,7 @@ public:
     st->p = p, st->me = me;
     st->members.assign(members.begin(), members.end());
     st->staging = staging_bytes;
-    // The control block: allocated, zeroed and exported here; mapped by the peers.
+    /// The control block: allocated, zeroed and exported here; mapped by the peers.
     struct msg {
       int ok;
       cudaIpcMemHandle_t h;
@@ -147,14 +151,16 @@ public:
     return l;
   }
 
-  bool is_open() const noexcept { return s_ != nullptr; }
-  bool capturable() const noexcept { return true; }
+  bool is_open() const noexcept { return s_ != nullptr; }  ///< open() succeeded
+  bool capturable() const noexcept { return true; }        ///< its steps can be captured into a CUDA graph
+  /// Bytes per staging buffer (0 when not open).
   std::size_t staging_bytes() const noexcept { return s_ ? s_->staging : 0; }
-  std::size_t size() const noexcept { return s_ ? s_->p : 0; }
-  // Peer allocations mapped so far (tests: a repeated call maps nothing new).
+  std::size_t size() const noexcept { return s_ ? s_->p : 0; }  ///< ranks of the dimension (0 when not open)
+  /// Peer allocations mapped so far (tests: a repeated call maps nothing new).
   std::size_t mappings() const noexcept { return s_ ? s_->maps.count() : 0; }
 
   // ---- messages (pull): see the top --------------------------------------------------
+  /// Enqueues one step's messages on `stream`: each receiver copies from its sender's buffer (see the top).
   void exchange(std::span<const device_message> sends, std::span<const device_message> recvs, cudaStream_t stream,
                 const step_context& cx) {
     state& s = *s_;
@@ -188,6 +194,8 @@ public:
   }
 
   // ---- shared access --------------------------------------------------------------------
+  /// Shared access: publishes this rank's src and dst for the step and enqueues the wait for every peer's (see the
+  /// top).
   void arrive(const void* src, const void* dst, std::uint64_t signature, cudaStream_t stream, const step_context& cx) {
     state& s = *s_;
     ++s.arrived;
@@ -225,17 +233,19 @@ public:
     }
     barrier(stream);
   }
+  /// Shared access: enqueues the barrier after which the peers' buffers are free again.
   void leave(cudaStream_t stream, const step_context&) {
     s_->pending_leave = false;
     barrier(stream);
   }
-  // A staged stage has no leave step: its second barrier goes here, so that every
-  // stage (and so every call) has an even number of barriers (ipc_window.hpp).
+  /// A staged stage has no leave step: its second barrier goes here, so that every
+  /// stage (and so every call) has an even number of barriers (ipc_window.hpp).
   void stage_end(cudaStream_t stream, const step_context&) {
     if (!s_->pending_staged) return;
     s_->pending_staged = false;
     barrier(stream);
   }
+  /// Where the peers' published buffers and staging are, for the folds.
   const detail::remote_view* view() {
     state& s = *s_;
     s.rv.src = s.src.data();
@@ -244,15 +254,15 @@ public:
     s.rv.staging_next = staging_of(s.me, s.arrived + 1);
     return &s.rv;
   }
-  // Barriers so far, modulo 2 (0 between calls).
+  /// Barriers so far, modulo 2 (0 between calls).
   std::size_t barrier_parity() const noexcept { return s_ ? s_->barriers % 2 : 0; }
-  // At the end of every call: an odd count of barriers gets one more, on every
-  // rank alike (they run the same steps), so the next call starts at parity 0.
+  /// At the end of every call: an odd count of barriers gets one more, on every
+  /// rank alike (they run the same steps), so the next call starts at parity 0.
   void finish(cudaStream_t stream) {
     if (s_ && s_->barriers % 2) barrier(stream);
   }
 
-  // This rank failed: peers waiting on the host for it stop (remote_error).
+  /// This rank failed: peers waiting on the host for it stop (remote_error).
   void abort(const std::string& why) noexcept {
     if (s_) s_->window.fail(why);
   }

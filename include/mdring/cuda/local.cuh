@@ -42,19 +42,24 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// The link of one dimension of a local rank: two events, "my data is ready" and
-// "my copies are done" (re-recorded every step; lock step makes that safe).
+/// The link of one dimension of a local rank: two events, "my data is ready" and
+/// "my copies are done" (re-recorded every step; lock step makes that safe).
 struct local_link {
-  static constexpr bool lock_step = true;
+  static constexpr bool lock_step = true;  ///< its ranks are all driven at once by one thread
+  /// Recorded by a rank when its data is ready and when its copies are done.
+  ///@{
   unique_event ready, done;
+  ///@}
 
+  /// A link with two new events.
   static local_link create() { return {unique_event::create(), unique_event::create()}; }
-  bool capturable() const noexcept { return true; }
+  bool capturable() const noexcept { return true; }  ///< its steps can be captured into a CUDA graph
 };
 
-// `ranks` logical ranks on `device` (-1: the current device).
+/// `ranks` logical ranks on `device` (-1: the current device).
 class local_world {
 public:
+  /// `ranks` logical ranks on `device` (-1: the current device).
   explicit local_world(std::size_t ranks, int device = -1) : ranks_(ranks), device_(device) {
     if (ranks == 0) throw invalid_argument("ranks", "mdring::cuda::local_world: ranks must be at least 1");
     if (device_ < 0) device_ = detail::current_device();
@@ -64,18 +69,19 @@ public:
       throw invalid_argument("device", "mdring::cuda::local_world: device " + std::to_string(device_) +
                                            " does not exist (this machine has " + std::to_string(n) + ")");
   }
-  std::size_t size() const noexcept { return ranks_; }
-  int device() const noexcept { return device_; }
+  std::size_t size() const noexcept { return ranks_; }  ///< logical ranks
+  int device() const noexcept { return device_; }       ///< the device they run on
 
 private:
   std::size_t ranks_;
   int device_;
 };
 
+/// A communicator of a local_world.
 template <class Topology>
 using local_communicator = communicator<Topology, local_link>;
 
-// One communicator per logical rank, in rank order.
+/// One communicator per logical rank, in rank order.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 std::vector<local_communicator<Topology>> bind(const Topology& topo, const local_world& world, options opts = {}) {
@@ -154,10 +160,10 @@ void local_step(std::span<local_communicator<Topology>> comms, std::span<const p
 
 }  // namespace detail
 
-// all_reduce over every rank of a local world at once: sendbufs[r] and recvbufs[r]
-// are rank r's device buffers of `count` elements (in place when equal); streams
-// as described at the top of this file. Postcondition as for all_reduce
-// (communicator.cuh): every recvbufs[r] holds the same bits.
+/// all_reduce over every rank of a local world at once: sendbufs[r] and recvbufs[r]
+/// are rank r's device buffers of `count` elements (in place when equal); streams
+/// as described at the top of this file. Postcondition as for all_reduce
+/// (communicator.cuh): every recvbufs[r] holds the same bits.
 template <class Topology, class T, class Op = sum_t>
 void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T* const> sendbufs,
                 std::span<T* const> recvbufs, std::size_t count, Op op = {},
@@ -225,7 +231,7 @@ void all_reduce(std::span<local_communicator<Topology>> comms, std::span<const T
   }
 }
 
-// The same with std::vector arguments (deduces T from them).
+/// The same with std::vector arguments (deduces T from them).
 template <class Topology, class T, class Op = sum_t>
 void all_reduce(std::vector<local_communicator<Topology>>& comms, const std::vector<const T*>& sendbufs,
                 const std::vector<T*>& recvbufs, std::size_t count, Op op = {},

@@ -67,9 +67,11 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// The link of one dimension over MPI (see the top).
+/// The link of one dimension over MPI (see the top).
 class mpi_link {
 public:
+  /// The link of transport `tr`'s channel `ch`: MPI on device pointers when `cuda_aware`, else staged through pinned
+  /// host buffers in chunks of `chunk_bytes` (see the top).
   mpi_link(std::shared_ptr<mdring::mpi::transport> tr, mdring::mpi::transport::channel ch, bool cuda_aware,
            std::size_t chunk_bytes)
       : tr_(std::move(tr)),
@@ -78,12 +80,17 @@ public:
         chunk_(chunk_bytes),
         ready_(unique_event::create()),
         copies_(unique_stream::create()) {}
+  /// Movable, not copyable.
+  ///@{
   mpi_link(mpi_link&&) noexcept = default;
   mpi_link& operator=(mpi_link&&) noexcept = default;
+  ///@}
 
+  /// The host waits for the stream: not capturable into a CUDA graph.
   bool capturable() const noexcept { return false; }
-  bool cuda_aware() const noexcept { return aware_; }
+  bool cuda_aware() const noexcept { return aware_; }  ///< MPI takes the device pointers
 
+  /// Waits on the host until the stream reaches the step, then moves its messages (see the top).
   void exchange(std::span<const device_message> sends, std::span<const device_message> recvs, cudaStream_t stream,
                 const step_context& cx) {
     detail::check(cudaEventRecord(ready_.get(), stream), "cudaEventRecord");
@@ -92,7 +99,7 @@ public:
     else staged(sends, recvs, stream, cx);
   }
 
-  void abort(const std::string& why) noexcept { tr_->abort(why); }
+  void abort(const std::string& why) noexcept { tr_->abort(why); }  ///< tells every other rank that this one failed
 
 private:
   using request = mdring::mpi::transport::request;
@@ -122,7 +129,7 @@ private:
     fail(st, cx, ch_.members[j]);
   }
 
-  // One message in chunks through two pinned slots.
+  /// One message in chunks through two pinned slots.
   struct flow {
     const device_message* m = nullptr;
     bool send = false;
@@ -252,14 +259,16 @@ private:
 };
 
 #ifdef MDRING_CUDA_NO_NCCL
+/// A communicator bound to an MPI communicator: each dimension over MPI or CUDA IPC.
 template <class Topology>
 using mpi_communicator = communicator<Topology, mpi_link, ipc_link>;
 #else
+/// A communicator bound to an MPI communicator: each dimension over NCCL, MPI or CUDA IPC.
 template <class Topology>
 using mpi_communicator = communicator<Topology, nccl_link, mpi_link, ipc_link>;
 #endif
 
-// Binds a topology to an MPI communicator for device buffers (collective over comm; see the top).
+/// Binds a topology to an MPI communicator for device buffers (collective over comm; see the top).
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 mpi_communicator<Topology> bind(const Topology& topo, MPI_Comm comm, options opts = {}) {

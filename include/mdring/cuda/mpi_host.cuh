@@ -24,7 +24,7 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// Whether this process's MPI library takes device pointers (see the top).
+/// Whether this process's MPI library takes device pointers (see the top).
 inline bool mpi_is_cuda_aware() {
   if (const char* s = std::getenv("MDRING_CUDA_AWARE_MPI")) return std::string_view(s) != "0";
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT

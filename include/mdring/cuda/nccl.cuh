@@ -89,16 +89,17 @@ inline void nccl_check(ncclResult_t r, const std::string& where, const char* cal
 
 }  // namespace detail
 
-// The link of one dimension: an NCCL communicator whose rank is the coordinate.
+/// The link of one dimension: an NCCL communicator whose rank is the coordinate.
 class nccl_link {
 public:
   nccl_link() = default;
+  /// Owns NCCL communicator `c`.
   explicit nccl_link(ncclComm_t c) noexcept : comm_(c) {}
 
-  ncclComm_t get() const noexcept { return comm_.get(); }
-  bool capturable() const noexcept { return true; }
+  ncclComm_t get() const noexcept { return comm_.get(); }  ///< the NCCL communicator
+  bool capturable() const noexcept { return true; }        ///< its steps can be captured into a CUDA graph
 
-  // One group of receives and sends on `stream`.
+  /// One group of receives and sends on `stream`.
   void exchange(std::span<const device_message> sends, std::span<const device_message> recvs, cudaStream_t stream,
                 const step_context& cx) {
     ncclComm_t comm = comm_.get();
@@ -117,11 +118,12 @@ public:
     detail::nccl_check(end, where, "ncclGroupEnd", comm);
   }
 
-  // After a failure: make NCCL give up on what is in flight (its kernels that
-  // wait for a peer return). Only this rank's communicator: a peer on a ring of
-  // NCCL dimensions only learns of it when its own NCCL operations fail or when
-  // another dimension (MPI) tells it (docs/GPU.md, "Errors").
+  /// After a failure: make NCCL give up on what is in flight (its kernels that
+  /// wait for a peer return). Only this rank's communicator: a peer on a ring of
+  /// NCCL dimensions only learns of it when its own NCCL operations fail or when
+  /// another dimension (MPI) tells it (docs/GPU.md, "Errors").
   void abort(const std::string&) noexcept { abort_local(); }
+  /// Aborts this rank's NCCL communicator (see abort()).
   void abort_local() noexcept {
     if (ncclComm_t c = comm_.release()) ncclCommAbort(c);
   }
@@ -163,10 +165,11 @@ inline bool nccl_agree(ncclComm_t comm, std::uint64_t h) {
 
 }  // namespace detail
 
+/// A communicator whose every dimension runs over NCCL.
 template <class Topology>
 using nccl_communicator = communicator<Topology, nccl_link>;
 
-// Binds a topology to every rank of `parent` (collective over it; see the top).
+/// Binds a topology to every rank of `parent` (collective over it; see the top).
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 nccl_communicator<Topology> bind(const Topology& topo, ncclComm_t parent, options opts = {}) {

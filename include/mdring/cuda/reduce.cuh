@@ -67,9 +67,12 @@ namespace cuda {
 #define MDRING_UNROLL
 #endif
 
+/// The most inputs and outputs of one fold launch, and the threads per block of the fold kernel.
+///@{
 inline constexpr int max_fold_inputs = 64;
 inline constexpr int max_fold_outputs = 16;
 inline constexpr int fold_threads = 256;
+///@}
 
 namespace detail {
 
@@ -318,8 +321,8 @@ void launch_fold(std::span<T* const> dsts, const T* const* in, int k, std::size_
 
 }  // namespace detail
 
-// See the top of this file. Enqueued on `stream`; returns at once. Every dst of
-// dsts gets the result.
+/// See the top of this file. Enqueued on `stream`; returns at once. Every dst of
+/// dsts gets the result.
 template <class T, class Op>
 void fold(std::span<T* const> dsts, std::span<const T* const> in, std::size_t n, const Op& op, bool final,
           std::size_t ranks, cudaStream_t stream) {
@@ -335,12 +338,14 @@ void fold(std::span<T* const> dsts, std::span<const T* const> in, std::size_t n,
         detail::launch_fold<T, Op>(d, chunk, k, n, op, ranks, fin, stream);
       });
 }
+/// The fold into one dst.
 template <class T, class Op>
 void fold(T* dst, std::span<const T* const> in, std::size_t n, const Op& op, bool final, std::size_t ranks,
           cudaStream_t stream) {
   fold(std::span<T* const>(&dst, 1), in, n, op, final, ranks, stream);
 }
 
+/// The fold into one dst, of a list of inputs.
 template <class T, class Op>
 void fold(T* dst, std::initializer_list<const T*> in, std::size_t n, const Op& op, bool final, std::size_t ranks,
           cudaStream_t stream) {

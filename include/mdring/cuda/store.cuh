@@ -48,18 +48,23 @@ MDRING_NAMESPACE_BEGIN
 
 namespace cuda {
 
-// The processes of a job as a store sees them: this one is `rank` of `size`. Keys
-// go under `prefix` (several worlds may share one store under different prefixes).
+/// The processes of a job as a store sees them: this one is `rank` of `size`. Keys
+/// go under `prefix` (several worlds may share one store under different prefixes).
 struct store_world {
-  rendezvous::store& store;
+  rendezvous::store& store;  ///< the store every process reaches
+  /// This process's rank, and the number of processes.
+  ///@{
   std::size_t rank = 0, size = 1;
-  std::string prefix = "mdring/cuda";
+  ///@}
+  std::string prefix = "mdring/cuda";  ///< the keys' prefix in the store
 };
 
 #if !MDRING_STORE_NCCL
+/// A communicator bound through a store: each dimension over CUDA IPC.
 template <class Topology>
 using store_communicator = communicator<Topology, ipc_link>;
 #else
+/// A communicator bound through a store: each dimension over CUDA IPC or NCCL.
 template <class Topology>
 using store_communicator = communicator<Topology, nccl_link, ipc_link>;
 #endif
@@ -97,6 +102,8 @@ inline std::size_t next_bind(const std::string& prefix) {
 
 }  // namespace detail
 
+/// Binds rank world.rank of world.size through the store (collective over the world): each dimension over CUDA IPC, or
+/// NCCL where built with it.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 store_communicator<Topology> bind(const Topology& topo, const store_world& world, options opts = {}) {

@@ -155,7 +155,7 @@ private:
 
 }  // namespace detail
 
-// The program of one rank's all_gather (p.count: sendcount; p.kind is not read).
+/// The program of one rank's all_gather (p.count: sendcount; p.kind is not read).
 inline program make_all_gather_program(const program_params& p) {
   detail::builder_parts x(p, collective::all_gather);
   detail::all_gather_builder(x).write();

@@ -111,8 +111,8 @@ private:
 
 }  // namespace detail
 
-// The program of one rank's all_reduce (p.kind is not read: the program is an
-// all_reduce's whatever it says; make_program dispatches on it).
+/// The program of one rank's all_reduce (p.kind is not read: the program is an
+/// all_reduce's whatever it says; make_program dispatches on it).
 MDRING_COLD inline program make_all_reduce_program(const program_params& p) {
   detail::builder_parts x(p, collective::all_reduce);
   detail::all_reduce_builder(x).write();

@@ -21,24 +21,25 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// Elements [offset, offset + count).
 struct block_range {
-  std::size_t offset = 0;
-  std::size_t count = 0;
+  std::size_t offset = 0;  ///< the first element
+  std::size_t count = 0;   ///< elements
   friend constexpr bool operator==(const block_range&, const block_range&) = default;
 };
 
-// Block j of a range of n elements split into p blocks (offset relative to the range).
+/// Block j of a range of n elements split into p blocks (offset relative to the range).
 constexpr block_range block_of(std::size_t n, std::size_t p, std::size_t j) noexcept {
   const std::size_t q = n / p, r = n % p;
   return {j * q + (j < r ? j : r), q + (j < r ? 1 : 0)};
 }
 
-// The largest block: what one message of the stage carries at most.
+/// The largest block: what one message of the stage carries at most.
 constexpr std::size_t max_block(std::size_t n, std::size_t p) noexcept { return n / p + (n % p ? 1 : 0); }
 
-// ranges[d] = the range (absolute offset, count) that stage d works on, for a rank
-// with the given coordinates; the rank owns block coords[d] of it afterwards.
-// Postcondition: ranges[0] == {0, n}; ranges[d+1] is block coords[d] of ranges[d].
+/// ranges[d] = the range (absolute offset, count) that stage d works on, for a rank
+/// with the given coordinates; the rank owns block coords[d] of it afterwards.
+/// Postcondition: ranges[0] == {0, n}; ranges[d+1] is block coords[d] of ranges[d].
 constexpr void stage_ranges(std::size_t n, std::span<const std::size_t> extents, std::span<const std::size_t> coords,
                             std::span<block_range> ranges) noexcept {
   block_range cur{0, n};
@@ -49,7 +50,7 @@ constexpr void stage_ranges(std::size_t n, std::span<const std::size_t> extents,
   }
 }
 
-// The range a rank owns after all reduce-scatter stages.
+/// The range a rank owns after all reduce-scatter stages.
 constexpr block_range owned_range(std::size_t n, std::span<const std::size_t> extents,
                                   std::span<const std::size_t> coords) noexcept {
   block_range cur{0, n};
@@ -60,12 +61,13 @@ constexpr block_range owned_range(std::size_t n, std::span<const std::size_t> ex
   return cur;
 }
 
-// The ring schedules, for the rank at coordinate c of a ring of p, at step s
-// (0 <= s < p-1). Each rank sends to c+1 and receives from c-1.
-//   reduce-scatter: send block c-s-1, receive block c-s-2 and fold it into the local
-//     one; after the last step, block c holds the reduction over all p ranks.
-//   all-gather: send block c-s (own block first, then what just arrived), receive
-//     block c-s-1; after the last step every block is present.
+///@{
+/// The ring schedules, for the rank at coordinate c of a ring of p, at step s
+/// (0 <= s < p-1). Each rank sends to c+1 and receives from c-1.
+///   reduce-scatter: send block c-s-1, receive block c-s-2 and fold it into the local
+///     one; after the last step, block c holds the reduction over all p ranks.
+///   all-gather: send block c-s (own block first, then what just arrived), receive
+///     block c-s-1; after the last step every block is present.
 constexpr std::size_t ring_rs_send_block(std::size_t c, std::size_t s, std::size_t p) noexcept {
   return (c + 2 * p - s - 1) % p;
 }
@@ -78,18 +80,19 @@ constexpr std::size_t ring_ag_send_block(std::size_t c, std::size_t s, std::size
 constexpr std::size_t ring_ag_recv_block(std::size_t c, std::size_t s, std::size_t p) noexcept {
   return (c + 2 * p - s - 1) % p;
 }
+///@}
 
-// The position of rank's final block in the nested (stage-order) layout: the mixed-
-// radix number with coordinate 0 most significant. reduce_scatter and all_gather
-// deliver block `rank` of the user's buffer, so they map between the two orders.
-// Example, extents (2, 3): rank 1 = (1,0) owns nested block 3; rank 2 = (0,1) owns 1.
+/// The position of rank's final block in the nested (stage-order) layout: the mixed-
+/// radix number with coordinate 0 most significant. reduce_scatter and all_gather
+/// deliver block `rank` of the user's buffer, so they map between the two orders.
+/// Example, extents (2, 3): rank 1 = (1,0) owns nested block 3; rank 2 = (0,1) owns 1.
 constexpr std::size_t nested_index(std::span<const std::size_t> extents, std::span<const std::size_t> coords) noexcept {
   std::size_t q = 0;
   for (std::size_t d = 0; d < extents.size(); ++d) q = q * extents[d] + coords[d];
   return q;
 }
 
-// The rank that owns nested block q (the inverse of nested_index).
+/// The rank that owns nested block q (the inverse of nested_index).
 constexpr std::size_t rank_of_nested(std::size_t q, std::span<const std::size_t> extents) noexcept {
   // Digits of q, least significant = last dimension; rank has dimension 0 fastest.
   std::size_t rank = 0, stride = 1;

@@ -37,46 +37,57 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// One executed dimension as this rank is bound to it.
+/// One executed dimension as this rank is bound to it.
 struct bound_dimension {
+  /// The dimension's extent, and this rank's coordinate in it.
+  ///@{
   std::size_t extent = 1, coord = 0;
-  link_info link;                              // as the executed topology has it
-  algorithm requested = algorithm::automatic;  // the user's (automatic where none was asked for)
-  algorithm algo = algorithm::ring;            // bind-time, for commutative ops
-  std::vector<std::size_t> members;            // global ranks of this rank's ring, by coordinate
-  // options.reproducible on merged dimensions: the extents to fold nested,
-  // innermost first (reduce/host.hpp combine_nested); empty: a flat fold.
+  ///@}
+  link_info link;                              ///< as the executed topology has it
+  algorithm requested = algorithm::automatic;  ///< the user's (automatic where none was asked for)
+  algorithm algo = algorithm::ring;            ///< bind-time, for commutative ops
+  std::vector<std::size_t> members;            ///< global ranks of this rank's ring, by coordinate
+  /// options.reproducible on merged dimensions: the extents to fold nested,
+  /// innermost first (reduce/host.hpp combine_nested); empty: a flat fold.
   std::vector<std::size_t> nest;
 };
 
+/// The one bind result: the topology resolved, merged and split, and this rank's place in it (see the top).
 struct bound_layout {
+  /// The communicator's size, and this rank.
+  ///@{
   std::size_t size = 0, rank = 0;
-  runtime_topology written;  // resolved, as the user wrote it (profile applied)
-  merged_dimensions merged;  // the dimensions as they run (merged.topology)
-  // Per executed dimension, as flat arrays (what plan/call.hpp's decide_call takes).
+  ///@}
+  runtime_topology written;  ///< resolved, as the user wrote it (profile applied)
+  merged_dimensions merged;  ///< the dimensions as they run (merged.topology)
+  /// Per executed dimension, as flat arrays (what plan/call.hpp's decide_call takes).
+  ///@{
   std::vector<std::size_t> extents, coords;
-  std::vector<algorithm> algorithms;  // bind-time, commutative ops (= dims[d].algo)
-  std::vector<link_info> rank_links;  // this rank's share of each link
-  std::vector<bound_dimension> dims;
-  // Per written dimension.
+  ///@}
+  std::vector<algorithm> algorithms;  ///< bind-time, commutative ops (= dims[d].algo)
+  std::vector<link_info> rank_links;  ///< this rank's share of each link
+  std::vector<bound_dimension> dims;  ///< per executed dimension
+  /// Per written dimension.
+  ///@{
   std::vector<std::size_t> written_extents, written_coords;
+  ///@}
 
-  const runtime_topology& executed() const noexcept { return merged.topology; }
-  std::size_t ndims() const noexcept { return extents.size(); }
-  // The algorithm dimension d as written runs for commutative ops (a merged
-  // dimension reports its merged stage's).
+  const runtime_topology& executed() const noexcept { return merged.topology; }  ///< the dimensions as they run
+  std::size_t ndims() const noexcept { return extents.size(); }                  ///< executed dimensions
+  /// The algorithm dimension d as written runs for commutative ops (a merged
+  /// dimension reports its merged stage's).
   algorithm algorithm_of(std::size_t written_d) const { return algorithms.at(merged.of_user.at(written_d)); }
-  // "link:extent" of executed dimension d (hang reports, errors).
+  /// "link:extent" of executed dimension d (hang reports, errors).
   std::string dim_name(std::size_t d) const { return dims.at(d).link.name + ":" + std::to_string(extents.at(d)); }
-  // Every dimension of more than one rank is fully connected (a non-commutative op
-  // can run direct everywhere).
+  /// Every dimension of more than one rank is fully connected (a non-commutative op
+  /// can run direct everywhere).
   bool all_fully_connected() const noexcept {
     for (const auto& d : dims)
       if (d.extent > 1 && !d.link.fully_connected) return false;
     return true;
   }
-  // Executed dimension d's algorithm asked for again, and bind's choice for it
-  // redone (the GPU path: the ipc transport reads peers' buffers, direct).
+  /// Executed dimension d's algorithm asked for again, and bind's choice for it
+  /// redone (the GPU path: the ipc transport reads peers' buffers, direct).
   void request(std::size_t d, algorithm a, const tuning& t) {
     bound_dimension& dim = dims.at(d);
     dim.requested = a;
@@ -84,10 +95,10 @@ struct bound_layout {
   }
 };
 
-// Which executor the layout is for: the host path folds merged dimensions nested
-// under options.reproducible, widens 16-bit calls whose every dimension
-// accumulates in float32, and plans with options.profile; the device path does none
-// of these (plan/merge.hpp).
+/// Which executor the layout is for: the host path folds merged dimensions nested
+/// under options.reproducible, widens 16-bit calls whose every dimension
+/// accumulates in float32, and plans with options.profile; the device path does none
+/// of these (plan/merge.hpp).
 enum class bind_path { host, device };
 
 namespace detail {
@@ -101,11 +112,11 @@ inline void check_algorithm_count(const runtime_topology& t, const options& o, c
 }
 }  // namespace detail
 
-// The layout of rank `rank` of `size` (see the top of this file). `caller` names
-// the bind in errors ("bind", "cuda::bind", "explain"). On the host path, o's
-// accumulation settings are normalized to what the calls run: one entry per
-// dimension in o.dimension_accumulation, and o.accumulation float32 only when the
-// calls widen.
+/// The layout of rank `rank` of `size` (see the top of this file). `caller` names
+/// the bind in errors ("bind", "cuda::bind", "explain"). On the host path, o's
+/// accumulation settings are normalized to what the calls run: one entry per
+/// dimension in o.dimension_accumulation, and o.accumulation float32 only when the
+/// calls widen.
 MDRING_COLD inline bound_layout bind_layout(const runtime_topology& written, std::size_t size, std::size_t rank,
                                             options& o, bind_path path, const char* caller) {
   const bool host = path == bind_path::host;

@@ -142,7 +142,7 @@ private:
 
 }  // namespace detail
 
-// The program of one rank's broadcast (the buffer is recv; p.kind is not read).
+/// The program of one rank's broadcast (the buffer is recv; p.kind is not read).
 inline program make_broadcast_program(const program_params& p) {
   detail::builder_parts x(p, collective::broadcast);
   detail::broadcast_builder(x).write();

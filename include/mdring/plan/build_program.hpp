@@ -46,39 +46,46 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// What a call runs in one executed dimension.
+/// What a call runs in one executed dimension.
 struct dim_program {
+  /// The dimension's extent, and this rank's coordinate in it.
+  ///@{
   std::size_t extent = 1, coord = 0;
-  algorithm algo = algorithm::ring;  // ring, direct or halving_doubling
-  bool shared = false;               // direct stages by shared access (ranks of a node)
-  std::size_t staging_bytes = 0;     // shared: ranges of at most this many bytes are staged
-  // shared, all_reduce with this dimension the only one of more than one rank, ranges
-  // above staging_bytes: the pull form (build_stages.hpp streamed_rs). Peers read a
-  // rank's `source` and `result` (plan/program.hpp), which each rank places alone: a
-  // rank whose buffers its peers cannot map streams them through node memory while
-  // its peers read theirs in place (executor/host/engine.hpp stream_in).
+  ///@}
+  algorithm algo = algorithm::ring;  ///< ring, direct or halving_doubling
+  bool shared = false;               ///< direct stages by shared access (ranks of a node)
+  std::size_t staging_bytes = 0;     ///< shared: ranges of at most this many bytes are staged
+  /// shared, all_reduce with this dimension the only one of more than one rank, ranges
+  /// above staging_bytes: the pull form (build_stages.hpp streamed_rs). Peers read a
+  /// rank's `source` and `result` (plan/program.hpp), which each rank places alone: a
+  /// rank whose buffers its peers cannot map streams them through node memory while
+  /// its peers read theirs in place (executor/host/engine.hpp stream_in).
   bool streamed = false;
   friend constexpr bool operator==(const dim_program&, const dim_program&) = default;
 };
 
+/// What a program is built or looked up with (plan/program_cache.hpp): the call and its executed dimensions.
 struct program_params {
-  collective kind = collective::all_reduce;
-  std::span<const dim_program> dims;
-  // The collective's count argument: elements (all_reduce, broadcast, reduce), or
-  // per rank (reduce_scatter: recvcount, all_gather: sendcount).
+  collective kind = collective::all_reduce;  ///< the collective
+  std::span<const dim_program> dims;         ///< per executed dimension (call_program::dims)
+  /// The collective's count argument: elements (all_reduce, broadcast, reduce), or
+  /// per rank (reduce_scatter: recvcount, all_gather: sendcount).
   std::size_t count = 0;
+  /// This rank, and the root of broadcast and reduce.
+  ///@{
   std::size_t rank = 0, root = 0;
-  std::size_t elem_size = 4;
-  std::size_t segment_length = 0;     // all_reduce: 0 or >= count for one segment
-  std::size_t vector_elements = 1;    // receive slots aligned like their fold's destination
-  std::size_t recv_misalignment = 0;  // (address of recvbuf / elem_size) % vector_elements
-  std::size_t nontemporal_bytes = std::numeric_limits<std::size_t>::max();  // tuning::nontemporal_bytes
-  std::size_t shared_reduce_max_bytes = 0;  // tuning::shared_reduce_max_bytes (0: the two stages)
-  // reduce: a shared last dimension's reduce-scatter and gather as one stage, the
-  // ranks writing their blocks into the root's buffer (plan/reduce_program.hpp
-  // shared_reduce_split; the host engine; the GPU path keeps the two stages).
+  ///@}
+  std::size_t elem_size = 4;          ///< bytes per element
+  std::size_t segment_length = 0;     ///< all_reduce: 0 or >= count for one segment
+  std::size_t vector_elements = 1;    ///< receive slots aligned like their fold's destination
+  std::size_t recv_misalignment = 0;  ///< (address of recvbuf / elem_size) % vector_elements
+  std::size_t nontemporal_bytes = std::numeric_limits<std::size_t>::max();  ///< tuning::nontemporal_bytes
+  std::size_t shared_reduce_max_bytes = 0;  ///< tuning::shared_reduce_max_bytes (0: the two stages)
+  /// reduce: a shared last dimension's reduce-scatter and gather as one stage, the
+  /// ranks writing their blocks into the root's buffer (plan/reduce_program.hpp
+  /// shared_reduce_split; the host engine; the GPU path keeps the two stages).
   bool shared_reduce_split = false;
-  bool trees = false;  // broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
+  bool trees = false;  ///< broadcast, reduce: binomial trees of the whole buffer (trees_for_call)
 };
 
 namespace detail {

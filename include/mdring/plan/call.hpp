@@ -52,43 +52,46 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// What decide_call needs to know of a call.
 struct call_request {
-  collective kind = collective::all_reduce;
-  const runtime_topology& topology;            // executed dimensions (plan/merge.hpp)
-  std::span<const algorithm> requested;        // options.algorithms, per executed dimension
-  std::span<const algorithm> bind_algorithms;  // choose_algorithm at bind, commutative ops
-  bool commutative = true;
-  std::size_t count = 0;  // the collective's count argument (per rank for reduce_scatter, all_gather)
-  std::size_t ranks = 1;
-  std::size_t elem_size = 4;
-  const tuning& tune;
-  const measured_choice* measured = nullptr;  // all_reduce, options.planning = measure
-  // topology.rank_link(d) for every dimension, computed once at bind (the host
-  // engine's: no copy of a link per call); empty: computed here.
+  collective kind = collective::all_reduce;    ///< the collective
+  const runtime_topology& topology;            ///< executed dimensions (plan/merge.hpp)
+  std::span<const algorithm> requested;        ///< options.algorithms, per executed dimension
+  std::span<const algorithm> bind_algorithms;  ///< choose_algorithm at bind, commutative ops
+  bool commutative = true;                     ///< the op is commutative
+  std::size_t count = 0;      ///< the collective's count argument (per rank for reduce_scatter, all_gather)
+  std::size_t ranks = 1;      ///< ranks in the communicator
+  std::size_t elem_size = 4;  ///< bytes per element
+  const tuning& tune;         ///< the cost model's knobs
+  const measured_choice* measured = nullptr;  ///< all_reduce, options.planning = measure
+  /// topology.rank_link(d) for every dimension, computed once at bind (the host
+  /// engine's: no copy of a link per call); empty: computed here.
   std::span<const link_info> rank_links = {};
-  std::span<const std::size_t> extents = {};  // topology.extent(d), likewise
+  std::span<const std::size_t> extents = {};  ///< topology.extent(d), likewise
 };
 
+/// What a call runs (decide_call): the algorithm per executed dimension, the segments, the trees.
 struct call_decision {
+  /// Where the decision comes from: the cost model's estimate, or a measured plan (plan/wisdom.hpp).
   enum class origin { estimate, measured };
-  std::vector<algorithm> algos;    // per executed dimension
-  std::size_t segment_length = 0;  // all_reduce; 0 (one segment) for the others
-  std::size_t segments = 1;
-  std::size_t depth = 1;  // segments in flight
-  bool trees = false;     // broadcast, reduce
-  origin source = origin::estimate;
+  std::vector<algorithm> algos;      ///< per executed dimension
+  std::size_t segment_length = 0;    ///< all_reduce; 0 (one segment) for the others
+  std::size_t segments = 1;          ///< all_reduce: segments of segment_length elements
+  std::size_t depth = 1;             ///< segments in flight
+  bool trees = false;                ///< broadcast, reduce
+  origin source = origin::estimate;  ///< estimate or measured
 };
 
-// The elements of the whole buffer a call's stages cut up.
+/// The elements of the whole buffer a call's stages cut up.
 constexpr std::size_t call_elements(collective kind, std::size_t count, std::size_t ranks) noexcept {
   return kind == collective::reduce_scatter || kind == collective::all_gather ? count * ranks : count;
 }
 
-// Fills d (reusing its storage: no allocation once it has the dimensions).
-// `required`: per dimension, an algorithm the caller requires of this call whatever
-// the model says (automatic, or no entry: none), before the segments are cut (the
-// host engine sizes scratch for every algorithm a smaller call may run:
-// executor/host/engine.hpp reserve_bytes).
+/// Fills d (reusing its storage: no allocation once it has the dimensions).
+/// `required`: per dimension, an algorithm the caller requires of this call whatever
+/// the model says (automatic, or no entry: none), before the segments are cut (the
+/// host engine sizes scratch for every algorithm a smaller call may run:
+/// executor/host/engine.hpp reserve_bytes).
 inline void decide_call(call_decision& d, const call_request& r, std::span<const algorithm> required = {}) {
   const std::size_t k = r.topology.ndims();
   const std::size_t n = call_elements(r.kind, r.count, r.ranks);
@@ -117,60 +120,65 @@ inline void decide_call(call_decision& d, const call_request& r, std::span<const
 
 // ---- the call's program parameters ---------------------------------------------------
 
-// What an executor can do in one executed dimension (its transport's answer).
+/// What an executor can do in one executed dimension (its transport's answer).
 struct dim_access {
-  bool shared = false;            // the ranks read each other's buffers: direct stages by shared access
-  std::size_t staging_bytes = 0;  // shared: stage ranges of at most this many bytes go through staging buffers
-  // Host, between processes: the last call on this dimension that noted it had
-  // buffers some rank's peers could not map (the same on every rank of the ring:
-  // executor/host/core.hpp sync); the next one takes the pull form where it pays.
+  bool shared = false;            ///< the ranks read each other's buffers: direct stages by shared access
+  std::size_t staging_bytes = 0;  ///< shared: stage ranges of at most this many bytes go through staging buffers
+  /// Host, between processes: the last call on this dimension that noted it had
+  /// buffers some rank's peers could not map (the same on every rank of the ring:
+  /// executor/host/core.hpp sync); the next one takes the pull form where it pays.
   bool unmapped = false;
 };
 
-// What differs between the executors that run programs.
+/// What differs between the executors that run programs.
 struct executor_profile {
-  // The host engine: nontemporal copies from tune.nontemporal_bytes, a reduce's
-  // shared last dimension in one stage (program_params::shared_reduce_split).
+  /// The host engine: nontemporal copies from tune.nontemporal_bytes, a reduce's
+  /// shared last dimension in one stage (program_params::shared_reduce_split).
   bool host = true;
-  // Host ranks in separate address spaces: the pull form (dim_program::streamed)
-  // where a dimension's buffers are unmapped and it pays.
+  /// Host ranks in separate address spaces: the pull form (dim_program::streamed)
+  /// where a dimension's buffers are unmapped and it pays.
   bool between_processes = false;
-  // The GPU: receive slots aligned like their fold's destination, and all_reduce's
-  // recvbuf misalignment in elements modulo that vector.
+  /// The GPU: receive slots aligned like their fold's destination, and all_reduce's
+  /// recvbuf misalignment in elements modulo that vector.
   std::size_t vector_elements = 1;
-  std::size_t recv_misalignment = 0;
+  std::size_t recv_misalignment = 0;  ///< the GPU: all_reduce's recvbuf misalignment in elements modulo vector_elements
 
+  /// The host engine's profile (between processes or threads of one process), and the GPU's.
+  ///@{
   static constexpr executor_profile on_host(bool between_processes) noexcept { return {true, between_processes, 1, 0}; }
   static constexpr executor_profile on_device(std::size_t vector_elements, std::size_t recv_misalignment) noexcept {
     return {false, false, vector_elements, recv_misalignment};
   }
+  ///@}
 };
 
-// One call as its program is built: what collective, how many elements, which root.
+/// One call as its program is built: what collective, how many elements, which root.
 struct call_shape {
-  collective kind = collective::all_reduce;
-  std::size_t count = 0;  // the collective's count argument
-  std::size_t root = 0;
-  std::size_t elem_size = 4;
+  collective kind = collective::all_reduce;  ///< the collective
+  std::size_t count = 0;                     ///< the collective's count argument
+  std::size_t root = 0;                      ///< broadcast, reduce: the root
+  std::size_t elem_size = 4;                 ///< bytes per element
 };
 
-// The description describe_call fills: params (whose dims view `dims`) is what a
-// program is built or looked up with (plan/program_cache.hpp). Reused storage.
+/// The description describe_call fills: params (whose dims view `dims`) is what a
+/// program is built or looked up with (plan/program_cache.hpp). Reused storage.
 struct call_program {
-  std::vector<dim_program> dims;
-  program_params params;
-  // Per executed dimension: the pull form pays on it (it runs streamed when its
-  // buffers are unmapped; explain() says so).
+  std::vector<dim_program> dims;  ///< per executed dimension
+  program_params params;          ///< what the program is built or looked up with (its dims view `dims`)
+  /// Per executed dimension: the pull form pays on it (it runs streamed when its
+  /// buffers are unmapped; explain() says so).
   std::vector<unsigned char> stream_pays;
-  // Some dimension's pull form pays: the call notes, at its arrives, whether any
-  // rank's buffers were unmapped, for the next call to decide on.
+  /// Some dimension's pull form pays: the call notes, at its arrives, whether any
+  /// rank's buffers were unmapped, for the next call to decide on.
   bool notes_unmapped = false;
 
   call_program() = default;
+  /// Copies, pointing params.dims at the copy's own dims.
   call_program(const call_program& o)
       : dims(o.dims), params(o.params), stream_pays(o.stream_pays), notes_unmapped(o.notes_unmapped) {
     params.dims = dims;
   }
+  /// Copies, pointing params.dims at this object's own dims.
   call_program& operator=(const call_program& o) {
     if (this != &o) {
       dims = o.dims, params = o.params, stream_pays = o.stream_pays, notes_unmapped = o.notes_unmapped;
@@ -180,11 +188,11 @@ struct call_program {
   }
 };
 
-// Fills cp for the call `c` that decision d describes, on layout L with `access`
-// per executed dimension (empty: no shared access anywhere, as the free explain()
-// assumes). A dimension runs by shared access where its ranks share memory and
-// the call runs it direct; between processes it runs the pull form where that
-// pays (plan/cost.hpp streams_when_unmapped) and its buffers were unmapped.
+/// Fills cp for the call `c` that decision d describes, on layout L with `access`
+/// per executed dimension (empty: no shared access anywhere, as the free explain()
+/// assumes). A dimension runs by shared access where its ranks share memory and
+/// the call runs it direct; between processes it runs the pull form where that
+/// pays (plan/cost.hpp streams_when_unmapped) and its buffers were unmapped.
 inline void describe_call(call_program& cp, const call_decision& d, const call_shape& c, const bound_layout& L,
                           std::span<const dim_access> access, const tuning& tune, const executor_profile& ex) {
   const std::size_t k = L.ndims();
@@ -224,7 +232,7 @@ inline void describe_call(call_program& cp, const call_decision& d, const call_s
   }
 }
 
-// decide_call's request for a call on layout L.
+/// decide_call's request for a call on layout L.
 inline call_request request_for(const bound_layout& L, collective kind, std::size_t count, std::size_t elem_size,
                                 bool commutative, const tuning& tune, const measured_choice* measured = nullptr) {
   return call_request{kind,      L.executed(), L.merged.requested, L.algorithms, commutative, count, L.size,

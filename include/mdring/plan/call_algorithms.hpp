@@ -29,11 +29,11 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// The algorithms one call runs: `algos` holds what was chosen at bind for the op
-// (choose_algorithm); each automatic ring becomes halving-doubling where the model
-// predicts it faster for the call's size (algorithm_for_call). `n` is the elements
-// of the whole buffer the stages cut up; a stage's nominal range shrinks by
-// max_block per dimension, so every rank decides alike.
+/// The algorithms one call runs: `algos` holds what was chosen at bind for the op
+/// (choose_algorithm); each automatic ring becomes halving-doubling where the model
+/// predicts it faster for the call's size (algorithm_for_call). `n` is the elements
+/// of the whole buffer the stages cut up; a stage's nominal range shrinks by
+/// max_block per dimension, so every rank decides alike.
 template <class RankLink>
 void call_algorithms(std::span<const std::size_t> extents, RankLink&& rank_link, std::span<const algorithm> requested,
                      std::span<algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune) {
@@ -47,9 +47,9 @@ void call_algorithms(std::span<const std::size_t> extents, RankLink&& rank_link,
     range = max_block(range, p);
   }
 }
-// rank_links and extents: topo.rank_link(d) and topo.extent(d) for every
-// dimension, computed beforehand (the host engine's, at bind: nothing copied per
-// call); empty: taken from topo here.
+/// rank_links and extents: topo.rank_link(d) and topo.extent(d) for every
+/// dimension, computed beforehand (the host engine's, at bind: nothing copied per
+/// call); empty: taken from topo here.
 inline void call_algorithms(const runtime_topology& topo, std::span<const algorithm> requested,
                             std::span<algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune,
                             std::span<const link_info> rank_links = {}, std::span<const std::size_t> extents = {}) {
@@ -69,13 +69,13 @@ inline void call_algorithms(const runtime_topology& topo, std::span<const algori
       elem_size, tune);
 }
 
-// all_reduce: the last dimensions run by recursive doubling (whole-range exchanges)
-// where the cost model predicts it faster, for calls of at most
-// tuning::recursive_doubling_max_bytes. Only a suffix of the non-trivial
-// dimensions, each a ring or halving-doubling the user left automatic: then the
-// dimensions before it cut the range as usual and nothing after it is made to
-// move more bytes. Never when tuning::segment_bytes fixes a pipeline. Every rank
-// decides from the call's size alone.
+/// all_reduce: the last dimensions run by recursive doubling (whole-range exchanges)
+/// where the cost model predicts it faster, for calls of at most
+/// tuning::recursive_doubling_max_bytes. Only a suffix of the non-trivial
+/// dimensions, each a ring or halving-doubling the user left automatic: then the
+/// dimensions before it cut the range as usual and nothing after it is made to
+/// move more bytes. Never when tuning::segment_bytes fixes a pipeline. Every rank
+/// decides from the call's size alone.
 inline void recursive_doubling_for_call(const runtime_topology& topo, std::span<const algorithm> requested,
                                         std::span<algorithm> algos, std::size_t n, std::size_t elem_size,
                                         const tuning& tune) {
@@ -101,12 +101,12 @@ inline void recursive_doubling_for_call(const runtime_topology& topo, std::span<
     if (topo.extent(d) > 1) algos[d] = algorithm::recursive_doubling;
 }
 
-// The algorithms one call of `kind` runs on each executed dimension, from what was
-// chosen at bind for the op (`algos`, choose_algorithm): rings refined for the
-// size (call_algorithms); all_reduce's last dimensions by recursive doubling where
-// it pays (above); the other collectives run halving-doubling where recursive
-// doubling was asked for (it is an all-reduce). `n`: elements of the whole buffer.
-// rank_links, extents: as for call_algorithms above.
+/// The algorithms one call of `kind` runs on each executed dimension, from what was
+/// chosen at bind for the op (`algos`, choose_algorithm): rings refined for the
+/// size (call_algorithms); all_reduce's last dimensions by recursive doubling where
+/// it pays (above); the other collectives run halving-doubling where recursive
+/// doubling was asked for (it is an all-reduce). `n`: elements of the whole buffer.
+/// rank_links, extents: as for call_algorithms above.
 inline void algorithms_for_call(collective kind, const runtime_topology& topo, std::span<const algorithm> requested,
                                 std::span<algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune,
                                 std::span<const link_info> rank_links = {}, std::span<const std::size_t> extents = {}) {
@@ -116,12 +116,12 @@ inline void algorithms_for_call(collective kind, const runtime_topology& topo, s
     if (a == algorithm::recursive_doubling) a = algorithm::halving_doubling;
 }
 
-// Broadcast and reduce of n elements run binomial trees (the whole buffer along
-// each dimension, ceil(log2 p) steps each) instead of scatter + all-gather or
-// reduce-scatter + gather, when every non-trivial dimension was left automatic,
-// the op commutes (reduce), the call is at most tuning::recursive_doubling_max_bytes
-// and the cost model predicts the trees faster. Every rank decides alike (the
-// nominal ranges of call_algorithms).
+/// Broadcast and reduce of n elements run binomial trees (the whole buffer along
+/// each dimension, ceil(log2 p) steps each) instead of scatter + all-gather or
+/// reduce-scatter + gather, when every non-trivial dimension was left automatic,
+/// the op commutes (reduce), the call is at most tuning::recursive_doubling_max_bytes
+/// and the cost model predicts the trees faster. Every rank decides alike (the
+/// nominal ranges of call_algorithms).
 inline bool trees_for_call(collective kind, const runtime_topology& topo, std::span<const algorithm> requested,
                            std::span<const algorithm> algos, std::size_t n, std::size_t elem_size, const tuning& tune,
                            bool commutative) {

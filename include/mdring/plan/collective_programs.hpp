@@ -58,9 +58,9 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// The program of one rank's call (see the top of this file and plan/program.hpp):
-// for p.kind == collective::X, the same program as make_X_program(p), through the
-// same builder.
+/// The program of one rank's call (see the top of this file and plan/program.hpp):
+/// for p.kind == collective::X, the same program as make_X_program(p), through the
+/// same builder.
 inline program make_program(const program_params& p) {
   detail::builder_parts x(p, p.kind);
   switch (p.kind) {
@@ -83,7 +83,7 @@ inline program make_program(const program_params& p) {
   return std::move(x).finish();
 }
 
-// The builder of one collective's programs (what program_cache::get takes).
+/// The builder of one collective's programs (what program_cache::get takes).
 inline program (*builder_of(collective kind) noexcept)(const program_params&) {
   switch (kind) {
     case collective::all_reduce:

@@ -43,14 +43,14 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// Steps of a binomial tree over p ranks: ceil(log2 p).
+/// Steps of a binomial tree over p ranks: ceil(log2 p).
 constexpr std::size_t tree_steps(std::size_t p) noexcept {
   std::size_t s = 0;
   while ((std::size_t(1) << s) < p) ++s;
   return s;
 }
 
-// Predicted seconds of one stage (see the table above).
+/// Predicted seconds of one stage (see the table above).
 inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t n, std::size_t elem_size,
                             const link_info& link, double gamma) noexcept {
   if (p <= 1 || n == 0) return 0.0;
@@ -85,14 +85,14 @@ inline double stage_seconds(phase ph, algorithm algo, std::size_t p, std::size_t
   return others * (alpha + move + fold);
 }
 
-// all_reduce of `bytes` in `segments` over one dimension of p ranks that share
-// memory between processes (the fused shared stage): whether its pull form pays
-// (build_program.hpp dim_program::streamed). A rank whose buffers its peers cannot
-// map then copies the peers' blocks of its sendbuf into node memory ((p - 1) / p
-// of the bytes at copy_gamma) instead of the peers reading them and writing its
-// results by cross-memory attach (twice that at cma_gamma); the pull form costs
-// one more synchronization per segment (the link's latency). Never below
-// stream_min_bytes (see tuning). The same answer on every rank.
+/// all_reduce of `bytes` in `segments` over one dimension of p ranks that share
+/// memory between processes (the fused shared stage): whether its pull form pays
+/// (build_program.hpp dim_program::streamed). A rank whose buffers its peers cannot
+/// map then copies the peers' blocks of its sendbuf into node memory ((p - 1) / p
+/// of the bytes at copy_gamma) instead of the peers reading them and writing its
+/// results by cross-memory attach (twice that at cma_gamma); the pull form costs
+/// one more synchronization per segment (the link's latency). Never below
+/// stream_min_bytes (see tuning). The same answer on every rank.
 inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segments, const link_info& link,
                            const tuning& t) {
   if (p < 2 || !(t.cma_gamma > 0) || bytes < t.stream_min_bytes) return false;
@@ -100,37 +100,42 @@ inline bool streaming_pays(std::size_t p, std::size_t bytes, std::size_t segment
   return 2.0 * share * t.cma_gamma > share * t.copy_gamma + double(segments) * link.latency;
 }
 
-// A broadcast, all_gather or reduce_scatter of `bytes` (the whole buffer) over one
-// such dimension of p ranks, where some rank's buffer cannot be mapped: whether
-// copying what the peers read into node memory, which they map, pays against their
-// reading it by cross-memory attach (broadcast: the root copies the buffer;
-// all_gather: each such rank its block; reduce_scatter: the blocks its peers fold).
-// From tuning::stream_broadcast_min_bytes and stream_blocks_min_bytes, measured
-// (cma_gamma 0: never). A broadcast over two ranks never streams: there the root
-// writes half of the range while its peer reads the other half, both by
-// cross-memory attach, which measured 0.35 to 0.4 x the time of streaming at
-// 16 MiB and 0.45 to 0.55 x at 64 and 256 MiB (broadcast_program.hpp
-// shared_broadcast).
+/// A broadcast, all_gather or reduce_scatter of `bytes` (the whole buffer) over one
+/// such dimension of p ranks, where some rank's buffer cannot be mapped: whether
+/// copying what the peers read into node memory, which they map, pays against their
+/// reading it by cross-memory attach (broadcast: the root copies the buffer;
+/// all_gather: each such rank its block; reduce_scatter: the blocks its peers fold).
+/// From tuning::stream_broadcast_min_bytes and stream_blocks_min_bytes, measured
+/// (cma_gamma 0: never). A broadcast over two ranks never streams: there the root
+/// writes half of the range while its peer reads the other half, both by
+/// cross-memory attach, which measured 0.35 to 0.4 x the time of streaming at
+/// 16 MiB and 0.45 to 0.55 x at 64 and 256 MiB (broadcast_program.hpp
+/// shared_broadcast).
 inline bool whole_streaming_pays(collective kind, std::size_t p, std::size_t bytes, const tuning& t) {
   if (kind == collective::broadcast) return p > 2 && t.cma_gamma > 0 && bytes >= t.stream_broadcast_min_bytes;
   return t.cma_gamma > 0 && bytes >= t.stream_blocks_min_bytes;
 }
 
-// Whether an all_reduce of `bytes` runs its pull form on dimension `dim` when some
-// rank's buffers cannot be mapped (dim_program::streamed): the one test the host
-// engine (executor/host/engine.hpp program_of) builds the program by and explain()
-// (collective/communicator.hpp make_plan) reports. Only an all_reduce whose one
-// dimension of more than one rank runs direct by shared access between processes,
-// with segments larger than the staging buffer, where streaming_pays says so.
+/// Whether an all_reduce of `bytes` runs its pull form on dimension `dim` when some
+/// rank's buffers cannot be mapped (dim_program::streamed): the one test the host
+/// engine (executor/host/engine.hpp program_of) builds the program by and explain()
+/// (collective/communicator.hpp make_plan) reports. Only an all_reduce whose one
+/// dimension of more than one rank runs direct by shared access between processes,
+/// with segments larger than the staging buffer, where streaming_pays says so.
 struct stream_query {
-  collective kind = collective::all_reduce;
-  std::span<const std::size_t> extents;  // the executed dimensions'
-  std::size_t dim = 0;
-  algorithm algo = algorithm::direct;  // what the call runs on dim
-  bool shared = false;                 // dim's ranks share memory (the transport's answer)
-  bool same_address_space = false;     // the transport's ranks are threads of one process
+  collective kind = collective::all_reduce;  ///< the collective
+  std::span<const std::size_t> extents;      ///< the executed dimensions'
+  std::size_t dim = 0;                       ///< the dimension asked about (executed)
+  algorithm algo = algorithm::direct;        ///< what the call runs on dim
+  bool shared = false;                       ///< dim's ranks share memory (the transport's answer)
+  bool same_address_space = false;           ///< the transport's ranks are threads of one process
+  /// The call's bytes, the bytes of its segments, the segments, and the staging buffer's bytes
+  /// (dim_access::staging_bytes).
+  ///@{
   std::size_t bytes = 0, segment_bytes = 0, segments = 1, staging_bytes = 0;
+  ///@}
 };
+/// The test described above for query `q`, on dimension q.dim's link.
 inline bool streams_when_unmapped(const stream_query& q, const link_info& link, const tuning& t) {
   const bool whole =
       q.kind == collective::broadcast || q.kind == collective::all_gather || q.kind == collective::reduce_scatter;
@@ -144,7 +149,7 @@ inline bool streams_when_unmapped(const stream_query& q, const link_info& link, 
                : streaming_pays(q.extents[q.dim], q.bytes, q.segments, link, t);
 }
 
-// The algorithm `automatic` stands for on this dimension.
+/// The algorithm `automatic` stands for on this dimension.
 inline algorithm choose_algorithm(algorithm requested, const link_info& link, std::size_t p, const tuning& t,
                                   bool commutative) noexcept {
   if (!commutative) return algorithm::direct;  // only direct combines in rank order
@@ -155,12 +160,12 @@ inline algorithm choose_algorithm(algorithm requested, const link_info& link, st
   return link.fully_connected && p <= t.direct_max_extent ? algorithm::direct : algorithm::ring;
 }
 
-// What a call runs on a dimension whose bind-time algorithm is `chosen`: a ring that
-// the user left automatic becomes halving-doubling for ranges where the model
-// predicts it faster (latency-bound sizes: 2 log2 p messages instead of 2 (p-1)).
-// `range` is the stage's nominal range in elements (the same on every rank: see
-// call_algorithms in pipeline.hpp), `link` the rank's share of it; at most
-// t.halving_doubling_max_bytes.
+/// What a call runs on a dimension whose bind-time algorithm is `chosen`: a ring that
+/// the user left automatic becomes halving-doubling for ranges where the model
+/// predicts it faster (latency-bound sizes: 2 log2 p messages instead of 2 (p-1)).
+/// `range` is the stage's nominal range in elements (the same on every rank: see
+/// call_algorithms in pipeline.hpp), `link` the rank's share of it; at most
+/// t.halving_doubling_max_bytes.
 inline algorithm algorithm_for_call(algorithm chosen, algorithm requested, const link_info& link, std::size_t p,
                                     std::size_t range, std::size_t elem_size, const tuning& t) noexcept {
   if (chosen != algorithm::ring || requested != algorithm::automatic || p < 4 || range == 0 ||

@@ -47,16 +47,24 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The shape of halving-doubling over p ranks: p2, the largest power of two <= p, virtual ranks, and rem = p - p2 pairs
+/// folded in before and handed out after.
 struct hd_shape {
+  /// p ranks, p2 the largest power of two <= p, rem = p - p2 pairs, levels = log2(p2) exchange steps.
+  ///@{
   std::size_t p = 1, p2 = 1, rem = 0, levels = 0;
+  ///@}
+  /// Steps of a stage: the levels, plus the fold-in and the hand-out when rem > 0.
   constexpr std::size_t steps() const noexcept { return levels + (rem ? 2 : 0); }
-  // Coordinate c takes part in the exchanges (the odd one of a pair, or unpaired).
+  /// Coordinate c takes part in the exchanges (the odd one of a pair, or unpaired).
   constexpr bool active(std::size_t c) const noexcept { return c >= 2 * rem || c % 2 == 1; }
+  /// The virtual rank of coordinate c.
   constexpr std::size_t virtual_of(std::size_t c) const noexcept { return c < 2 * rem ? c / 2 : c - rem; }
+  /// The coordinate of virtual rank v (of a pair, the odd one).
   constexpr std::size_t coordinate_of(std::size_t v) const noexcept { return v < rem ? 2 * v + 1 : v + rem; }
-  // The first block virtual rank v answers for (v == p2: p, the end).
+  /// The first block virtual rank v answers for (v == p2: p, the end).
   constexpr std::size_t first_block(std::size_t v) const noexcept { return v < rem ? 2 * v : v + rem; }
-  // Elements [a, b) of virtual ranks a .. b-1 in a range of n elements.
+  /// Elements [a, b) of virtual ranks a .. b-1 in a range of n elements.
   constexpr block_range window(std::size_t n, std::size_t a, std::size_t b) const noexcept {
     const std::size_t lo = block_of(n, p, first_block(a)).offset;
     const std::size_t hi = first_block(b) >= p ? n : block_of(n, p, first_block(b)).offset;
@@ -64,6 +72,7 @@ struct hd_shape {
   }
 };
 
+/// The halving-doubling shape of p ranks (p = 0 counts as 1).
 constexpr hd_shape hd_shape_of(std::size_t p) noexcept {
   hd_shape h;
   h.p = p ? p : 1;
@@ -73,16 +82,22 @@ constexpr hd_shape hd_shape_of(std::size_t p) noexcept {
   return h;
 }
 
-// What step s of a stage does on coordinate c.
+/// What step s of a stage does on coordinate c.
 struct hd_step {
-  enum kind_t { fold_in, exchange, hand_out } kind = exchange;
-  std::size_t partner = 0;     // the coordinate messages go to and come from (exchange)
-  block_range send{}, recv{};  // element ranges, relative to the stage's range
+  /// What the step does: fold in (of a pair), exchange, or hand out (to a pair).
+  enum kind_t { fold_in, exchange, hand_out } kind = exchange;  ///< what the step does
+  std::size_t partner = 0;  ///< the coordinate messages go to and come from (exchange)
+  ///@{
+  block_range send{}, recv{};  ///< element ranges, relative to the stage's range
+  ///@}
+  /// This rank sends, receives in the step.
+  ///@{
   bool sends = false, receives = false;
+  ///@}
 };
 
-// The steps of a pair (coordinates c and c^1 below 2 rem): at the fold-in the even
-// one sends `moved` to the odd one, at the hand-out the odd one to the even one.
+/// The steps of a pair (coordinates c and c^1 below 2 rem): at the fold-in the even
+/// one sends `moved` to the odd one, at the hand-out the odd one to the even one.
 constexpr hd_step hd_pair_step(const hd_shape& h, std::size_t c, hd_step::kind_t kind, block_range moved) noexcept {
   hd_step st;
   st.kind = kind;
@@ -94,8 +109,8 @@ constexpr hd_step hd_pair_step(const hd_shape& h, std::size_t c, hd_step::kind_t
   return st;
 }
 
-// Step s (0 <= s < steps()) of the reduce-scatter on a range of n elements.
-// Exchange steps: `recv` is what this rank keeps and folds, `send` the other half.
+/// Step s (0 <= s < steps()) of the reduce-scatter on a range of n elements.
+/// Exchange steps: `recv` is what this rank keeps and folds, `send` the other half.
 constexpr hd_step hd_rs_step(const hd_shape& h, std::size_t n, std::size_t c, std::size_t s) noexcept {
   hd_step st;
   const std::size_t lead = h.rem ? 1 : 0;
@@ -111,7 +126,7 @@ constexpr hd_step hd_rs_step(const hd_shape& h, std::size_t n, std::size_t c, st
   return st;
 }
 
-// Step s of the all-gather on a range of n elements, block c present.
+/// Step s of the all-gather on a range of n elements, block c present.
 constexpr hd_step hd_ag_step(const hd_shape& h, std::size_t n, std::size_t c, std::size_t s) noexcept {
   hd_step st;
   const std::size_t lead = h.rem ? 1 : 0;
@@ -127,23 +142,27 @@ constexpr hd_step hd_ag_step(const hd_shape& h, std::size_t n, std::size_t c, st
   return st;
 }
 
-// Recursive doubling (algorithm::recursive_doubling): step s (0 <= s < steps()) of
-// an all-reduce of a whole range over one dimension, on coordinate c. The same
-// pairing as above, but every message is the whole range and nothing is cut:
-//   fold in   (rem > 0) the even coordinate of a pair sends its range to the odd one,
-//             which folds the two (the even one's first);
-//   doubling  for m = 1, 2, .., p2/2: v and v^m exchange their partials and each
-//             folds the lower v's first, so both compute the same bits, and every
-//             fold joins two contiguous runs of coordinates in order;
-//   hand out  (rem > 0) the odd coordinate of a pair sends the result to the even one.
-// L + 2 messages per rank (L without pairs), each the whole range: the fewest
-// latencies of any algorithm, for calls where they are what costs.
+/// Recursive doubling (algorithm::recursive_doubling): step s (0 <= s < steps()) of
+/// an all-reduce of a whole range over one dimension, on coordinate c. The same
+/// pairing as above, but every message is the whole range and nothing is cut:
+///   fold in   (rem > 0) the even coordinate of a pair sends its range to the odd one,
+///             which folds the two (the even one's first);
+///   doubling  for m = 1, 2, .., p2/2: v and v^m exchange their partials and each
+///             folds the lower v's first, so both compute the same bits, and every
+///             fold joins two contiguous runs of coordinates in order;
+///   hand out  (rem > 0) the odd coordinate of a pair sends the result to the even one.
+/// L + 2 messages per rank (L without pairs), each the whole range: the fewest
+/// latencies of any algorithm, for calls where they are what costs.
 struct rd_step {
-  hd_step::kind_t kind = hd_step::exchange;
-  std::size_t partner = 0;
+  hd_step::kind_t kind = hd_step::exchange;  ///< fold in, exchange or hand out
+  std::size_t partner = 0;                   ///< the coordinate messages go to and come from
+  /// This rank sends, receives in the step.
+  ///@{
   bool sends = false, receives = false;
-  bool mine_first = false;  // a fold puts this rank's partial first (its v is the lower one)
+  ///@}
+  bool mine_first = false;  ///< a fold puts this rank's partial first (its v is the lower one)
 };
+/// Step s of recursive doubling on coordinate c.
 constexpr rd_step rd_step_of(const hd_shape& h, std::size_t c, std::size_t s) noexcept {
   rd_step st;
   const std::size_t lead = h.rem ? 1 : 0;

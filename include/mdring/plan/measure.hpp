@@ -19,18 +19,18 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// The candidates for an all_reduce of n elements of elem_size bytes on the executed
-// topology, the estimate's plan first (est: its algorithms, as decide_call chose
-// them; requested: the user's per dimension, automatic where none; bind: the
-// bind-time algorithm per dimension):
-//   - the estimate's plan (its segments, tune.pipeline_depth in flight);
-//   - per dimension the user left automatic: a ring flipped to halving-doubling or
-//     back; a fully connected one of 3 ranks or more, which runs direct, as a ring
-//     and as halving-doubling (its pairs may not be equal: NVLink meshes, PCIe
-//     switches);
-//   - with pipelining, the estimate's segment count K as 1, 2K, K/2, 4K and K/4
-//     (within tune.max_segments and n), and fewer segments in flight (2).
-// No candidate twice.
+/// The candidates for an all_reduce of n elements of elem_size bytes on the executed
+/// topology, the estimate's plan first (est: its algorithms, as decide_call chose
+/// them; requested: the user's per dimension, automatic where none; bind: the
+/// bind-time algorithm per dimension):
+///   - the estimate's plan (its segments, tune.pipeline_depth in flight);
+///   - per dimension the user left automatic: a ring flipped to halving-doubling or
+///     back; a fully connected one of 3 ranks or more, which runs direct, as a ring
+///     and as halving-doubling (its pairs may not be equal: NVLink meshes, PCIe
+///     switches);
+///   - with pipelining, the estimate's segment count K as 1, 2K, K/2, 4K and K/4
+///     (within tune.max_segments and n), and fewer segments in flight (2).
+/// No candidate twice.
 MDRING_COLD inline std::vector<measured_choice> measured_candidates(const runtime_topology& executed,
                                                                     std::span<const algorithm> est,
                                                                     std::span<const algorithm> requested,

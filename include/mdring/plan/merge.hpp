@@ -43,17 +43,18 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The dimensions as they run (see the top), and how the written ones map to them.
 struct merged_dimensions {
-  runtime_topology topology;         // the dimensions as executed
-  std::vector<algorithm> requested;  // per executed dimension
-  std::vector<std::size_t> of_user;  // user dimension d runs in executed dimension of_user[d] (the first, if split)
-  std::vector<std::size_t> user_of;  // executed dimension e runs (the first of) user dimension user_of[e]
-  // The user dimensions' extents that executed dimension e is made of, innermost
-  // first ({4} unmerged, {2, 2} for shm:2 x shm:2 merged; a split's parts: {a}, {b}).
+  runtime_topology topology;         ///< the dimensions as executed
+  std::vector<algorithm> requested;  ///< per executed dimension
+  std::vector<std::size_t> of_user;  ///< user dimension d runs in executed dimension of_user[d] (the first, if split)
+  std::vector<std::size_t> user_of;  ///< executed dimension e runs (the first of) user dimension user_of[e]
+  /// The user dimensions' extents that executed dimension e is made of, innermost
+  /// first ({4} unmerged, {2, 2} for shm:2 x shm:2 merged; a split's parts: {a}, {b}).
   std::vector<std::vector<std::size_t>> nest;
 };
 
-// The a of a split a x b of p ranks (see above), or 0 when p stays one ring.
+/// The a of a split a x b of p ranks (see above), or 0 when p stays one ring.
 inline std::size_t split_factor(std::size_t p, std::size_t min_extent) noexcept {
   if (min_extent == 0 || p < min_extent || p < 4) return 0;
   std::size_t a = 0;
@@ -62,7 +63,7 @@ inline std::size_t split_factor(std::size_t p, std::size_t min_extent) noexcept 
   return a;
 }
 
-// `topo` must be resolved; requested[d] (missing: automatic) is the user's choice for dimension d.
+/// `topo` must be resolved; requested[d] (missing: automatic) is the user's choice for dimension d.
 MDRING_COLD inline merged_dimensions merge_dimensions(const runtime_topology& topo,
                                                       std::span<const algorithm> requested, const tuning& tune) {
   merged_dimensions m;
@@ -97,11 +98,11 @@ MDRING_COLD inline merged_dimensions merge_dimensions(const runtime_topology& to
   return m;
 }
 
-// The algorithms asked for per written dimension: o.algorithms, and direct on each
-// dimension of more than one rank whose partial results are float32
-// (options::dimension_accumulation: folded at the owner, rounded once), unless the
-// call is widened (every dimension float32 on the host path: `widens`). Asking
-// for another algorithm there is invalid_argument("options.algorithms").
+/// The algorithms asked for per written dimension: o.algorithms, and direct on each
+/// dimension of more than one rank whose partial results are float32
+/// (options::dimension_accumulation: folded at the owner, rounded once), unless the
+/// call is widened (every dimension float32 on the host path: `widens`). Asking
+/// for another algorithm there is invalid_argument("options.algorithms").
 MDRING_COLD inline std::vector<algorithm> requested_algorithms(const runtime_topology& topo, const options& o,
                                                                bool widens) {
   const std::size_t k = topo.ndims();
@@ -128,11 +129,11 @@ MDRING_COLD inline std::vector<algorithm> requested_algorithms(const runtime_top
   return req;
 }
 
-// The dimensions as a communicator bound with `o` runs them: o.algorithms (with
-// direct on float32 dimensions, above), or when o.reproducible direct on every
-// dimension, unsplit, merged only where the executor folds nested. `host`: the
-// host path, whose reducer folds nested and which widens a call whose every
-// dimension is float32; the GPU path does neither.
+/// The dimensions as a communicator bound with `o` runs them: o.algorithms (with
+/// direct on float32 dimensions, above), or when o.reproducible direct on every
+/// dimension, unsplit, merged only where the executor folds nested. `host`: the
+/// host path, whose reducer folds nested and which widens a call whose every
+/// dimension is float32; the GPU path does neither.
 inline merged_dimensions merge_dimensions(const runtime_topology& topo, const options& o, bool host) {
   const std::vector<algorithm> requested = requested_algorithms(topo, o, host);
   const bool nested_folds = host;

@@ -54,18 +54,19 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// n values of T, on the stack up to 16 (a topology has a handful of dimensions: the
-// planner allocates nothing for it), on the heap beyond; value-initialized.
+/// n values of T, on the stack up to 16 (a topology has a handful of dimensions: the
+/// planner allocates nothing for it), on the heap beyond; value-initialized.
 template <class T>
 class small_buffer {
 public:
+  /// n values, value-initialized.
   explicit small_buffer(std::size_t n) : n_(n) {
     if (n > on_stack_.size()) on_heap_.assign(n, T{});
   }
   small_buffer(const small_buffer&) = delete;
   small_buffer& operator=(const small_buffer&) = delete;
-  T* data() noexcept { return n_ > on_stack_.size() ? on_heap_.data() : on_stack_.data(); }
-  std::span<T> span() noexcept { return {data(), n_}; }
+  T* data() noexcept { return n_ > on_stack_.size() ? on_heap_.data() : on_stack_.data(); }  ///< the n values
+  std::span<T> span() noexcept { return {data(), n_}; }  ///< the n values, as a span
 
 private:
   std::size_t n_;
@@ -73,11 +74,11 @@ private:
   std::vector<T> on_heap_;
 };
 
-// 1 / X(c) of the mean value analysis above: `demands` are the links' busy seconds
-// per segment (one queue each), `delay` the seconds that overlap anything, c >= 1
-// the segments in flight. Example: one link busy 1 s and 1 s of latency, two in
-// flight: X(1) = 1/2, Q(1) = 1/2, R(2) = 1.5, X(2) = 2/2.5: pace 1.25 s (the bounds
-// say max(1, 2/2) = 1).
+/// 1 / X(c) of the mean value analysis above: `demands` are the links' busy seconds
+/// per segment (one queue each), `delay` the seconds that overlap anything, c >= 1
+/// the segments in flight. Example: one link busy 1 s and 1 s of latency, two in
+/// flight: X(1) = 1/2, Q(1) = 1/2, R(2) = 1.5, X(2) = 2/2.5: pace 1.25 s (the bounds
+/// say max(1, 2/2) = 1).
 inline double closed_pace(std::span<const double> demands, double delay, std::size_t c) {
   small_buffer<double> queued(demands.size());  // Q_q(n - 1)
   double* q = queued.data();
@@ -92,13 +93,14 @@ inline double closed_pace(std::span<const double> demands, double delay, std::si
   return 1.0 / x;
 }
 
-// Predicted seconds of the reduce-scatter plus all-gather of every dimension, for
-// an all_reduce of n elements (ranges shrink by each dimension's extent).
+/// Predicted seconds of the reduce-scatter plus all-gather of every dimension, for
+/// an all_reduce of n elements (ranges shrink by each dimension's extent).
 struct dimension_times {
-  double sum = 0;   // all stages, one after the other
-  double pace = 0;  // seconds between segments done, `concurrent` in flight
+  double sum = 0;   ///< all stages, one after the other
+  double pace = 0;  ///< seconds between segments done, `concurrent` in flight
 };
 
+/// The dimension_times of an all_reduce of n elements with these algorithms, `concurrent` segments in flight.
 inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, std::span<const algorithm> algos,
                                                   std::size_t n, std::size_t elem_size, const tuning& tune,
                                                   std::size_t concurrent = 1) {
@@ -145,19 +147,26 @@ inline dimension_times all_reduce_dimension_times(const runtime_topology& topo, 
   return t;
 }
 
-// How an all_reduce of `count` elements is cut into segments of `length` elements
-// (the last one shorter): the one place that says so, for the programs both
-// executors run (plan/collective_programs.hpp) and for explain()
-// (plan.hpp). A length of 0 or of at least count is one segment; a count of 0 is
-// one empty segment. Example: count 10, length 4: segments 3, of 4, 4 and 2.
+/// How an all_reduce of `count` elements is cut into segments of `length` elements
+/// (the last one shorter): the one place that says so, for the programs both
+/// executors run (plan/collective_programs.hpp) and for explain()
+/// (plan.hpp). A length of 0 or of at least count is one segment; a count of 0 is
+/// one empty segment. Example: count 10, length 4: segments 3, of 4, 4 and 2.
 struct segmentation {
+  /// The count, the segment length (0: one segment) and the number of segments.
+  ///@{
   std::size_t count = 0, length = 0, segments = 1;
-  std::vector<block_range> full, tail;  // this rank's stage ranges in a full and in the last segment
+  ///@}
+  ///@{
+  std::vector<block_range> full, tail;  ///< this rank's stage ranges in a full and in the last segment
+  ///@}
 
-  std::size_t first(std::size_t s) const noexcept { return s * length; }
+  std::size_t first(std::size_t s) const noexcept { return s * length; }  ///< the first element of segment s
+  /// This rank's stage ranges in segment s.
   const std::vector<block_range>& ranges(std::size_t s) const noexcept { return s + 1 == segments ? tail : full; }
 };
 
+/// Segments of `length` elements in `count` (1 when length is 0 or at least count).
 constexpr std::size_t segment_count(std::size_t count, std::size_t length) noexcept {
   const std::size_t len = length && length < count ? length : count;
   return len ? max_block(count, len) : 1;
@@ -165,7 +174,7 @@ constexpr std::size_t segment_count(std::size_t count, std::size_t length) noexc
 static_assert(segment_count(10, 4) == 3 && segment_count(10, 0) == 1 && segment_count(10, 10) == 1 &&
               segment_count(0, 4) == 1 && segment_count(10, 11) == 1);
 
-// The segmentation with this rank's stage ranges (extents and coords as in stage_ranges).
+/// The segmentation with this rank's stage ranges (extents and coords as in stage_ranges).
 inline segmentation make_segmentation(std::size_t count, std::size_t length, std::span<const std::size_t> extents,
                                       std::span<const std::size_t> coords) {
   segmentation g;
@@ -179,13 +188,13 @@ inline segmentation make_segmentation(std::size_t count, std::size_t length, std
   return g;
 }
 
-// Segments in flight at once when there are K of them.
+/// Segments in flight at once when there are K of them.
 inline std::size_t in_flight(std::size_t K, const tuning& tune) {
   return tune.pipeline_depth < K ? tune.pipeline_depth : K;
 }
 
-// Elements per segment when n elements are cut into about K segments: rounded up
-// to whole cache lines, so that segments after the first start on one.
+/// Elements per segment when n elements are cut into about K segments: rounded up
+/// to whole cache lines, so that segments after the first start on one.
 constexpr std::size_t segment_length(std::size_t n, std::size_t K, std::size_t elem_size) noexcept {
   const std::size_t line = elem_size < 64 ? 64 / elem_size : 1;
   const std::size_t len = max_block(n, K ? K : 1);
@@ -193,8 +202,8 @@ constexpr std::size_t segment_length(std::size_t n, std::size_t K, std::size_t e
 }
 static_assert(segment_length(4099, 257, 4) == 16 && segment_length(100, 1, 4) == 100 && segment_length(0, 4, 4) == 0);
 
-// Whether an all_reduce with these algorithms is pipelined at all: two or more
-// dimensions of more than one rank, one of which moves messages (see the top).
+/// Whether an all_reduce with these algorithms is pipelined at all: two or more
+/// dimensions of more than one rank, one of which moves messages (see the top).
 inline bool pipelines(const runtime_topology& topo, std::span<const algorithm> algos) {
   std::size_t busy = 0;
   bool messages = false;
@@ -208,8 +217,8 @@ inline bool pipelines(const runtime_topology& topo, std::span<const algorithm> a
   return busy >= 2 && messages;
 }
 
-// Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
-// pipelining). Segments after the first start on a cache line.
+/// Elements per segment for an all_reduce of n elements of elem_size bytes (n: no
+/// pipelining). Segments after the first start on a cache line.
 inline std::size_t segment_elements(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
                                     std::size_t elem_size, const tuning& tune) {
   if (!pipelines(topo, algos) || n == 0) return n;
@@ -227,7 +236,7 @@ inline std::size_t segment_elements(const runtime_topology& topo, std::span<cons
   return segment_length(n, best, elem_size);
 }
 
-// The predicted seconds of an all_reduce cut into segments of len elements.
+/// The predicted seconds of an all_reduce cut into segments of len elements.
 inline double pipelined_seconds(const runtime_topology& topo, std::span<const algorithm> algos, std::size_t n,
                                 std::size_t elem_size, const tuning& tune, std::size_t len) {
   const std::size_t K = segment_count(n, len);
@@ -235,12 +244,15 @@ inline double pipelined_seconds(const runtime_topology& topo, std::span<const al
   return t.sum + double(K - 1) * t.pace;
 }
 
-// The shape a call's stages cut its buffer by: a recursive_doubling dimension
-// all-reduces its whole range, so it cuts nothing (extent 1 there, coordinate 0).
-// stage_ranges and make_segmentation of this shape give each stage's range.
+/// The shape a call's stages cut its buffer by: a recursive_doubling dimension
+/// all-reduces its whole range, so it cuts nothing (extent 1 there, coordinate 0).
+/// stage_ranges and make_segmentation of this shape give each stage's range.
 struct cut_shape {
-  std::vector<std::size_t> extents, coords;
+  ///@{
+  std::vector<std::size_t> extents, coords;  ///< the shape's extents and coordinates, per dimension
+  ///@}
 };
+/// The cut_shape of a call with these extents, coordinates and algorithms.
 inline cut_shape cut_shape_of(std::span<const std::size_t> extents, std::span<const std::size_t> coords,
                               std::span<const algorithm> algos) {
   cut_shape c{{extents.begin(), extents.end()}, {coords.begin(), coords.end()}};

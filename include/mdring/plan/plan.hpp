@@ -1,14 +1,11 @@
 // mdring/plan/plan.hpp: the stages of a collective, as data, and explain().
 //
-// make_plan() lists what one rank does for one call: which stages, in which
-// dimension, over which link, with which algorithm, on which range, exchanging
-// with which peers, how many bytes, and how long the cost model predicts. The
-// algorithms are what plan/call.hpp decides for the call (the communicator's
-// make_plan and explain() ask it), and each stage's steps, peers and bytes are
-// those of the program the executors run (plan/collective_programs.hpp; they
-// share blocks.hpp's arithmetic): tests/test_explain.cpp compares the two for
-// every algorithm, collective, count, rank and root. The plan object itself
-// exists for explain() and for tests.
+// make_plan() lists what one rank does for one call: which stages, in which dimension, over which link, with which
+// algorithm, on which range, exchanging with which peers, how many bytes, and how long the cost model predicts. The
+// algorithms are what plan/call.hpp decides for the call (the communicator's make_plan and explain() ask it), and each
+// stage's steps, peers and bytes are those of the program the executors run (plan/collective_programs.hpp; they share
+// blocks.hpp's arithmetic): tests/test_explain.cpp compares the two for every algorithm, collective, count, rank and
+// root. The plan object itself exists for explain() and for tests.
 //
 //   all_reduce      reduce-scatter in dims 0..k-1, then all-gather in dims k-1..0
 //   reduce_scatter  reduce-scatter in dims 0..k-1
@@ -35,73 +32,74 @@
 #include <vector>
 
 MDRING_NAMESPACE_BEGIN
-
+/// One stage of a plan: what this rank does in one dimension, with whom, and its predicted time.
 struct plan_stage {
-  phase ph = phase::reduce_scatter;
-  std::size_t dim = 0;
-  link_info link;                // as the topology has it
-  double rank_bandwidth = 0;     // this rank's share of it (runtime_topology::rank_link)
-  std::size_t port_sharers = 1;  // ranks of the node using its ports at once
-  std::size_t extent = 1;
-  std::size_t coordinate = 0;
-  algorithm algo = algorithm::ring;
-  bool participates = true;          // scatter/gather stages involve only the root's line
-  block_range range;                 // elements of the (nested) buffer this stage works on
-  std::size_t steps = 0;             // rounds of messages
-  std::vector<std::size_t> send_to;  // global ranks
-  std::vector<std::size_t> recv_from;
-  std::size_t bytes_sent = 0;  // by this rank
-  std::size_t bytes_received = 0;
-  double seconds = 0;  // predicted for the whole stage
-  // A direct stage the bound communicator runs by shared access: no messages; this
-  // rank reads its peers' buffers (reduce-scatter) and writes into them (all-gather)
-  // in place. Set by communicator::make_plan (the free explain() knows no transport).
+  phase ph = phase::reduce_scatter;    ///< what the stage does to its range
+  std::size_t dim = 0;                 ///< executed dimension
+  link_info link;                      ///< as the topology has it
+  double rank_bandwidth = 0;           ///< this rank's share of it (runtime_topology::rank_link)
+  std::size_t port_sharers = 1;        ///< ranks of the node using its ports at once
+  std::size_t extent = 1;              ///< ranks in the dimension
+  std::size_t coordinate = 0;          ///< this rank's coordinate in it
+  algorithm algo = algorithm::ring;    ///< the stage's algorithm
+  bool participates = true;            ///< scatter/gather stages involve only the root's line
+  block_range range;                   ///< elements of the (nested) buffer this stage works on
+  std::size_t steps = 0;               ///< rounds of messages
+  std::vector<std::size_t> send_to;    ///< global ranks
+  std::vector<std::size_t> recv_from;  ///< global ranks
+  std::size_t bytes_sent = 0;          ///< by this rank
+  std::size_t bytes_received = 0;      ///< by this rank
+  double seconds = 0;                  ///< predicted for the whole stage
+  /// A direct stage the bound communicator runs by shared access: no messages; this
+  /// rank reads its peers' buffers (reduce-scatter) and writes into them (all-gather)
+  /// in place. Set by communicator::make_plan (the free explain() knows no transport).
   bool shared_access = false;
 };
-
+/// What one rank does in one call, stage by stage (make_plan, explain()).
 struct plan {
-  collective kind = collective::all_reduce;
-  std::string type;  // element type name
-  std::size_t elem_size = 0;
-  std::size_t count = 0;     // as passed to the collective
-  std::size_t elements = 0;  // elements of the whole buffer the stages cut up
-  std::string op;
-  runtime_topology topology;  // resolved, as executed (same-link dimensions merged)
-  runtime_topology written;   // as the user wrote it (resolved), when known
-  std::size_t rank = 0;
-  std::vector<std::size_t> coords;
-  std::size_t root = 0;
-  std::vector<plan_stage> stages;
-  // all_reduce cut into this many segments that move through the stages one
-  // behind the other (plan/pipeline.hpp); each stage's seconds above are for the
-  // whole buffer, and pipelined_seconds is the model's total for the segments.
+  collective kind = collective::all_reduce;  ///< the collective
+  std::string type;                          ///< element type name
+  std::size_t elem_size = 0;                 ///< bytes per element
+  std::size_t count = 0;                     ///< as passed to the collective
+  std::size_t elements = 0;                  ///< elements of the whole buffer the stages cut up
+  std::string op;                            ///< the op's name
+  runtime_topology topology;                 ///< resolved, as executed (same-link dimensions merged)
+  runtime_topology written;                  ///< as the user wrote it (resolved), when known
+  std::size_t rank = 0;                      ///< this rank
+  std::vector<std::size_t> coords;           ///< its coordinates in the executed topology
+  std::size_t root = 0;                      ///< broadcast, reduce: the root
+  std::vector<plan_stage> stages;            ///< in the order they run
+  /// all_reduce cut into this many segments that move through the stages one
+  /// behind the other (plan/pipeline.hpp); each stage's seconds above are for the
+  /// whole buffer, and pipelined_seconds is the model's total for the segments.
   std::size_t segments = 1;
-  std::size_t segment_elements = 0;
-  double pipelined_seconds = 0;
-  // How the algorithms and segments were picked (options.planning): empty for the
-  // cost model's estimate, or what the measurement found (plan/wisdom.hpp).
+  std::size_t segment_elements = 0;  ///< elements per segment
+  double pipelined_seconds = 0;      ///< the model's total for the segments
+  /// How the algorithms and segments were picked (options.planning): empty for the
+  /// cost model's estimate, or what the measurement found (plan/wisdom.hpp).
   std::string chosen_by;
-  // options.reproducible: every reduction folds in the topology's fixed order.
+  /// options.reproducible: every reduction folds in the topology's fixed order.
   bool reproducible = false;
-  // half and bfloat16 reductions under a float32 accumulation (options.accumulation,
-  // options.dimension_accumulation): what it does, printed as it is.
+  /// half and bfloat16 reductions under a float32 accumulation (options.accumulation,
+  /// options.dimension_accumulation): what it does, printed as it is.
   std::string accumulation;
-  // A bound communicator's all_reduce that would stream heap buffers through node
-  // memory (tuning::cma_gamma): what it does, printed as it is.
+  /// A bound communicator's all_reduce that would stream heap buffers through node
+  /// memory (tuning::cma_gamma): what it does, printed as it is.
   std::string streaming;
-
+  /// Predicted seconds of the call: the pipelined total, or the stages' sum.
   double seconds() const noexcept {
     if (segments > 1) return pipelined_seconds;
     double s = 0;
     for (auto& st : stages) s += st.seconds;
     return s;
   }
+  /// Bytes this rank sends over all stages.
   std::size_t bytes_sent() const noexcept {
     std::size_t b = 0;
     for (auto& st : stages) b += st.bytes_sent;
     return b;
   }
-  std::string to_string() const;
+  std::string to_string() const;  ///< the plan as explain() prints it
 };
 
 namespace detail {
@@ -135,15 +133,15 @@ inline std::string rank_list(const std::vector<std::size_t>& v) {
 
 }  // namespace detail
 
-// The plan of one call on one rank. `count` is what the collective takes (per-rank
-// block for reduce_scatter / all_gather, the whole buffer otherwise); `algos[d]` is
-// the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
-// into that many instead of the model's count. shared_last: the last dimension of
-// more than one rank runs by shared access (the transport's answer; a broadcast then
-// reads its range from the root there, and a reduce folds it in one stage: over two
-// ranks at the root up to tune.shared_reduce_max_bytes, else a block each written
-// into the root's buffer; plan/broadcast_program.hpp shared_broadcast, plan/reduce_program.hpp
-// shared_reduce and shared_reduce_split). topo must be resolved.
+/// The plan of one call on one rank. `count` is what the collective takes (per-rank
+/// block for reduce_scatter / all_gather, the whole buffer otherwise); `algos[d]` is
+/// the algorithm already chosen for dimension d; `segments` (> 0) cuts an all_reduce
+/// into that many instead of the model's count. shared_last: the last dimension of
+/// more than one rank runs by shared access (the transport's answer; a broadcast then
+/// reads its range from the root there, and a reduce folds it in one stage: over two
+/// ranks at the root up to tune.shared_reduce_max_bytes, else a block each written
+/// into the root's buffer; plan/broadcast_program.hpp shared_broadcast, plan/reduce_program.hpp
+/// shared_reduce and shared_reduce_split). topo must be resolved.
 inline plan make_plan(collective kind, const runtime_topology& topo, std::size_t rank, std::size_t count,
                       std::size_t elem_size, std::span<const algorithm> algos, const tuning& tune, std::size_t root = 0,
                       std::string type = "float", std::string op = "sum", std::size_t segments = 0, bool trees = false,

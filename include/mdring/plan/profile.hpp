@@ -36,51 +36,54 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// One measurement: a ring step's message of `bytes` on a link in a dimension, and its seconds.
 struct profile_point {
-  std::string link;
-  std::size_t dim = 0;
-  std::size_t bytes = 0;
-  double seconds = 0;  // one ring step: a message of `bytes` to the next rank, one from the previous
+  std::string link;       ///< the link's name
+  std::size_t dim = 0;    ///< executed dimension
+  std::size_t bytes = 0;  ///< message bytes
+  double seconds = 0;     ///< one ring step: a message of `bytes` to the next rank, one from the previous
   friend bool operator==(const profile_point&, const profile_point&) = default;
 };
 
-// A train: `messages` ring steps' messages of `bytes` in flight at once; `seconds`
-// until all have arrived.
+/// A train: `messages` ring steps' messages of `bytes` in flight at once; `seconds`
+/// until all have arrived.
 struct profile_train {
-  std::string link;
-  std::size_t dim = 0;
-  std::size_t bytes = 0;
-  std::size_t messages = 0;
-  double seconds = 0;
+  std::string link;          ///< the link's name
+  std::size_t dim = 0;       ///< executed dimension
+  std::size_t bytes = 0;     ///< message bytes
+  std::size_t messages = 0;  ///< messages in flight each way
+  double seconds = 0;        ///< until all have arrived
   friend bool operator==(const profile_train&, const profile_train&) = default;
 };
 
+/// Measured link figures (mdring::calibrate): the links the cost model plans with and the measurements behind them.
 struct profile {
-  std::string topology;  // the executed topology it was measured on
-  std::size_t ranks = 0;
-  std::vector<link_info> links;       // what the cost model plans with, by name
-  std::vector<profile_point> points;  // what was measured
-  std::vector<profile_train> trains;
+  std::string topology;               ///< the executed topology it was measured on
+  std::size_t ranks = 0;              ///< ranks it was measured with
+  std::vector<link_info> links;       ///< what the cost model plans with, by name
+  std::vector<profile_point> points;  ///< what was measured
+  std::vector<profile_train> trains;  ///< measured with several messages in flight
 
+  /// The link of this name, or nullptr.
   const link_info* find(std::string_view name) const {
     for (auto& l : links)
       if (l.name == name) return &l;
     return nullptr;
   }
 
-  // Gives every dimension whose link is named here the profile's figures: its
-  // measured points as the link's curve, else the fitted bandwidth, latency and
-  // overhead.
+  /// Gives every dimension whose link is named here the profile's figures: its
+  /// measured points as the link's curve, else the fitted bandwidth, latency and
+  /// overhead.
   void apply(runtime_topology& t) const {
     for (std::size_t d = 0; d < t.ndims(); ++d)
       if (const link_info* l = find(t.dim(d).link.name)) t.dim(d).link = with_curve(*l);
   }
-  // The curve (topology/link.hpp) from the points of link l. At a size with a train
-  // of c messages (time t_c) beside the single message (t_1), LogGP's gap splits
-  // t_1: busy = (t_c - t_1) / (c - 1), latency = t_1 - busy (each within [0, t_1]).
-  // At a size without a train the latency is the previous size's (the smallest
-  // size's: its whole time) and the rest busy. Dimensions of one link (a ring split
-  // in two) each have their points: at the same size they are averaged.
+  /// The curve (topology/link.hpp) from the points of link l. At a size with a train
+  /// of c messages (time t_c) beside the single message (t_1), LogGP's gap splits
+  /// t_1: busy = (t_c - t_1) / (c - 1), latency = t_1 - busy (each within [0, t_1]).
+  /// At a size without a train the latency is the previous size's (the smallest
+  /// size's: its whole time) and the rest busy. Dimensions of one link (a ring split
+  /// in two) each have their points: at the same size they are averaged.
   MDRING_COLD link_info with_curve(link_info l) const {
     struct size_row {
       double bytes = 0, one = 0, train = 0, messages = 0;
@@ -127,6 +130,7 @@ struct profile {
     return l;
   }
 
+  /// The profile as text (the file format above).
   MDRING_COLD std::string to_string() const {
     std::string s = "mdring-profile 1\n";
     if (!topology.empty()) s += "topology " + topology + "\n";
@@ -151,8 +155,8 @@ struct profile {
     return s;
   }
 
-  // Reads a profile's text; `source` names it in errors (a file name).
-  // Throws invalid_argument("profile") naming the line and what is wrong.
+  /// Reads a profile's text; `source` names it in errors (a file name).
+  /// Throws invalid_argument("profile") naming the line and what is wrong.
   MDRING_COLD static profile parse(std::string_view text, const std::string& source = "profile") {
     profile pr;
     std::size_t no = 0;
@@ -218,11 +222,13 @@ struct profile {
     return pr;
   }
 
+  /// Writes the profile to `path`; throws invalid_argument when it cannot.
   MDRING_COLD void save(const std::string& path) const {
     if (!detail::write_text_file(path, to_string()))
       throw invalid_argument("path", "mdring::profile::save: cannot write \"" + path + "\"");
   }
 
+  /// Reads a profile file; throws invalid_argument when it cannot read or parse it.
   MDRING_COLD static profile load(const std::string& path) {
     std::string text;
     if (!detail::read_text_file(path, text))

@@ -23,12 +23,14 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The most recent programs of a communicator (see the top).
 class program_cache {
 public:
-  static constexpr std::size_t capacity = 16;
+  static constexpr std::size_t capacity = 16;  ///< programs kept
 
-  using builder = program (*)(const program_params&);
+  using builder = program (*)(const program_params&);  ///< a collective's program builder
 
+  /// The program of `p`, from the cache or built with `build` (and kept, evicting the least recently used).
   const program& get(const program_params& p, builder build) {
     ++clock_;
     entry* victim = &entries_[0];
@@ -47,7 +49,7 @@ public:
     ++built_;
     return victim->pr;
   }
-  // Programs built so far (tests: a repeated call builds nothing).
+  /// Programs built so far (tests: a repeated call builds nothing).
   std::uint64_t built() const noexcept { return built_; }
 
 private:

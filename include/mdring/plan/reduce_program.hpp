@@ -184,7 +184,7 @@ private:
 
 }  // namespace detail
 
-// The program of one rank's reduce (the result in the root's recvbuf; p.kind is not read).
+/// The program of one rank's reduce (the result in the root's recvbuf; p.kind is not read).
 inline program make_reduce_program(const program_params& p) {
   detail::builder_parts x(p, collective::reduce);
   detail::reduce_builder(x).write();

@@ -72,7 +72,7 @@ private:
 
 }  // namespace detail
 
-// The program of one rank's reduce_scatter (p.count: recvcount; p.kind is not read).
+/// The program of one rank's reduce_scatter (p.count: recvcount; p.kind is not read).
 inline program make_reduce_scatter_program(const program_params& p) {
   detail::builder_parts x(p, collective::reduce_scatter);
   detail::reduce_scatter_builder(x).write();

@@ -44,23 +44,25 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// A plan that was measured for one size class: what it runs, and what the measurement found.
 struct measured_choice {
-  std::vector<algorithm> algos;  // per executed dimension
-  std::size_t segments = 1;      // all_reduce cut into this many (plan/pipeline.hpp segment_length)
-  std::size_t depth = 1;         // segments in flight
-  double seconds = 0;            // measured: the slowest rank's median
-  double estimate_seconds = 0;   // the estimate plan, measured in the same run
-  std::size_t candidates = 0;    // how many plans were timed
+  std::vector<algorithm> algos;  ///< per executed dimension
+  std::size_t segments = 1;      ///< all_reduce cut into this many (plan/pipeline.hpp segment_length)
+  std::size_t depth = 1;         ///< segments in flight
+  double seconds = 0;            ///< measured: the slowest rank's median
+  double estimate_seconds = 0;   ///< the estimate plan, measured in the same run
+  std::size_t candidates = 0;    ///< how many plans were timed
   friend bool operator==(const measured_choice&, const measured_choice&) = default;
 };
 
-// Which measured candidate a measurement keeps: the fastest (smallest median) of
-// those faster than candidate 0 (the estimate's plan) by more than the margin,
-// else 0. The margin is the noise the measurement itself showed, `spread`: the
-// largest (slowest - fastest) / median of any candidate's runs on any rank,
-// bounded to [1 %, 5 %]. On a quiet machine (or a simulated one) a plan 2 %
-// faster is kept; where runs of one plan differ by 5 % or more, only a plan more
-// than 5 % faster, since a pick made by noise would cost every later call.
+///@{
+/// Which measured candidate a measurement keeps: the fastest (smallest median) of
+/// those faster than candidate 0 (the estimate's plan) by more than the margin,
+/// else 0. The margin is the noise the measurement itself showed, `spread`: the
+/// largest (slowest - fastest) / median of any candidate's runs on any rank,
+/// bounded to [1 %, 5 %]. On a quiet machine (or a simulated one) a plan 2 %
+/// faster is kept; where runs of one plan differ by 5 % or more, only a plan more
+/// than 5 % faster, since a pick made by noise would cost every later call.
 inline constexpr double measured_margin_min = 0.01, measured_margin_max = 0.05;
 inline double measured_margin(double spread) noexcept {
   return spread > measured_margin_max   ? measured_margin_max
@@ -74,12 +76,15 @@ inline std::size_t pick_measured(const std::vector<double>& medians, double spre
     if (medians[i] < (1 - margin) * medians[0] && medians[i] < medians[best]) best = i;
   return best;
 }
+///@}
 
+/// The size class of a call of `bytes`: floor(log2(bytes)) (0 for 0).
 constexpr std::size_t size_class(std::size_t bytes) noexcept {
   return bytes ? std::size_t(std::bit_width(bytes)) - 1 : 0;
 }
 static_assert(size_class(0) == 0 && size_class(1) == 0 && size_class(4096) == 12 && size_class(8191) == 12);
 
+/// The algorithm of this name; throws invalid_argument naming `what` when there is none.
 inline algorithm algorithm_from_string(std::string_view s, const char* what) {
   for (algorithm a : {algorithm::automatic, algorithm::ring, algorithm::direct, algorithm::halving_doubling,
                       algorithm::recursive_doubling})
@@ -88,29 +93,31 @@ inline algorithm algorithm_from_string(std::string_view s, const char* what) {
                                    "\" (expected automatic, ring, direct, halving_doubling or recursive_doubling)");
 }
 
-// The drop-in's choice for one collective and size class (see above).
+/// The drop-in's choice for one collective and size class (see above).
 struct native_choice {
-  bool mdring = false;        // the side taken: mdring's collective, else MPI's own
-  double native_seconds = 0;  // MPI's: the slowest rank's median
-  double mdring_seconds = 0;  // mdring's, likewise
-  std::size_t trials = 0;     // timed calls per side
+  bool mdring = false;        ///< the side taken: mdring's collective, else MPI's own
+  double native_seconds = 0;  ///< MPI's: the slowest rank's median
+  double mdring_seconds = 0;  ///< mdring's, likewise
+  std::size_t trials = 0;     ///< timed calls per side
   friend bool operator==(const native_choice&, const native_choice&) = default;
 };
 
+/// A communicator's measured plans (its wisdom), and the drop-in's choices, as held in a file (the format above).
 struct wisdom {
-  std::string key;  // hex of the fingerprint it was measured under
-  std::map<std::pair<std::size_t, std::size_t>, measured_choice> all_reduce;  // (element size, size class)
-  std::map<std::pair<std::string, std::size_t>, native_choice> native;        // (collective, size class)
+  std::string key;  ///< hex of the fingerprint it was measured under
+  std::map<std::pair<std::size_t, std::size_t>, measured_choice> all_reduce;  ///< (element size, size class)
+  std::map<std::pair<std::string, std::size_t>, native_choice> native;        ///< (collective, size class)
 
+  /// The measured plan for calls of `bytes` bytes of elements of `elem_size`, or nullptr.
   const measured_choice* find(std::size_t elem_size, std::size_t bytes) const {
     auto it = all_reduce.find({elem_size, size_class(bytes)});
     return it == all_reduce.end() ? nullptr : &it->second;
   }
-  bool empty() const noexcept { return all_reduce.empty() && native.empty(); }
+  bool empty() const noexcept { return all_reduce.empty() && native.empty(); }  ///< no plans
 
-  std::string to_string() const { return "mdring-wisdom 1\n" + section(); }
+  std::string to_string() const { return "mdring-wisdom 1\n" + section(); }  ///< the file's text: this section alone
 
-  // The key line and this section's lines.
+  /// The key line and this section's lines.
   MDRING_COLD std::string section() const {
     std::string s = "key " + key + "\n";
     char buf[160];
@@ -130,14 +137,14 @@ struct wisdom {
     return s;
   }
 
-  // The first section (a file written by one communicator has one).
+  /// The first section (a file written by one communicator has one).
   static wisdom parse(std::string_view text, const std::string& source = "wisdom") {
     std::vector<wisdom> all = parse_all(text, source);
     return all.empty() ? wisdom{} : std::move(all.front());
   }
 
-  // Every section, in the file's order; lines before any key line make a section
-  // with an empty key.
+  /// Every section, in the file's order; lines before any key line make a section
+  /// with an empty key.
   MDRING_COLD static std::vector<wisdom> parse_all(std::string_view text, const std::string& source = "wisdom") {
     std::vector<wisdom> all;
     std::size_t no = 0;
@@ -208,9 +215,10 @@ struct wisdom {
     return all;
   }
 
-  // A missing file is no wisdom yet (empty); one that cannot be parsed throws.
-  // Without a key: the file's first section; with one: that key's (empty, with
-  // the key, when the file has none).
+  /// A missing file is no wisdom yet (empty); one that cannot be parsed throws.
+  ///@{
+  /// Without a key: the file's first section; with one: that key's (empty, with
+  /// the key, when the file has none).
   MDRING_COLD static wisdom load(const std::string& path) { return parse(read_file(path), "\"" + path + "\""); }
   static wisdom load(const std::string& path, const std::string& key) {
     for (auto& w : parse_all(read_file(path), "\"" + path + "\""))
@@ -219,13 +227,14 @@ struct wisdom {
     w.key = key;
     return w;
   }
+  ///@}
 
-  // This section's lines replace the file's lines of the same section (a line
-  // this section lacks is kept: two writers of one section, such as measured
-  // planning and the drop-in, keep each other's); other sections are kept. The
-  // text goes to a file of its own, then is renamed over `path`, so that ranks
-  // writing at once (one file system, or one per node) leave a whole file.
-  // `rank` names that file: writers at once must pass different ones.
+  /// This section's lines replace the file's lines of the same section (a line
+  /// this section lacks is kept: two writers of one section, such as measured
+  /// planning and the drop-in, keep each other's); other sections are kept. The
+  /// text goes to a file of its own, then is renamed over `path`, so that ranks
+  /// writing at once (one file system, or one per node) leave a whole file.
+  /// `rank` names that file: writers at once must pass different ones.
   MDRING_COLD void save(const std::string& path, std::size_t rank = 0) const {
     std::vector<wisdom> all;
     try {

@@ -75,26 +75,28 @@ inline void stream_fence() noexcept {
 }
 }  // namespace detail
 
+/// The host's reduction loops for elements T and op Op (the table above).
 template <class T, class Op>
 class host_reducer {
 public:
-  // Built-in ops compute in accumulator_t<T>; user ops see T itself.
+  /// Built-in ops compute in accumulator_t<T>; user ops see T itself.
   using acc = std::conditional_t<op_traits<Op>::builtin, accumulator_t<T>, T>;
 
+  /// A reducer of `op` over `ranks` ranks (avg divides by it).
   host_reducer(Op op, std::size_t ranks) : op_(op), ranks_(ranks) {}
 
-  const Op& op() const noexcept { return op_; }
-  std::size_t ranks() const noexcept { return ranks_; }
+  const Op& op() const noexcept { return op_; }          ///< the op
+  std::size_t ranks() const noexcept { return ranks_; }  ///< the ranks avg divides by
 
-  // dst = a op b, optionally finalized. dst may equal a or b.
+  /// dst = a op b, optionally finalized. dst may equal a or b.
   void combine(T* dst, const T* a, const T* b, std::size_t n, bool final) const {
     if (n == 0) return;
     if (final && needs_finalize()) return combine_loop<true>(dst, a, b, n);
     combine_loop<false>(dst, a, b, n);
   }
 
-  // dst = in[0] op in[1] op ... op in[k-1], accumulated in acc, finalized if asked.
-  // Any in[j] may equal dst (it is read tile by tile before the tile is written).
+  /// dst = in[0] op in[1] op ... op in[k-1], accumulated in acc, finalized if asked.
+  /// Any in[j] may equal dst (it is read tile by tile before the tile is written).
   void combine_n(T* dst, const T* const* in, std::size_t k, std::size_t n, bool final) const {
     if (n == 0) return;
     if (k == 1) return finalize(dst, in[0], n, final);
@@ -102,10 +104,10 @@ public:
     combine_n_loop<false>(dst, in, k, n);
   }
 
-  // The fold of combine_n written to every out[o], o < nout, in one pass over the
-  // inputs (the fused shared stage: this rank's buffer and its peers'). An out[o]
-  // may equal an in[j] exactly; no other overlap. stream: non-temporal stores
-  // (see detail::stream_copy), fenced before returning.
+  /// The fold of combine_n written to every out[o], o < nout, in one pass over the
+  /// inputs (the fused shared stage: this rank's buffer and its peers'). An out[o]
+  /// may equal an in[j] exactly; no other overlap. stream: non-temporal stores
+  /// (see detail::stream_copy), fenced before returning.
   void combine_n_to(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool final,
                     bool stream) const {
     if (n == 0) return;
@@ -124,12 +126,13 @@ public:
     if (stream) detail::stream_fence();
   }
 
-  // combine_n_to folded nested (options.reproducible on merged dimensions): the k
-  // inputs are a grid of extents nest[0] x nest[1] x ... (innermost first, each
-  // above 1, product k, at most max_nest levels); each run of nest[0] inputs is
-  // folded and rounded to T, then each run of nest[1] of those, and so on: the
-  // result of the separate stages the merged dimension replaces.
+  /// combine_n_to folded nested (options.reproducible on merged dimensions): the k
+  /// inputs are a grid of extents nest[0] x nest[1] x ... (innermost first, each
+  /// above 1, product k, at most max_nest levels); each run of nest[0] inputs is
+  /// folded and rounded to T, then each run of nest[1] of those, and so on: the
+  /// result of the separate stages the merged dimension replaces.
   static constexpr std::size_t max_nest = 8;
+  /// Writes the nested fold described above to every out[o].
   void combine_nested(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool final,
                       bool stream, std::span<const std::size_t> nest) const {
     if (n == 0) return;
@@ -148,7 +151,7 @@ public:
     if (stream) detail::stream_fence();
   }
 
-  // dst = fin(src) when final (and the op has a finalize), else a copy.
+  /// dst = fin(src) when final (and the op has a finalize), else a copy.
   void finalize(T* dst, const T* src, std::size_t n, bool final) const {
     if (n == 0) return;
     if (final && needs_finalize()) {
@@ -270,29 +273,32 @@ private:
   std::size_t ranks_;
 };
 
-// The reducer of a bulk op: the same interface, each loop one reduce_local call
-// per array (combine) or per tile (the k-input folds). A bulk op is commutative
-// and has no finalize, so `final` changes nothing.
+/// The reducer of a bulk op: the same interface, each loop one reduce_local call
+/// per array (combine) or per tile (the k-input folds). A bulk op is commutative
+/// and has no finalize, so `final` changes nothing.
 template <class T, class Op>
   requires bulk_reduction<Op, T>
 class host_reducer<T, Op> {
 public:
+  /// A reducer of `op` over `ranks` ranks.
   host_reducer(Op op, std::size_t ranks) : op_(op), ranks_(ranks) {}
 
-  const Op& op() const noexcept { return op_; }
-  std::size_t ranks() const noexcept { return ranks_; }
+  const Op& op() const noexcept { return op_; }          ///< the op
+  std::size_t ranks() const noexcept { return ranks_; }  ///< the ranks
 
+  /// dst = a op b (reduce_local). dst may equal a or b.
   void combine(T* dst, const T* a, const T* b, std::size_t n, bool /*final*/) const {
     if (n == 0) return;
     if (dst == b) return op_.reduce_local(a, dst, n);  // dst = a op dst
     if (dst != a) std::memcpy(dst, a, n * sizeof(T));
     op_.reduce_local(b, dst, n);  // dst = b op a (commutative)
   }
+  /// combine_n_to with one output.
   void combine_n(T* dst, const T* const* in, std::size_t k, std::size_t n, bool final) const {
     combine_n_to(&dst, 1, in, k, n, final, false);
   }
-  // Each tile is folded in a buffer before any out[o] is written, so an out[o] may
-  // be one of the inputs.
+  /// Each tile is folded in a buffer before any out[o] is written, so an out[o] may
+  /// be one of the inputs.
   void combine_n_to(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool /*final*/,
                     bool stream) const {
     if (n == 0) return;
@@ -307,9 +313,10 @@ public:
     }
     if (stream) detail::stream_fence();
   }
-  // The nested fold of the generic reducer's combine_nested, in T (a bulk op has no
-  // accumulator of its own), one level's tile after the other.
+  /// The nested fold of the generic reducer's combine_nested, in T (a bulk op has no
+  /// accumulator of its own), one level's tile after the other.
   static constexpr std::size_t max_nest = 8;
+  /// Writes the nested fold to every out[o].
   void combine_nested(T* const* out, std::size_t nout, const T* const* in, std::size_t k, std::size_t n, bool /*final*/,
                       bool stream, std::span<const std::size_t> nest) const {
     if (n == 0) return;
@@ -325,6 +332,7 @@ public:
     }
     if (stream) detail::stream_fence();
   }
+  /// A copy (a bulk op has no finalize).
   void finalize(T* dst, const T* src, std::size_t n, bool /*final*/) const {
     if (n != 0 && dst != src) std::memmove(dst, src, n * sizeof(T));
   }

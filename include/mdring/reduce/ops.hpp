@@ -51,44 +51,52 @@ MDRING_HOST_DEVICE constexpr T wrap_mul(T a, T b) noexcept {
 }
 }  // namespace detail
 
-// The built-in ops work on accumulator_t<T> (float for half and bfloat16).
+/// The built-in ops work on accumulator_t<T> (float for half and bfloat16).
 struct sum_t {
-  static constexpr const char* name = "sum";
+  static constexpr const char* name = "sum";  ///< the op's name in explain() and errors
+  /// a + b (integers wrap).
   template <class A>
   MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
     return detail::wrap_add(a, b);
   }
 };
+/// The product (integers wrap).
 struct prod_t {
-  static constexpr const char* name = "prod";
+  static constexpr const char* name = "prod";  ///< the op's name in explain() and errors
+  /// a * b (integers wrap).
   template <class A>
   MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
     return detail::wrap_mul(a, b);
   }
 };
+/// The minimum.
 struct min_t {
-  static constexpr const char* name = "min";
+  static constexpr const char* name = "min";  ///< the op's name in explain() and errors
+  /// The smaller of a and b.
   template <class A>
   MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
     return b < a ? b : a;
   }
 };
+/// The maximum.
 struct max_t {
-  static constexpr const char* name = "max";
+  static constexpr const char* name = "max";  ///< the op's name in explain() and errors
+  /// The larger of a and b.
   template <class A>
   MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
     return a < b ? b : a;
   }
 };
-// Sum, then one division by the number of ranks, fused into the owner's last pass.
+/// Sum, then one division by the number of ranks, fused into the owner's last pass.
 struct avg_t {
-  static constexpr const char* name = "avg";
+  static constexpr const char* name = "avg";  ///< the op's name in explain() and errors
+  /// a + b; finalize() then divides by the number of ranks.
   template <class A>
   MDRING_HOST_DEVICE constexpr A operator()(A a, A b) const noexcept {
     return detail::wrap_add(a, b);
   }
-  // The division happens in the widest type of A's kind, so that `ranks` never
-  // wraps (300 ranks of uint8 divide by 300, not by 44).
+  /// The division happens in the widest type of A's kind, so that `ranks` never
+  /// wraps (300 ranks of uint8 divide by 300, not by 44).
   template <class A>
   MDRING_HOST_DEVICE constexpr A finalize(A a, std::size_t ranks) const noexcept {
     if constexpr (std::is_integral_v<A> && std::is_signed_v<A>)
@@ -99,23 +107,28 @@ struct avg_t {
   }
 };
 
+/// The ops' values: `mdring::all_reduce(comm, buf, n, mdring::sum)`.
+///@{
 inline constexpr sum_t sum{};
 inline constexpr prod_t prod{};
 inline constexpr min_t min{};
 inline constexpr max_t max{};
 inline constexpr avg_t avg{};
+///@}
 
-// Wraps an associative but non-commutative callable. The library then combines
-// contributions strictly in rank order (x_0 op x_1 op ... op x_{P-1}).
+/// Wraps an associative but non-commutative callable. The library then combines
+/// contributions strictly in rank order (x_0 op x_1 op ... op x_{P-1}).
 template <class F>
 struct non_commutative_op {
-  F f;
+  F f;  ///< the wrapped callable
+  /// f(a, b).
   template <class T>
     requires std::is_invocable_r_v<T, const F&, const T&, const T&>
   constexpr T operator()(const T& a, const T& b) const {
     return f(a, b);
   }
 };
+/// Wraps `f` as a non-commutative op.
 template <class F>
 constexpr non_commutative_op<std::decay_t<F>> non_commutative(F&& f) {
   return {std::forward<F>(f)};
@@ -146,33 +159,35 @@ template <class F>
 struct is_non_commutative_wrapper<non_commutative_op<F>> : std::true_type {};
 }  // namespace detail
 
-// What the plan needs to know about an op. Specialize it for your own functor, or
-// give the functor `static constexpr bool is_commutative = false;`.
+/// What the plan needs to know about an op. Specialize it for your own functor, or
+/// give the functor `static constexpr bool is_commutative = false;`.
 template <class Op>
 struct op_traits {
-  static constexpr bool builtin = detail::builtin_op<Op>::value;
+  static constexpr bool builtin = detail::builtin_op<Op>::value;  ///< Op is sum_t, prod_t, min_t, max_t or avg_t
+  /// False for non_commutative_op and for a functor whose is_commutative is false.
   static constexpr bool commutative =
       !detail::is_non_commutative_wrapper<Op>::value && detail::declared_commutative<Op>();
-  static constexpr bool has_finalize = std::is_same_v<Op, avg_t>;
+  static constexpr bool has_finalize = std::is_same_v<Op, avg_t>;  ///< avg: a finalize() after the last fold
+  /// Op::name where it has one, else "user op".
   static constexpr const char* name() noexcept {
     if constexpr (requires { Op::name; }) return Op::name;
     else return "user op";
   }
 };
 
-// A bulk op reduces whole arrays in one call, the way MPI_Reduce_local does:
-//   op.reduce_local(in, inout, n)   inout[i] = in[i] op inout[i], i < n
-// It suits an op whose per-element call would be expensive (a function pointer, an
-// MPI_Op applied by the MPI library: the drop-in interposer uses this). The host
-// executor calls it on tiles of a few KiB; it must be commutative (the folds give
-// it its inputs in either order), and it has no finalize. The GPU path rejects it.
+/// A bulk op reduces whole arrays in one call, the way MPI_Reduce_local does:
+///   op.reduce_local(in, inout, n)   inout[i] = in[i] op inout[i], i < n
+/// It suits an op whose per-element call would be expensive (a function pointer, an
+/// MPI_Op applied by the MPI library: the drop-in interposer uses this). The host
+/// executor calls it on tiles of a few KiB; it must be commutative (the folds give
+/// it its inputs in either order), and it has no finalize. The GPU path rejects it.
 template <class Op, class T>
 concept bulk_reduction =
     !op_traits<Op>::builtin && op_traits<Op>::commutative &&
     requires(const Op& op, const T* in, T* inout, std::size_t n) { op.reduce_local(in, inout, n); };
 
-// Op can reduce elements of type T: a built-in op on a built-in element type, a
-// callable (T, T) -> T on a trivially copyable T, or a bulk op.
+/// Op can reduce elements of type T: a built-in op on a built-in element type, a
+/// callable (T, T) -> T on a trivially copyable T, or a bulk op.
 template <class Op, class T>
 concept reduction_for =
     std::is_trivially_copyable_v<T> &&

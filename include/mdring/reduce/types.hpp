@@ -66,49 +66,56 @@ constexpr float bfloat16_bits_to_float(std::uint16_t b) noexcept {
 
 }  // namespace detail
 
+/// IEEE binary16, a storage type (see above).
 struct half {
-  std::uint16_t bits = 0;
+  std::uint16_t bits = 0;  ///< the 16 bits
 
   half() = default;
+  /// The float rounded to nearest-even.
   constexpr half(float f) noexcept : bits(detail::float_to_half_bits(f)) {}  // NOLINT: implicit by design
+  /// The half with these bits.
   static constexpr half from_bits(std::uint16_t b) noexcept {
     half h;
     h.bits = b;
     return h;
   }
-  constexpr operator float() const noexcept { return detail::half_bits_to_float(bits); }
+  constexpr operator float() const noexcept { return detail::half_bits_to_float(bits); }  ///< the value as a float
   friend constexpr bool operator==(half a, half b) noexcept { return a.bits == b.bits; }
 };
 
+/// bfloat16 (a float's upper 16 bits), a storage type (see above).
 struct bfloat16 {
-  std::uint16_t bits = 0;
+  std::uint16_t bits = 0;  ///< the 16 bits
 
   bfloat16() = default;
+  /// The float rounded to nearest-even.
   constexpr bfloat16(float f) noexcept : bits(detail::float_to_bfloat16_bits(f)) {}  // NOLINT
+  /// The bfloat16 with these bits.
   static constexpr bfloat16 from_bits(std::uint16_t b) noexcept {
     bfloat16 h;
     h.bits = b;
     return h;
   }
-  constexpr operator float() const noexcept { return detail::bfloat16_bits_to_float(bits); }
+  constexpr operator float() const noexcept { return detail::bfloat16_bits_to_float(bits); }  ///< the value as a float
   friend constexpr bool operator==(bfloat16 a, bfloat16 b) noexcept { return a.bits == b.bits; }
 };
 
 static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half>);
 static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
 
+/// True for half and bfloat16.
 template <class T>
 inline constexpr bool is_16bit_float_v = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
-// The type arithmetic happens in: float for the 16-bit storage types, T otherwise.
+/// The type arithmetic happens in: float for the 16-bit storage types, T otherwise.
 template <class T>
 using accumulator_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
 
-// The element types the built-in ops accept.
+/// The element types the built-in ops accept.
 template <class T>
 concept builtin_element = (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) || is_16bit_float_v<T>;
 
-// A short name for messages and explain(): "float", "int32", "bfloat16", ...
+/// A short name for messages and explain(): "float", "int32", "bfloat16", ...
 template <class T>
 constexpr const char* type_name() noexcept {
   if constexpr (std::is_same_v<T, float>) return "float";

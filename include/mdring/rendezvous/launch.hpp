@@ -35,7 +35,7 @@ MDRING_NAMESPACE_BEGIN
 
 namespace rendezvous {
 
-// A store inside one process (a job of one, or tests).
+/// A store inside one process (a job of one, or tests).
 class memory_store final : public store {
 public:
   void set(const std::string& key, const std::string& value) override {
@@ -81,12 +81,17 @@ inline std::size_t env_count(const char* mdring_name, const char* torch_name, st
 }
 }  // namespace detail
 
+/// The job a launcher started this process in (from_env()): its rank, size, processes on this node, and the job's
+/// store.
 struct launched_job {
+  /// This process's rank, the job's processes, and those on this node (0: not told).
+  ///@{
   std::size_t rank = 0, size = 1, local_size = 0;
-  std::unique_ptr<store> job_store;  // rank 0 serves it (tcp_store), or in memory for a job of one
-  store* store_ptr() const noexcept { return job_store.get(); }
+  ///@}
+  std::unique_ptr<store> job_store;  ///< rank 0 serves it (tcp_store), or in memory for a job of one
+  store* store_ptr() const noexcept { return job_store.get(); }  ///< job_store, or nullptr
 
-  // From the launcher's environment (see the top); `fn` names the caller in errors.
+  /// From the launcher's environment (see the top); `fn` names the caller in errors.
   static launched_job from_env(const std::string& fn,
                                std::chrono::milliseconds timeout = mdring::detail::default_timeout()) {
     launched_job j;
@@ -126,9 +131,9 @@ struct launched_job {
     return j;
   }
 
-  // Every rank, at the end: rank 0 hosts the store, so it returns only once every
-  // other rank has said it is done with it (else a rank still reading the last
-  // keys loses its connection when rank 0's process ends).
+  /// Every rank, at the end: rank 0 hosts the store, so it returns only once every
+  /// other rank has said it is done with it (else a rank still reading the last
+  /// keys loses its connection when rank 0's process ends).
   void leave(const std::string& tag = "mdring/leave",
              std::chrono::milliseconds timeout = std::chrono::minutes(1)) const {
     if (size <= 1 || !job_store) return;

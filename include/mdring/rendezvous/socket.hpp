@@ -25,7 +25,7 @@ MDRING_NAMESPACE_BEGIN
 
 namespace rendezvous {
 
-// A fresh secret: 32 hex characters from the kernel's random source.
+/// A fresh secret: 32 hex characters from the kernel's random source.
 inline std::string random_secret() {
   unsigned char b[16] = {};
   std::size_t got = 0;

@@ -25,22 +25,26 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// How processes without MPI find each other: a key-value store and the job's description.
 namespace rendezvous {
 
-using clock = std::chrono::steady_clock;
+using clock = std::chrono::steady_clock;  ///< the clock deadlines are on
 
+/// A key-value store the processes of a job share (rendezvous/tcp_store.hpp is one).
 class store {
 public:
   virtual ~store() = default;
+  /// Sets `key` to `value`.
   virtual void set(const std::string& key, const std::string& value) = 0;
+  /// The value of `key`, waiting for it to be set until the deadline (then timeout_error: missing_key).
   virtual std::string get(const std::string& key, clock::time_point deadline) = 0;
-  // The default waits for the keys one after the other with get().
+  /// The default waits for the keys one after the other with get().
   virtual void wait(std::span<const std::string> keys, clock::time_point deadline) {
     for (const auto& k : keys) (void)get(k, deadline);
   }
 };
 
-// The timeout_error that get() and wait() throw when `key` is not set in time.
+/// The timeout_error that get() and wait() throw when `key` is not set in time.
 inline timeout_error missing_key(const std::string& key, const std::string& where) {
   return timeout_error(where + ": the key \"" + key +
                            "\" was not set before the deadline (did every process start, with the same "
@@ -48,12 +52,15 @@ inline timeout_error missing_key(const std::string& key, const std::string& wher
                        "rendezvous", 0, "rendezvous", 0, 0);
 }
 
-// Every key prefixed, so that several users of one store (two communicators, a
-// user's own keys) never meet.
+/// Every key prefixed, so that several users of one store (two communicators, a
+/// user's own keys) never meet.
 class prefix_store final : public store {
 public:
+  /// Prefixes every key of `inner` with `prefix`.
   prefix_store(store& inner, std::string prefix) : inner_(inner), prefix_(std::move(prefix)) {}
+  /// Sets prefix + key.
   void set(const std::string& key, const std::string& value) override { inner_.set(prefix_ + key, value); }
+  /// Gets prefix + key.
   std::string get(const std::string& key, clock::time_point deadline) override {
     return inner_.get(prefix_ + key, deadline);
   }
@@ -68,9 +75,9 @@ private:
   std::string prefix_;
 };
 
-// Each of `size` processes contributes `mine` (rank `rank`); returns everyone's,
-// by rank. Collective over the store: every process calls it with the same `tag`,
-// which no earlier call used.
+/// Each of `size` processes contributes `mine` (rank `rank`); returns everyone's,
+/// by rank. Collective over the store: every process calls it with the same `tag`,
+/// which no earlier call used.
 inline std::vector<std::string> all_gather(store& s, const std::string& tag, std::size_t rank, std::size_t size,
                                            const std::string& mine, clock::time_point deadline) {
   s.set(tag + "/" + std::to_string(rank), mine);

@@ -42,14 +42,15 @@ MDRING_NAMESPACE_BEGIN
 
 namespace rendezvous {
 
+/// How a tcp_store connects and what its server accepts.
 struct tcp_store_options {
-  std::string host = "127.0.0.1";  // the server listens on this address only
-  std::uint16_t port = 0;          // server: 0 picks a free port (port() says which)
-  std::string secret;              // every connection presents it (MDRING_SECRET)
-  std::size_t max_key_bytes = 1024;
-  std::size_t max_value_bytes = std::size_t(16) << 20;
-  std::size_t max_keys = std::size_t(1) << 20;
-  std::chrono::milliseconds connect_timeout{60000};  // clients retry until the server is up
+  std::string host = "127.0.0.1";                       ///< the server listens on this address only
+  std::uint16_t port = 0;                               ///< server: 0 picks a free port (port() says which)
+  std::string secret;                                   ///< every connection presents it (MDRING_SECRET)
+  std::size_t max_key_bytes = 1024;                     ///< the server refuses longer keys
+  std::size_t max_value_bytes = std::size_t(16) << 20;  ///< the server refuses longer values
+  std::size_t max_keys = std::size_t(1) << 20;          ///< the server holds at most this many keys
+  std::chrono::milliseconds connect_timeout{60000};     ///< clients retry until the server is up
 };
 
 namespace detail {
@@ -215,9 +216,10 @@ private:
 
 }  // namespace detail
 
+/// The TCP key-value store of mdring-run and the UCX transport (see the top); one process hosts the server.
 class tcp_store final : public store {
 public:
-  // is_server: this process hosts the store (and is a client of it too).
+  /// is_server: this process hosts the store (and is a client of it too).
   tcp_store(bool is_server, tcp_store_options o) : o_(std::move(o)) {
     if (o_.secret.empty())
       throw invalid_argument("secret",
@@ -230,7 +232,7 @@ public:
     connect();
   }
 
-  std::uint16_t port() const noexcept { return o_.port; }
+  std::uint16_t port() const noexcept { return o_.port; }  ///< the server's port
 
   void set(const std::string& key, const std::string& value) override {
     request('S', key, value, clock::now() + o_.connect_timeout);
@@ -238,7 +240,7 @@ public:
   std::string get(const std::string& key, clock::time_point deadline) override {
     return request('G', key, {}, deadline);
   }
-  // An atomic counter (decimal text): the value after adding delta.
+  /// An atomic counter (decimal text): the value after adding delta.
   std::int64_t add(const std::string& key, std::int64_t delta) {
     return std::atoll(request('A', key, std::to_string(delta), clock::now() + o_.connect_timeout).c_str());
   }

@@ -47,12 +47,16 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// Separate compilation (MDRING_SEPARATE_COMPILATION): the compiled set of types and ops.
 namespace separate {
 
-// The element types and ops compiled into the library.
+/// The element types and ops compiled into the library.
 enum class element : unsigned char { float32, float64, int32, int64, float16, bfloat16 };
+/// The compiled ops.
 enum class op_kind : unsigned char { sum, prod, min, max, avg };
 
+/// Whether a type is compiled into the library; a floating one (avg is compiled for those); whether an op is.
+///@{
 template <class T>
 inline constexpr bool compiled_type =
     std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
@@ -63,7 +67,10 @@ inline constexpr bool floating_type =
 template <class Op>
 inline constexpr bool compiled_op = std::is_same_v<Op, sum_t> || std::is_same_v<Op, prod_t> ||
                                     std::is_same_v<Op, min_t> || std::is_same_v<Op, max_t> || std::is_same_v<Op, avg_t>;
+///@}
 
+/// The element (op_kind) that names T (Op) at run time; T and Op must be compiled.
+///@{
 template <class T>
 constexpr element element_of() noexcept {
   if constexpr (std::is_same_v<T, float>) return element::float32;
@@ -81,7 +88,10 @@ constexpr op_kind op_of() noexcept {
   else if constexpr (std::is_same_v<Op, max_t>) return op_kind::max;
   else return op_kind::avg;
 }
+///@}
 
+/// Compile-time errors, saying so, for an element type (and op) outside the compiled set.
+///@{
 template <class T>
 constexpr void check_type() {
   static_assert(compiled_type<std::remove_const_t<T>>,
@@ -97,11 +107,14 @@ constexpr void check_reduction() {
   static_assert(!std::is_same_v<Op, avg_t> || floating_type<std::remove_const_t<T>>,
                 "mdring (MDRING_SEPARATE_COMPILATION): avg is compiled for the floating types only");
 }
+///@}
 
-// A bound communicator of the compiled library (separate/src.hpp implements it).
+/// A bound communicator of the compiled library (separate/src.hpp implements it).
 class face {
 public:
   virtual ~face() = default;
+  /// The members of compiled_communicator, and the collectives with the element type and op named at run time.
+  ///@{
   virtual std::size_t size() const noexcept = 0;
   virtual std::size_t rank() const noexcept = 0;
   virtual const runtime_topology& topology() const noexcept = 0;
@@ -116,16 +129,21 @@ public:
   virtual void reduce(element, op_kind, const void* send, void* recv, std::size_t count, std::size_t root) = 0;
   virtual std::string explain(element, op_kind, std::size_t count, collective kind, std::size_t root) const = 0;
   virtual void reserve(element, std::size_t count) = 0;
+  ///@}
 };
 
 }  // namespace separate
 
-// What bind() returns in separate compilation: the members users call of a
-// header-only communicator (collective/communicator.hpp).
+/// What bind() returns in separate compilation: the members users call of a
+/// header-only communicator (collective/communicator.hpp).
 class compiled_communicator {
 public:
+  /// Takes the compiled library's communicator (what bind() makes).
   explicit compiled_communicator(std::unique_ptr<separate::face> f) noexcept : f_(std::move(f)) {}
 
+  /// As the header-only communicator's members of the same names: size, this rank, the number of dimensions, the
+  /// topology, the options, false after an error inside a call, the failure that broke it, the scratch bytes held.
+  ///@{
   std::size_t size() const noexcept { return f_->size(); }
   std::size_t rank() const noexcept { return f_->rank(); }
   std::size_t ndims() const noexcept { return f_->topology().ndims(); }
@@ -134,6 +152,8 @@ public:
   bool usable() const noexcept { return f_->usable(); }
   const std::string& failure() const noexcept { return f_->failure(); }
   std::size_t scratch_bytes() const noexcept { return f_->scratch_bytes(); }
+  ///@}
+  /// The plan of a call, as the header-only communicator's explain().
   template <class T = float, class Op = sum_t>
   std::string explain(std::size_t count, collective kind = collective::all_reduce, Op = {},
                       std::size_t root = 0) const {
@@ -141,19 +161,23 @@ public:
     static_assert(separate::compiled_op<Op>, "mdring (MDRING_SEPARATE_COMPILATION): explain() of a compiled op");
     return f_->explain(separate::element_of<T>(), separate::op_of<Op>(), count, kind, root);
   }
+  /// Pre-sizes the scratch for calls of `count` elements of T, as the header-only communicator's reserve().
   template <class T>
   void reserve(std::size_t count) {
     separate::check_type<T>();
     f_->reserve(separate::element_of<T>(), count);
   }
 
-  separate::face& compiled() noexcept { return *f_; }
+  separate::face& compiled() noexcept { return *f_; }  ///< the compiled library's communicator
 
 private:
   std::unique_ptr<separate::face> f_;
 };
 
 // ---- the collectives (their header-only forms: collective/*.hpp) -----------------
+/// The collectives, as their header-only forms (collective/*.hpp), for the compiled types and ops; a call outside that
+/// set does not compile.
+///@{
 template <class T, class Op = sum_t>
 void all_reduce(compiled_communicator& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op = {}) {
   separate::check_reduction<T, Op>();
@@ -187,5 +211,6 @@ void reduce(compiled_communicator& comm, const T* sendbuf, T* recvbuf, std::size
   separate::check_reduction<T, Op>();
   comm.compiled().reduce(separate::element_of<T>(), separate::op_of<Op>(), sendbuf, recvbuf, count, root);
 }
+///@}
 
 MDRING_NAMESPACE_END

@@ -13,12 +13,12 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace separate {
-// Compiled in separate/src.hpp: mdring::bind(topology, comm, opts), header-only.
+/// Compiled in separate/src.hpp: mdring::bind(topology, comm, opts), header-only.
 std::unique_ptr<face> bind_mpi(const runtime_topology& topology, MPI_Comm comm, options opts);
 }  // namespace separate
 
 #ifndef MDRING_SEPARATE_IMPLEMENTATION
-// Binds a topology to an MPI communicator (collective/bind_mpi.hpp). Collective over comm.
+/// Binds a topology to an MPI communicator (collective/bind_mpi.hpp). Collective over comm.
 template <class Topology>
   requires static_topology<Topology> || std::same_as<Topology, runtime_topology>
 compiled_communicator bind(const Topology& topo, MPI_Comm comm, options opts = {}) {

@@ -18,8 +18,8 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// Writes the coordinates of `rank` into `coords` (same length as `extents`).
-// Precondition: rank < product(extents).
+/// Writes the coordinates of `rank` into `coords` (same length as `extents`).
+/// Precondition: rank < product(extents).
 constexpr void to_coordinates(std::size_t rank, std::span<const std::size_t> extents,
                               std::span<std::size_t> coords) noexcept {
   for (std::size_t d = 0; d < extents.size(); ++d) {
@@ -28,22 +28,22 @@ constexpr void to_coordinates(std::size_t rank, std::span<const std::size_t> ext
   }
 }
 
-// The inverse of to_coordinates. Postcondition: to_coordinates(to_rank(c)) == c.
+/// The inverse of to_coordinates. Postcondition: to_coordinates(to_rank(c)) == c.
 constexpr std::size_t to_rank(std::span<const std::size_t> coords, std::span<const std::size_t> extents) noexcept {
   std::size_t rank = 0;
   for (std::size_t d = extents.size(); d-- > 0;) rank = rank * extents[d] + coords[d];
   return rank;
 }
 
-// The stride of dimension d: how far apart in rank two neighbours of that ring are.
+/// The stride of dimension d: how far apart in rank two neighbours of that ring are.
 constexpr std::size_t stride_of(std::size_t d, std::span<const std::size_t> extents) noexcept {
   std::size_t s = 1;
   for (std::size_t i = 0; i < d; ++i) s *= extents[i];
   return s;
 }
 
-// The rank whose coordinates equal rank's except c_d = j.
-// Example, extents (2, 3): peer_of(3, 1, 2) == 5, since 3 = (1,1) and 5 = (1,2).
+/// The rank whose coordinates equal rank's except c_d = j.
+/// Example, extents (2, 3): peer_of(3, 1, 2) == 5, since 3 = (1,1) and 5 = (1,2).
 constexpr std::size_t peer_of(std::size_t rank, std::size_t d, std::size_t j,
                               std::span<const std::size_t> extents) noexcept {
   const std::size_t s = stride_of(d, extents);

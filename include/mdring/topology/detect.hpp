@@ -27,15 +27,16 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// Where the ranks run (see the top): nodes, ranks per node, and the node-major position of each rank.
 struct node_layout {
-  std::size_t ranks = 0;           // comm's size
-  std::size_t nodes = 0;           // distinct shared-memory nodes
-  std::size_t ranks_per_node = 0;  // when every node has as many ranks; 0 otherwise
-  std::size_t node = 0;            // this rank's node, numbered by the lowest rank on it
-  std::size_t local_rank = 0;      // this rank's position on its node (in comm's rank order)
-  bool node_major = false;         // rank == (ranks of the nodes before) + local_rank, everywhere
-  int key = 0;                     // this rank's position in node-major order
-  std::string network;             // "infiniband" or "ethernet" (the same on every rank)
+  std::size_t ranks = 0;           ///< comm's size
+  std::size_t nodes = 0;           ///< distinct shared-memory nodes
+  std::size_t ranks_per_node = 0;  ///< when every node has as many ranks; 0 otherwise
+  std::size_t node = 0;            ///< this rank's node, numbered by the lowest rank on it
+  std::size_t local_rank = 0;      ///< this rank's position on its node (in comm's rank order)
+  bool node_major = false;         ///< rank == (ranks of the nodes before) + local_rank, everywhere
+  int key = 0;                     ///< this rank's position in node-major order
+  std::string network;             ///< "infiniband" or "ethernet" (the same on every rank)
 };
 
 namespace detail {
@@ -54,8 +55,8 @@ inline bool has_infiniband() {
 }
 }  // namespace detail
 
-// The layout from the node every rank names (`given[r]`: any int; equal ints are
-// one node) as seen by rank `rank`; `infiniband`: every rank has an InfiniBand device.
+/// The layout from the node every rank names (`given[r]`: any int; equal ints are
+/// one node) as seen by rank `rank`; `infiniband`: every rank has an InfiniBand device.
 inline node_layout layout_from_node_ids(const std::vector<int>& given, std::size_t rank, bool infiniband) {
   const int size = int(given.size());
   // A node is named by its lowest rank.
@@ -88,7 +89,7 @@ inline node_layout layout_from_node_ids(const std::vector<int>& given, std::size
   return l;
 }
 
-// The topology of a layout (see the table at the top).
+/// The topology of a layout (see the table at the top).
 inline runtime_topology topology_of(const node_layout& l) {
   std::string t;
   if (l.nodes <= 1) t = "shm:" + std::to_string(l.ranks);

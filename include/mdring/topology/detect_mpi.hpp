@@ -29,9 +29,9 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// The layout when each rank names its node itself: ranks passing the same
-// `node_id` (any int) are one node. For launchers or containers that know the
-// nodes better than shared-memory detection does. Collective over comm.
+/// The layout when each rank names its node itself: ranks passing the same
+/// `node_id` (any int) are one node. For launchers or containers that know the
+/// nodes better than shared-memory detection does. Collective over comm.
 inline node_layout layout_of_nodes(MPI_Comm comm, int node_id) {
   int rank = 0, size = 0;
   MPI_Comm_rank(comm, &rank);
@@ -43,7 +43,7 @@ inline node_layout layout_of_nodes(MPI_Comm comm, int node_id) {
   return layout_from_node_ids(given, std::size_t(rank), ib != 0);
 }
 
-// Nodes from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Collective over comm.
+/// Nodes from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Collective over comm.
 inline node_layout detect_node_layout(MPI_Comm comm) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -56,6 +56,7 @@ inline node_layout detect_node_layout(MPI_Comm comm) {
   return layout_of_nodes(comm, leader);
 }
 
+/// The topology of comm's ranks, from where they run (topology/detect.hpp topology_of).
 inline runtime_topology detect_topology(MPI_Comm comm) { return topology_of(detect_node_layout(comm)); }
 
 MDRING_NAMESPACE_END

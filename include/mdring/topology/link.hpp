@@ -44,9 +44,10 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// Where the buffers of a dimension live: the transport is chosen from this.
+/// Where the buffers of a dimension live: the transport is chosen from this.
 enum class memory_space { host, device };
 
+/// "host" or "device".
 constexpr std::string_view to_string(memory_space s) noexcept { return s == memory_space::host ? "host" : "device"; }
 
 // Primary template: deliberately undefined. A link tag is usable once it has a
@@ -54,68 +55,93 @@ constexpr std::string_view to_string(memory_space s) noexcept { return s == memo
 template <class Link>
 struct link_traits;
 
-// GPU-to-GPU inside a node, through NVLink/NVSwitch (all pairs connected).
+/// GPU-to-GPU inside a node, through NVLink/NVSwitch (all pairs connected).
 struct nvlink {};
-// GPU-to-GPU through the PCIe tree (shared upstream links, so a ring fits best).
+/// GPU-to-GPU through the PCIe tree (shared upstream links, so a ring fits best).
 struct pcie {};
-// Node-to-node over InfiniBand (one uplink per node, shared by its ranks).
+/// Node-to-node over InfiniBand (one uplink per node, shared by its ranks).
 struct infiniband {};
-// Node-to-node over Ethernet (one uplink per node, shared by its ranks).
+/// Node-to-node over Ethernet (one uplink per node, shared by its ranks).
 struct ethernet {};
-// Ranks on one node sharing host memory.
+/// Ranks on one node sharing host memory.
 struct shm {};
 
+/// nvlink's figures.
 template <>
 struct link_traits<nvlink> {
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message),
+  /// whether all pairs are connected, where its buffers live.
+  ///@{
   static constexpr std::string_view name = "nvlink";
   static constexpr double bandwidth = 150e9;
   static constexpr double latency = 2e-6;
   static constexpr bool fully_connected = true;
   static constexpr memory_space space = memory_space::device;
+  ///@}
 };
 
+/// pcie's figures.
 template <>
 struct link_traits<pcie> {
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message),
+  /// whether all pairs are connected, where its buffers live.
+  ///@{
   static constexpr std::string_view name = "pcie";
   static constexpr double bandwidth = 24e9;
   static constexpr double latency = 5e-6;
   static constexpr bool fully_connected = false;
   static constexpr memory_space space = memory_space::device;
+  ///@}
 };
 
+/// infiniband's figures.
 template <>
 struct link_traits<infiniband> {
+  /// The link's figures: its name in topology strings, bandwidth, latency (seconds per message), whether all pairs are
+  /// connected, where its buffers live, ports per node, seconds per message that the link is busy.
+  ///@{
   static constexpr std::string_view name = "infiniband";
-  static constexpr double bandwidth = 12.5e9;  // HDR100, 100 Gb/s per port
+  static constexpr double bandwidth = 12.5e9;  ///< HDR100, 100 Gb/s per port
   static constexpr double latency = 2e-6;
   static constexpr bool fully_connected = false;
   static constexpr memory_space space = memory_space::host;
   static constexpr unsigned ports = 1;
   static constexpr double overhead = 2e-6;
+  ///@}
 };
 
+/// ethernet's figures.
 template <>
 struct link_traits<ethernet> {
+  /// The link's figures: its name in topology strings, bandwidth, latency (seconds per message), whether all pairs are
+  /// connected, where its buffers live, ports per node, seconds per message that the link is busy.
+  ///@{
   static constexpr std::string_view name = "ethernet";
-  static constexpr double bandwidth = 1.25e9;  // 10 Gb/s per port
+  static constexpr double bandwidth = 1.25e9;  ///< 10 Gb/s per port
   static constexpr double latency = 25e-6;
   static constexpr bool fully_connected = false;
   static constexpr memory_space space = memory_space::host;
   static constexpr unsigned ports = 1;
   static constexpr double overhead = 20e-6;
+  ///@}
 };
 
+/// shm's figures.
 template <>
 struct link_traits<shm> {
+  /// The link's figures: its name in topology strings, bandwidth (bytes per second), latency (seconds per message),
+  /// whether all pairs are connected, where its buffers live.
+  ///@{
   static constexpr std::string_view name = "shm";
   static constexpr double bandwidth = 8e9;
   static constexpr double latency = 1e-6;
   static constexpr bool fully_connected = true;
   static constexpr memory_space space = memory_space::host;
+  ///@}
 };
 
-// A type is a link tag when link_traits<L> is complete and has the five members
-// with the right types.
+/// A type is a link tag when link_traits<L> is complete and has the five members
+/// with the right types.
 template <class L>
 concept link = requires {
   { link_traits<L>::name } -> std::convertible_to<std::string_view>;
@@ -127,21 +153,25 @@ concept link = requires {
 
 static_assert(link<nvlink> && link<pcie> && link<infiniband> && link<ethernet> && link<shm>);
 
-// A link's measured message times (mdring::calibrate, plan/profile.hpp), measured
-// with every rank of the plan sending at once (so port sharing is in them): at
-// each size, the seconds one rank's message keeps the link busy (`seconds`: what
-// other messages in flight wait for) and its latency (`latency`: what they overlap
-// with). Busy time is piecewise linear between the points and extrapolated with
-// the last segment's slope; latency is piecewise linear between the points and
-// flat beyond them. Where it has points the cost model uses them instead of
-// overhead + b / bandwidth and the link's one latency: real networks are not
-// linear in the message size (protocol switches, SimGrid's size-dependent
-// factors), and a fit of two figures to them is off by several times at some sizes.
+/// A link's measured message times (mdring::calibrate, plan/profile.hpp), measured
+/// with every rank of the plan sending at once (so port sharing is in them): at
+/// each size, the seconds one rank's message keeps the link busy (`seconds`: what
+/// other messages in flight wait for) and its latency (`latency`: what they overlap
+/// with). Busy time is piecewise linear between the points and extrapolated with
+/// the last segment's slope; latency is piecewise linear between the points and
+/// flat beyond them. Where it has points the cost model uses them instead of
+/// overhead + b / bandwidth and the link's one latency: real networks are not
+/// linear in the message size (protocol switches, SimGrid's size-dependent
+/// factors), and a fit of two figures to them is off by several times at some sizes.
 struct link_curve {
-  static constexpr std::size_t max_points = 8;
-  std::array<double, max_points> bytes{}, seconds{}, latency{};  // bytes ascending
-  std::size_t points = 0;
+  static constexpr std::size_t max_points = 8;  ///< the most points a curve holds
+  /// Per point: message bytes (ascending), busy seconds, latency.
+  ///@{
+  std::array<double, max_points> bytes{}, seconds{}, latency{};  ///< bytes ascending
+  ///@}
+  std::size_t points = 0;  ///< points in use (0: no curve)
 
+  /// The busy seconds of a message of `b` bytes, interpolated (0 without points).
   double at(double b) const noexcept {
     if (points == 0) return 0;
     if (points == 1 || b <= bytes[0]) return points == 1 ? seconds[0] * (bytes[0] > 0 ? b / bytes[0] : 1) : seconds[0];
@@ -151,6 +181,7 @@ struct link_curve {
     const double t = seconds[i - 1] + (b - bytes[i - 1]) * slope;
     return t > 0 ? t : 0;
   }
+  /// The latency of a message of `b` bytes, interpolated (0 without points).
   double latency_at(double b) const noexcept {
     if (points == 0) return 0;
     if (b <= bytes[0]) return latency[0];
@@ -162,27 +193,27 @@ struct link_curve {
   friend bool operator==(const link_curve&, const link_curve&) = default;
 };
 
-// The run-time copy of a link's traits. The plan and the cost model read only
-// this, so a user can override the figures without new types (parse_link reads
-// them from text: topology/runtime.hpp).
+/// The run-time copy of a link's traits. The plan and the cost model read only
+/// this, so a user can override the figures without new types (parse_link reads
+/// them from text: topology/runtime.hpp).
 struct link_info {
-  std::string name;
-  double bandwidth = 0;  // bytes per second (per rank, or per port when ports > 0)
-  double latency = 0;    // seconds per message
-  bool fully_connected = false;
-  memory_space space = memory_space::host;
-  std::size_t ports = 0;  // 0: bandwidth is per rank; N: per port, N ports per node
-  double overhead = 0;    // seconds per message that the link is busy
-  link_curve curve{};     // measured (calibrate): replaces overhead and bandwidth in the cost model
+  std::string name;                         ///< as topology strings write it
+  double bandwidth = 0;                     ///< bytes per second (per rank, or per port when ports > 0)
+  double latency = 0;                       ///< seconds per message
+  bool fully_connected = false;             ///< every rank reaches every other directly
+  memory_space space = memory_space::host;  ///< where the dimension's buffers live
+  std::size_t ports = 0;                    ///< 0: bandwidth is per rank; N: per port, N ports per node
+  double overhead = 0;                      ///< seconds per message that the link is busy
+  link_curve curve{};                       ///< measured (calibrate): replaces overhead and bandwidth in the cost model
 
-  // Seconds a message of `bytes` keeps the link busy besides its latency.
+  /// Seconds a message of `bytes` keeps the link busy besides its latency.
   double busy_seconds(double bytes) const noexcept {
     if (curve.points) return curve.at(bytes);
     return overhead + (bandwidth > 0 ? bytes / bandwidth : 0.0);
   }
-  // The latency of a message of `bytes` (the link's one latency without a curve).
+  /// The latency of a message of `bytes` (the link's one latency without a curve).
   double latency_seconds(double bytes) const noexcept { return curve.points ? curve.latency_at(bytes) : latency; }
-  // The same link without latencies: the time it is busy (plan/pipeline.hpp).
+  /// The same link without latencies: the time it is busy (plan/pipeline.hpp).
   link_info busy_only() const {
     link_info l = *this;
     l.latency = 0;
@@ -193,6 +224,7 @@ struct link_info {
   friend bool operator==(const link_info&, const link_info&) = default;
 };
 
+/// The link_info of a link tag, from its link_traits.
 template <link L>
 link_info link_info_of() {
   using t = link_traits<L>;
@@ -209,14 +241,14 @@ link_info link_info_of() {
   return l;
 }
 
-// The built-in tags' figures (the link registry starts from them).
+/// The built-in tags' figures (the link registry starts from them).
 inline std::array<link_info, 5> builtin_links() {
   return {link_info_of<nvlink>(), link_info_of<pcie>(), link_info_of<infiniband>(), link_info_of<ethernet>(),
           link_info_of<shm>()};
 }
 
-// Whether l has the figures of one of the built-in tags: typical values, not
-// measurements of the machine (explain() says so).
+/// Whether l has the figures of one of the built-in tags: typical values, not
+/// measurements of the machine (explain() says so).
 inline bool builtin_figures(const link_info& l) {
   for (const link_info& b : builtin_links())
     if (l == b) return true;

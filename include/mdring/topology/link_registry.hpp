@@ -116,7 +116,7 @@ struct link_registry {
 };
 }  // namespace detail
 
-// Makes `info.name` known to parse_topology (or replaces its traits).
+/// Makes `info.name` known to parse_topology (or replaces its traits).
 inline void register_link(const link_info& info) {
   if (info.name.empty() || !std::all_of(info.name.begin(), info.name.end(), detail::is_link_name_char))
     throw invalid_argument("info", "mdring::register_link: link name \"" + info.name +
@@ -130,11 +130,13 @@ inline void register_link(const link_info& info) {
   r.links.insert_or_assign(info.name, info);
 }
 
+/// Registers link tag L's figures under its name.
 template <link L>
 void register_link() {
   register_link(link_info_of<L>());
 }
 
+/// The figures registered under `name` (built in or registered), or std::nullopt.
 inline std::optional<link_info> find_link(std::string_view name) {
   auto& r = detail::link_registry::instance();
   std::lock_guard lock(r.mutex);
@@ -143,20 +145,21 @@ inline std::optional<link_info> find_link(std::string_view name) {
   return it->second;
 }
 
-// Reads a link's figures from text, for flags and environment variables:
-//   NAME=BANDWIDTH,LATENCY[,full|ring][,host|device][,ports=N][,overhead=SECONDS]
-// bytes per second (per rank, or per port with ports=N) and seconds per message,
-// e.g. "infiniband=25e9,1.5e-6,ports=2" (two 25 GB/s ports per node). What the text
-// leaves out comes from the link of that name when it is known (built in or
-// registered), else: ring, host memory, no ports, no overhead. The result is for
-// register_link. Throws invalid_argument("link") naming what is wrong.
-// The environment variable MDRING_LINKS holds such texts separated by ';'; they are
-// registered before the first parse_topology, so a launcher can change the figures
-// of a program it does not build (MDRING_LINKS="infiniband=25e9,2e-6,ports=2").
+/// Reads a link's figures from text, for flags and environment variables:
+///   NAME=BANDWIDTH,LATENCY[,full|ring][,host|device][,ports=N][,overhead=SECONDS]
+/// bytes per second (per rank, or per port with ports=N) and seconds per message,
+/// e.g. "infiniband=25e9,1.5e-6,ports=2" (two 25 GB/s ports per node). What the text
+/// leaves out comes from the link of that name when it is known (built in or
+/// registered), else: ring, host memory, no ports, no overhead. The result is for
+/// register_link. Throws invalid_argument("link") naming what is wrong.
+/// The environment variable MDRING_LINKS holds such texts separated by ';'; they are
+/// registered before the first parse_topology, so a launcher can change the figures
+/// of a program it does not build (MDRING_LINKS="infiniband=25e9,2e-6,ports=2").
 inline link_info parse_link(std::string_view text) {
   return detail::parse_link_with(text, [](std::string_view n) { return find_link(n); });
 }
 
+/// The names of every link known (built in or registered).
 inline std::vector<std::string> known_links() {
   auto& r = detail::link_registry::instance();
   std::lock_guard lock(r.mutex);

@@ -27,6 +27,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The extent of a dimension whose size comes from the communicator (at most one per topology).
 inline constexpr std::size_t dynamic_extent = std::numeric_limits<std::size_t>::max();
 
 template <class... Rings>
@@ -117,19 +118,19 @@ struct type_list {};
 
 }  // namespace detail
 
-// One dimension of N ranks joined by Link.
+/// One dimension of N ranks joined by Link.
 template <class Link, std::size_t N>
 struct ring_t : detail::topology_base<detail::dim_spec<Link, N>> {
   static_assert(link<Link>,
                 "mdring::ring: the link tag has no complete mdring::link_traits<Link> specialization "
                 "(it needs name, bandwidth, latency, fully_connected and space)");
   static_assert(N >= 1, "mdring::ring: the extent must be at least 1, or mdring::dynamic_extent");
-  using link_type = Link;
-  static constexpr std::size_t extent_v = N;
-  using rings = detail::type_list<ring_t>;
+  using link_type = Link;                     ///< the link tag
+  static constexpr std::size_t extent_v = N;  ///< the number of ranks (or dynamic_extent)
+  using rings = detail::type_list<ring_t>;    ///< this ring, as a list of one
 };
 
-// `ring<nvlink, 4>`: the value users multiply. `ring<shm>` has a dynamic extent.
+/// `ring<nvlink, 4>`: the value users multiply. `ring<shm>` has a dynamic extent.
 template <class Link, std::size_t N = dynamic_extent>
 inline constexpr ring_t<Link, N> ring{};
 
@@ -138,7 +139,7 @@ template <class L, std::size_t N>
 struct is_ring<ring_t<L, N>> : std::true_type {};
 }  // namespace detail
 
-// The product of rings, dimension 0 first.
+/// The product of rings, dimension 0 first.
 template <class... Rings>
 struct topology : detail::topology_base<detail::dim_spec<typename Rings::link_type, Rings::extent_v>...> {
   static_assert(sizeof...(Rings) >= 1, "mdring::topology: a topology needs at least one ring");
@@ -147,8 +148,9 @@ struct topology : detail::topology_base<detail::dim_spec<typename Rings::link_ty
   static_assert(((Rings::extent_v == dynamic_extent ? 1 : 0) + ... + 0) <= 1,
                 "mdring::topology: at most one dimension may have dynamic_extent (it is the "
                 "communicator's size divided by the product of the others)");
-  using rings = detail::type_list<Rings...>;
+  using rings = detail::type_list<Rings...>;  ///< the rings, dimension 0 first
 
+  /// The ring of dimension D.
   template <std::size_t D>
   using ring_type = std::tuple_element_t<D, std::tuple<Rings...>>;
 };
@@ -165,13 +167,13 @@ struct concat<type_list<A...>, type_list<B...>> {
 };
 }  // namespace detail
 
-// A compile-time topology: a ring_t or a topology<...>.
+/// A compile-time topology: a ring_t or a topology<...>.
 template <class T>
 concept static_topology =
     detail::is_ring<std::remove_cv_t<T>>::value || detail::is_topology_type<std::remove_cv_t<T>>::value;
 
-// The product: flattens, so it is associative, and keeps dimension order.
-//   ring<nvlink,4> * ring<infiniband,64>  ->  topology<ring_t<nvlink,4>, ring_t<infiniband,64>>
+/// The product: flattens, so it is associative, and keeps dimension order.
+///   ring<nvlink,4> * ring<infiniband,64>  ->  topology<ring_t<nvlink,4>, ring_t<infiniband,64>>
 template <static_topology A, static_topology B>
 constexpr auto operator*(const A&, const B&) noexcept {
   static_assert(A::dynamic_count() + B::dynamic_count() <= 1,
@@ -179,16 +181,17 @@ constexpr auto operator*(const A&, const B&) noexcept {
   return typename detail::concat<typename A::rings, typename B::rings>::type{};
 }
 
-// Every compile-time topology as a topology<...> (ring_t<L,N> becomes topology<ring_t<L,N>>).
+/// Every compile-time topology as a topology<...> (ring_t<L,N> becomes topology<ring_t<L,N>>).
 template <static_topology T>
 using as_topology_t = typename detail::concat<detail::type_list<>, typename T::rings>::type;
 
+/// Two compile-time topologies are equal when they have the same rings in the same order.
 template <static_topology A, static_topology B>
 constexpr bool operator==(const A&, const B&) noexcept {
   return std::is_same_v<as_topology_t<A>, as_topology_t<B>>;
 }
 
-// "nvlink:4 x infiniband:64"; a dynamic extent prints as "*".
+/// "nvlink:4 x infiniband:64"; a dynamic extent prints as "*".
 template <static_topology T>
 std::string to_string(const T&) {
   std::string s;

@@ -32,33 +32,43 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// A topology known at run time: a list of dimensions, each a link and an extent (dynamic_extent until resolved).
 class runtime_topology {
 public:
+  /// One dimension: its link and its extent.
   struct dimension {
-    link_info link;
-    std::size_t extent = 1;  // dynamic_extent until resolved
+    link_info link;          ///< the link's figures
+    std::size_t extent = 1;  ///< dynamic_extent until resolved
     friend bool operator==(const dimension&, const dimension&) = default;
   };
 
   runtime_topology() = default;
+  /// The topology of these dimensions (checked: throws topology_error).
   explicit runtime_topology(std::vector<dimension> dims) : dims_(std::move(dims)) { validate(); }
 
-  std::size_t ndims() const noexcept { return dims_.size(); }
+  std::size_t ndims() const noexcept { return dims_.size(); }  ///< the number of dimensions
+  /// Dimension d (std::out_of_range past the last).
+  ///@{
   const dimension& dim(std::size_t d) const { return dims_.at(d); }
   dimension& dim(std::size_t d) { return dims_.at(d); }
-  const std::vector<dimension>& dims() const noexcept { return dims_; }
+  ///@}
+  const std::vector<dimension>& dims() const noexcept { return dims_; }  ///< every dimension
+  /// Dimension d's extent (dynamic_extent until resolved).
   std::size_t extent(std::size_t d) const { return dims_.at(d).extent; }
 
+  /// The extents of every dimension.
   std::vector<std::size_t> extents() const {
     std::vector<std::size_t> e;
     for (auto& d : dims_) e.push_back(d.extent);
     return e;
   }
 
+  /// True when no extent is dynamic.
   bool is_static() const noexcept {
     return std::none_of(dims_.begin(), dims_.end(), [](const dimension& d) { return d.extent == dynamic_extent; });
   }
 
+  /// The product of the extents that are not dynamic.
   std::size_t static_size() const noexcept {
     std::size_t s = 1;
     for (auto& d : dims_)
@@ -66,12 +76,12 @@ public:
     return s;
   }
 
-  // The number of ranks, or dynamic_extent while a dimension is dynamic.
+  /// The number of ranks, or dynamic_extent while a dimension is dynamic.
   std::size_t size() const noexcept { return is_static() ? static_size() : dynamic_extent; }
 
-  // The same topology with the dynamic extent fixed so that size() == world_size.
-  // Throws topology_error when world_size does not fit.
-  // `caller` names the function in the message ("bind" when bind() resolves).
+  /// The same topology with the dynamic extent fixed so that size() == world_size.
+  /// Throws topology_error when world_size does not fit.
+  /// `caller` names the function in the message ("bind" when bind() resolves).
   MDRING_COLD runtime_topology resolve(std::size_t world_size, const char* caller = "resolve") const {
     const std::string fn = std::string("mdring::") + caller + ": ";
     runtime_topology r = *this;
@@ -91,7 +101,7 @@ public:
     return r;
   }
 
-  // Coordinates of a rank (dimension 0 fastest). Requires a resolved topology.
+  /// Coordinates of a rank (dimension 0 fastest). Requires a resolved topology.
   std::vector<std::size_t> coordinates(std::size_t rank) const {
     require_static("coordinates");
     auto e = extents();
@@ -100,31 +110,33 @@ public:
     return c;
   }
 
+  /// The rank at these coordinates (dimension 0 fastest). Requires a resolved topology.
   std::size_t rank_of(const std::vector<std::size_t>& coords) const {
     require_static("rank_of");
     auto e = extents();
     return to_rank(coords, e);
   }
 
+  /// The rank at coordinate j of rank's ring in dimension d. Requires a resolved topology.
   std::size_t peer(std::size_t rank, std::size_t d, std::size_t j) const {
     require_static("peer");
     auto e = extents();
     return peer_of(rank, d, j, e);
   }
 
-  // The ranks of rank's ring in dimension d, ordered by coordinate d.
+  /// The ranks of rank's ring in dimension d, ordered by coordinate d.
   std::vector<std::size_t> peers(std::size_t rank, std::size_t d) const {
     std::vector<std::size_t> p;
     for (std::size_t j = 0; j < extent(d); ++j) p.push_back(peer(rank, d, j));
     return p;
   }
 
-  // How many ranks use dimension d's ports at once: a link with ports is a node's
-  // NIC, and every rank of the node runs its own ring of dimension d through it. The
-  // ranks of a node are those that differ only in dimensions whose links have no
-  // ports (links inside a node), so this is the product of those extents (a dynamic
-  // one counts as 1). 1 for a dimension whose link has no ports.
-  // Example: "nvlink:4 x infiniband:64": 4 ranks share each node's InfiniBand port.
+  /// How many ranks use dimension d's ports at once: a link with ports is a node's
+  /// NIC, and every rank of the node runs its own ring of dimension d through it. The
+  /// ranks of a node are those that differ only in dimensions whose links have no
+  /// ports (links inside a node), so this is the product of those extents (a dynamic
+  /// one counts as 1). 1 for a dimension whose link has no ports.
+  /// Example: "nvlink:4 x infiniband:64": 4 ranks share each node's InfiniBand port.
   std::size_t port_sharers(std::size_t d) const {
     if (dims_.at(d).link.ports == 0) return 1;
     std::size_t n = 1;
@@ -133,8 +145,8 @@ public:
     return n;
   }
 
-  // Dimension d's link as one rank sees it: the bandwidth is the rank's own, its
-  // share of the node's ports (bandwidth * min(1, ports / port_sharers(d))).
+  /// Dimension d's link as one rank sees it: the bandwidth is the rank's own, its
+  /// share of the node's ports (bandwidth * min(1, ports / port_sharers(d))).
   link_info rank_link(std::size_t d) const {
     link_info l = dims_.at(d).link;
     const std::size_t n = port_sharers(d);
@@ -143,6 +155,7 @@ public:
     return l;
   }
 
+  /// The topology as text: "nvlink:4 x infiniband:64" ("*" for a dynamic extent).
   MDRING_COLD std::string to_string() const {
     std::string s;
     for (auto& d : dims_) {
@@ -179,7 +192,7 @@ private:
   std::vector<dimension> dims_;
 };
 
-// The run-time description of a compile-time topology.
+/// The run-time description of a compile-time topology.
 template <static_topology T>
 runtime_topology describe(const T&) {
   std::vector<runtime_topology::dimension> dims;
@@ -189,10 +202,11 @@ runtime_topology describe(const T&) {
   return runtime_topology(std::move(dims));
 }
 
+/// A run-time topology describes itself.
 inline const runtime_topology& describe(const runtime_topology& t) { return t; }
 
-// Parses "nvlink:4 x infiniband:64" or "shm:2 x shm:*". Throws topology_error
-// (argument "topology") that quotes the string and points at the bad position.
+/// Parses "nvlink:4 x infiniband:64" or "shm:2 x shm:*". Throws topology_error
+/// (argument "topology") that quotes the string and points at the bad position.
 MDRING_COLD inline runtime_topology parse_topology(std::string_view text) {
   const std::string quoted = "\"" + std::string(text) + "\"";
   auto fail = [&](std::size_t pos, const std::string& why) -> topology_error {

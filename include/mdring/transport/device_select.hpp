@@ -37,26 +37,27 @@
 
 MDRING_NAMESPACE_BEGIN
 
-// What a device communicator can use.
+/// What a device communicator can use.
 struct device_transport_support {
-  bool nccl = false;            // built with NCCL and bound where NCCL can reach the ranks
-  bool mpi = false;             // bound to an MPI communicator (staged MPI always works then)
-  bool cuda_aware_mpi = false;  // the MPI library says it takes device pointers
-  bool local = false;           // a local world: every dimension is local
-  // Per executed dimension: its ranks share a node and CUDA IPC works between
-  // them (so the ipc transport can run it). Missing entries: no.
+  bool nccl = false;            ///< built with NCCL and bound where NCCL can reach the ranks
+  bool mpi = false;             ///< bound to an MPI communicator (staged MPI always works then)
+  bool cuda_aware_mpi = false;  ///< the MPI library says it takes device pointers
+  bool local = false;           ///< a local world: every dimension is local
+  /// Per executed dimension: its ranks share a node and CUDA IPC works between
+  /// them (so the ipc transport can run it). Missing entries: no.
   std::vector<bool> ipc;
-  std::string nccl_unavailable;  // why not nccl, when it was built but cannot be used here (in errors)
-  std::string ipc_unavailable;   // why not ipc (in errors)
+  std::string nccl_unavailable;  ///< why not nccl, when it was built but cannot be used here (in errors)
+  std::string ipc_unavailable;   ///< why not ipc (in errors)
 
+  /// Dimension d can run the ipc transport.
   bool ipc_on(std::size_t d) const noexcept { return d < ipc.size() && ipc[d]; }
 };
 
-// Links at or above this bandwidth (bytes/s) prefer NCCL even in host memory space.
+/// Links at or above this bandwidth (bytes/s) prefer NCCL even in host memory space.
 inline constexpr double device_fast_link_bandwidth = 5e9;
 
-// The transport `automatic` stands for on `link` (executed dimension d); automatic
-// itself when the communicator supports nothing.
+/// The transport `automatic` stands for on `link` (executed dimension d); automatic
+/// itself when the communicator supports nothing.
 inline device_transport default_device_transport(const link_info& link, const device_transport_support& s,
                                                  std::size_t d = std::size_t(-1)) noexcept {
   if (s.local) return device_transport::local;
@@ -69,7 +70,7 @@ inline device_transport default_device_transport(const link_info& link, const de
   return device_transport::automatic;
 }
 
-// Whether the communicator can run transport t on executed dimension d.
+/// Whether the communicator can run transport t on executed dimension d.
 inline bool supports(const device_transport_support& s, device_transport t, std::size_t d = std::size_t(-1)) noexcept {
   switch (t) {
     case device_transport::nccl:
@@ -87,15 +88,15 @@ inline bool supports(const device_transport_support& s, device_transport t, std:
   }
 }
 
-// The ipc transport's one-shot threshold on a dimension of p ranks joined by
-// `link`: the largest stage range (bytes) for which copying it into the staging
-// buffer and folding the whole range from every peer's staging (one-shot: (p-1) r
-// over the link, 2 r copied locally, no host exchange) is predicted faster than
-// publishing the buffers and folding one block from each peer in place (two-shot:
-// 2 (p-1)/p r over the link, plus t.ipc_publish_seconds on the host):
-//   r* = ipc_publish_seconds / ((p-1) (1 - 2/p) / bandwidth + 2 device_gamma)
-// capped at t.ipc_staging_bytes, in whole cache lines. Example: nvlink (150 GB/s),
-// p = 4, the defaults (20 us, 1 / 1e12 s per byte): 1.67 MB, so the 1 MiB cap.
+/// The ipc transport's one-shot threshold on a dimension of p ranks joined by
+/// `link`: the largest stage range (bytes) for which copying it into the staging
+/// buffer and folding the whole range from every peer's staging (one-shot: (p-1) r
+/// over the link, 2 r copied locally, no host exchange) is predicted faster than
+/// publishing the buffers and folding one block from each peer in place (two-shot:
+/// 2 (p-1)/p r over the link, plus t.ipc_publish_seconds on the host):
+///   r* = ipc_publish_seconds / ((p-1) (1 - 2/p) / bandwidth + 2 device_gamma)
+/// capped at t.ipc_staging_bytes, in whole cache lines. Example: nvlink (150 GB/s),
+/// p = 4, the defaults (20 us, 1 / 1e12 s per byte): 1.67 MB, so the 1 MiB cap.
 inline std::size_t ipc_staging_bytes(const link_info& link, std::size_t p, const tuning& t) {
   if (p < 2 || t.ipc_staging_bytes == 0) return 0;
   const double per_byte = double(p - 1) * (1.0 - 2.0 / double(p)) / link.bandwidth + 2.0 * t.device_gamma;
@@ -121,10 +122,10 @@ inline std::string device_support_string(const device_transport_support& s, std:
 }
 }  // namespace detail
 
-// The transport of every executed dimension (plan/merge.hpp: merged dimensions
-// take the common request of the dimensions they merge). `requested` is per
-// dimension of the topology as written (`written`); missing entries are automatic.
-// A dimension of one rank never throws for want of a transport.
+/// The transport of every executed dimension (plan/merge.hpp: merged dimensions
+/// take the common request of the dimensions they merge). `requested` is per
+/// dimension of the topology as written (`written`); missing entries are automatic.
+/// A dimension of one rank never throws for want of a transport.
 inline std::vector<device_transport> select_device_transports(const runtime_topology& written,
                                                               const merged_dimensions& m,
                                                               std::span<const device_transport> requested,

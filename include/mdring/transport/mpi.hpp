@@ -52,18 +52,21 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The MPI transport (`mpi::transport`, include <mdring/mpi.hpp>).
 namespace mpi {
 
+/// The transport object of one rank in one bound communicator, over an MPI communicator.
 class transport {
 public:
+  /// One dimension's ranks: a sub-communicator, and shared access where its ranks share a node.
   using channel = detail::channel;
-  // Peers' buffers are in other processes: read and write them with CMA.
+  /// Peers' buffers are in other processes: read and write them with CMA.
   static constexpr bool same_address_space = false;
-  using request = detail::mpi_request;
+  using request = detail::mpi_request;  ///< one send or receive in flight
 
-  static constexpr int control_tag = 1;
+  static constexpr int control_tag = 1;  ///< the tag of control messages (failures) on control_comm()
 
-  // Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
+  /// Collective over `comm`. `fingerprint` (topology and algorithms) must be the same on every rank.
   MDRING_COLD transport(MPI_Comm comm, const options& opts, const std::string& fingerprint)
       : max_bytes_(opts.max_message_bytes),
         shared_memory_(opts.shared_memory && !MDRING_SMPI),
@@ -103,12 +106,13 @@ public:
   transport& operator=(const transport&) = delete;
   ~transport() { free_all(); }
 
-  std::size_t size() const noexcept { return size_; }
-  std::size_t rank() const noexcept { return rank_; }
-  std::string name() const { return "mpi"; }
+  std::size_t size() const noexcept { return size_; }  ///< ranks in the communicator
+  std::size_t rank() const noexcept { return rank_; }  ///< this rank
+  std::string name() const { return "mpi"; }           ///< "mpi"
+  /// The duplicate communicator that carries control messages (failures).
   MPI_Comm control_comm() const noexcept { return ctrl_; }
 
-  // Collective: every rank calls it for the same dimensions in the same order.
+  /// Collective: every rank calls it for the same dimensions in the same order.
   MDRING_COLD channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
     MPI_Comm sub = MPI_COMM_NULL;
     // The global rank of coordinate 0 names the ring uniquely.
@@ -132,31 +136,41 @@ public:
     return ch;
   }
 
+  /// Whether the channel has shared access (its ranks share a node).
   bool shared(const channel& ch) const noexcept { return ch.window.shared(); }
+  /// The channel's access group.
   mdring::detail::access_group& group(channel& ch) noexcept { return ch.window.group(); }
+  /// A peer's failure, polled by the shared stages while they wait.
   wait_status shared_failure() {
     if (auto f = poll_control()) return *f;
     return wait_status::ok();
   }
-  // Copies `bytes` from peer j's address space (at `remote`) into this process, and back.
+  ///@{
+  /// Copies `bytes` from peer j's address space (at `remote`) into this process, and back.
   void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
     ch.window.read(mappings_, j, remote, local, bytes);
   }
   void write(channel& ch, std::size_t j, const void* local, void* remote, std::size_t bytes) {
     ch.window.write(mappings_, j, local, remote, bytes);
   }
+  ///@}
 
-  // How many peers' node_alloc segments this process has mapped (zero-copy), and
-  // whether any dimension runs on shared access at all.
+  ///@{
+  /// How many peers' node_alloc segments this process has mapped (zero-copy), and
+  /// whether any dimension runs on shared access at all.
   std::size_t mapped_segments() const noexcept { return mappings_.count(); }
   bool shared_channels() const noexcept { return shared_channels_ != 0; }
+  ///@}
 
-  // Where peer j's bytes [remote, remote + bytes) can be reached in this process
-  // (node_window::local_address), or nullptr.
+  /// Where peer j's bytes [remote, remote + bytes) can be reached in this process
+  /// (node_window::local_address), or nullptr.
   void* local_address(channel& ch, std::size_t j, const void* remote, std::size_t bytes) {
     return ch.window.local_address(mappings_, j, remote, bytes);
   }
 
+  /// Posts a send or a receive of `bytes` to or from coordinate `peer` of the channel, with `tag`, into `rq`
+  /// (transport/transport.hpp).
+  ///@{
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& rq) {
     post(ch, const_cast<void*>(buf), bytes, peer, tag, rq, true);
   }
@@ -164,6 +178,8 @@ public:
     post(ch, buf, bytes, peer, tag, rq, false);
   }
 
+  ///@}
+  /// Waits until every request in rs completes, a peer fails or the deadline passes.
   wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
 #if MDRING_SMPI
     // A deadline already passed (a nonblocking call's cursor testing) tests once;
@@ -175,9 +191,9 @@ public:
 #endif
   }
 
-  // Returns once at least one of the requests that are pending in rs has
-  // completed (at once when none is pending); complete() says which. It lets the
-  // pipelined all_reduce go on with whichever segment's step is done first.
+  /// Returns once at least one of the requests that are pending in rs has
+  /// completed (at once when none is pending); complete() says which. It lets the
+  /// pipelined all_reduce go on with whichever segment's step is done first.
   wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
 #if MDRING_SMPI
     if (deadline == deadline_clock::time_point{}) return simulated_.test(rs, true, rank_);
@@ -186,15 +202,17 @@ public:
     return wait_until(rs, deadline, true);
 #endif
   }
+  /// What the last wait saw (transport/transport.hpp).
   static bool complete(const request& rq) noexcept { return rq.n == 0; }
 
-  // MPI_Wtime: simulated seconds under SimGrid SMPI (calibration and measured
-  // planning time with it).
+  /// MPI_Wtime: simulated seconds under SimGrid SMPI (calibration and measured
+  /// planning time with it).
   double seconds() const noexcept { return MPI_Wtime(); }
 
-  // A progress thread may call MPI while the user's threads do only under
-  // MPI_THREAD_MULTIPLE (never under SMPI, whose ranks are simulated actors).
+  /// A progress thread may call MPI while the user's threads do only under
+  /// MPI_THREAD_MULTIPLE (never under SMPI, whose ranks are simulated actors).
   bool background_progress() const noexcept { return thread_multiple(); }
+  /// Whether MPI was initialized with MPI_THREAD_MULTIPLE.
   static bool thread_multiple() noexcept {
 #if MDRING_SMPI
     return false;
@@ -206,8 +224,9 @@ public:
   }
 
 #if !MDRING_SMPI
-  // Completes rq if its messages are done (true); throws if one failed.
+  /// Completes rq if its messages are done (true); throws if one failed.
   bool test(request& rq) { return detail::test_request(rq, rank_); }
+  /// Waits until all (or, with `any`, one) of the pending requests in rs complete, a peer fails or the deadline passes.
   wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
     for (unsigned spin = 0;; ++spin) {
       bool all = true, some = false;
@@ -230,8 +249,8 @@ public:
   }
 #endif
 
-  // Cancels what is pending. Receives are cancelled and completed (so MPI will not
-  // write into the caller's buffers later); sends that cannot be cancelled are freed.
+  /// Cancels what is pending. Receives are cancelled and completed (so MPI will not
+  /// write into the caller's buffers later); sends that cannot be cancelled are freed.
   void cancel_all(std::span<request> rs) noexcept {
     if (detail::finalized()) return;
     for (auto& rq : rs) {
@@ -247,7 +266,7 @@ public:
     }
   }
 
-  // Tells every other rank that this one failed; they stop waiting with remote_error.
+  /// Tells every other rank that this one failed; they stop waiting with remote_error.
   void abort(const std::string& reason) noexcept {
     if (aborted_ || detail::finalized()) return;
     aborted_ = true;

@@ -71,12 +71,12 @@ struct allgather_exchange {
 }  // namespace detail
 
 #if MDRING_SMPI
-// Under SimGrid SMPI every simulated rank lives in one process. SMPI_SHARED_MALLOC
-// maps each allocation onto the same few physical pages (the data is garbage, the
-// timing is not) and SMPI copies no payload between such buffers, so thousands of
-// ranks x 100 MB fit in a few GB. Give it to options.memory (all scratch) and use
-// it for the programs' own buffers; runs that check their results need ordinary
-// memory.
+/// Under SimGrid SMPI every simulated rank lives in one process. SMPI_SHARED_MALLOC
+/// maps each allocation onto the same few physical pages (the data is garbage, the
+/// timing is not) and SMPI copies no payload between such buffers, so thousands of
+/// ranks x 100 MB fit in a few GB. Give it to options.memory (all scratch) and use
+/// it for the programs' own buffers; runs that check their results need ordinary
+/// memory.
 class smpi_shared_resource final : public std::pmr::memory_resource {
   void* do_allocate(std::size_t bytes, std::size_t align) override {
     void* p = SMPI_SHARED_MALLOC(bytes ? bytes : 1);

@@ -282,8 +282,8 @@ private:
 
 }  // namespace detail
 
-// A transport whose channels may offer shared access (checked per channel with
-// shared(ch)): the engine then runs that dimension's direct stages through it.
+/// A transport whose channels may offer shared access (checked per channel with
+/// shared(ch)): the engine then runs that dimension's direct stages through it.
 template <class T>
 concept shared_access_transport = requires(T& t, typename T::channel& ch, const void* c, void* v, std::size_t n) {
   { t.shared(ch) } -> std::convertible_to<bool>;

@@ -39,36 +39,45 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The in-process transport: N ranks as N threads of one process (`threads::run`, `threads::endpoint`).
 namespace threads {
 
-// The transport object of one rank in one bound communicator.
+/// The transport object of one rank in one bound communicator.
 class transport {
 public:
+  /// One dimension's ranks, as make_channel() returns them.
   struct channel {
-    std::uint32_t dim = 0;
-    std::vector<std::size_t> members;    // global ranks, by coordinate
-    std::size_t index = 0;               // this rank's coordinate
-    mdring::detail::access_group group;  // shared access (all threads share memory)
+    std::uint32_t dim = 0;               ///< executed dimension
+    std::vector<std::size_t> members;    ///< global ranks, by coordinate
+    std::size_t index = 0;               ///< this rank's coordinate
+    mdring::detail::access_group group;  ///< shared access (all threads share memory)
   };
 
-  // Shared access: every dimension of threads has it, and peers' pointers are
-  // dereferenced directly (no copy into scratch).
+  /// Shared access: every dimension of threads has it, and peers' pointers are
+  /// dereferenced directly (no copy into scratch).
   static constexpr bool same_address_space = true;
 
+  /// One send or receive in flight.
   struct request {
+    /// What the request is.
     enum kind_t { none, send, recv };
-    kind_t kind = none;
-    std::size_t peer = 0;  // global rank of the other side
-    // send
+    kind_t kind = none;    ///< send, recv, or none (idle)
+    std::size_t peer = 0;  ///< global rank of the other side
+    /// send
     detail::send_desc desc;
-    bool sent = false;  // desc reached done, as this rank's last wait saw it (complete())
-    // recv
+    bool sent = false;  ///< desc reached done, as this rank's last wait saw it (complete())
+    /// recv
     detail::message_key key;
+    /// recv: the buffer, its bytes, and whether the message has been copied in.
+    ///@{
     void* buf = nullptr;
     std::size_t bytes = 0;
     bool done = false;
+    ///@}
   };
 
+  /// Rank ep.rank of ep's world; `topology`, the bound topology, must match every rank's; shared access on when
+  /// `shared_memory`, `staging` bytes per staging buffer.
   transport(endpoint ep, const std::string& topology, bool shared_memory = true,
             std::size_t staging = std::size_t(16) << 10)
       : w_(ep.w),
@@ -77,11 +86,12 @@ public:
         shared_memory_(shared_memory),
         staging_((staging + 63) / 64 * 64) {}
 
-  std::size_t size() const noexcept { return w_->size(); }
-  std::size_t rank() const noexcept { return rank_; }
-  std::string name() const { return "threads"; }
-  world& get_world() const noexcept { return *w_; }
+  std::size_t size() const noexcept { return w_->size(); }  ///< ranks in the world
+  std::size_t rank() const noexcept { return rank_; }       ///< this rank
+  std::string name() const { return "threads"; }            ///< "threads"
+  world& get_world() const noexcept { return *w_; }         ///< the world the ranks share
 
+  /// The channel of dimension `dim`: members[j] is the global rank of coordinate j, `my_index` this rank's.
   channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
     channel ch{static_cast<std::uint32_t>(dim), {members.begin(), members.end()}, my_index, {}};
     if (shared_memory_ && members.size() <= mdring::detail::access_group::max_ranks) {
@@ -96,6 +106,9 @@ public:
     return ch;
   }
 
+  /// Shared access (transport/shared_access.hpp): whether the channel has it, its access group, a peer's failure, and
+  /// copies to and from a peer's memory (memcpy: one address space).
+  ///@{
   bool shared(const channel& ch) const noexcept { return ch.group.size() == ch.members.size(); }
   mdring::detail::access_group& group(channel& ch) noexcept { return ch.group; }
   wait_status shared_failure() const { return w_->failed() ? failure() : wait_status::ok(); }
@@ -105,7 +118,11 @@ public:
   void write(channel&, std::size_t, const void* local, void* remote, std::size_t bytes) {
     if (bytes) std::memcpy(remote, local, bytes);
   }
+  ///@}
 
+  /// Posts a send or a receive of `bytes` to or from coordinate `peer` of the channel, with `tag`, into `r`
+  /// (transport/transport.hpp).
+  ///@{
   void isend(channel& ch, const void* buf, std::size_t bytes, std::size_t peer, int tag, request& r) {
     r.kind = request::send;
     r.peer = ch.members[peer];
@@ -131,17 +148,19 @@ public:
     r.bytes = bytes;
     r.done = false;
   }
+  ///@}
 
+  /// Waits until every request in rs completes, a peer fails or the deadline passes.
   wait_status wait_all(std::span<request> rs, deadline_clock::time_point deadline) {
     return wait_until(rs, deadline, false);
   }
-  // Returns once at least one request that was pending in rs has completed (at
-  // once when none was); complete() says which.
+  /// Returns once at least one request that was pending in rs has completed (at
+  /// once when none was); complete() says which.
   wait_status wait_any(std::span<request> rs, deadline_clock::time_point deadline) {
     return wait_until(rs, deadline, true);
   }
-  // What this rank's last wait saw: a send that the receiver finishes copying
-  // becomes complete at the sender's next wait, not in between (see transport.hpp).
+  /// What this rank's last wait saw: a send that the receiver finishes copying
+  /// becomes complete at the sender's next wait, not in between (see transport.hpp).
   static bool complete(const request& r) noexcept {
     switch (r.kind) {
       case request::send:
@@ -153,8 +172,8 @@ public:
     }
   }
 
-  // Withdraws pending sends (waiting out a copy already under way) and forgets
-  // pending receives, so no peer can later touch this rank's buffers.
+  /// Withdraws pending sends (waiting out a copy already under way) and forgets
+  /// pending receives, so no peer can later touch this rank's buffers.
   void cancel_all(std::span<request> rs) noexcept {
     for (auto& r : rs) {
       if (r.kind == request::send) {
@@ -172,6 +191,7 @@ public:
     }
   }
 
+  /// Tells every other rank of the world that this one failed.
   void abort(const std::string& reason) noexcept { w_->fail(rank_, reason); }
 
 private:

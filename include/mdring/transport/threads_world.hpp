@@ -77,23 +77,26 @@ struct mailbox {
 
 class world;
 
-// One rank's handle on a world: what bind() takes.
+/// One rank's handle on a world: what bind() takes.
 struct endpoint {
-  world* w = nullptr;
-  std::size_t rank = 0;
+  world* w = nullptr;    ///< the world
+  std::size_t rank = 0;  ///< this rank
 };
 
+/// N ranks of one process that communicate through mailboxes; threads::run makes one, or a program makes its own and
+/// hands each thread at(rank).
 class world {
 public:
+  /// A world of n ranks (n >= 1).
   explicit world(std::size_t n) : n_(n), boxes_(n ? new detail::mailbox[n] : nullptr) {
     if (n == 0) throw invalid_argument("n", "mdring::threads::world: the number of ranks must be at least 1");
   }
   world(const world&) = delete;
   world& operator=(const world&) = delete;
 
-  std::size_t size() const noexcept { return n_; }
+  std::size_t size() const noexcept { return n_; }  ///< ranks in the world
 
-  // The handle of rank `rank`, to pass to bind() on that rank's thread.
+  /// The handle of rank `rank`, to pass to bind() on that rank's thread.
   threads::endpoint at(std::size_t rank) {
     if (rank >= n_)
       throw invalid_argument("rank", "mdring::threads::world::at: rank " + std::to_string(rank) +
@@ -101,10 +104,10 @@ public:
     return {this, rank};
   }
 
-  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }  ///< some rank failed (fail())
 
-  // Poisons the world: every rank's current and future waits end with peer_failed.
-  // The first failure is the one remembered.
+  /// Poisons the world: every rank's current and future waits end with peer_failed.
+  /// The first failure is the one remembered.
   void fail(std::size_t rank, const std::string& reason) noexcept {
     {
       std::lock_guard lock(fail_m_);
@@ -127,20 +130,22 @@ public:
     }
   }
 
+  /// The rank that failed first.
   std::size_t failed_rank() const {
     std::lock_guard lock(fail_m_);
     return failed_rank_;
   }
+  /// What it said.
   std::string failure_reason() const {
     std::lock_guard lock(fail_m_);
     return reason_;
   }
 
-  detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }
+  detail::mailbox& box(std::size_t r) noexcept { return boxes_[r]; }  ///< rank r's mailbox (the transports')
 
-  // The control regions (slot and staging buffers, access_region_bytes each) of one
-  // ring (communicator context, dimension, first member), created by the first
-  // member that asks.
+  /// The control regions (slot and staging buffers, access_region_bytes each) of one
+  /// ring (communicator context, dimension, first member), created by the first
+  /// member that asks.
   unsigned char* access_regions(std::uint64_t ctx, std::size_t dim, std::size_t first, std::size_t p,
                                 std::size_t staging) {
     std::lock_guard lock(ctx_m_);
@@ -154,9 +159,9 @@ public:
     return r.get();
   }
 
-  // Every rank binds its communicators in the same order (as with MPI), so the
-  // k-th bind on each rank gets context k. The first rank to bind context k records
-  // its topology; the others must match.
+  /// Every rank binds its communicators in the same order (as with MPI), so the
+  /// k-th bind on each rank gets context k. The first rank to bind context k records
+  /// its topology; the others must match.
   std::uint64_t new_context(std::size_t rank, const std::string& topology) {
     const std::uint64_t ctx = boxes_[rank].next_context++;
     std::lock_guard lock(ctx_m_);
@@ -185,9 +190,9 @@ private:
       regions_;
 };
 
-// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
-// throws, the world is poisoned (so no other rank waits for it), and after the join
-// the first failure's exception is rethrown.
+/// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
+/// throws, the world is poisoned (so no other rank waits for it), and after the join
+/// the first failure's exception is rethrown.
 template <class F>
 void run(std::size_t n, F&& f) {
   world w(n);

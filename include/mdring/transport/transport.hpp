@@ -33,27 +33,29 @@
 
 MDRING_NAMESPACE_BEGIN
 
-using deadline_clock = std::chrono::steady_clock;
+using deadline_clock = std::chrono::steady_clock;  ///< the clock of the transports' deadlines
 
+/// What a wait ended with: done, a timeout, or a peer's failure.
 struct wait_status {
+  /// done, timeout or peer_failed.
   enum kind_t { done, timeout, peer_failed };
-  kind_t kind = done;
-  std::size_t index = 0;        // timeout: the first request that had not completed
-  std::size_t failed_rank = 0;  // peer_failed: who said so
-  std::string reason;           // peer_failed: what it said
+  kind_t kind = done;           ///< how the wait ended
+  std::size_t index = 0;        ///< timeout: the first request that had not completed
+  std::size_t failed_rank = 0;  ///< peer_failed: who said so
+  std::string reason;           ///< peer_failed: what it said
 
-  static wait_status ok() { return {}; }
+  static wait_status ok() { return {}; }  ///< done
 };
 
-// A failure passed on. A rank that stops because a peer failed tells the others
-// too (its abort message), naming the rank that failed first, so that ranks that
-// never talk to the failed one directly (another node, another dimension) stop as
-// well and name the right rank. The message is the failed rank and the reason.
+/// A failure passed on. A rank that stops because a peer failed tells the others
+/// too (its abort message), naming the rank that failed first, so that ranks that
+/// never talk to the failed one directly (another node, another dimension) stop as
+/// well and name the right rank. The message is the failed rank and the reason.
 inline std::string relayed_failure(std::size_t failed_rank, const std::string& reason) {
   return "\x1b" + std::to_string(failed_rank) + ":" + reason;
 }
-// A peer_failed status as a transport received it (failed_rank: the sender):
-// a relayed failure names the rank that failed first instead.
+/// A peer_failed status as a transport received it (failed_rank: the sender):
+/// a relayed failure names the rank that failed first instead.
 inline wait_status received_failure(std::size_t sender, std::string reason) {
   wait_status st{wait_status::peer_failed, 0, sender, std::move(reason)};
   if (st.reason.size() > 2 && st.reason[0] == '\x1b') {
@@ -74,6 +76,7 @@ inline wait_status received_failure(std::size_t sender, std::string reason) {
   return st;
 }
 
+/// What a transport must provide (see the top).
 template <class T>
 concept transport = requires(T& t, const T& ct, typename T::channel& ch, typename T::request& r,
                              std::span<typename T::request> rs, std::span<const std::size_t> members, const void* cbuf,
@@ -95,7 +98,7 @@ concept transport = requires(T& t, const T& ct, typename T::channel& ch, typenam
 // that drifts fails to compile there instead of silently turning the feature off
 // in the engine, which tests them with if constexpr.
 
-// Segments of a pipelined all_reduce may complete their steps out of order.
+/// Segments of a pipelined all_reduce may complete their steps out of order.
 template <class T>
 concept waits_for_any = transport<T> && requires(T& t, std::span<typename T::request> rs, const typename T::request& r,
                                                  deadline_clock::time_point dl) {
@@ -103,29 +106,29 @@ concept waits_for_any = transport<T> && requires(T& t, std::span<typename T::req
   { T::complete(r) } -> std::convertible_to<bool>;
 };
 
-// A peer's buffer in node memory (mdring::node_alloc) is reachable by pointer:
-// local_address(ch, j, remote, bytes) is this process's address of peer j's
-// `remote`, or nullptr when it is not mapped (then: cross-memory attach).
+/// A peer's buffer in node memory (mdring::node_alloc) is reachable by pointer:
+/// local_address(ch, j, remote, bytes) is this process's address of peer j's
+/// `remote`, or nullptr when it is not mapped (then: cross-memory attach).
 template <class T>
 concept maps_peer_memory = requires(T& t, typename T::channel& ch, std::size_t j, const void* p, std::size_t n) {
   { t.local_address(ch, j, p, n) } -> std::convertible_to<const void*>;
 };
 
-// Says whether a progress thread may call it while the user's threads do (MPI:
-// only under MPI_THREAD_MULTIPLE). A transport without it allows it.
+/// Says whether a progress thread may call it while the user's threads do (MPI:
+/// only under MPI_THREAD_MULTIPLE). A transport without it allows it.
 template <class T>
 concept reports_background_progress = requires(const T& t) {
   { t.background_progress() } -> std::convertible_to<bool>;
 };
 
-// Has a clock of its own, in seconds (MPI: MPI_Wtime, which under SimGrid SMPI is
-// the simulated time): calibration and measured planning time with it.
+/// Has a clock of its own, in seconds (MPI: MPI_Wtime, which under SimGrid SMPI is
+/// the simulated time): calibration and measured planning time with it.
 template <class T>
 concept has_clock = requires(const T& t) {
   { t.seconds() } -> std::convertible_to<double>;
 };
 
-// Seconds on the transport's clock, or the steady clock's.
+/// Seconds on the transport's clock, or the steady clock's.
 template <class T>
 double seconds_on(const T& t) {
   if constexpr (has_clock<T>) return t.seconds();

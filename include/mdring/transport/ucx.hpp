@@ -53,17 +53,19 @@ MDRING_NAMESPACE_BEGIN
 
 namespace ucx {
 
+/// The transport object of one rank in one bound communicator, over a ucx::world.
 class transport {
 public:
-  static constexpr bool same_address_space = false;
+  static constexpr bool same_address_space = false;  ///< a peer's buffers are in another process
+  /// One dimension's ranks, as make_channel() returns them.
   struct channel {
-    std::size_t id = 0;
-    std::vector<std::size_t> members;  // global ranks, by coordinate
-    mdring::detail::node_window window;
+    std::size_t id = 0;                  ///< the channel's number in tags
+    std::vector<std::size_t> members;    ///< global ranks, by coordinate
+    mdring::detail::node_window window;  ///< shared access to the node's ranks of the channel
   };
-  using request = detail::ucx_request;
+  using request = detail::ucx_request;  ///< one send or receive in flight
 
-  // Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
+  /// Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
   transport(const world& w, const options& opts, const std::string& fingerprint)
       : world_(w),
         rank_(w.rank()),
@@ -87,14 +89,14 @@ public:
   transport& operator=(const transport&) = delete;
   ~transport() { free_all(failed_ || aborted_); }
 
-  std::size_t size() const noexcept { return size_; }
-  std::size_t rank() const noexcept { return rank_; }
-  std::string name() const { return "ucx"; }
-  // Where rank r runs, for error messages (executor/host/core.hpp).
+  std::size_t size() const noexcept { return size_; }  ///< ranks in the world
+  std::size_t rank() const noexcept { return rank_; }  ///< this rank
+  std::string name() const { return "ucx"; }           ///< "ucx"
+  /// Where rank r runs, for error messages (executor/host/core.hpp).
   std::string peer_host(std::size_t r) const { return r < size_ ? world_.hosts()[r] : std::string(); }
-  ucp_worker_h worker() const noexcept { return worker_; }
+  ucp_worker_h worker() const noexcept { return worker_; }  ///< the UCX worker the transport runs on
 
-  // Collective: every rank calls it for the same dimensions in the same order.
+  /// Collective: every rank calls it for the same dimensions in the same order.
   channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {
     if (channels_ >= detail::max_channels)
       throw invalid_argument("topology", "mdring::ucx: at most 64 dimensions per communicator");
@@ -108,6 +110,8 @@ public:
     return ch;
   }
 
+  /// The transport concept's operations (transport/transport.hpp) and shared access (transport/shared_access.hpp).
+  ///@{
   bool shared(const channel& ch) const noexcept { return ch.window.shared(); }
   mdring::detail::access_group& group(channel& ch) noexcept { return ch.window.group(); }
   void read(channel& ch, std::size_t j, const void* remote, void* local, std::size_t bytes) {
@@ -119,11 +123,11 @@ public:
   void* local_address(channel& ch, std::size_t j, const void* remote, std::size_t bytes) {
     return ch.window.local_address(mappings_, j, remote, bytes);
   }
-  std::size_t mapped_segments() const noexcept { return mappings_.count(); }
-  bool shared_channels() const noexcept { return shared_channels_ != 0; }
+  std::size_t mapped_segments() const noexcept { return mappings_.count(); }  ///< peers' memory segments mapped so far
+  bool shared_channels() const noexcept { return shared_channels_ != 0; }  ///< whether some channel has shared access
 
-  // Polled by the shared stages while they wait: a peer's control message, a
-  // failed endpoint, or a peer process of this node that is gone.
+  /// Polled by the shared stages while they wait: a peer's control message, a
+  /// failed endpoint, or a peer process of this node that is gone.
   wait_status shared_failure() {
     ucp_worker_progress(worker_);
     if (auto f = poll_failure()) return *f;
@@ -152,9 +156,10 @@ public:
     return wait_until(rs, deadline, true);
   }
   static bool complete(const request& rq) noexcept { return !rq.pending; }
+  ///@}
 
-  // Cancels what is pending: receives are cancelled and completed (UCX will not
-  // write into the caller's buffers later); sends are released.
+  /// Cancels what is pending: receives are cancelled and completed (UCX will not
+  /// write into the caller's buffers later); sends are released.
   void cancel_all(std::span<request> rs) noexcept {
     for (auto& rq : rs) {
       if (!rq.pending) continue;
@@ -169,12 +174,12 @@ public:
     }
   }
 
-  // A process that dies is noticed by its neighbours only (its node, its
-  // endpoints): a rank that stops because of it passes the failure on (collective
-  // step 5, transport.hpp relayed_failure).
+  /// A process that dies is noticed by its neighbours only (its node, its
+  /// endpoints): a rank that stops because of it passes the failure on (collective
+  /// step 5, transport.hpp relayed_failure).
   static constexpr bool relays_failures = true;
 
-  // Tells every other rank that this one failed; they stop waiting with remote_error.
+  /// Tells every other rank that this one failed; they stop waiting with remote_error.
   void abort(const std::string& reason) noexcept {
     if (aborted_) return;
     aborted_ = true;
@@ -199,7 +204,7 @@ public:
   }
 
 private:
-  // The node window's exchange: every member sends its bytes to every other.
+  /// The node window's exchange: every member sends its bytes to every other.
   struct exchange {
     transport& t;
     channel& ch;

@@ -50,6 +50,7 @@
 
 MDRING_NAMESPACE_BEGIN
 
+/// The UCX transport (`ucx::world`, `ucx::transport`, include <mdring/ucx.hpp>).
 namespace ucx {
 
 namespace detail {
@@ -187,44 +188,48 @@ inline std::shared_ptr<ucp_context> process_context() {
 
 }  // namespace detail
 
+/// The processes of one job, found through a rendezvous::store, and their UCX context: what bind() takes for the UCX
+/// transport.
 class world {
 public:
-  // A world over a store that every process of the job reaches (the PyTorch
-  // backend passes torch's). local_size 0: found from the processes' host names.
+  /// A world over a store that every process of the job reaches (the PyTorch
+  /// backend passes torch's). local_size 0: found from the processes' host names.
   world(rendezvous::store& store, std::size_t rank, std::size_t size, std::size_t local_size = 0,
         std::chrono::milliseconds timeout = mdring::detail::default_timeout())
       : world(nullptr, &store, rank, size, local_size, timeout) {}
 
-  // From the launcher's environment (see the top); rank 0 hosts the store.
+  /// From the launcher's environment (see the top); rank 0 hosts the store.
   static world from_env() {
     const auto timeout = mdring::detail::default_timeout();
     auto j = rendezvous::launched_job::from_env("mdring::ucx::world::from_env", timeout);
     return world(std::move(j.job_store), nullptr, j.rank, j.size, j.local_size, timeout);
   }
 
-  std::size_t rank() const noexcept { return s_->rank; }
-  std::size_t size() const noexcept { return s_->size; }
-  // Processes on this node (LOCAL_WORLD_SIZE, or counted from host names).
+  std::size_t rank() const noexcept { return s_->rank; }  ///< this process's rank
+  std::size_t size() const noexcept { return s_->size; }  ///< processes in the job
+  /// Processes on this node (LOCAL_WORLD_SIZE, or counted from host names).
   std::size_t local_size() const noexcept { return s_->local; }
-  // Where the processes run, as detect_topology() sees MPI's (topology/detect.hpp).
+  /// Where the processes run, as detect_topology() sees MPI's (topology/detect.hpp).
   const node_layout& layout() const noexcept { return s_->layout; }
+  /// The topology the processes' layout gives (topology/detect.hpp).
   runtime_topology topology() const { return topology_of(s_->layout); }
-  rendezvous::store& store() const noexcept { return *s_->store; }
-  // The host each rank runs on, by rank (its name; "" where the node identity is unknown).
+  rendezvous::store& store() const noexcept { return *s_->store; }  ///< the store the world rendezvouses through
+  /// The host each rank runs on, by rank (its name; "" where the node identity is unknown).
   const std::vector<std::string>& hosts() const noexcept { return s_->hosts; }
-  // The other processes of this node: (rank, process id).
+  /// The other processes of this node: (rank, process id).
   const std::vector<std::pair<std::size_t, long>>& node_peers() const noexcept { return s_->node_peers; }
-  ucp_context_h context() const noexcept { return s_->context.get(); }
-  std::chrono::milliseconds timeout() const noexcept { return s_->timeout; }
+  ucp_context_h context() const noexcept { return s_->context.get(); }        ///< the UCX context
+  std::chrono::milliseconds timeout() const noexcept { return s_->timeout; }  ///< the deadline of every wait
 
-  // The next bind's key prefix in the store, and its 16-bit stamp: the same on every
-  // rank (they bind in the same order), different for consecutive binds of a world
-  // (the world's random salt plus the bind's number), so that a message meant for
-  // an earlier communicator never matches a later one on a reused worker.
+  /// The next bind's key prefix in the store, and its 16-bit stamp: the same on every
+  /// rank (they bind in the same order), different for consecutive binds of a world
+  /// (the world's random salt plus the bind's number), so that a message meant for
+  /// an earlier communicator never matches a later one on a reused worker.
   struct bind_ticket {
-    std::string prefix;
-    std::uint32_t stamp = 0;
+    std::string prefix;       ///< the key prefix
+    std::uint32_t stamp = 0;  ///< the 16-bit stamp
   };
+  /// The next bind's ticket (see bind_ticket).
   bind_ticket next_bind() const {
     const std::size_t n = s_->binds++;
     return {"mdring/ucx/" + std::to_string(n) + "/", std::uint32_t((s_->salt + n) & 0xffff)};
@@ -290,9 +295,9 @@ private:
   std::shared_ptr<state> s_;
 };
 
-// Rank 0 hosts the built-in store: before the job's processes end, call this on
-// every one (collective), so that rank 0 leaves only after the others are done
-// with the store. Bound communicators should be destroyed before it.
+/// Rank 0 hosts the built-in store: before the job's processes end, call this on
+/// every one (collective), so that rank 0 leaves only after the others are done
+/// with the store. Bound communicators should be destroyed before it.
 inline void wait_to_leave(const world& w, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
   const std::string key = "mdring/ucx/leave/";
   if (w.rank() != 0) return w.store().set(key + std::to_string(w.rank()), "");
