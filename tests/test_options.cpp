@@ -120,7 +120,8 @@ TEST_CASE("the other MDRING_* defaults: known values used, others named once") {
 }
 
 TEST_CASE("version(): the numbers of config.hpp's macros, and their text") {
-  static_assert(mdring::version() == mdring::version_info{MDRING_VERSION_MAJOR, MDRING_VERSION_MINOR, MDRING_VERSION_PATCH});
+  static_assert(mdring::version() ==
+                mdring::version_info{MDRING_VERSION_MAJOR, MDRING_VERSION_MINOR, MDRING_VERSION_PATCH});
   static_assert(mdring::version() > mdring::version_info{0, 0, 9});
   static_assert(mdring::version_info{0, 2, 0} > mdring::version_info{0, 1, 9});
   const std::string text = std::to_string(MDRING_VERSION_MAJOR) + "." + std::to_string(MDRING_VERSION_MINOR) + "." +

@@ -25,9 +25,7 @@ struct version_info {
 };
 
 /// The version of the mdring headers this file was compiled against.
-constexpr version_info version() noexcept {
-  return {MDRING_VERSION_MAJOR, MDRING_VERSION_MINOR, MDRING_VERSION_PATCH};
-}
+constexpr version_info version() noexcept { return {MDRING_VERSION_MAJOR, MDRING_VERSION_MINOR, MDRING_VERSION_PATCH}; }
 
 namespace detail {
 #define MDRING_DETAIL_STR2(x) #x
