@@ -13,7 +13,7 @@ if ! command -v "$cf" >/dev/null 2>&1; then
   echo "format.sh: $cf not found (scripts/install-deps.sh format installs it)"
   exit 77
 fi
-mapfile -t files < <(find include tests benchmarks tools pmpi python/csrc examples -type f \
+mapfile -t files < <(find include tests benchmarks tools pmpi nccl python/csrc examples -type f \
   \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cuh' -o -name '*.cu' \) | LC_ALL=C sort)
 if [ "${1:-}" = --check ]; then
   # One run over every file (1.5 s; a run per file took 23 s of process starts),

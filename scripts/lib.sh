@@ -78,7 +78,7 @@ mdring_build() {
   # The parts MDRING_PACKAGES bring must be built (as in the presets): a missing one
   # fails configure, naming it, instead of leaving its tests out quietly.
   local extra=(-DMDRING_BENCH_ALL_TYPES=ON -DMDRING_TEST_OPTIMIZE=
-               "-DMDRING_REQUIRE=tests;mpi;boost_mpi;ucx;pmpi;torch;tools;benchmarks;examples;bench_gloo;simgrid")
+               "-DMDRING_REQUIRE=tests;mpi;boost_mpi;ucx;pmpi;torch;tools;benchmarks;examples;bench_gloo;simgrid;docs")
   [ -n "${MDRING_CUDA_ARCHITECTURES:-}" ] && extra+=(-DCMAKE_CUDA_ARCHITECTURES="$MDRING_CUDA_ARCHITECTURES")
   # shellcheck disable=SC2206
   [ -n "${MDRING_CMAKE_ARGS:-}" ] && extra+=(${MDRING_CMAKE_ARGS})

@@ -22,7 +22,7 @@ if ! unshare --mount --propagation private true 2>/dev/null; then
   exit 77
 fi
 # Every optional part of mdring's configure (CMakeLists.txt's mdring_part calls).
-parts="mpi boost_mpi ucx pmpi cuda nccl cuda_mpi torch tests"
+parts="mpi boost_mpi ucx pmpi cuda nccl cuda_mpi torch tests docs"
 export MDRING_BARE_SRC=$src MDRING_BARE_WORK=$work MDRING_BARE_CXX=$cxx MDRING_BARE_PARTS=$parts
 unshare --mount --propagation private bash -euo pipefail -c '
   empty=$(mktemp -d)
