@@ -5,7 +5,6 @@
 #include "group_impl.hpp"
 
 #include <mdring/cuda/store.cuh>
-#include <mdring/transport/node_window.hpp>
 
 #include <cstdlib>
 
@@ -20,22 +19,8 @@ mdring::runtime_topology device_topology(mdring::rendezvous::store& store, const
     source = "MDRING_CUDA_TOPOLOGY";
     return mdring::parse_topology(t).resolve(cfg.size, "mdring_torch (MDRING_CUDA_TOPOLOGY)");
   }
-  const auto deadline = mdring::rendezvous::clock::now() + cfg.timeout;
-  const auto nodes = mdring::rendezvous::all_gather(store, "mdring_torch/cuda/node", cfg.rank, cfg.size,
-                                                    mdring::detail::node_identity(), deadline);
-  // L ranks on the first node; node-major: ranks [k L, (k+1) L) on node k, all distinct.
-  std::size_t L = 0;
-  while (L < cfg.size && nodes[L] == nodes[0]) ++L;
-  bool node_major = cfg.size % L == 0;
-  const std::size_t N = node_major ? cfg.size / L : 0;
-  for (std::size_t r = 0; r < cfg.size && node_major; ++r) node_major = nodes[r] == nodes[r / L * L];
-  for (std::size_t k = 1; k < N && node_major; ++k)
-    for (std::size_t q = 0; q < k && node_major; ++q) node_major = nodes[k * L] != nodes[q * L];
-  source = "detected";
-  if (node_major && N == 1) return mdring::parse_topology("nvlink:" + std::to_string(L));
-  if (node_major) return mdring::parse_topology("nvlink:" + std::to_string(L) + " x infiniband:" + std::to_string(N));
-  source = "detected (ranks not node-major: one flat dimension)";
-  return mdring::parse_topology("infiniband:" + std::to_string(cfg.size));
+  const mdring::cuda::store_world world{store, cfg.rank, cfg.size, "mdring_torch/cuda"};
+  return mdring::cuda::detect_topology(world, "node", mdring::rendezvous::clock::now() + cfg.timeout, source);
 }
 
 class device_group_impl final : public device_group {

@@ -23,6 +23,7 @@
 #include "../options.hpp"
 #include "../rendezvous/store.hpp"
 #include "../topology/runtime.hpp"
+#include "../transport/node_window.hpp"
 #include "collectives.cuh"
 #include "config.cuh"
 #include "ipc.cuh"
@@ -68,6 +69,30 @@ using store_communicator = communicator<Topology, ipc_link>;
 template <class Topology>
 using store_communicator = communicator<Topology, nccl_link, ipc_link>;
 #endif
+
+/// The topology of a store's processes as their hosts lay them out, for a caller
+/// that was given none: `nvlink:L x infiniband:N` when the ranks are node-major
+/// (ranks [k L, (k+1) L) on node k, every node distinct), `nvlink:L` on one node,
+/// else one flat `infiniband:size` dimension. Collective over the store (every
+/// rank calls it with the same tag); `source` says which case it was.
+inline runtime_topology detect_topology(const store_world& world, const std::string& tag,
+                                        rendezvous::clock::time_point deadline, std::string& source) {
+  const std::size_t size = world.size;
+  const auto nodes = rendezvous::all_gather(world.store, world.prefix + "/" + tag, world.rank, size,
+                                            mdring::detail::node_identity(), deadline);
+  std::size_t L = 0;
+  while (L < size && nodes[L] == nodes[0]) ++L;
+  bool node_major = size % L == 0;
+  const std::size_t N = node_major ? size / L : 0;
+  for (std::size_t r = 0; r < size && node_major; ++r) node_major = nodes[r] == nodes[r / L * L];
+  for (std::size_t k = 1; k < N && node_major; ++k)
+    for (std::size_t q = 0; q < k && node_major; ++q) node_major = nodes[k * L] != nodes[q * L];
+  source = "detected";
+  if (node_major && N == 1) return parse_topology("nvlink:" + std::to_string(L));
+  if (node_major) return parse_topology("nvlink:" + std::to_string(L) + " x infiniband:" + std::to_string(N));
+  source = "detected (ranks not node-major: one flat dimension)";
+  return parse_topology("infiniband:" + std::to_string(size));
+}
 
 namespace detail {
 
