@@ -1,0 +1,164 @@
+// nccl/communicator.cuh: ncclComm, the communicator of libmdring-nccl.so: one
+// mdring GPU communicator bound through mdring's TCP store (mdring/cuda/store.cuh),
+// with the unique id saying where the store is.
+//
+// Init: ncclGetUniqueId starts the store in its process (it lives as long as the
+// process) and writes its address and secret into the id (unique_id.hpp). Each
+// rank's init connects there, agrees on the topology (MDRING_TOPOLOGY, else
+// cuda::detect_topology: nvlink:<ranks per node> x infiniband:<nodes>) and binds:
+// the ipc transport between the processes of a node, several ranks per GPU
+// allowed. A split binds the child over the parent's store, under the parent's
+// key prefix. Each communicator has its own connection to the store.
+#pragma once
+
+#include "arguments.hpp"
+#include "errors.hpp"
+#include "split.hpp"
+#include "unique_id.hpp"
+
+#include <mdring/collective/explain.hpp>
+#include <mdring/cuda/store.cuh>
+#include <mdring/rendezvous/tcp_store.hpp>
+
+#include <nccl.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace mdring_nccl {
+
+using topology_type = mdring::runtime_topology;
+using device_comm = mdring::cuda::store_communicator<topology_type>;
+
+// The result an exception thrown by mdring (or the standard library) stands for,
+// with its text as the thread's last error.
+inline ncclResult_t from_exception(const char* function) {
+  try {
+    throw;
+  } catch (const mdring::cuda_error& e) {
+    return fail(ncclUnhandledCudaError, function, e.what());
+  } catch (const mdring::remote_error& e) {
+    return fail(ncclRemoteError, function, e.what());
+  } catch (const mdring::timeout_error& e) {
+    return fail(ncclRemoteError, function, e.what());
+  } catch (const mdring::invalid_argument& e) {
+    return fail(ncclInvalidArgument, function, e.what());
+  } catch (const mdring::communicator_error& e) {
+    return fail(ncclInvalidUsage, function, e.what());
+  } catch (const mdring::transport_error& e) {
+    return fail(ncclSystemError, function, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(ncclSystemError, function, "out of host memory");
+  } catch (const std::exception& e) {
+    return fail(ncclInternalError, function, e.what());
+  } catch (...) {
+    return fail(ncclInternalError, function, "an unknown exception");
+  }
+}
+
+// A CUDA runtime call's failure as ncclUnhandledCudaError naming it.
+inline ncclResult_t cuda_failed(const char* function, const char* call, cudaError_t e) {
+  (void)cudaGetLastError();
+  return fail(ncclUnhandledCudaError, function,
+              std::string(call) + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace mdring_nccl
+
+// The opaque type of nccl.h's ncclComm_t.
+struct ncclComm {
+  int rank = 0, size = 1, device = 0;
+  bool blocking = true;
+  mdring_nccl::rendezvous_point store_at;  // the job's store, from the unique id
+  std::string prefix;                      // this communicator's keys in it
+  std::unique_ptr<mdring::rendezvous::tcp_store> store;
+  std::optional<mdring_nccl::device_comm> comm;
+  std::string topology_text, topology_source;
+  mdring_nccl::premul_table premul;
+  std::size_t children = 0;  // splits made from it, which number their keys
+  // ncclSuccess once ready; ncclInProgress while a nonblocking init runs; else
+  // the init's or a call's failure (ncclCommGetAsyncError), with its text.
+  std::atomic<int> state{ncclInProgress};
+  std::string state_text;
+  std::thread init;
+  std::atomic<bool> aborted{false};
+  std::recursive_mutex calls;  // one call at a time (NCCL asks the same of its users)
+
+  ~ncclComm() {
+    if (init.joinable()) init.join();
+  }
+};
+
+namespace mdring_nccl {
+
+// Where ncclGetUniqueId's store listens: MDRING_NCCL_HOST, else the first address of
+// an interface named by NCCL_SOCKET_IFNAME (a prefix, as NCCL reads it), else the
+// first interface that is up and not loopback, else 127.0.0.1.
+std::string store_host();
+
+// Binds c (rank, size, device, store_at and prefix set) and marks it ready;
+// throws what mdring throws.
+inline void bind_communicator(ncclComm& c) {
+  mdring::rendezvous::tcp_store_options o;
+  o.host = c.store_at.host;
+  o.port = c.store_at.port;
+  o.secret = c.store_at.secret;
+  c.store = std::make_unique<mdring::rendezvous::tcp_store>(false, o);
+  mdring::cuda::detail::device_guard g(c.device);
+  const mdring::cuda::store_world world{*c.store, std::size_t(c.rank), std::size_t(c.size), c.prefix};
+  mdring::options opts;
+  topology_type topo;
+  if (const char* t = std::getenv("MDRING_TOPOLOGY"); t && *t) {
+    topo = mdring::parse_topology(t).resolve(std::size_t(c.size), "mdring's NCCL library (MDRING_TOPOLOGY)");
+    c.topology_source = "MDRING_TOPOLOGY";
+  } else {
+    topo = mdring::cuda::detect_topology(world, "node", mdring::rendezvous::clock::now() + opts.timeout,
+                                         c.topology_source);
+  }
+  c.topology_text = topo.to_string();
+  c.comm.emplace(mdring::cuda::bind(topo, world, opts));
+  if (const char* r = std::getenv("MDRING_REPORT"); r && *r && *r != '0' && c.rank == 0)
+    std::fprintf(stderr, "mdring NCCL: a communicator of %d ranks: %s (%s); rank 0 on GPU %d\n%s", c.size,
+                 c.topology_text.c_str(), c.topology_source.c_str(), c.device,
+                 mdring::explain<float>(topo, std::size_t(1) << 20, mdring::collective::all_reduce, 0).c_str());
+}
+
+// Runs the bind of c as the init asks: at once (blocking; a failure returned), or
+// on a thread of its own (nonblocking: ncclInProgress, then ncclCommGetAsyncError).
+inline ncclResult_t start_init(const char* function, ncclComm& c) {
+  auto work = [&c, function]() -> ncclResult_t {
+    ncclResult_t r = ncclSuccess;
+    try {
+      bind_communicator(c);
+    } catch (...) {
+      r = from_exception(function);
+      c.state_text = last_error();
+    }
+    c.state.store(int(r));
+    return r;
+  };
+  if (c.blocking) return work();
+  c.init = std::thread([work] { (void)work(); });
+  return ncclInProgress;
+}
+
+// The communicator a call may use: not NULL, initialized, not aborted or failed.
+inline ncclResult_t usable(const char* function, ncclComm_t c) {
+  if (!c) return fail(ncclInvalidArgument, function, "comm is NULL (expected a communicator from ncclCommInitRank)");
+  if (c->aborted.load()) return fail(ncclInvalidUsage, function, "the communicator was aborted (ncclCommAbort)");
+  const int s = c->state.load();
+  if (s == ncclInProgress)
+    return fail(ncclInvalidUsage, function,
+                "the communicator's nonblocking init has not finished (wait until ncclCommGetAsyncError gives "
+                "ncclSuccess)");
+  if (s != ncclSuccess) return fail(ncclResult_t(s), function, "the communicator failed before: " + c->state_text);
+  return ncclSuccess;
+}
+
+}  // namespace mdring_nccl

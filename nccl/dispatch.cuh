@@ -1,0 +1,214 @@
+// nccl/dispatch.cuh: one checked NCCL call, issued on mdring: its element type
+// and op made C++ types, the collective enqueued on the caller's stream.
+//
+// NCCL's forms that mdring's calls do not take directly:
+// - ncclBroadcast out of place: the root copies sendbuff to recvbuff on the
+//   stream, then every rank broadcasts recvbuff in place;
+// - PreMulSum: each rank's input is multiplied by the scalar (premul_kernel, into
+//   the receive buffer or scratch from the stream's pool), then summed;
+// - ncclAvg: mdring::avg (sum divided once by the ranks; integers truncate).
+#pragma once
+
+#include "communicator.cuh"
+#include "group.hpp"
+
+#include <mdring/cuda/collectives.cuh>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdint>
+
+namespace mdring_nccl {
+
+// One call as its entry point checked it (group.hpp queues these).
+struct nccl_call {
+  const void* comm;  // ncclComm_t, for grouping
+  call_kind kind;
+  int peer = -1;  // send, recv
+  const char* function;
+  const void* send;
+  void* recv;
+  std::size_t count;  // per rank: all_gather's sendcount, reduce_scatter's recvcount
+  type_info type;
+  op_info op;
+  int root = 0;
+  cudaStream_t stream;
+};
+
+// out[i] = scalar x in[i], the scalar from device memory when given, in float for
+// the 16-bit types.
+template <class T>
+__global__ void premul_kernel(const T* in, T* out, std::size_t n, const T* device_scalar, T host_scalar) {
+  const T s = device_scalar ? *device_scalar : host_scalar;
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_same_v<T, mdring::half>)
+      out[i].bits = __half_as_ushort(
+          __float2half_rn(__half2float(__ushort_as_half(in[i].bits)) * __half2float(__ushort_as_half(s.bits))));
+    else if constexpr (std::is_same_v<T, mdring::bfloat16>)
+      out[i].bits = __bfloat16_as_ushort(__float2bfloat16_rn(__bfloat162float(__ushort_as_bfloat16(in[i].bits)) *
+                                                             __bfloat162float(__ushort_as_bfloat16(s.bits))));
+    else out[i] = T(in[i] * s);
+  }
+}
+
+template <class T>
+void premultiply(const nccl_call& c, const T* in, T* out, std::size_t n) {
+  if (n == 0) return;
+  T host_scalar{};
+  std::memcpy(&host_scalar, c.op.premul->value, sizeof(T));
+  const T* dev = static_cast<const T*>(c.op.premul->device);
+  const unsigned blocks = unsigned(std::min<std::size_t>((n + 255) / 256, 1024));
+  premul_kernel<T><<<blocks, 256, 0, c.stream>>>(in, out, n, dev, host_scalar);
+  mdring::cuda::detail::check(cudaGetLastError(), "premul_kernel launch");
+}
+
+// Device scratch of n elements on the stream (freed on it after the call).
+template <class T>
+struct stream_scratch {
+  T* p = nullptr;
+  cudaStream_t s;
+  stream_scratch(std::size_t n, cudaStream_t stream) : s(stream) {
+    if (n)
+      mdring::cuda::detail::check(cudaMallocAsync(reinterpret_cast<void**>(&p), n * sizeof(T), s),
+                                  "cudaMallocAsync (PreMulSum scratch)");
+  }
+  ~stream_scratch() {
+    if (p) (void)cudaFreeAsync(p, s);
+  }
+  stream_scratch(const stream_scratch&) = delete;
+  stream_scratch& operator=(const stream_scratch&) = delete;
+};
+
+template <class F>
+void on_element(element e, F&& f) {
+  switch (e) {
+    case element::i8:
+      return f.template operator()<std::int8_t>();
+    case element::u8:
+      return f.template operator()<std::uint8_t>();
+    case element::i32:
+      return f.template operator()<std::int32_t>();
+    case element::u32:
+      return f.template operator()<std::uint32_t>();
+    case element::i64:
+      return f.template operator()<std::int64_t>();
+    case element::u64:
+      return f.template operator()<std::uint64_t>();
+    case element::f16:
+      return f.template operator()<mdring::half>();
+    case element::f32:
+      return f.template operator()<float>();
+    case element::f64:
+      return f.template operator()<double>();
+    case element::bf16:
+      return f.template operator()<mdring::bfloat16>();
+  }
+}
+
+// f(op) with mdring's op for a built-in kind (PreMulSum: sum, after premultiply).
+template <class F>
+void on_op(op_kind k, F&& f) {
+  switch (k) {
+    case op_kind::sum:
+    case op_kind::premul_sum:
+      return f(mdring::sum);
+    case op_kind::prod:
+      return f(mdring::prod);
+    case op_kind::max:
+      return f(mdring::max);
+    case op_kind::min:
+      return f(mdring::min);
+    case op_kind::avg:
+      return f(mdring::avg);
+  }
+}
+
+// Enqueues c on its stream; throws what mdring throws.
+inline void issue(ncclComm& comm, const nccl_call& c) {
+  auto& dc = *comm.comm;
+  const std::size_t P = std::size_t(comm.size), me = std::size_t(comm.rank);
+  mdring::cuda::detail::device_guard g(comm.device);
+  switch (c.kind) {
+    case call_kind::broadcast: {
+      auto* buf = static_cast<std::uint8_t*>(c.recv);
+      const std::size_t bytes = c.count * c.type.bytes;
+      if (int(me) == c.root && c.send != c.recv && bytes)
+        mdring::cuda::detail::check(cudaMemcpyAsync(buf, c.send, bytes, cudaMemcpyDeviceToDevice, c.stream),
+                                    "cudaMemcpyAsync (ncclBroadcast's root, out of place)");
+      mdring::cuda::broadcast(dc, buf, bytes, std::size_t(c.root), c.stream);
+      return;
+    }
+    case call_kind::all_gather:
+      mdring::cuda::all_gather(dc, static_cast<const std::uint8_t*>(c.send), static_cast<std::uint8_t*>(c.recv),
+                               c.count * c.type.bytes, c.stream);
+      return;
+    case call_kind::send:
+    case call_kind::recv:
+      throw mdring::communicator_error(std::string(c.function) + ": not supported by mdring's NCCL library yet");
+    default:
+      break;
+  }
+  on_element(c.type.kind, [&]<class T>() {
+    const T* send = static_cast<const T*>(c.send);
+    T* recv = static_cast<T*>(c.recv);
+    on_op(c.op.kind, [&](auto op) {
+      const bool premul = c.op.kind == op_kind::premul_sum;
+      switch (c.kind) {
+        case call_kind::all_reduce:
+          if (premul) {
+            premultiply(c, send, recv, c.count);  // in place or not, recv then holds the products
+            send = recv;
+          }
+          mdring::cuda::all_reduce(dc, send, recv, c.count, op, c.stream);
+          return;
+        case call_kind::reduce_scatter: {
+          std::optional<stream_scratch<T>> scratch;
+          if (premul) {
+            scratch.emplace(P * c.count, c.stream);
+            premultiply(c, send, scratch->p, P * c.count);
+            send = scratch->p;
+          }
+          mdring::cuda::reduce_scatter(dc, send, recv, c.count, op, c.stream);
+          return;
+        }
+        case call_kind::reduce: {
+          std::optional<stream_scratch<T>> scratch;
+          if (premul) {
+            scratch.emplace(c.count, c.stream);
+            premultiply(c, send, scratch->p, c.count);
+            send = scratch->p;
+          }
+          mdring::cuda::reduce(dc, send, int(me) == c.root ? recv : nullptr, c.count, std::size_t(c.root), op,
+                               c.stream);
+          return;
+        }
+        default:
+          return;
+      }
+    });
+  });
+}
+
+// Issues c on its communicator, one call at a time; a failure is returned and
+// kept for ncclCommGetAsyncError.
+inline ncclResult_t issue_checked(const nccl_call& c) {
+  auto& comm = *const_cast<ncclComm*>(static_cast<const ncclComm*>(c.comm));
+  std::lock_guard l(comm.calls);
+  try {
+    issue(comm, c);
+    return ncclSuccess;
+  } catch (...) {
+    const ncclResult_t r = from_exception(c.function);
+    if (r != ncclInvalidArgument) {  // a bad argument leaves the communicator usable
+      comm.state_text = last_error();
+      comm.state.store(int(r));
+    }
+    return r;
+  }
+}
+
+}  // namespace mdring_nccl

@@ -1,0 +1,488 @@
+// nccl/library.cu: libmdring-nccl.so, NCCL's C API on mdring (docs/NCCL.md).
+//
+// Every function of the nccl.h it is built against is exported, each also as its
+// pnccl* twin (as NCCL exports them for profilers): implemented on mdring, or
+// failing with ncclInvalidUsage and a ncclGetLastError() text that names it.
+// Only the nccl* and pnccl* symbols are visible (exports.map).
+#include "communicator.cuh"
+#include "dispatch.cuh"
+#include "group.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+using namespace mdring_nccl;
+
+#define MDRING_NCCL_EXPORT extern "C" __attribute__((visibility("default")))
+// The pnccl* twin of an exported function.
+#define MDRING_NCCL_TWIN(ret, name, ...) MDRING_NCCL_EXPORT ret p##name(__VA_ARGS__) __attribute__((alias(#name)));
+
+namespace mdring_nccl {
+
+std::string store_host() {
+  if (const char* h = std::getenv("MDRING_NCCL_HOST"); h && *h) return h;
+  const char* want = std::getenv("NCCL_SOCKET_IFNAME");
+  ifaddrs* all = nullptr;
+  std::string found;
+  if (getifaddrs(&all) == 0) {
+    for (ifaddrs* a = all; a && found.empty(); a = a->ifa_next) {
+      if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
+      const bool named = want && *want && std::strncmp(a->ifa_name, want, std::strlen(want)) == 0;
+      if (want && *want ? !named : (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+      char text[INET_ADDRSTRLEN] = {};
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+      found = text;
+    }
+    freeifaddrs(all);
+  }
+  return found.empty() ? "127.0.0.1" : found;
+}
+
+namespace {
+
+// The stores ncclGetUniqueId started: they live as long as the process.
+std::mutex stores_mutex;
+std::vector<std::unique_ptr<mdring::rendezvous::tcp_store>>& stores() {
+  static auto* s = new std::vector<std::unique_ptr<mdring::rendezvous::tcp_store>>;
+  return *s;
+}
+
+group_queue<nccl_call>& group() {
+  thread_local group_queue<nccl_call> g;
+  return g;
+}
+
+// A checked call: queued inside a group, else issued now.
+ncclResult_t submit(const nccl_call& c) {
+  if (group().active()) {
+    group().add(c);
+    return ncclSuccess;
+  }
+  return issue_checked(c);
+}
+
+// A failed check: inside a group, the group is discarded at its end too.
+ncclResult_t refused(ncclResult_t r) {
+  if (group().active()) group().poison(r);
+  return r;
+}
+
+ncclResult_t check_config(const char* function, const ncclConfig_t* config, bool& blocking) {
+  blocking = true;
+  if (!config) return ncclSuccess;
+  if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, cgaClusterSize))
+    return fail(ncclInvalidArgument, function,
+                "config was not set up with NCCL_CONFIG_INITIALIZER (its magic or size is wrong)");
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
+    return fail(ncclInvalidArgument, function,
+                "config->blocking is " + std::to_string(config->blocking) + " (expected 0 or 1)");
+  blocking = config->blocking != 0;
+  return ncclSuccess;
+}
+
+ncclResult_t init_rank(const char* function, ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                       const ncclConfig_t* config) {
+  if (!out) return fail(ncclInvalidArgument, function, "comm is NULL (expected where to store the communicator)");
+  *out = nullptr;
+  if (nranks < 1) return fail(ncclInvalidArgument, function, "nranks " + std::to_string(nranks) + " is below 1");
+  if (auto r = check_rank(function, "rank", rank, nranks); r != ncclSuccess) return r;
+  bool blocking = true;
+  if (auto r = check_config(function, config, blocking); r != ncclSuccess) return r;
+  rendezvous_point at;
+  if (auto r = decode_id(function, id, at); r != ncclSuccess) return r;
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cuda_failed(function, "cudaGetDevice", e);
+  auto c = std::make_unique<ncclComm>();
+  c->rank = rank;
+  c->size = nranks;
+  c->device = device;
+  c->blocking = blocking;
+  c->store_at = at;
+  c->prefix = "mdring/nccl";
+  const ncclResult_t r = start_init(function, *c);
+  if (r == ncclSuccess || r == ncclInProgress) *out = c.release();
+  return r;
+}
+
+// Checks shared by the reducing collectives; fills the call's type and op.
+ncclResult_t check_reduction(nccl_call& c, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm) {
+  if (auto r = usable(c.function, comm); r != ncclSuccess) return r;
+  if (auto r = describe_type(c.function, type, c.type); r != ncclSuccess) return r;
+  return describe_op(c.function, op, type, comm->premul, c.op);
+}
+
+}  // namespace
+}  // namespace mdring_nccl
+
+// ---- versions, errors ---------------------------------------------------------------
+
+MDRING_NCCL_EXPORT ncclResult_t ncclGetVersion(int* version) {
+  if (!version) return fail(ncclInvalidArgument, "ncclGetVersion", "version is NULL");
+  *version = NCCL_VERSION_CODE;  // the nccl.h this library was built against: its ABI
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclGetVersion, int*)
+
+MDRING_NCCL_EXPORT const char* ncclGetErrorString(ncclResult_t result) { return result_text(result); }
+MDRING_NCCL_TWIN(const char*, ncclGetErrorString, ncclResult_t)
+
+MDRING_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t) { return last_error(); }
+MDRING_NCCL_TWIN(const char*, ncclGetLastError, ncclComm_t)
+
+// ---- communicators ------------------------------------------------------------------
+
+MDRING_NCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  constexpr const char* fn = "ncclGetUniqueId";
+  if (!id) return fail(ncclInvalidArgument, fn, "uniqueId is NULL");
+  try {
+    mdring::rendezvous::tcp_store_options o;
+    o.host = store_host();
+    o.secret = mdring::rendezvous::random_secret();
+    auto s = std::make_unique<mdring::rendezvous::tcp_store>(true, o);
+    const rendezvous_point at{o.host, s->port(), o.secret};
+    {
+      std::lock_guard l(stores_mutex);
+      stores().push_back(std::move(s));
+    }
+    return encode_id(fn, at, *id);
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclGetUniqueId, ncclUniqueId*)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return init_rank("ncclCommInitRank", comm, nranks, commId, rank, nullptr);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommInitRank, ncclComm_t*, int, ncclUniqueId, int)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                                       ncclConfig_t* config) {
+  return init_rank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommInitRankConfig, ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int myrank, int nId,
+                                                         ncclUniqueId* commIds, ncclConfig_t* config) {
+  constexpr const char* fn = "ncclCommInitRankScalable";
+  if (nId < 1 || !commIds)
+    return fail(ncclInvalidArgument, fn, "expected nId >= 1 unique ids in commIds (got " + std::to_string(nId) + ")");
+  return init_rank(fn, comm, nranks, commIds[0], myrank, config);  // one store serves every rank
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommInitRankScalable, ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  constexpr const char* fn = "ncclCommInitAll";
+  if (!comms) return fail(ncclInvalidArgument, fn, "comms is NULL");
+  if (ndev < 1) return fail(ncclInvalidArgument, fn, "ndev " + std::to_string(ndev) + " is below 1");
+  if (ndev > 1)
+    return unsupported(fn,
+                       "several GPUs in one process: mdring's ipc transport runs one rank per process; start "
+                       "a process per GPU and use ncclCommInitRank");
+  if (devlist)
+    if (cudaError_t e = cudaSetDevice(devlist[0]); e != cudaSuccess) return cuda_failed(fn, "cudaSetDevice", e);
+  ncclUniqueId id{};
+  if (auto r = ncclGetUniqueId(&id); r != ncclSuccess) return r;
+  return init_rank(fn, comms, 1, id, 0, nullptr);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommInitAll, ncclComm_t*, int, const int*)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                              ncclConfig_t* config) {
+  constexpr const char* fn = "ncclCommSplit";
+  if (!newcomm) return fail(ncclInvalidArgument, fn, "newcomm is NULL");
+  *newcomm = nullptr;
+  if (auto r = usable(fn, comm); r != ncclSuccess) return r;
+  if (auto r = check_color(fn, color); r != ncclSuccess) return r;
+  bool blocking = true;
+  if (auto r = check_config(fn, config, blocking); r != ncclSuccess) return r;
+  std::lock_guard l(comm->calls);
+  try {
+    // Every rank's (color, key), through the parent's store; the child's keys go
+    // under the parent's, numbered by the parent's splits.
+    const std::string prefix = comm->prefix + "/split" + std::to_string(comm->children++);
+    const auto got =
+        mdring::rendezvous::all_gather(*comm->store, prefix + "/colors", std::size_t(comm->rank),
+                                       std::size_t(comm->size), std::to_string(color) + " " + std::to_string(key),
+                                       mdring::rendezvous::clock::now() + mdring::options{}.timeout);
+    std::vector<split_entry> all(got.size());
+    for (std::size_t r = 0; r < got.size(); ++r)
+      if (std::sscanf(got[r].c_str(), "%d %d", &all[r].color, &all[r].key) != 2)
+        return fail(ncclInternalError, fn, "rank " + std::to_string(r) + " sent a malformed color and key");
+    const split_result mine = split_of(all, comm->rank);
+    if (!mine.member) return ncclSuccess;
+    auto c = std::make_unique<ncclComm>();
+    c->rank = mine.rank;
+    c->size = int(mine.parents.size());
+    c->device = comm->device;
+    c->blocking = blocking;
+    c->store_at = comm->store_at;
+    c->prefix = prefix + "/color" + std::to_string(color);
+    const ncclResult_t r = start_init(fn, *c);
+    if (r == ncclSuccess || r == ncclInProgress) *newcomm = c.release();
+    return r;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommSplit, ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) {
+  return unsupported("ncclCommShrink");
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommShrink, ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t, int) { return unsupported("ncclCommRevoke"); }
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommRevoke, ncclComm_t, int)
+
+// Finalize: the calls were enqueued on the callers' streams, which complete them;
+// nothing is left to flush.
+MDRING_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (!comm) return fail(ncclInvalidArgument, "ncclCommFinalize", "comm is NULL");
+  if (comm->init.joinable()) comm->init.join();
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommFinalize, ncclComm_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return ncclSuccess;  // as NCCL: destroying NULL is allowed
+  delete comm;
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommDestroy, ncclComm_t)
+
+// Abort: the communicator refuses every later call. Its memory is released unless
+// another thread is inside a call on it (then it is left to the process's exit).
+MDRING_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclSuccess;
+  comm->aborted.store(true);
+  std::unique_lock l(comm->calls, std::try_to_lock);
+  if (!l.owns_lock()) return ncclSuccess;
+  if (comm->comm) mark_broken(*comm->comm, "aborted (ncclCommAbort)");
+  l.unlock();
+  delete comm;
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommAbort, ncclComm_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  constexpr const char* fn = "ncclCommGetAsyncError";
+  if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL");
+  if (!asyncError) return fail(ncclInvalidArgument, fn, "asyncError is NULL");
+  *asyncError = ncclResult_t(comm->state.load());
+  if (*asyncError != ncclSuccess && *asyncError != ncclInProgress) last_error_slot() = comm->state_text;
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommGetAsyncError, ncclComm_t, ncclResult_t*)
+
+// Count, device, rank: known from the init's arguments, also while it runs.
+#define MDRING_NCCL_QUERY(name, field)                                               \
+  MDRING_NCCL_EXPORT ncclResult_t name(const ncclComm_t comm, int* out) {            \
+    if (!comm) return fail(ncclInvalidArgument, #name, "comm is NULL");              \
+    if (!out) return fail(ncclInvalidArgument, #name, "the result pointer is NULL"); \
+    *out = comm->field;                                                              \
+    return ncclSuccess;                                                              \
+  }                                                                                  \
+  MDRING_NCCL_TWIN(ncclResult_t, name, const ncclComm_t, int*)
+MDRING_NCCL_QUERY(ncclCommCount, size)
+MDRING_NCCL_QUERY(ncclCommCuDevice, device)
+MDRING_NCCL_QUERY(ncclCommUserRank, rank)
+
+// ---- memory -----------------------------------------------------------------------------
+
+MDRING_NCCL_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  if (!ptr) return fail(ncclInvalidArgument, "ncclMemAlloc", "ptr is NULL");
+  *ptr = nullptr;
+  if (size == 0) return ncclSuccess;
+  if (cudaError_t e = cudaMalloc(ptr, size); e != cudaSuccess) return cuda_failed("ncclMemAlloc", "cudaMalloc", e);
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclMemAlloc, void**, size_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  if (!ptr) return ncclSuccess;
+  if (cudaError_t e = cudaFree(ptr); e != cudaSuccess) return cuda_failed("ncclMemFree", "cudaFree", e);
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclMemFree, void*)
+
+// Registration is a hint in NCCL; mdring needs none (the ipc transport maps
+// buffers as calls use them): the handle is the buffer itself.
+MDRING_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t, void** handle) {
+  constexpr const char* fn = "ncclCommRegister";
+  if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL");
+  if (!handle) return fail(ncclInvalidArgument, fn, "handle is NULL");
+  *handle = buff;
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommRegister, const ncclComm_t, void*, size_t, void**)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void*) {
+  if (!comm) return fail(ncclInvalidArgument, "ncclCommDeregister", "comm is NULL");
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommDeregister, const ncclComm_t, void*)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int) {
+  return unsupported("ncclCommWindowRegister", "symmetric memory windows");
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommWindowRegister, ncclComm_t, void*, size_t, ncclWindow_t*, int)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t, ncclWindow_t) {
+  return unsupported("ncclCommWindowDeregister", "symmetric memory windows");
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclCommWindowDeregister, ncclComm_t, ncclWindow_t)
+
+// ---- reduction ops --------------------------------------------------------------------
+
+MDRING_NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                                         ncclScalarResidence_t residence, ncclComm_t comm) {
+  constexpr const char* fn = "ncclRedOpCreatePreMulSum";
+  if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL");
+  std::lock_guard l(comm->calls);
+  return comm->premul.create(fn, op, scalar, datatype, residence);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
+                 ncclComm_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  if (!comm) return fail(ncclInvalidArgument, "ncclRedOpDestroy", "comm is NULL");
+  std::lock_guard l(comm->calls);
+  return comm->premul.destroy("ncclRedOpDestroy", op);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t, ncclComm_t)
+
+// ---- collectives ------------------------------------------------------------------------
+
+MDRING_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                              ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                              cudaStream_t stream) {
+  nccl_call c{comm, call_kind::all_reduce, -1, "ncclAllReduce", sendbuff, recvbuff, count, {}, {}, 0, stream};
+  ncclResult_t r = check_reduction(c, datatype, op, comm);
+  if (r == ncclSuccess) r = check_count(c.function, "count", count, c.type.bytes);
+  if (r == ncclSuccess) r = check_buffer(c.function, "sendbuff", sendbuff, count);
+  if (r == ncclSuccess) r = check_buffer(c.function, "recvbuff", recvbuff, count);
+  return r == ncclSuccess ? submit(c) : refused(r);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclAllReduce, const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                 cudaStream_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                           ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  nccl_call c{comm, call_kind::reduce, -1, "ncclReduce", sendbuff, recvbuff, count, {}, {}, root, stream};
+  ncclResult_t r = check_reduction(c, datatype, op, comm);
+  if (r == ncclSuccess) r = check_rank(c.function, "root", root, comm->size);
+  if (r == ncclSuccess) r = check_count(c.function, "count", count, c.type.bytes);
+  if (r == ncclSuccess) r = check_buffer(c.function, "sendbuff", sendbuff, count);
+  if (r == ncclSuccess && comm->rank == root) r = check_buffer(c.function, "recvbuff (at the root)", recvbuff, count);
+  return r == ncclSuccess ? submit(c) : refused(r);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclReduce, const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                 cudaStream_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                                  ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                                  cudaStream_t stream) {
+  nccl_call c{comm,  call_kind::reduce_scatter, -1, "ncclReduceScatter", sendbuff, recvbuff, recvcount, {}, {}, 0,
+              stream};
+  ncclResult_t r = check_reduction(c, datatype, op, comm);
+  if (r == ncclSuccess) r = check_count(c.function, "recvcount", recvcount, c.type.bytes, std::size_t(comm->size));
+  if (r == ncclSuccess) r = check_buffer(c.function, "sendbuff", sendbuff, recvcount);
+  if (r == ncclSuccess) r = check_buffer(c.function, "recvbuff", recvbuff, recvcount);
+  return r == ncclSuccess ? submit(c) : refused(r);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclReduceScatter, const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                 cudaStream_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  nccl_call c{comm, call_kind::all_gather, -1, "ncclAllGather", sendbuff, recvbuff, sendcount, {}, {}, 0, stream};
+  ncclResult_t r = usable(c.function, comm);
+  if (r == ncclSuccess) r = describe_type(c.function, datatype, c.type);
+  if (r == ncclSuccess) r = check_count(c.function, "sendcount", sendcount, c.type.bytes, std::size_t(comm->size));
+  if (r == ncclSuccess) r = check_buffer(c.function, "sendbuff", sendbuff, sendcount);
+  if (r == ncclSuccess) r = check_buffer(c.function, "recvbuff", recvbuff, sendcount);
+  return r == ncclSuccess ? submit(c) : refused(r);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclAllGather, const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  nccl_call c{comm, call_kind::broadcast, -1, "ncclBroadcast", sendbuff, recvbuff, count, {}, {}, root, stream};
+  ncclResult_t r = usable(c.function, comm);
+  if (r == ncclSuccess) r = describe_type(c.function, datatype, c.type);
+  if (r == ncclSuccess) r = check_rank(c.function, "root", root, comm->size);
+  if (r == ncclSuccess) r = check_count(c.function, "count", count, c.type.bytes);
+  if (r == ncclSuccess && comm->rank == root) r = check_buffer(c.function, "sendbuff (at the root)", sendbuff, count);
+  if (r == ncclSuccess) r = check_buffer(c.function, "recvbuff", recvbuff, count);
+  return r == ncclSuccess ? submit(c) : refused(r);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclBroadcast, const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                                          cudaStream_t stream) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclBcast, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+
+// Point to point and the collectives NCCL builds from it: not yet (docs/NCCL.md).
+#define MDRING_NCCL_NOT_YET(name, why, ...)                                                      \
+  MDRING_NCCL_EXPORT ncclResult_t name(__VA_ARGS__) { return refused(unsupported(#name, why)); } \
+  MDRING_NCCL_TWIN(ncclResult_t, name, __VA_ARGS__)
+MDRING_NCCL_NOT_YET(ncclSend, "point-to-point calls are not implemented yet", const void*, size_t, ncclDataType_t, int,
+                    ncclComm_t, cudaStream_t)
+MDRING_NCCL_NOT_YET(ncclRecv, "point-to-point calls are not implemented yet", void*, size_t, ncclDataType_t, int,
+                    ncclComm_t, cudaStream_t)
+MDRING_NCCL_NOT_YET(ncclAlltoAll, "not implemented yet", const void*, void*, size_t, ncclDataType_t, ncclComm_t,
+                    cudaStream_t)
+MDRING_NCCL_NOT_YET(ncclGather, "not implemented yet", const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                    cudaStream_t)
+MDRING_NCCL_NOT_YET(ncclScatter, "not implemented yet", const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                    cudaStream_t)
+
+// ---- groups ------------------------------------------------------------------------------
+
+MDRING_NCCL_EXPORT ncclResult_t ncclGroupStart() {
+  group().start();
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclGroupStart)
+
+// The outermost end issues the group: one communicator's calls in order on this
+// thread; several communicators' each on a thread of its own (a call may wait on
+// the host for its peers, which are other communicators' ranks in this process).
+MDRING_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
+  std::vector<comm_batch<nccl_call>> batches;
+  if (auto r = group().end(batches); r != ncclSuccess) return r;
+  auto run = [](const comm_batch<nccl_call>& b) {
+    for (const auto& c : b.collectives)
+      if (auto r = issue_checked(c); r != ncclSuccess) return std::pair{r, std::string(last_error())};
+    return std::pair{ncclSuccess, std::string()};
+  };
+  std::vector<std::pair<ncclResult_t, std::string>> results(batches.size());
+  if (batches.size() == 1) {
+    results[0] = run(batches[0]);
+  } else {
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < batches.size(); ++i) threads.emplace_back([&, i] { results[i] = run(batches[i]); });
+    for (auto& t : threads) t.join();
+  }
+  for (const auto& [r, text] : results)
+    if (r != ncclSuccess) {
+      last_error_slot() = text;
+      return r;
+    }
+  return ncclSuccess;
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclGroupEnd)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
+  return unsupported("ncclGroupSimulateEnd", "mdring's cost model is in explain(); MDRING_REPORT=1 prints it");
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t*)
