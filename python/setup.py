@@ -190,7 +190,10 @@ class build_ext(cpp_extension.BuildExtension):
         # ninja knows what changed, headers included; setuptools would compare only
         # the sources' times with the module's and skip a rebuild after a header's edit.
         self.force = True
-        cxx = (self.compiler.compiler_cxx or [os.environ.get("CXX", "c++")])[0]  # the linker of C++ extensions
+        # The command that links a C++ extension: linker_so_cxx in newer setuptools,
+        # else compiler_cxx (CXX, or Python's own).
+        linker = getattr(self.compiler, "linker_so_cxx", None) or self.compiler.compiler_cxx
+        cxx = (linker or [os.environ.get("CXX", "c++")])[0]
         for ext in self.extensions:
             ext.extra_link_args += runtime_link_flags(cxx)
             if have["cuda"]:
