@@ -17,7 +17,6 @@
 # reason) where PYTHON has no venv module, no pip or no torch.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-root=$(pwd)
 python=${1:-/usr/bin/python3}
 skip() { echo "pip_install: skipped: $*"; exit 77; }
 fail() { echo "pip_install: FAILED: $*" >&2; exit 1; }
@@ -32,13 +31,20 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The environment: without pip of its own where the system's pip (a system site
 # package, Debian's python3-pip) serves; else with the pip that ensurepip installs.
+# Where PYTHON is itself in a virtual environment (pip's torch), the new one sees that
+# one's packages too (a .pth file adding them), as a venv sees the system's.
 venv=$tmp/venv
 py=$venv/bin/python
-"$python" -m venv --system-site-packages --without-pip "$venv" >/dev/null 2>&1 || skip "$python -m venv failed (Debian: python3-venv)"
-if ! "$py" -m pip --version >/dev/null 2>&1; then
+parent=$("$python" -c "import sys, sysconfig; print(sysconfig.get_paths()['purelib'] if sys.prefix != sys.base_prefix else '')")
+make_venv() {  # [--without-pip]
   rm -rf "$venv"
-  "$python" -m venv --system-site-packages "$venv" >/dev/null 2>&1 || skip "no pip for $python (Debian: python3-pip)"
-fi
+  "$python" -m venv --system-site-packages "$@" "$venv" >/dev/null 2>&1 || return 1
+  [ -z "$parent" ] || echo "import site; site.addsitedir('$parent')" \
+    >"$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/mdring_parent.pth"
+}
+make_venv --without-pip || skip "$python -m venv failed (Debian: python3-venv)"
+"$py" -m pip --version >/dev/null 2>&1 || make_venv || skip "no pip for $python (Debian: python3-pip)"
+"$py" -c "import torch" 2>/dev/null || skip "torch is not importable in a venv made by $python"
 "$py" -c "import setuptools, wheel" 2>/dev/null || skip "no setuptools or wheel for $python (Debian: python3-setuptools python3-wheel)"
 
 # Without torch (an environment without the system's packages), setup.py says how
