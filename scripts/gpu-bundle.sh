@@ -7,7 +7,8 @@
 # The GPU programs for sm_90 (MDRING_CUDA_ARCHITECTURES to change it): the tests
 # test_gpu_fold, test_gpu_all_reduce and test_gpu_ipc_store (and test_gpu_mpi, test_gpu_ipc with MPI), mdring-gpu-bench,
 # mdring-gpu-ipc-bench and mdring-run; and python/csrc/group_cuda.cu compiled to
-# group_cuda.o for python/build_ext.py there (its PyTorch differs from this one's);
+# group_cuda.o for the pip build of mdring_torch there (MDRING_TORCH_CUDA_OBJECT,
+# python/setup.py: its PyTorch differs from this one's);
 # and segv_trace.so (scripts/segv_trace.c: a crash's native stack, for the diag phase).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -10,7 +10,7 @@
 #   ipc       test_gpu_ipc_store under mdring-run with 2, 3 and 4 processes (the
 #             ipc transport between processes sharing the GPU; no MPI)
 #   cxx       test_gpu_fold, test_gpu_all_reduce (logical ranks in one process)
-#   torch     builds mdring_torch for this machine's PyTorch (python/build_ext.py,
+#   torch     builds mdring_torch for this machine's PyTorch (pip install --target, offline,
 #             with the prebuilt CUDA group; in the background from the start),
 #             then tests/torch/test_ops.py and test_ddp.py on CUDA tensors under
 #             torchrun, 2 and 4 processes (MDRING_DEVICE_TORCH_TESTS: "ops2 ddp4 ops4 ddp2")
@@ -83,8 +83,17 @@ run=("$bin/mdring-run" --grace 10)
 
 torch_out=/tmp/mdring-torch
 if want torch || want torchbench || want extra || want diag; then  # the build runs while the GPU tests run
-  (python3 python/build_ext.py --out "$torch_out" --cuda-object "$bin/group_cuda.o" --no-ucx --no-mpi -j "$(nproc)" \
-     >"$logs/torch_build.log" 2>&1; echo $? >/tmp/mdring-torch.rc) &
+  # Not installed: into $torch_out, which PYTHONPATH names below (python/setup.py; an
+  # environment without pip, as uv makes them, or that cannot make a wheel, builds with
+  # setuptools itself).
+  (export MDRING_TORCH_CUDA_OBJECT="$bin/group_cuda.o" MDRING_TORCH_UCX=0 MDRING_TORCH_MPI=0 MAX_JOBS="$(nproc)" \
+     MDRING_TORCH_BUILD_DIR=/tmp/mdring-torch-build
+   if python3 -c "import pip, importlib.util as u; assert u.find_spec('wheel') or u.find_spec('setuptools.command.bdist_wheel')" \
+     >/dev/null 2>&1; then
+     python3 -m pip install --no-build-isolation --no-index --upgrade -v --target "$torch_out" ./python
+   else
+     python3 python/setup.py build --build-lib "$torch_out"
+   fi >"$logs/torch_build.log" 2>&1; echo $? >/tmp/mdring-torch.rc) &
   torch_build=$!
 fi
 
@@ -130,7 +139,7 @@ if want torch || want torchbench || want extra || want diag; then
   wait "$torch_build"
   if [ "$(cat /tmp/mdring-torch.rc 2>/dev/null)" = 0 ]; then
     say "torch build                        passed"
-    grep "build_ext:" "$logs/torch_build.log" | sed "s/^/    /" | tee -a "$out/summary.txt"
+    grep -E "^ *mdring_torch[ :]" "$logs/torch_build.log" | sed "s/^ */    /" | tee -a "$out/summary.txt"
     export PYTHONPATH="$torch_out${PYTHONPATH:+:$PYTHONPATH}"
     tr=(python3 -m torch.distributed.run --standalone --redirects 1 --tee 1)
     if want diag; then  # each refusal in its own job: one that crashes hides no other

@@ -11,6 +11,8 @@
 // NCCL's does) and a Future over the CUDA device that DDP's comm hooks chain.
 #include "group.hpp"
 
+#include <mdring/version.hpp>
+
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
@@ -784,6 +786,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("have_ucx", &have_ucx);
   m.def("have_cuda", [] { return MDRING_TORCH_CUDA != 0 && have_cuda(); });
   m.attr("torch_api") = MDRING_TORCH2 ? "Backend" : "ProcessGroup";
+  // The mdring headers' version (include/mdring/config.hpp), the same as the
+  // package's metadata (python/setup.py reads it there): mdring_torch.__version__.
+  m.attr("__version__") = mdring::version_string();
   m.def("use_node_memory", &use_node_memory, py::arg("threshold"), py::arg("cache"));
   m.def("have_mpi", &have_mpi);
   m.def("bootstrap_mpi", [] {

@@ -42,6 +42,9 @@ import torch.distributed as dist
 from . import _C
 
 __all__ = ["transport", "describe", "use_node_memory", "have_cuda"]
+# The version of the mdring headers the module was built from (MDRING_VERSION_* in
+# include/mdring/config.hpp), which is also the installed package's version.
+__version__ = _C.__version__
 
 
 def _launched_by_mpirun():
