@@ -9,6 +9,7 @@
 # mdring-gpu-ipc-bench and mdring-run; and python/csrc/group_cuda.cu compiled to
 # group_cuda.o for the pip build of mdring_torch there (MDRING_TORCH_CUDA_OBJECT,
 # python/setup.py: its PyTorch differs from this one's);
+# libmdring-nccl.so and nccl_api_check (NCCL's API on mdring, docs/NCCL.md);
 # and segv_trace.so (scripts/segv_trace.c: a crash's native stack, for the diag phase).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,12 +26,15 @@ targets=(test_gpu_fold test_gpu_all_reduce test_gpu_ipc_store mdring-gpu-bench m
 # writer's broken pipe failed the test, so these were never bundled)
 help=$(cmake --build "$build" --target help)
 grep -q "test_gpu_mpi$" <<<"$help" && targets+=(test_gpu_mpi test_gpu_ipc)
+# NCCL's API on mdring (docs/NCCL.md) and its C check, where nccl.h is found.
+grep -q "mdring_nccl_api$" <<<"$help" && targets+=(nccl_api_check)
 cmake --build "$build" -j "$(mdring_jobs)" --target "${targets[@]}"
 mkdir -p "$dest"
 for t in "${targets[@]}"; do
   f=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
   cp "$f" "$dest/"
 done
+[ -f "$build/libmdring-nccl.so" ] && cp "$build/libmdring-nccl.so" "$dest/"
 nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 "$nvcc" -std=c++20 -O2 -arch=sm_"$arch" -Xcompiler -fPIC -Iinclude -Ipython/csrc -c python/csrc/group_cuda.cu \
   -o "$dest/group_cuda.o"

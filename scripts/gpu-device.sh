@@ -5,8 +5,13 @@
 #
 #   MDRING_DEVICE_BIN=.devbuild scripts/gpu-device.sh [PHASE...]
 #
-# Phases (default: env ipc torch bench extra cxx):
+# Phases (default: env nccl ipc torch bench extra cxx):
 #   env       the GPU, driver, CUDA, PyTorch and MPI found
+#   nccl      libmdring-nccl.so (docs/NCCL.md): tests/nccl/nccl_api_check.c on a one-rank
+#             communicator, then PyTorch's own nccl backend on it (LD_PRELOAD) under
+#             torchrun, 2 and 4 processes sharing the GPU (tests/nccl/torch_nccl.py: every
+#             collective exact, 10 DDP steps), the same on gloo (CPU) and, with the torch
+#             phase's build, on mdring's backend: the parameters compared
 #   ipc       test_gpu_ipc_store under mdring-run with 2, 3 and 4 processes (the
 #             ipc transport between processes sharing the GPU; no MPI)
 #   cxx       test_gpu_fold, test_gpu_all_reduce (logical ranks in one process)
@@ -41,7 +46,7 @@ out=${OUT:-/tmp/mdring-device}
 logs=/tmp/mdring-device-logs
 mkdir -p "$out" "$logs"
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(env ipc torch bench extra cxx)
+[ ${#phases[@]} -eq 0 ] && phases=(env nccl ipc torch bench extra cxx)
 want() { local p; for p in "${phases[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
 status=0
 start=$(date +%s)
@@ -109,6 +114,28 @@ if want env; then
   sed 's/^/  /' "$logs/env.log" | tee -a "$out/summary.txt"
 fi
 
+# NCCL's API on mdring first: the issue that needs a GPU most (docs/NCCL.md).
+tr=(python3 -m torch.distributed.run --standalone --redirects 1 --tee 1)
+if want nccl; then
+  if [ -f "$bin/libmdring-nccl.so" ]; then
+    dropin=/tmp/mdring-nccl-drop-in  # the library as libnccl.so.2, first on the library path
+    mkdir -p "$dropin" && ln -sf "$bin/libmdring-nccl.so" "$dropin/libnccl.so.2"
+    step "nccl_api_check (1 rank)" 60 env LD_LIBRARY_PATH="$dropin:$LD_LIBRARY_PATH" "$bin/nccl_api_check"
+    for np in ${MDRING_DEVICE_NCCL_NP:-2 4}; do
+      step "torch nccl on mdring np$np" 240 env LD_PRELOAD="$bin/libmdring-nccl.so" MDRING_REPORT=1 \
+        "${tr[@]}" --nproc_per_node "$np" tests/nccl/torch_nccl.py "$out/params_nccl_np$np.pt"
+      grep -h "torch_nccl\|mdring NCCL" "$logs/torch_nccl_on_mdring_np$np.log" | head -8 | sed 's/^/    /' |
+        tee -a "$out/summary.txt"
+    done
+    step "torch gloo (cpu) np2" 240 "${tr[@]}" --nproc_per_node 2 tests/nccl/torch_nccl.py "$out/params_gloo_np2.pt" \
+      --backend gloo --device cpu
+    step "params nccl-on-mdring vs gloo" 30 python3 tests/nccl/compare_params.py "$out/params_nccl_np2.pt" \
+      "$out/params_gloo_np2.pt" 1e-6
+  else
+    say "nccl: not run (no libmdring-nccl.so in the bundle)"
+  fi
+fi
+
 if want ipc; then
   step "test_gpu_ipc_store np2" 100 "${run[@]}" -n 2 "$bin/test_gpu_ipc_store"
   step "test_gpu_ipc_store np4" 120 "${run[@]}" -n 4 "$bin/test_gpu_ipc_store"
@@ -141,7 +168,6 @@ if want torch || want torchbench || want extra || want diag; then
     say "torch build                        passed"
     grep -E "^ *mdring_torch[ :]" "$logs/torch_build.log" | sed "s/^ */    /" | tee -a "$out/summary.txt"
     export PYTHONPATH="$torch_out${PYTHONPATH:+:$PYTHONPATH}"
-    tr=(python3 -m torch.distributed.run --standalone --redirects 1 --tee 1)
     if want diag; then  # each refusal in its own job: one that crashes hides no other
       for c in ${MDRING_DEVICE_DIAG_CASES:-cuda-complex-pg cuda-complex-backend cpu-complex-pg cuda-bool cuda-band cuda-two-tensors}; do
         step "diag $c" 60 env LD_PRELOAD="$bin/segv_trace.so" PYTHONFAULTHANDLER=1 TORCH_SHOW_CPP_STACKTRACES=1 \
@@ -155,6 +181,12 @@ if want torch || want torchbench || want extra || want diag; then
             done | tee -a "$out/summary.txt"
         fi
       done
+    fi
+    if want nccl && [ -f "$out/params_nccl_np2.pt" ]; then  # the same script on mdring's own backend
+      step "torch mdring (cuda) np2" 240 "${tr[@]}" --nproc_per_node 2 tests/nccl/torch_nccl.py \
+        "$out/params_mdring_np2.pt" --backend mdring
+      step "params nccl-on-mdring vs mdring" 30 python3 tests/nccl/compare_params.py "$out/params_nccl_np2.pt" \
+        "$out/params_mdring_np2.pt" 0
     fi
     if want torch; then  # MDRING_DEVICE_TORCH_TESTS: which (default ops2 ddp4 ops4 ddp2)
       for t in ${MDRING_DEVICE_TORCH_TESTS:-ops2 ddp4 ops4 ddp2}; do
