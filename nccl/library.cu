@@ -482,6 +482,18 @@ MDRING_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclGroupEnd)
 
+// The device API (nccl_device.h): its communicators are what NCCL's benchmark
+// programs probe for (weak symbols) and use only when asked; refused by name.
+#if __has_include(<nccl_device.h>)
+#include <nccl_device.h>
+MDRING_NCCL_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t*) {
+  return unsupported("ncclDevCommCreate", "NCCL's device API");
+}
+MDRING_NCCL_EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t, ncclDevComm_t const*) {
+  return unsupported("ncclDevCommDestroy", "NCCL's device API");
+}
+#endif
+
 MDRING_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
   return unsupported("ncclGroupSimulateEnd", "mdring's cost model is in explain(); MDRING_REPORT=1 prints it");
 }
