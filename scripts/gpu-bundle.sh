@@ -9,7 +9,8 @@
 # mdring-gpu-ipc-bench and mdring-run; and python/csrc/group_cuda.cu compiled to
 # group_cuda.o for the pip build of mdring_torch there (MDRING_TORCH_CUDA_OBJECT,
 # python/setup.py: its PyTorch differs from this one's);
-# libmdring-nccl.so and nccl_api_check (NCCL's API on mdring, docs/NCCL.md);
+# libmdring-nccl.so and nccl_api_check (NCCL's API on mdring, docs/NCCL.md), and
+# with MDRING_NCCL_TESTS_SRC=<nccl-tests checkout> NCCL's benchmark programs against it;
 # and segv_trace.so (scripts/segv_trace.c: a crash's native stack, for the diag phase).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,4 +40,14 @@ nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 "$nvcc" -std=c++20 -O2 -arch=sm_"$arch" -Xcompiler -fPIC -Iinclude -Ipython/csrc -c python/csrc/group_cuda.cu \
   -o "$dest/group_cuda.o"
 ${CC:-cc} -shared -fPIC -O1 -o "$dest/segv_trace.so" scripts/segv_trace.c -ldl
+# NCCL's benchmark programs (a checkout of github.com/NVIDIA/nccl-tests named by
+# MDRING_NCCL_TESTS_SRC; never committed here), built against libmdring-nccl.so.
+if [ -n "${MDRING_NCCL_TESTS_SRC:-}" ] && [ -f "$dest/libmdring-nccl.so" ]; then
+  nh=$(mktemp -d)
+  mkdir -p "$nh/include" "$nh/lib"
+  cp -r "$(dirname "$(find /usr/local/cuda/include "${NCCL_HOME:-/nonexistent}" -name nccl.h 2>/dev/null | head -1)")"/nccl* "$nh/include/"
+  cp "$dest/libmdring-nccl.so" "$nh/lib/" && ln -sf libmdring-nccl.so "$nh/lib/libnccl.so"
+  make -C "$MDRING_NCCL_TESTS_SRC" -j "$(mdring_jobs)" MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME="$nh" \
+    NVCC_GENCODE="-gencode=arch=compute_$arch,code=sm_$arch" BUILDDIR="$(pwd)/$dest/nccl-tests" >/dev/null
+fi
 ls -la "$dest"

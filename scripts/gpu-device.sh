@@ -127,6 +127,13 @@ if want nccl; then
       grep -h "torch_nccl\|mdring NCCL" "$logs/torch_nccl_on_mdring_np$np.log" | head -8 | sed 's/^/    /' |
         tee -a "$out/summary.txt"
     done
+    if [ -x "$bin/nccl-tests/all_reduce_perf" ]; then  # NCCL's own benchmark programs, one rank
+      for t in all_reduce broadcast reduce all_gather reduce_scatter; do
+        step "nccl-tests ${t}_perf" 60 env LD_LIBRARY_PATH="$dropin:$LD_LIBRARY_PATH" \
+          "$bin/nccl-tests/${t}_perf" -b 8 -e 64M -f 8 -g 1 -c 1
+        grep -E "Avg bus|wrong|Out of bounds" "$logs/nccl-tests_${t}_perf.log" | sed 's/^/    /' | tee -a "$out/summary.txt"
+      done
+    fi
     step "torch gloo (cpu) np2" 240 "${tr[@]}" --nproc_per_node 2 tests/nccl/torch_nccl.py "$out/params_gloo_np2.pt" \
       --backend gloo --device cpu
     step "params nccl-on-mdring vs gloo" 30 python3 tests/nccl/compare_params.py "$out/params_nccl_np2.pt" \
