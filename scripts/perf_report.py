@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rendered_page import finish  # noqa: E402
 
 # The bench scripts' sections (a file each in docs/perf, starting with its "## " heading).
-SECTIONS = ["nonblocking.md", "pmpi.md", "ucx.md", "planning.md", "torch.md", "reproducible.md", "cluster.md"]
+SECTIONS = ["nonblocking.md", "pmpi.md", "latency.md", "ucx.md", "planning.md", "torch.md", "reproducible.md", "cluster.md"]
 PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "PERFORMANCE.md")
 
 BASELINE_OF = {"all_reduce": "MPI_Allreduce", "reduce_scatter": "MPI_Reduce_scatter_block",
