@@ -257,11 +257,19 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommDestroy, ncclComm_t)
 
-// Abort: the communicator refuses every later call. Its memory is released unless
+// Abort: the communicator refuses every later call, and its peers' waits on it end
+// (each link's abort, as a failing rank announces itself: they throw remote_error,
+// which their calls return as ncclRemoteError). Its memory is released unless
 // another thread is inside a call on it (then it is left to the process's exit).
 MDRING_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   comm->aborted.store(true);
+  try {
+    if (comm->state.load() != ncclInProgress && comm->comm)
+      mdring::cuda::detail::device_peers<device_comm>{*comm->comm}.failed_here(
+          "rank " + std::to_string(comm->rank) + " aborted the communicator (ncclCommAbort)");
+  } catch (...) {  // (only the text's allocation can throw)
+  }
   std::unique_lock l(comm->calls, std::try_to_lock);
   if (!l.owns_lock()) return ncclSuccess;
   if (comm->comm) mark_broken(*comm->comm, "aborted (ncclCommAbort)");
