@@ -95,9 +95,12 @@ struct premul_op {
   const void* device;      // device residence: where the scalar is
 };
 
+// An op as a call uses it. A PreMulSum op is copied: a call queued in a group keeps
+// its scalar even when the op is destroyed (and its number given to another)
+// before ncclGroupEnd, as NCCL allows once the call has returned.
 struct op_info {
   op_kind kind;
-  const premul_op* premul = nullptr;  // for premul_sum
+  premul_op premul{};  // for premul_sum
 };
 
 // A communicator's PreMulSum ops: ncclRedOp_t values ncclNumOps, ncclNumOps + 1, ...
@@ -194,7 +197,7 @@ inline ncclResult_t describe_op(const char* function, ncclRedOp_t op, ncclDataTy
     return fail(ncclInvalidArgument, function,
                 "op " + std::to_string(long(op)) + " was made by ncclRedOpCreatePreMulSum for " + type_name(p->type) +
                     ", used with " + type_name(t));
-  out = {op_kind::premul_sum, p};
+  out = {op_kind::premul_sum, *p};
   return ncclSuccess;
 }
 

@@ -83,16 +83,43 @@ struct ncclComm {
   mdring_nccl::premul_table premul;
   std::size_t children = 0;  // splits made from it, which number their keys
   // ncclSuccess once ready; ncclInProgress while a nonblocking init runs; else
-  // the init's or a call's failure (ncclCommGetAsyncError), with its text.
+  // the init's or a call's failure (ncclCommGetAsyncError), with its text (read by
+  // a watchdog thread while calls run: set_state and state_message lock it).
   std::atomic<int> state{ncclInProgress};
-  std::string state_text;
   std::thread init;
   std::atomic<bool> aborted{false};
   std::recursive_mutex calls;  // one call at a time (NCCL asks the same of its users)
+  // PreMulSum's premultiplied inputs of reduce_scatter and reduce: cudaMalloc'd (the
+  // ipc transport shares it through CUDA IPC, which stream-ordered pools cannot),
+  // grown on demand; scratch_done follows its last use on a stream.
+  void* scratch = nullptr;
+  std::size_t scratch_bytes = 0;
+  cudaEvent_t scratch_done = nullptr;
 
+  void set_state(int r, std::string text) {
+    std::lock_guard l(state_mutex_);
+    state_text_ = std::move(text);
+    state.store(r);
+  }
+  std::string state_message() const {
+    std::lock_guard l(state_mutex_);
+    return state_text_;
+  }
+
+  // On the communicator's device: its ipc mappings and scratch belong there.
   ~ncclComm() {
     if (init.joinable()) init.join();
+    int prev = -1;
+    const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != device && cudaSetDevice(device) == cudaSuccess;
+    comm.reset();
+    if (scratch) (void)cudaFree(scratch);
+    if (scratch_done) (void)cudaEventDestroy(scratch_done);
+    if (switched) (void)cudaSetDevice(prev);
   }
+
+private:
+  mutable std::mutex state_mutex_;
+  std::string state_text_;
 };
 
 namespace mdring_nccl {
@@ -113,13 +140,25 @@ inline void bind_communicator(ncclComm& c) {
   mdring::cuda::detail::device_guard g(c.device);
   const mdring::cuda::store_world world{*c.store, std::size_t(c.rank), std::size_t(c.size), c.prefix};
   mdring::options opts;
+  // NCCL waits for a peer as long as it takes (PyTorch's watchdog decides when to
+  // give up): an hour here unless MDRING_TIMEOUT says otherwise.
+  if (!std::getenv("MDRING_TIMEOUT")) opts.timeout = std::chrono::hours(1);
   topology_type topo;
+  bool detect = true;
   if (const char* t = std::getenv("MDRING_TOPOLOGY"); t && *t) {
-    topo = mdring::parse_topology(t).resolve(std::size_t(c.size), "mdring's NCCL library (MDRING_TOPOLOGY)");
-    c.topology_source = "MDRING_TOPOLOGY";
-  } else {
+    const auto parsed = mdring::parse_topology(t);  // malformed: an error, named
+    try {
+      topo = parsed.resolve(std::size_t(c.size), "mdring's NCCL library (MDRING_TOPOLOGY)");
+      c.topology_source = "MDRING_TOPOLOGY";
+      detect = false;
+    } catch (const mdring::topology_error&) {  // another size (a split, a sub-group): detected
+    }
+  }
+  if (detect) {
     topo = mdring::cuda::detect_topology(world, "node", mdring::rendezvous::clock::now() + opts.timeout,
                                          c.topology_source);
+    if (std::getenv("MDRING_TOPOLOGY"))
+      c.topology_source += " (MDRING_TOPOLOGY does not fit " + std::to_string(c.size) + " ranks)";
   }
   c.topology_text = topo.to_string();
   c.comm.emplace(mdring::cuda::bind(topo, world, opts));
@@ -138,9 +177,8 @@ inline ncclResult_t start_init(const char* function, ncclComm& c) {
       bind_communicator(c);
     } catch (...) {
       r = from_exception(function);
-      c.state_text = last_error();
     }
-    c.state.store(int(r));
+    c.set_state(int(r), r == ncclSuccess ? std::string() : std::string(last_error()));
     return r;
   };
   if (c.blocking) return work();
@@ -157,7 +195,7 @@ inline ncclResult_t usable(const char* function, ncclComm_t c) {
     return fail(ncclInvalidUsage, function,
                 "the communicator's nonblocking init has not finished (wait until ncclCommGetAsyncError gives "
                 "ncclSuccess)");
-  if (s != ncclSuccess) return fail(ncclResult_t(s), function, "the communicator failed before: " + c->state_text);
+  if (s != ncclSuccess) return fail(ncclResult_t(s), function, "the communicator failed before: " + c->state_message());
   return ncclSuccess;
 }
 

@@ -5,7 +5,7 @@
 // - ncclBroadcast out of place: the root copies sendbuff to recvbuff on the
 //   stream, then every rank broadcasts recvbuff in place;
 // - PreMulSum: each rank's input is multiplied by the scalar (premul_kernel, into
-//   the receive buffer or scratch from the stream's pool), then summed;
+//   the receive buffer or the communicator's scratch), then summed;
 // - ncclAvg: mdring::avg (sum divided once by the ranks; integers truncate).
 #pragma once
 
@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace mdring_nccl {
@@ -59,29 +60,39 @@ template <class T>
 void premultiply(const nccl_call& c, const T* in, T* out, std::size_t n) {
   if (n == 0) return;
   T host_scalar{};
-  std::memcpy(&host_scalar, c.op.premul->value, sizeof(T));
-  const T* dev = static_cast<const T*>(c.op.premul->device);
+  std::memcpy(&host_scalar, c.op.premul.value, sizeof(T));
+  const T* dev = static_cast<const T*>(c.op.premul.device);
   const unsigned blocks = unsigned(std::min<std::size_t>((n + 255) / 256, 1024));
   premul_kernel<T><<<blocks, 256, 0, c.stream>>>(in, out, n, dev, host_scalar);
   mdring::cuda::detail::check(cudaGetLastError(), "premul_kernel launch");
 }
 
-// Device scratch of n elements on the stream (freed on it after the call).
+// The communicator's PreMulSum scratch for n elements of T, once the stream's
+// call may reuse it (ncclComm::scratch: the last call that used it has finished
+// with it, on whatever stream); done_with_scratch marks this call's use.
 template <class T>
-struct stream_scratch {
-  T* p = nullptr;
-  cudaStream_t s;
-  stream_scratch(std::size_t n, cudaStream_t stream) : s(stream) {
-    if (n)
-      mdring::cuda::detail::check(cudaMallocAsync(reinterpret_cast<void**>(&p), n * sizeof(T), s),
-                                  "cudaMallocAsync (PreMulSum scratch)");
+T* premul_scratch(ncclComm& comm, std::size_t n, cudaStream_t s) {
+  namespace cd = mdring::cuda::detail;
+  const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 1);
+  if (!comm.scratch_done)
+    cd::check(cudaEventCreateWithFlags(&comm.scratch_done, cudaEventDisableTiming), "cudaEventCreate (PreMulSum)");
+  if (bytes > comm.scratch_bytes) {
+    if (comm.scratch) {
+      cd::check(cudaEventSynchronize(comm.scratch_done), "cudaEventSynchronize (PreMulSum scratch)");
+      cd::check(cudaFree(comm.scratch), "cudaFree (PreMulSum scratch)");
+      comm.scratch = nullptr;
+      comm.scratch_bytes = 0;
+    }
+    cd::check(cudaMalloc(&comm.scratch, bytes), "cudaMalloc (PreMulSum scratch)");
+    comm.scratch_bytes = bytes;
+  } else {
+    cd::check(cudaStreamWaitEvent(s, comm.scratch_done, 0), "cudaStreamWaitEvent (PreMulSum scratch)");
   }
-  ~stream_scratch() {
-    if (p) (void)cudaFreeAsync(p, s);
-  }
-  stream_scratch(const stream_scratch&) = delete;
-  stream_scratch& operator=(const stream_scratch&) = delete;
-};
+  return static_cast<T*>(comm.scratch);
+}
+inline void done_with_scratch(ncclComm& comm, cudaStream_t s) {
+  mdring::cuda::detail::check(cudaEventRecord(comm.scratch_done, s), "cudaEventRecord (PreMulSum scratch)");
+}
 
 template <class F>
 void on_element(element e, F&& f) {
@@ -165,27 +176,25 @@ inline void issue(ncclComm& comm, const nccl_call& c) {
           }
           mdring::cuda::all_reduce(dc, send, recv, c.count, op, c.stream);
           return;
-        case call_kind::reduce_scatter: {
-          std::optional<stream_scratch<T>> scratch;
+        case call_kind::reduce_scatter:
           if (premul) {
-            scratch.emplace(P * c.count, c.stream);
-            premultiply(c, send, scratch->p, P * c.count);
-            send = scratch->p;
+            T* scratch = premul_scratch<T>(comm, P * c.count, c.stream);
+            premultiply(c, send, scratch, P * c.count);
+            send = scratch;
           }
           mdring::cuda::reduce_scatter(dc, send, recv, c.count, op, c.stream);
+          if (premul) done_with_scratch(comm, c.stream);
           return;
-        }
-        case call_kind::reduce: {
-          std::optional<stream_scratch<T>> scratch;
+        case call_kind::reduce:
           if (premul) {
-            scratch.emplace(c.count, c.stream);
-            premultiply(c, send, scratch->p, c.count);
-            send = scratch->p;
+            T* scratch = premul_scratch<T>(comm, c.count, c.stream);
+            premultiply(c, send, scratch, c.count);
+            send = scratch;
           }
           mdring::cuda::reduce(dc, send, int(me) == c.root ? recv : nullptr, c.count, std::size_t(c.root), op,
                                c.stream);
+          if (premul) done_with_scratch(comm, c.stream);
           return;
-        }
         default:
           return;
       }
@@ -203,10 +212,9 @@ inline ncclResult_t issue_checked(const nccl_call& c) {
     return ncclSuccess;
   } catch (...) {
     const ncclResult_t r = from_exception(c.function);
-    if (r != ncclInvalidArgument) {  // a bad argument leaves the communicator usable
-      comm.state_text = last_error();
-      comm.state.store(int(r));
-    }
+    // A bad argument found before the enqueue leaves the communicator usable; one
+    // found during it (a buffer CUDA IPC cannot share, ranks that disagree) does not.
+    if (r != ncclInvalidArgument || !comm.comm->usable()) comm.set_state(int(r), last_error());
     return r;
   }
 }

@@ -61,7 +61,11 @@ group_queue<nccl_call>& group() {
 // A checked call: queued inside a group, else issued now.
 ncclResult_t submit(const nccl_call& c) {
   if (group().active()) {
-    group().add(c);
+    try {
+      group().add(c);
+    } catch (...) {
+      return from_exception(c.function);
+    }
     return ncclSuccess;
   }
   return issue_checked(c);
@@ -73,8 +77,9 @@ ncclResult_t refused(ncclResult_t r) {
   return r;
 }
 
+// config's blocking mode into `blocking` (left as it is without a config, or with
+// the field unset: NCCL's default, or a split's parent's).
 ncclResult_t check_config(const char* function, const ncclConfig_t* config, bool& blocking) {
-  blocking = true;
   if (!config) return ncclSuccess;
   if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, cgaClusterSize))
     return fail(ncclInvalidArgument, function,
@@ -82,7 +87,7 @@ ncclResult_t check_config(const char* function, const ncclConfig_t* config, bool
   if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
     return fail(ncclInvalidArgument, function,
                 "config->blocking is " + std::to_string(config->blocking) + " (expected 0 or 1)");
-  blocking = config->blocking != 0;
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT) blocking = config->blocking != 0;
   return ncclSuccess;
 }
 
@@ -94,20 +99,26 @@ ncclResult_t init_rank(const char* function, ncclComm_t* out, int nranks, const 
   if (auto r = check_rank(function, "rank", rank, nranks); r != ncclSuccess) return r;
   bool blocking = true;
   if (auto r = check_config(function, config, blocking); r != ncclSuccess) return r;
-  rendezvous_point at;
-  if (auto r = decode_id(function, id, at); r != ncclSuccess) return r;
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cuda_failed(function, "cudaGetDevice", e);
-  auto c = std::make_unique<ncclComm>();
-  c->rank = rank;
-  c->size = nranks;
-  c->device = device;
-  c->blocking = blocking;
-  c->store_at = at;
-  c->prefix = "mdring/nccl";
-  const ncclResult_t r = start_init(function, *c);
-  if (r == ncclSuccess || r == ncclInProgress) *out = c.release();
-  return r;
+  try {
+    rendezvous_point at;
+    if (auto r = decode_id(function, id, at); r != ncclSuccess) return r;
+    int device = 0;
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return cuda_failed(function, "cudaGetDevice", e);
+    auto c = std::make_unique<ncclComm>();
+    c->rank = rank;
+    c->size = nranks;
+    c->device = device;
+    c->blocking = blocking;
+    c->store_at = at;
+    // Keys of their own per unique id: the bind numbers its binds per prefix and
+    // process, which agree across ranks only within one communicator's history.
+    c->prefix = "mdring/nccl/" + at.secret;
+    const ncclResult_t r = start_init(function, *c);
+    if (r == ncclSuccess || r == ncclInProgress) *out = c.release();
+    return r;
+  } catch (...) {
+    return from_exception(function);
+  }
 }
 
 // Checks shared by the reducing collectives; fills the call's type and op.
@@ -185,11 +196,15 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, con
     return unsupported(fn,
                        "several GPUs in one process: mdring's ipc transport runs one rank per process; start "
                        "a process per GPU and use ncclCommInitRank");
-  if (devlist)
-    if (cudaError_t e = cudaSetDevice(devlist[0]); e != cudaSuccess) return cuda_failed(fn, "cudaSetDevice", e);
+  int prev = 0;
+  if (cudaError_t e = cudaGetDevice(&prev); e != cudaSuccess) return cuda_failed(fn, "cudaGetDevice", e);
+  if (cudaError_t e = cudaSetDevice(devlist ? devlist[0] : 0); e != cudaSuccess)  // NULL: device 0
+    return cuda_failed(fn, "cudaSetDevice", e);
   ncclUniqueId id{};
-  if (auto r = ncclGetUniqueId(&id); r != ncclSuccess) return r;
-  return init_rank(fn, comms, 1, id, 0, nullptr);
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r == ncclSuccess) r = init_rank(fn, comms, 1, id, 0, nullptr);
+  (void)cudaSetDevice(prev);
+  return r;
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommInitAll, ncclComm_t*, int, const int*)
 
@@ -200,7 +215,7 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int ke
   *newcomm = nullptr;
   if (auto r = usable(fn, comm); r != ncclSuccess) return r;
   if (auto r = check_color(fn, color); r != ncclSuccess) return r;
-  bool blocking = true;
+  bool blocking = comm->blocking;  // without a config, as its parent
   if (auto r = check_config(fn, config, blocking); r != ncclSuccess) return r;
   std::lock_guard l(comm->calls);
   try {
@@ -270,9 +285,19 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
           "rank " + std::to_string(comm->rank) + " aborted the communicator (ncclCommAbort)");
   } catch (...) {  // (only the text's allocation can throw)
   }
+  if (comm->state.load() == ncclInProgress) return ncclSuccess;  // its init thread still uses it: left
   std::unique_lock l(comm->calls, std::try_to_lock);
   if (!l.owns_lock()) return ncclSuccess;
-  if (comm->comm) mark_broken(*comm->comm, "aborted (ncclCommAbort)");
+  // Its device state is left, not freed: freeing synchronizes the device, which
+  // waits for ever on a stream stopped at a dead peer's flag.
+  if (comm->comm) {
+    mark_broken(*comm->comm, "aborted (ncclCommAbort)");
+    try {
+      (void)new device_comm(std::move(*comm->comm));
+    } catch (...) {}
+    comm->comm.reset();
+  }
+  comm->scratch = nullptr;
   l.unlock();
   delete comm;
   return ncclSuccess;
@@ -284,7 +309,7 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResul
   if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL");
   if (!asyncError) return fail(ncclInvalidArgument, fn, "asyncError is NULL");
   *asyncError = ncclResult_t(comm->state.load());
-  if (*asyncError != ncclSuccess && *asyncError != ncclInProgress) last_error_slot() = comm->state_text;
+  if (*asyncError != ncclSuccess && *asyncError != ncclInProgress) last_error_slot() = comm->state_message();
   return ncclSuccess;
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommGetAsyncError, ncclComm_t, ncclResult_t*)
@@ -354,7 +379,11 @@ MDRING_NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* 
   constexpr const char* fn = "ncclRedOpCreatePreMulSum";
   if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL");
   std::lock_guard l(comm->calls);
-  return comm->premul.create(fn, op, scalar, datatype, residence);
+  try {
+    return comm->premul.create(fn, op, scalar, datatype, residence);
+  } catch (...) {
+    return from_exception(fn);
+  }
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
                  ncclComm_t)
@@ -466,27 +495,40 @@ MDRING_NCCL_TWIN(ncclResult_t, ncclGroupStart)
 // thread; several communicators' each on a thread of its own (a call may wait on
 // the host for its peers, which are other communicators' ranks in this process).
 MDRING_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
-  std::vector<comm_batch<nccl_call>> batches;
-  if (auto r = group().end(batches); r != ncclSuccess) return r;
-  auto run = [](const comm_batch<nccl_call>& b) {
-    for (const auto& c : b.collectives)
-      if (auto r = issue_checked(c); r != ncclSuccess) return std::pair{r, std::string(last_error())};
-    return std::pair{ncclSuccess, std::string()};
-  };
-  std::vector<std::pair<ncclResult_t, std::string>> results(batches.size());
-  if (batches.size() == 1) {
-    results[0] = run(batches[0]);
-  } else {
+  try {
+    std::vector<comm_batch<nccl_call>> batches;
+    if (auto r = group().end(batches); r != ncclSuccess) return r;
+    std::vector<std::pair<ncclResult_t, std::string>> results(batches.size(), {ncclSuccess, std::string()});
+    auto run = [&](std::size_t i) noexcept {
+      for (const auto& c : batches[i].collectives)
+        if (auto r = issue_checked(c); r != ncclSuccess) {
+          try {
+            results[i] = {r, last_error()};
+          } catch (...) {
+            results[i].first = r;
+          }
+          return;
+        }
+    };
     std::vector<std::thread> threads;
-    for (std::size_t i = 0; i < batches.size(); ++i) threads.emplace_back([&, i] { results[i] = run(batches[i]); });
-    for (auto& t : threads) t.join();
-  }
-  for (const auto& [r, text] : results)
-    if (r != ncclSuccess) {
-      last_error_slot() = text;
-      return r;
+    std::size_t next = 0;
+    if (batches.size() > 1) {
+      try {
+        for (; next < batches.size(); ++next) threads.emplace_back(run, next);
+      } catch (...) {  // no thread for the rest: they run here, after those started
+      }
     }
-  return ncclSuccess;
+    for (auto& t : threads) t.join();
+    for (; next < batches.size(); ++next) run(next);
+    for (const auto& [r, text] : results)
+      if (r != ncclSuccess) {
+        last_error_slot() = text;
+        return r;
+      }
+    return ncclSuccess;
+  } catch (...) {
+    return from_exception("ncclGroupEnd");
+  }
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclGroupEnd)
 

@@ -69,11 +69,11 @@ TEST_CASE("ops: the built-in five; PreMulSum ops numbered from ncclNumOps, check
   CHECK(describe_op("ncclAllReduce", a, ncclFloat, table, o) == ncclSuccess);
   REQUIRE(o.kind == op_kind::premul_sum);
   float got = 0;
-  std::memcpy(&got, o.premul->value, sizeof got);
+  std::memcpy(&got, o.premul.value, sizeof got);
   CHECK(got == 0.5f);  // copied when created: a later change of half_ does not count
-  CHECK(o.premul->residence == ncclScalarHostImmediate);
+  CHECK(o.premul.residence == ncclScalarHostImmediate);
   CHECK(describe_op("ncclAllReduce", b, ncclDouble, table, o) == ncclSuccess);
-  CHECK(o.premul->device == device_scalar);
+  CHECK(o.premul.device == device_scalar);
 
   CHECK(describe_op("ncclAllReduce", a, ncclDouble, table, o) == ncclInvalidArgument);
   CHECK(std::string(last_error()) ==
@@ -83,6 +83,11 @@ TEST_CASE("ops: the built-in five; PreMulSum ops numbered from ncclNumOps, check
   CHECK(std::string(last_error()) ==
         "ncclReduce: op 9 is not a live PreMulSum op of this communicator (never "
         "created here, or destroyed)");
+
+  // A call keeps its op: destroyed (and its number given to another op) before the
+  // call is issued, as a group allows, the call still multiplies by 0.5.
+  op_info kept{};
+  REQUIRE(describe_op("ncclReduceScatter", a, ncclFloat, table, kept) == ncclSuccess);
 
   // Destroyed: refused, and its number given to the next op.
   CHECK(table.destroy("ncclRedOpDestroy", a) == ncclSuccess);
@@ -94,6 +99,15 @@ TEST_CASE("ops: the built-in five; PreMulSum ops numbered from ncclNumOps, check
   CHECK(table.create("ncclRedOpCreatePreMulSum", &c, &three, ncclInt32, ncclScalarHostImmediate) == ncclSuccess);
   CHECK(int(c) == int(ncclNumOps));
   CHECK(table.alive() == 2);
+  for (int i = 0; i < 64; ++i) {  // more ops: the table grows (moves); the kept copy does not care
+    ncclRedOp_t extra{};
+    REQUIRE(table.create("ncclRedOpCreatePreMulSum", &extra, &three, ncclInt32, ncclScalarHostImmediate) ==
+            ncclSuccess);
+  }
+  float kept_scalar = 0;
+  std::memcpy(&kept_scalar, kept.premul.value, sizeof kept_scalar);
+  CHECK(kept_scalar == 0.5f);
+  CHECK(kept.premul.type == ncclFloat);
 
   CHECK(table.create("ncclRedOpCreatePreMulSum", &c, nullptr, ncclInt32, ncclScalarHostImmediate) ==
         ncclInvalidArgument);
