@@ -58,6 +58,23 @@ static void without_a_communicator(void) {
   EXPECT_FAIL(ncclCommInitRankConfig(&comm, 1, id, 0, &bad), ncclInvalidArgument,
               "ncclCommInitRankConfig: config was not set up with NCCL_CONFIG_INITIALIZER");
 
+  ncclConfig_t two = NCCL_CONFIG_INITIALIZER;
+  two.blocking = 2;
+  EXPECT_FAIL(ncclCommInitRankConfig(&comm, 1, id, 0, &two), ncclInvalidArgument,
+              "ncclCommInitRankConfig: config->blocking is 2 (expected 0 or 1)");
+  ncclComm_t child = (ncclComm_t)1;
+  EXPECT_FAIL(ncclCommSplit(NULL, 0, 0, &child, NULL), ncclInvalidArgument, "ncclCommSplit: comm is NULL");
+  EXPECT(child == NULL);
+  ncclResult_t async = ncclSuccess;
+  EXPECT_FAIL(ncclCommGetAsyncError(NULL, &async), ncclInvalidArgument, "ncclCommGetAsyncError: comm is NULL");
+  int count = 0;
+  EXPECT_FAIL(ncclCommCount(NULL, &count), ncclInvalidArgument, "ncclCommCount: comm is NULL");
+  ncclRedOp_t op;
+  float scalar = 2;
+  EXPECT_FAIL(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, NULL), ncclInvalidArgument,
+              "ncclRedOpCreatePreMulSum: comm is NULL");
+  EXPECT_FAIL(ncclGetUniqueId(NULL), ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+
   float x = 1;
   EXPECT_FAIL(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, NULL, 0), ncclInvalidArgument,
               "ncclAllReduce: comm is NULL");
