@@ -26,12 +26,8 @@ template <bool Async, transport Tr, class T>
 auto all_gather_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount,
                    std::optional<arg_error> pre) {
   constexpr const char* name = "all_gather";
-  const std::size_t total = sendcount * comm.size();
-  const bool in_place = addr(sendbuf) == addr(recvbuf) + comm.rank() * sendcount * sizeof(T);
-  auto err = detail::first_error(std::move(pre), detail::check_null(name, "sendbuf", sendbuf, sendcount, "sendcount"),
-                                 detail::check_null(name, "recvbuf", recvbuf, total, "size() * sendcount"),
-                                 detail::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T),
-                                                       in_place, "sendbuf must be recvbuf + rank() * sendcount"));
+  auto err = detail::first_error(
+      std::move(pre), all_gather_buffers(name, comm.rank(), comm.size(), sendbuf, recvbuf, sendcount, sizeof(T)));
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), sendcount, 0,
                                   [=](auto& e) { e.start_all_gather(sendbuf, recvbuf, sendcount); });
 }

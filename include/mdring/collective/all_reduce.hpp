@@ -28,11 +28,7 @@ template <bool Async, transport Tr, class T, class Op>
 auto all_reduce_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op,
                    std::optional<arg_error> pre) {
   constexpr const char* name = "all_reduce";
-  const std::size_t bytes = count * sizeof(T);
-  auto err = detail::first_error(
-      std::move(pre), detail::check_null(name, "sendbuf", sendbuf, count),
-      detail::check_null(name, "recvbuf", recvbuf, count),
-      detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice"));
+  auto err = detail::first_error(std::move(pre), all_reduce_buffers(name, sendbuf, recvbuf, count, sizeof(T)));
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // in place on the float32 copy
       return detail::launch_widened<Async>(comm, name, op, std::move(err), count, 0, count, sendbuf, count, recvbuf, 0,

@@ -19,8 +19,7 @@ namespace detail {
 template <bool Async, transport Tr, class T>
 auto broadcast_on(communicator_core<Tr>& comm, T* buf, std::size_t count, std::size_t root) {
   constexpr const char* name = "broadcast";
-  auto err =
-      detail::first_error(detail::check_root(name, root, comm.size()), detail::check_null(name, "buf", buf, count));
+  auto err = broadcast_buffers(name, root, comm.size(), buf, count);
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), count, root,
                                   [=](auto& e) { e.start_broadcast(buf, count, root); });
 }

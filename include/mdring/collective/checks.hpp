@@ -148,6 +148,51 @@ std::optional<arg_error> first_error(E&&... e) {
   return out;
 }
 
+// Each collective's buffer checks (null buffers, partial overlap, in-place rules),
+// the host path's and the GPU path's alike (the GPU path adds alignment); `bytes`
+// is the element's size. The first failure, or none.
+inline std::optional<arg_error> all_reduce_buffers(const char* name, const void* send, const void* recv,
+                                                   std::size_t count, std::size_t bytes) {
+  const std::size_t n = count * bytes;
+  return first_error(check_null(name, "sendbuf", send, count), check_null(name, "recvbuf", recv, count),
+                     check_overlap(name, send, n, recv, n, send == recv, "pass the same pointer twice"));
+}
+inline std::optional<arg_error> reduce_scatter_buffers(const char* name, std::size_t rank, std::size_t size,
+                                                       const void* send, const void* recv, std::size_t recvcount,
+                                                       std::size_t bytes) {
+  const std::size_t total = recvcount * size;
+  const bool in_place = addr(recv) == addr(send) + rank * recvcount * bytes;
+  return first_error(check_null(name, "sendbuf", send, total, "size() * recvcount"),
+                     check_null(name, "recvbuf", recv, recvcount, "recvcount"),
+                     check_overlap(name, send, total * bytes, recv, recvcount * bytes, in_place,
+                                   "recvbuf must be sendbuf + rank() * recvcount"));
+}
+inline std::optional<arg_error> all_gather_buffers(const char* name, std::size_t rank, std::size_t size,
+                                                   const void* send, const void* recv, std::size_t sendcount,
+                                                   std::size_t bytes) {
+  const std::size_t total = sendcount * size;
+  const bool in_place = addr(send) == addr(recv) + rank * sendcount * bytes;
+  return first_error(check_null(name, "sendbuf", send, sendcount, "sendcount"),
+                     check_null(name, "recvbuf", recv, total, "size() * sendcount"),
+                     check_overlap(name, send, sendcount * bytes, recv, total * bytes, in_place,
+                                   "sendbuf must be recvbuf + rank() * sendcount"));
+}
+inline std::optional<arg_error> broadcast_buffers(const char* name, std::size_t root, std::size_t size, const void* buf,
+                                                  std::size_t count) {
+  return first_error(check_root(name, root, size), check_null(name, "buf", buf, count));
+}
+// recvbuf counts at the root only.
+inline std::optional<arg_error> reduce_buffers(const char* name, std::size_t root, std::size_t rank, std::size_t size,
+                                               const void* send, const void* recv, std::size_t count,
+                                               std::size_t bytes) {
+  const bool is_root = rank == root;
+  const std::size_t n = count * bytes;
+  return first_error(
+      check_root(name, root, size), check_null(name, "sendbuf", send, count),
+      is_root ? check_null(name, "recvbuf", recv, count) : std::nullopt,
+      is_root ? check_overlap(name, send, n, recv, n, send == recv, "pass the same pointer twice") : std::nullopt);
+}
+
 }  // namespace detail
 
 MDRING_NAMESPACE_END

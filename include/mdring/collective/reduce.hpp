@@ -27,13 +27,8 @@ auto reduce_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::s
                std::optional<arg_error> pre) {
   constexpr const char* name = "reduce";
   const bool is_root = comm.rank() == root;
-  const std::size_t bytes = count * sizeof(T);
-  auto err = detail::first_error(std::move(pre), detail::check_root(name, root, comm.size()),
-                                 detail::check_null(name, "sendbuf", sendbuf, count),
-                                 is_root ? detail::check_null(name, "recvbuf", recvbuf, count) : std::nullopt,
-                                 is_root ? detail::check_overlap(name, sendbuf, bytes, recvbuf, bytes,
-                                                                 sendbuf == recvbuf, "pass the same pointer twice")
-                                         : std::nullopt);
+  auto err = detail::first_error(
+      std::move(pre), reduce_buffers(name, root, comm.rank(), comm.size(), sendbuf, recvbuf, count, sizeof(T)));
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // in place on the float32 copy
       return detail::launch_widened<Async>(comm, name, op, std::move(err), count, root, count, sendbuf, count, recvbuf,

@@ -30,12 +30,8 @@ auto reduce_scatter_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf
                        std::optional<arg_error> pre) {
   constexpr const char* name = "reduce_scatter";
   const std::size_t total = recvcount * comm.size();
-  const bool in_place = addr(recvbuf) == addr(sendbuf) + comm.rank() * recvcount * sizeof(T);
-  auto err =
-      detail::first_error(std::move(pre), detail::check_null(name, "sendbuf", sendbuf, total, "size() * recvcount"),
-                          detail::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
-                          detail::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T),
-                                                in_place, "recvbuf must be sendbuf + rank() * recvcount"));
+  auto err = detail::first_error(
+      std::move(pre), reduce_scatter_buffers(name, comm.rank(), comm.size(), sendbuf, recvbuf, recvcount, sizeof(T)));
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // float32 copy, then its block
       return detail::launch_widened<Async>(comm, name, op, std::move(err), recvcount, 0, total + recvcount, sendbuf,

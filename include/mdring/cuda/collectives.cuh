@@ -93,12 +93,9 @@ template <class C, class T, class Op>
 std::optional<mdring::detail::arg_error> check_all_reduce(C& comm, const T* send, T* recv, std::size_t count,
                                                           const char* name) {
   namespace md = mdring::detail;
-  const std::size_t bytes = count * sizeof(T);
-  auto err =
-      md::first_error(md::check_null(name, "sendbuf", send, count), md::check_null(name, "recvbuf", recv, count),
-                      md::check_overlap(name, send, bytes, recv, bytes, send == recv, "pass the same pointer twice"),
-                      check_alignment(name, "sendbuf", send, alignof(T), count),
-                      check_alignment(name, "recvbuf", recv, alignof(T), count));
+  auto err = md::first_error(md::all_reduce_buffers(name, send, recv, count, sizeof(T)),
+                             check_alignment(name, "sendbuf", send, alignof(T), count),
+                             check_alignment(name, "recvbuf", recv, alignof(T), count));
   if (!err) err = check_device_op<C, Op>(comm, name);
   return err;
 }
@@ -326,13 +323,10 @@ void reduce_scatter(communicator<Topology, Links...>& comm, const T* sendbuf, T*
   namespace md = mdring::detail;
   constexpr const char* name = "reduce_scatter";
   const std::size_t total = recvcount * comm.size();
-  const bool in_place = md::addr(recvbuf) == md::addr(sendbuf) + comm.rank() * recvcount * sizeof(T);
-  auto err = md::first_error(md::check_null(name, "sendbuf", sendbuf, total, "size() * recvcount"),
-                             md::check_null(name, "recvbuf", recvbuf, recvcount, "recvcount"),
-                             md::check_overlap(name, sendbuf, total * sizeof(T), recvbuf, recvcount * sizeof(T),
-                                               in_place, "recvbuf must be sendbuf + rank() * recvcount"),
-                             detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), total),
-                             detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), recvcount));
+  auto err = md::first_error(
+      md::reduce_scatter_buffers(name, comm.rank(), comm.size(), sendbuf, recvbuf, recvcount, sizeof(T)),
+      detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), total),
+      detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), recvcount));
   detail::run_collective<T>(comm, collective::reduce_scatter, name, std::move(err), sendbuf, recvbuf, recvcount, 0, op,
                             stream);
 }
@@ -345,13 +339,10 @@ void all_gather(communicator<Topology, Links...>& comm, const T* sendbuf, T* rec
   namespace md = mdring::detail;
   constexpr const char* name = "all_gather";
   const std::size_t total = sendcount * comm.size();
-  const bool in_place = md::addr(sendbuf) == md::addr(recvbuf) + comm.rank() * sendcount * sizeof(T);
-  auto err = md::first_error(md::check_null(name, "sendbuf", sendbuf, sendcount, "sendcount"),
-                             md::check_null(name, "recvbuf", recvbuf, total, "size() * sendcount"),
-                             md::check_overlap(name, sendbuf, sendcount * sizeof(T), recvbuf, total * sizeof(T),
-                                               in_place, "sendbuf must be recvbuf + rank() * sendcount"),
-                             detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), sendcount),
-                             detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), total));
+  auto err =
+      md::first_error(md::all_gather_buffers(name, comm.rank(), comm.size(), sendbuf, recvbuf, sendcount, sizeof(T)),
+                      detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), sendcount),
+                      detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), total));
   detail::run_collective<T>(comm, collective::all_gather, name, std::move(err), sendbuf, recvbuf, sendcount, 0, sum_t{},
                             stream);
 }
@@ -362,7 +353,7 @@ void broadcast(communicator<Topology, Links...>& comm, T* buf, std::size_t count
                cudaStream_t stream = nullptr) {
   namespace md = mdring::detail;
   constexpr const char* name = "broadcast";
-  auto err = md::first_error(md::check_root(name, root, comm.size()), md::check_null(name, "buf", buf, count),
+  auto err = md::first_error(md::broadcast_buffers(name, root, comm.size(), buf, count),
                              detail::check_alignment(name, "buf", buf, alignof(T), count));
   detail::run_collective<T>(comm, collective::broadcast, name, std::move(err), buf, buf, count, root, sum_t{}, stream);
 }
@@ -375,15 +366,10 @@ void reduce(communicator<Topology, Links...>& comm, const T* sendbuf, T* recvbuf
   namespace md = mdring::detail;
   constexpr const char* name = "reduce";
   const bool is_root = comm.rank() == root;
-  const std::size_t bytes = count * sizeof(T);
-  auto err = md::first_error(
-      md::check_root(name, root, comm.size()), md::check_null(name, "sendbuf", sendbuf, count),
-      is_root ? md::check_null(name, "recvbuf", recvbuf, count) : std::nullopt,
-      is_root
-          ? md::check_overlap(name, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, "pass the same pointer twice")
-          : std::nullopt,
-      detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), count),
-      is_root ? detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), count) : std::nullopt);
+  auto err =
+      md::first_error(md::reduce_buffers(name, root, comm.rank(), comm.size(), sendbuf, recvbuf, count, sizeof(T)),
+                      detail::check_alignment(name, "sendbuf", sendbuf, alignof(T), count),
+                      is_root ? detail::check_alignment(name, "recvbuf", recvbuf, alignof(T), count) : std::nullopt);
   detail::run_collective<T>(comm, collective::reduce, name, std::move(err), sendbuf, recvbuf, count, root, op, stream);
 }
 
