@@ -1,6 +1,7 @@
 // benchmarks/latency_floor.cpp: mdring-latency, the small-call floor (docs/perf/latency.md).
 //
 //   mpirun -n 2 mdring-latency [--rounds 5] [--iters 2000] [--max-bytes 65536] [--json FILE]
+//                              [--calls all_reduce,broadcast,reduce,all_gather,reduce_scatter]
 //
 // 1. The floor: a cache-line ping-pong between ranks 0 and 1 through node memory
 //    (MPI_Win_allocate_shared; each rank writes a sequence number into its own
@@ -34,6 +35,7 @@ struct settings {
   int iters = 2000;
   std::size_t max_bytes = 65536;
   std::string json;
+  std::string calls = "all_reduce,broadcast,reduce,all_gather,reduce_scatter";
 };
 
 settings parse(int argc, char** argv) {
@@ -51,8 +53,11 @@ settings parse(int argc, char** argv) {
     else if (a == "--iters") s.iters = std::atoi(value("--iters"));
     else if (a == "--max-bytes") s.max_bytes = std::strtoull(value("--max-bytes"), nullptr, 10);
     else if (a == "--json") s.json = value("--json");
+    else if (a == "--calls") s.calls = std::string(",") + value("--calls") + ",";
     else {
-      std::fprintf(stderr, "mdring-latency: unknown argument '%s' (--rounds N --iters N --max-bytes N --json FILE)\n",
+      std::fprintf(stderr,
+                   "mdring-latency: unknown argument '%s' (--rounds N --iters N --max-bytes N --json FILE "
+                   "--calls LIST)\n",
                    a.c_str());
       std::exit(2);
     }
@@ -225,6 +230,7 @@ int main(int argc, char** argv) {
                   "md/floor", "nat/floor", "spread (native, mdring)");
     }
     for (op o : {op::all_reduce, op::broadcast, op::reduce, op::all_gather, op::reduce_scatter}) {
+      if (s.calls.find(name_of(o)) == std::string::npos) continue;
       for (std::size_t bytes : sizes) {
         const std::size_t n = std::max<std::size_t>(bytes / sizeof(float), 1);
         std::vector<float> send(n * std::size_t(P)), recv(n * std::size_t(P));

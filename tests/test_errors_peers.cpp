@@ -331,6 +331,7 @@ std::vector<rank_record> absent_peer(const Topo& topo, md::options o, std::size_
 
 TEST_CASE("a peer that never arrives: timeout_error names collective, dimension, step and peer") {
   md::options o = local_opts(300ms);
+  o.tune.one_shot_max_bytes = 0;  // the programs' stages (the one-shot path: test_one_shot.cpp)
   SUBCASE("2 x 2, rank 3 absent") {
     auto rec = absent_peer(t22, o, 3, false);
     check_timeouts(rec, 3, "all_reduce");

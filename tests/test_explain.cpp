@@ -148,18 +148,33 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
     std::vector<std::string> errors;
     std::mutex m;
     std::set<std::string> seen;  // the algorithms the calls ran, over every size
+    md::options o;
+    o.tune.one_shot_max_bytes = 256;  // 1 and 64 floats one-shot, the larger calls their programs
     md::threads::run(topo.size(), [&](md::threads::endpoint ep) {
-      auto comm = md::bind(topo, ep);
-      for (std::size_t n : {std::size_t(1), std::size_t(64), std::size_t(3000), std::size_t(1) << 20}) {
+      auto comm = md::bind(topo, ep, o);
+      for (std::size_t n : {std::size_t(1), std::size_t(64), std::size_t(100), std::size_t(3000), std::size_t(1) << 20}) {
         std::vector<float> v(n, 1.0f);
         for (md::collective kind : {md::collective::all_reduce, md::collective::broadcast}) {
           if (kind == md::collective::all_reduce) md::all_reduce(comm, v.data(), n, md::sum);
           else md::broadcast(comm, v.data(), n, 0);
           const md::call_decision d =
               md::detail::workspace_of(md::detail::core_of(comm)).decision();  // what this call ran
-          const md::plan pl = comm.make_plan<float>(n, kind);
+          md::plan pl = comm.make_plan<float>(n, kind);
           const std::string free = md::explain<float>(topo, n, kind, comm.rank());
           std::lock_guard l(m);
+          // A call that ran one-shot (every rank of a node, small: plan/one_shot.hpp) ran no
+          // program: the plan says so, above the stages a program would run.
+          const bool one_shot = md::detail::workspace_of(md::detail::core_of(comm)).last_one_shot();
+          if (one_shot != !pl.one_shot.empty())
+            errors.push_back(std::string(text) + " n=" + std::to_string(n) + ": the call ran " +
+                             (one_shot ? "one-shot" : "its program") + ", the plan " +
+                             (pl.one_shot.empty() ? "does not say one-shot" : "says one-shot"));
+          if (one_shot) {
+            seen.insert("one-shot");
+            if (pl.to_string().find("one-shot: this call runs in one step over node memory") == std::string::npos)
+              errors.push_back(std::string(text) + " n=" + std::to_string(n) + ": explain() does not print one-shot");
+            continue;
+          }
           for (const auto& st : pl.stages) {
             seen.insert(std::string(md::to_string(st.algo)));
             if (st.shared_access) seen.insert("(shared access)");
@@ -206,6 +221,7 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
     for (const auto& a : seen) all += a + " ";
     const std::string shown = std::string(text) + ": the plans showed " + all;
     INFO(shown);
+    CHECK(seen.count("one-shot"));
     if (std::string(text) == "ethernet:6") {  // the sizes reach three algorithms
       CHECK(seen.count("recursive_doubling"));
       CHECK(seen.count("halving_doubling"));

@@ -33,6 +33,13 @@ struct tuning {
   /// rank's staging buffers (copy in, one synchronization, read the peers') rather
   /// than reading the peers' buffers in place or by cross-memory attach.
   std::size_t shared_staging_bytes = std::size_t(16) << 10;
+  /// The one-shot path (executor/host/one_shot.hpp) for calls whose ranks all share
+  /// a node, every dimension's algorithm automatic: a call that publishes at most
+  /// this many bytes per rank (all_reduce, reduce, broadcast, all_gather: the count;
+  /// reduce_scatter: the whole sendbuf) copies them into its staging buffer in node
+  /// memory and every rank that needs them reads them there: one synchronization, no
+  /// program, no message. Capped by shared_staging_bytes. 0: never.
+  std::size_t one_shot_max_bytes = std::size_t(16) << 10;
   ///@{
   /// Shared access between processes, buffers the peers cannot map (not from
   /// node_alloc: the heap, a PyTorch tensor, an MPI program's malloc): seconds per

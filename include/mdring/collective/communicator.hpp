@@ -106,6 +106,16 @@ public:
       channels_.emplace_back();
       if (L.extents[d] > 1) channels_.back() = tr_->make_channel(d, L.dims[d].members, L.coords[d]);
     }
+    // The flat channel of the one-shot path (executor/host/one_shot.hpp): every rank
+    // opens it where the options let small calls take it (each rank decides the
+    // same), and it is used where the transport gave it shared access.
+    if constexpr (shared_access_transport<Transport>)
+      if (o.shared_memory && o.tune.one_shot_max_bytes > 0 && L.size > 1 && L.size <= access_group::max_ranks) {
+        std::vector<std::size_t> all(L.size);
+        for (std::size_t r = 0; r < L.size; ++r) all[r] = r;
+        flat_ = std::make_unique<typename Transport::channel>(tr_->make_channel(L.ndims(), all, L.rank));
+        if (!tr_->shared(*flat_)) flat_.reset();
+      }
     ws_ = std::make_unique<call_workspace<Transport>>(L, o, std::move(w),
                                                       !Transport::same_address_space && o.shared_memory);
     progress_mode mode = o.progress;
@@ -144,8 +154,11 @@ public:
     if constexpr (shared_access_transport<Transport>)
       for (std::size_t d = 0; d < L.ndims(); ++d)
         if (L.extents[d] > 1 && tr_->shared(channels_[d])) access[d] = dim_access{true, staging, false};
+    std::size_t flat_staging = 0;
+    if constexpr (shared_access_transport<Transport>)
+      if (flat_) flat_staging = tr_->group(*flat_).staging_bytes();
     return plan_of_call<T, Op>(L, get_options(), kind, count, root, access, !Transport::same_address_space,
-                               &ws_->measured_plans());
+                               &ws_->measured_plans(), flat_staging);
   }
   template <class T = float, class Op = sum_t>
   std::string explain(std::size_t count, collective kind = collective::all_reduce, Op op = {},
@@ -179,12 +192,13 @@ private:
 
   std::unique_ptr<Transport> tr_;
   std::vector<typename Transport::channel> channels_;  // per executed dimension (none where the extent is 1)
+  std::unique_ptr<typename Transport::channel> flat_;  // over every rank, where they share a node (one-shot path)
   std::unique_ptr<call_workspace<Transport>> ws_;
 };
 
 template <transport Transport>
 host_binding<Transport> binding_of(communicator_core<Transport>& c) noexcept {
-  return {c.layout(), c.get_options(), *c.tr_, c.channels_, *c.ws_, board_of(c)};
+  return {c.layout(), c.get_options(), *c.tr_, c.channels_, *c.ws_, board_of(c), c.flat_.get()};
 }
 template <transport Transport>
 const std::shared_ptr<host_executor>& executor_of(const communicator_core<Transport>& c) noexcept {

@@ -18,6 +18,7 @@
 #include "../options.hpp"
 #include "../plan/bound_layout.hpp"
 #include "../plan/call.hpp"
+#include "../plan/one_shot.hpp"
 #include "../plan/plan.hpp"
 #include "../plan/wisdom.hpp"
 #include "communicator_base.hpp"
@@ -70,10 +71,12 @@ accumulated_type accumulated(collective kind, const runtime_topology& written, c
 // The plan of a call of `count` T with Op on layout L bound with options o
 // (normalized by bind_layout), where `access` says what the transport can do in each
 // executed dimension (empty: nothing shared) and `measured` holds the measured plans
-// (null: none).
+// (null: none); one_shot_staging: the staging bytes of the communicator's flat
+// channel (0: it has none, plan/one_shot.hpp).
 template <class T, class Op>
 plan plan_of_call(const bound_layout& L, const options& o, collective kind, std::size_t count, std::size_t root,
-                  std::span<const dim_access> access, bool between_processes, const wisdom* measured) {
+                  std::span<const dim_access> access, bool between_processes, const wisdom* measured,
+                  std::size_t one_shot_staging = 0) {
   constexpr bool commutative = op_traits<Op>::commutative;
   const accumulated_type at = accumulated<T, Op>(kind, L.written, o);
   // A measured plan, when this size class has one (options.planning = measure).
@@ -100,6 +103,8 @@ plan plan_of_call(const bound_layout& L, const options& o, collective kind, std:
       mdring::make_plan(kind, L.executed(), L.rank, count, at.size, d.algos, tune, root, at.name, op_traits<Op>::name(),
                         m ? m->segments : 0, d.trees, last < L.ndims() && cp.dims[last].shared);
   pl.accumulation = at.note;
+  if (one_shot_applies({kind, count, at.size, L.size, root}, o, one_shot_staging))
+    pl.one_shot = one_shot_text({kind, count, at.size, L.size, root}, o.tune.one_shot_max_bytes);
   for (auto& st : pl.stages)
     st.shared_access = (st.ph == phase::reduce_scatter || st.ph == phase::all_gather ||
                         ((st.ph == phase::broadcast || st.ph == phase::reduce) && !d.trees)) &&

@@ -23,6 +23,7 @@
 #include "../error.hpp"
 #include "../executor/host/engine.hpp"
 #include "../executor/host/local_ops.hpp"
+#include "../executor/host/one_shot.hpp"
 #include "../executor/progress.hpp"
 #include "../reduce/ops.hpp"
 #include "../reduce/types.hpp"
@@ -54,6 +55,7 @@ std::optional<arg_error> issue_checks(communicator_core<Transport>& comm, const 
   if (err && comm.get_options().checks != check_level::collective) {
     executor_of(comm)->drain();
     mark_broken(comm, err->what);
+    one_shot<Transport>::mark_failed(binding_of(comm));
     comm.get_transport().abort(err->what);
     throw invalid_argument(err->argument, err->what);
   }
@@ -66,10 +68,16 @@ std::optional<arg_error> issue_checks(communicator_core<Transport>& comm, const 
 // stop too.
 template <transport Transport>
 struct host_peers {
-  Transport& tr;
+  const host_binding<Transport>& b;
+  Transport& tr = b.transport;
 
-  void failed_here(const std::string& why) { tr.abort(why); }
+  // Either way the communicator broke: its one-shot slot says so too.
+  void failed_here(const std::string& why) {
+    one_shot<Transport>::mark_failed(b);
+    tr.abort(why);
+  }
   void peer_failed(const remote_error& e) {
+    one_shot<Transport>::mark_failed(b);
     // The rank that failed first: a peer that left the call (its buffers gone
     // under cross-memory attach) left it because of an earlier failure, whose
     // notice may be on its way (20 ms at most); name that one.
@@ -114,6 +122,48 @@ call_types call_types_of() {
   return {type_name<T>(), op_traits<Op>::name(), &type_id<T>, &type_id<Op>, sizeof(T), op_traits<Op>::commutative};
 }
 
+// What runs one collective of a call (the agreement's, or the call's own): the
+// one-shot path where it takes the call (executor/host/one_shot.hpp), else an
+// engine running its program. begin(comm, name, ops, elem_size, commutative, start)
+// calls start(e) on whichever runs it (start may be called twice: it only passes
+// the call's arguments on).
+template <transport Transport>
+class call_runner {
+public:
+  template <class Start>
+  void begin(communicator_core<Transport>& comm, const char* name, step_ops<Transport>& ops, std::size_t elem_size,
+             bool commutative, Start&& start) {
+    const host_binding<Transport> b = binding_of(comm);
+    if (one_shot<Transport>::available(b)) {
+      fast_.emplace(b, name, ops, elem_size);
+      start(*fast_);
+      if (fast_->taken()) return;
+      fast_.reset();
+    } else {
+      one_shot<Transport>::not_taken(b);
+    }
+    eng_.emplace(b, name, ops, elem_size, commutative);
+    start(*eng_);
+  }
+  // Moves it on (see engine::run); `moved` is set when a step passed.
+  bool run(bool block, bool& moved) {
+    if (fast_) return advance(*fast_, block, moved);
+    return advance(*eng_, block, moved);
+  }
+  void reset() noexcept { fast_.reset(), eng_.reset(); }
+
+private:
+  template <class E>
+  static bool advance(E& e, bool block, bool& moved) {
+    const auto before = e.progress();
+    const bool finished = e.run(block);
+    moved |= e.progress() != before;
+    return finished;
+  }
+  std::optional<one_shot<Transport>> fast_;
+  std::optional<engine<Transport>> eng_;
+};
+
 // Steps 3 to 5 of a call, when its turn comes: at once for a blocking call with
 // nothing in flight, else when the calls before it have completed. A call is
 // moved on by advance() (executor/progress.hpp): the agreement's all-reduce
@@ -150,6 +200,7 @@ protected:
 
   virtual step_ops<Transport>& ops() = 0;               // the call's folds
   virtual void start(engine<Transport>& e) = 0;         // sets the collective going
+  virtual void start(one_shot<Transport>& e) = 0;       // the same, on the one-shot path
   virtual void finish() = 0;                            // after it has completed
   virtual bool valid() const noexcept { return true; }  // false: a failed static check
 
@@ -163,14 +214,14 @@ private:
         values_ = agreement_of(comm_.rank(), err_, std::int64_t(count_), types_.type_id(), types_.op_id(),
                                std::int64_t(root_));
         guard([&] {
-          agree_.emplace(binding_of(comm_), name_, agree_ops_, sizeof(std::int64_t), true);
-          agree_->start_all_reduce(values_.v, values_.v, 9);
+          agree_.begin(comm_, name_, agree_ops_, sizeof(std::int64_t), true,
+                       [&](auto& e) { e.start_all_reduce(values_.v, values_.v, 9); });
         });
         stage_ = 1;
       }
     }
     if (stage_ == 1) {
-      if (!guard([&] { return run(*agree_, block); })) return false;
+      if (!guard([&] { return agree_.run(block, moved); })) return false;
       agree_.reset();
       stage_ = 2;
       agreement(name_, err_, values_);  // throws when the ranks disagree (the communicator survives)
@@ -178,25 +229,19 @@ private:
     if (!valid()) return true;
     if (stage_ == 2) {
       guard([&] {
-        main_.emplace(binding_of(comm_), name_, ops(), types_.elem_size, types_.commutative);
-        start(*main_);
+        main_.begin(comm_, name_, ops(), types_.elem_size, types_.commutative, [&](auto& e) { start(e); });
       });
       stage_ = 3;
     }
-    if (!guard([&] { return run(*main_, block); })) return false;
+    if (!guard([&] { return main_.run(block, moved); })) return false;
     main_.reset();
     finish();
     return true;
   }
-  bool run(engine<Transport>& e, bool block) {
-    const auto before = e.progress();
-    const bool finished = e.run(block);
-    moved |= e.progress() != before;
-    return finished;
-  }
   template <class F>
   decltype(auto) guard(F&& f) {
-    return guarded(comm_, host_peers<Transport>{comm_.get_transport()}, std::forward<F>(f));
+    const host_binding<Transport> b = binding_of(comm_);
+    return guarded(comm_, host_peers<Transport>{b}, std::forward<F>(f));
   }
 
   communicator_core<Transport>& comm_;
@@ -207,7 +252,7 @@ private:
   int stage_ = 0;
   agreement_values values_;
   local_ops<std::int64_t, max_t, Transport> agree_ops_;
-  std::optional<engine<Transport>> agree_, main_;
+  call_runner<Transport> agree_, main_;
 };
 
 // A call of T with Op: its folds, how it starts (Start holds its arguments by value)
@@ -231,6 +276,9 @@ private:
 
   step_ops<Transport>& ops() override { return ops_; }
   void start(engine<Transport>& e) override {
+    if constexpr (valid_) start_(e);
+  }
+  void start(one_shot<Transport>& e) override {
     if constexpr (valid_) start_(e);
   }
   void finish() override { finish_(); }

@@ -6,7 +6,6 @@
 // stage's steps, peers and bytes are those of the program the executors run (plan/collective_programs.hpp; they share
 // blocks.hpp's arithmetic): tests/test_explain.cpp compares the two for every algorithm, collective, count, rank and
 // root. The plan object itself exists for explain() and for tests.
-//
 //   all_reduce      reduce-scatter in dims 0..k-1, then all-gather in dims k-1..0
 //   reduce_scatter  reduce-scatter in dims 0..k-1
 //   all_gather      all-gather in dims k-1..0
@@ -83,9 +82,10 @@ struct plan {
   /// half and bfloat16 reductions under a float32 accumulation (options.accumulation,
   /// options.dimension_accumulation): what it does, printed as it is.
   std::string accumulation;
-  /// A bound communicator's all_reduce that would stream heap buffers through node
-  /// memory (tuning::cma_gamma): what it does, printed as it is.
+  /// A bound communicator's all_reduce that would stream heap buffers through node memory (tuning::cma_gamma).
   std::string streaming;
+  /// A bound communicator's call that runs one-shot over node memory instead of the stages (plan/one_shot.hpp).
+  std::string one_shot;
   /// Predicted seconds of the call: the pipelined total, or the stages' sum.
   double seconds() const noexcept {
     if (segments > 1) return pipelined_seconds;
@@ -373,6 +373,7 @@ inline std::string plan::to_string() const {
                   topology.to_string().c_str(), why[shape]);
     s += line;
   }
+  if (!one_shot.empty()) s += "one-shot: " + one_shot + "\n";
   std::snprintf(line, sizeof line, "  %-2s %-15s %3s %-11s %5s %-16s %6s %-16s %-16s %11s %11s\n", "#", "phase", "dim",
                 "link", "ranks", "algo", "steps", "sends to", "receives from", "bytes out", "predicted");
   s += line;

@@ -164,6 +164,15 @@ public:
     s.arrive.store(seq_, std::memory_order_seq_cst);
     if (s.sleepers.load(std::memory_order_seq_cst)) futex_wake(s.arrive);
   }
+  // arrive() with nothing published but the signature (the one-shot path's calls:
+  // executor/host/one_shot.hpp, whose data is in the staging buffers).
+  void arrive_signed(std::uint64_t signature) noexcept {
+    auto& s = slot(me_);
+    s.signature[(seq_ + 1) % 2] = signature;
+    ++seq_;
+    s.arrive.store(seq_, std::memory_order_seq_cst);
+    if (s.sleepers.load(std::memory_order_seq_cst)) futex_wake(s.arrive);
+  }
   void leave() noexcept {
     auto& s = slot(me_);
     s.leave.store(seq_, std::memory_order_seq_cst);
@@ -194,6 +203,28 @@ public:
     return test_all(&access_slot::leave, failed);
   }
 
+  // This rank's communicator broke (a failure in any call): a flag in its slot that
+  // peers reading it see (the one-shot path, whose rooted calls do not wait for every
+  // rank: executor/host/one_shot.hpp), and whether peer j has set it.
+  static constexpr std::uint32_t failed_flag = 4;
+  void mark_failed() noexcept { slot(me_).flags.fetch_or(failed_flag, std::memory_order_seq_cst); }
+  bool failed(std::size_t j) const noexcept {
+    return (slot(j).flags.load(std::memory_order_acquire) & failed_flag) != 0;
+  }
+  // Peer j's `arrive` has reached seq, without waiting.
+  bool arrived(std::size_t j, std::uint32_t seq) const noexcept {
+    return reached(slot(j).arrive.load(std::memory_order_acquire), seq);
+  }
+  // Waits until peer j's `arrive` has reached seq, as wait_arrived waits for each
+  // peer; the deadline is taken from deadline_of() only once spinning has not
+  // sufficed (a wait that spins through reads no clock), and on_yield(deadline) is
+  // called then (the hang report's waiting line).
+  template <class Deadline, class Failed, class OnYield>
+  wait_status wait_arrive_of(std::size_t j, std::uint32_t seq, Deadline&& deadline_of, Failed&& failed,
+                             OnYield&& on_yield) const {
+    return wait_word(slot(j).arrive, j, seq, deadline_of, failed, on_yield);
+  }
+
   // The first peer whose published signature differs from this rank's (or size()).
   std::size_t mismatch() const noexcept {
     for (std::size_t j = 0; j < p_; ++j)
@@ -220,33 +251,46 @@ private:
                        Failed&& failed) const {
     for (std::size_t j = 0; j < p_; ++j) {
       if (j == me_) continue;
-      auto& w = slot(j).*word;
-      unsigned spins = 0;
-      deadline_clock::time_point yield_until{};
-      for (;;) {
-        const std::uint32_t v = w.load(std::memory_order_acquire);
-        if (reached(v, seq_)) break;
-        ++spins;
-        if (spins < spins_) {
-          MDRING_CPU_RELAX();
-          continue;
-        }
-        if (spins == spins_) yield_until = deadline_clock::now() + std::chrono::milliseconds(2);
-        if (deadline_clock::now() < yield_until) {
-          std::this_thread::yield();
-          continue;
-        }
-        if (auto st = failed(); st.kind != wait_status::done) return st;
-        if (deadline_clock::now() >= deadline) return wait_status{wait_status::timeout, j, 0, {}};
-        // Announce the sleep, then sleep unless the word moved meanwhile (the
-        // waker stores the word, then reads sleepers: one of the two sees the other).
-        auto& sl = slot(j).sleepers;
-        sl.fetch_add(1, std::memory_order_seq_cst);
-        if (w.load(std::memory_order_seq_cst) == v) futex_wait(w, v, 2'000'000);  // 2 ms slices
-        sl.fetch_sub(1, std::memory_order_seq_cst);
-      }
+      const wait_status st = wait_word(
+          slot(j).*word, j, seq_, [&] { return deadline; }, failed, [](deadline_clock::time_point) {});
+      if (st.kind != wait_status::done) return st;
     }
     return wait_status::ok();
+  }
+
+  // Waits until word (peer j's) has reached seq: spins, yields for 2 ms, then sleeps
+  // on it in 2 ms slices, polling failed() and the deadline between them.
+  template <class Deadline, class Failed, class OnYield>
+  wait_status wait_word(std::atomic<std::uint32_t>& w, std::size_t j, std::uint32_t seq, Deadline&& deadline_of,
+                        Failed&& failed, OnYield&& on_yield) const {
+    unsigned spins = 0;
+    deadline_clock::time_point yield_until{}, deadline{};
+    for (;;) {
+      const std::uint32_t v = w.load(std::memory_order_acquire);
+      if (reached(v, seq)) return wait_status::ok();
+      ++spins;
+      if (spins < spins_) {
+        MDRING_CPU_RELAX();
+        continue;
+      }
+      if (spins == spins_) {
+        deadline = deadline_of();
+        on_yield(deadline);
+        yield_until = deadline_clock::now() + std::chrono::milliseconds(2);
+      }
+      if (deadline_clock::now() < yield_until) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (auto st = failed(); st.kind != wait_status::done) return st;
+      if (deadline_clock::now() >= deadline) return wait_status{wait_status::timeout, j, 0, {}};
+      // Announce the sleep, then sleep unless the word moved meanwhile (the
+      // waker stores the word, then reads sleepers: one of the two sees the other).
+      auto& sl = slot(j).sleepers;
+      sl.fetch_add(1, std::memory_order_seq_cst);
+      if (w.load(std::memory_order_seq_cst) == v) futex_wait(w, v, 2'000'000);  // 2 ms slices
+      sl.fetch_sub(1, std::memory_order_seq_cst);
+    }
   }
 
   // A test spins as briefly as a wait does before it yields (not at all when the

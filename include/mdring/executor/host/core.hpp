@@ -10,7 +10,7 @@
 //   workspace.hpp  call_workspace: what the executor keeps for a communicator (request
 //                  slots, the call's decision and program, scratch, measured plans);
 //                  host_binding: what a call runs with (layout, options, transport,
-//                  channels, workspace, hang report)
+//                  channels, workspace, hang report, the flat channel)
 //   core.hpp       engine_state: one call's buffers, where a slice lives, posting a
 //                  step's messages and shared-access announcements, and testing or
 //                  waiting for its sync with a deadline
@@ -59,6 +59,9 @@ struct host_binding {
   std::span<typename Transport::channel> channels;
   call_workspace<Transport>& workspace;
   state_board& board;
+  // The channel over every rank where they all share a node (the one-shot path:
+  // one_shot.hpp), else null.
+  typename Transport::channel* flat = nullptr;
 };
 
 // The buffers of a call: the user's, and the scratch the engine laid out (bytes).

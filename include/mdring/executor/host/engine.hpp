@@ -45,6 +45,7 @@ class no_step_ops : public step_ops<Transport> {
 public:
   void run_ops(engine_state<Transport>&, const program&, std::span<const local_op>, std::size_t, std::size_t) override {
   }
+  void fold_all(void*, const void* const*, std::size_t, std::size_t, std::span<const std::size_t>) override {}
 };
 
 template <transport Transport>

@@ -31,6 +31,11 @@ class step_ops {
 public:
   virtual void run_ops(engine_state<Transport>& s, const program& pr, std::span<const local_op> ops, std::size_t d,
                        std::size_t slot) = 0;
+  // The one-shot path's fold (one_shot.hpp): out = in[0] op ... op in[k-1], n
+  // elements, finalized; folded nested over `nest` (innermost first) when it has
+  // two entries or more (options.reproducible), else flat. out may equal an in[j].
+  virtual void fold_all(void* out, const void* const* in, std::size_t k, std::size_t n,
+                        std::span<const std::size_t> nest) = 0;
 
 protected:
   ~step_ops() = default;
@@ -50,6 +55,14 @@ public:
       if (o.kind == local_op::copy) copy(s, pr, o, d, slot);
       else fold(s, pr, o, d, slot);
     }
+  }
+
+  void fold_all(void* out, const void* const* in, std::size_t k, std::size_t n,
+                std::span<const std::size_t> nest) override {
+    T* o = static_cast<T*>(out);
+    const T* const* i = reinterpret_cast<const T* const*>(in);
+    if (nest.size() >= 2) return red_.combine_nested(&o, 1, i, k, n, true, false, nest);
+    red_.combine_n(o, i, k, n, true);
   }
 
 private:

@@ -97,6 +97,15 @@ public:
   bool unmapped(std::size_t d) const noexcept { return unmapped_[d] != 0; }
   void note_unmapped(std::size_t d, bool any) noexcept { unmapped_[d] = any; }
 
+  // The one-shot path (one_shot.hpp): calls (the agreement's included) that ran
+  // one-shot so far, and whether the last collective of a call did (tests, diagnostics).
+  std::uint64_t one_shot_calls() const noexcept { return one_shot_calls_; }
+  bool last_one_shot() const noexcept { return last_one_shot_; }
+  void note_one_shot(bool taken) noexcept {
+    one_shot_calls_ += taken;
+    last_one_shot_ = taken;
+  }
+
   // Measured planning: the plans measured so far, and what is being measured.
   wisdom& measured_plans() noexcept { return wisdom_; }
   const wisdom& measured_plans() const noexcept { return wisdom_; }
@@ -122,6 +131,8 @@ private:
   std::shared_ptr<block_pool> blocks_;
   wisdom wisdom_;
   measuring_state measuring_;
+  std::uint64_t one_shot_calls_ = 0;
+  bool last_one_shot_ = false;
 };
 
 }  // namespace detail

@@ -1,0 +1,79 @@
+// mdring/plan/one_shot.hpp: when a small call runs in one step over node memory.
+//
+//   if (one_shot_applies({collective::all_reduce, count, sizeof(float), ranks, 0}, o, staging))
+//     ... the host executor's one-shot path (executor/host/one_shot.hpp) ...
+//
+// The one-shot path serves calls whose ranks all share one node (the transport
+// opened a node window over the whole communicator at bind): each rank that has
+// data to give copies it into its staging buffer in node memory and arrives; each
+// rank that needs data waits for the ranks it needs and reads their staging
+// buffers directly, folding in rank order. One synchronization and no program:
+//
+//   all_reduce      every rank publishes its sendbuf, every rank folds all of them
+//   reduce          the non-roots publish, the root folds (its own sendbuf in place)
+//   broadcast       the root publishes, the others copy it out
+//   all_gather      every rank publishes its block, every rank copies all of them
+//   reduce_scatter  every rank publishes its whole sendbuf, every rank folds its block
+//
+// It runs where every dimension's algorithm is automatic (a requested algorithm
+// is run as asked), the call has elements, and what a rank publishes fits in
+// tuning::one_shot_max_bytes and in its staging buffer (tuning::
+// shared_staging_bytes). The fold is the reproducible mode's order (the ranks
+// left to right, nested over the topology's dimensions under
+// options.reproducible), so every rank's result is bitwise the same. A 16-bit
+// call some but not all of whose dimensions accumulate in float32 runs its
+// program (its rounding is per dimension). Every rank decides the same: the
+// inputs are the call's arguments and the options every rank agreed on at bind.
+#pragma once
+
+#include "../config.hpp"
+#include "../options.hpp"
+#include "../vocabulary.hpp"
+
+#include <cstddef>
+#include <string>
+
+MDRING_NAMESPACE_BEGIN
+
+/// A call as the one-shot decision sees it.
+struct one_shot_call {
+  collective kind = collective::all_reduce;  ///< the collective
+  std::size_t count = 0;                     ///< its count argument (per rank for reduce_scatter, all_gather)
+  std::size_t elem_size = 4;                 ///< bytes per element
+  std::size_t ranks = 1;                     ///< ranks in the communicator
+  std::size_t root = 0;                      ///< broadcast, reduce
+};
+
+/// The bytes each rank publishes in the one-shot form of call c (reduce_scatter: the
+/// whole sendbuf; the others: the count).
+constexpr std::size_t one_shot_bytes(const one_shot_call& c) noexcept {
+  return (c.kind == collective::reduce_scatter ? c.count * c.ranks : c.count) * c.elem_size;
+}
+
+/// Whether call c runs by the one-shot path under options o, where the whole
+/// communicator shares a node window whose staging buffers hold `staging` bytes.
+constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::size_t staging) noexcept {
+  if (c.count == 0 || c.ranks < 2 || staging == 0) return false;
+  for (algorithm a : o.algorithms)
+    if (a != algorithm::automatic) return false;
+  if (c.elem_size == 2 && o.accumulation != accumulation::float32)
+    for (accumulation a : o.dimension_accumulation)
+      if (a == accumulation::float32) return false;
+  const std::size_t cap = o.tune.one_shot_max_bytes < staging ? o.tune.one_shot_max_bytes : staging;
+  return c.count <= cap && c.ranks <= cap && one_shot_bytes(c) <= cap;  // (no product overflows)
+}
+
+/// What explain() says of a call that runs one-shot (plan::one_shot).
+inline std::string one_shot_text(const one_shot_call& c, std::size_t max_bytes) {
+  const std::string b = std::to_string(one_shot_bytes(c)) + " B";
+  const char* what = c.kind == collective::broadcast ? "the root copies its buffer into its staging buffer, the others copy it out"
+                     : c.kind == collective::reduce  ? "the others copy their sendbuf into their staging buffers, the root folds them with its own"
+                     : c.kind == collective::all_gather ? "each rank copies its block into its staging buffer and every rank copies all of them out"
+                     : c.kind == collective::reduce_scatter ? "each rank copies its whole sendbuf into its staging buffer and folds its block from all of them"
+                                                          : "each rank copies its sendbuf into its staging buffer and every rank folds all of them";
+  return "this call runs in one step over node memory instead of the stages below (all " + std::to_string(c.ranks) +
+         " ranks share a node; " + b + " per rank, at most tune.one_shot_max_bytes = " + std::to_string(max_bytes) +
+         " B): " + what + ", in rank order; no messages";
+}
+
+MDRING_NAMESPACE_END

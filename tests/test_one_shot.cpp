@@ -1,0 +1,346 @@
+// tests/test_one_shot.cpp: the one-shot path for small calls (plan/one_shot.hpp,
+// executor/host/one_shot.hpp) on the threads transport: when it is taken, exact
+// results for every collective, root, count up to the cap, type and op, in place,
+// mixed with program calls and nonblocking calls in flight, the reproducible
+// mode's bits, explain(), and its errors (a mismatched count, a stalled peer, a
+// failed one). The MPI and UCX suites (test_mpi.cpp) run it between processes.
+#include <doctest/doctest.h>
+#include <mdring/mdring.hpp>
+
+#include "reproducible_reference.hpp"
+#include "test_support.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <latch>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace md = mdring;
+
+namespace {
+
+std::uint64_t one_shot_calls(auto& comm) {
+  return md::detail::workspace_of(md::detail::core_of(comm)).one_shot_calls();
+}
+
+// Rank r's element i of call `call` (small integers: every sum is exact).
+template <class T>
+T input(std::size_t call, std::size_t r, std::size_t i) {
+  return T(double((call * 7 + r * 3 + i) % 11) - 5.0);
+}
+
+// Runs `calls` random small calls (the same sequence on every rank: kind, count,
+// root) and checks each exactly; returns the failures (empty: none).
+template <class T>
+std::vector<std::string> random_calls(auto& comm, std::size_t calls, std::uint64_t seed, std::size_t max_count) {
+  std::vector<std::string> fails;
+  const std::size_t P = comm.size(), me = comm.rank();
+  std::mt19937_64 rng(seed);
+  for (std::size_t c = 0; c < calls; ++c) {
+    const int kind = int(rng() % 5);
+    const std::size_t n = 1 + rng() % max_count, root = rng() % P;
+    const bool in_place = rng() % 2;
+    std::vector<T> send(n * P), recv(n * P, T(-99));
+    for (std::size_t i = 0; i < n * P; ++i) send[i] = input<T>(c, me, i);
+    auto sum = [&](std::size_t i) {
+      T s = 0;
+      for (std::size_t r = 0; r < P; ++r) s += input<T>(c, r, i);
+      return s;
+    };
+    auto fail = [&](const char* what, std::size_t i, T got, T want) {
+      fails.push_back(std::string(what) + " call " + std::to_string(c) + " n=" + std::to_string(n) + " root=" +
+                      std::to_string(root) + " rank " + std::to_string(me) + " [" + std::to_string(i) +
+                      "]: " + std::to_string(double(got)) + " want " + std::to_string(double(want)));
+    };
+    switch (kind) {
+      case 0:  // all_reduce
+        if (in_place) md::all_reduce(comm, send.data(), n, md::sum), recv = send;
+        else md::all_reduce(comm, send.data(), recv.data(), n, md::sum);
+        for (std::size_t i = 0; i < n; ++i)
+          if (recv[i] != sum(i)) fail("all_reduce", i, recv[i], sum(i));
+        break;
+      case 1:  // broadcast
+        md::broadcast(comm, send.data(), n, root);
+        for (std::size_t i = 0; i < n; ++i)
+          if (send[i] != input<T>(c, root, i)) fail("broadcast", i, send[i], input<T>(c, root, i));
+        break;
+      case 2:  // reduce
+        if (in_place) md::reduce(comm, send.data(), send.data(), n, root, md::sum), recv = send;
+        else md::reduce(comm, send.data(), recv.data(), n, root, md::sum);
+        if (me == root)
+          for (std::size_t i = 0; i < n; ++i)
+            if (recv[i] != sum(i)) fail("reduce", i, recv[i], sum(i));
+        break;
+      case 3:  // all_gather
+        md::all_gather(comm, send.data(), recv.data(), n);
+        for (std::size_t r = 0; r < P; ++r)
+          for (std::size_t i = 0; i < n; ++i)
+            if (recv[r * n + i] != input<T>(c, r, i)) fail("all_gather", r * n + i, recv[r * n + i], input<T>(c, r, i));
+        break;
+      default:  // reduce_scatter
+        md::reduce_scatter(comm, send.data(), recv.data(), n, md::sum);
+        for (std::size_t i = 0; i < n; ++i)
+          if (recv[i] != sum(me * n + i)) fail("reduce_scatter", i, recv[i], sum(me * n + i));
+        break;
+    }
+    if (fails.size() > 5) break;
+  }
+  return fails;
+}
+
+template <class Body>
+std::vector<std::string> on_threads(const std::string& topo, const md::options& o, Body&& body) {
+  const md::runtime_topology t = md::parse_topology(topo);
+  std::vector<std::string> fails;
+  std::mutex m;
+  md::threads::run(t.size(), [&](md::threads::endpoint ep) {
+    auto comm = md::bind(t, ep, o);
+    std::vector<std::string> mine;
+    try {
+      body(comm, mine);
+    } catch (const std::exception& e) {
+      mine.push_back(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
+    }
+    std::lock_guard l(m);
+    for (auto& f : mine) fails.push_back(topo + ": " + f);
+  });
+  return fails;
+}
+
+}  // namespace
+
+TEST_CASE("one-shot: random sequences of small calls (every collective, root, count, in place) are exact") {
+  for (const char* topo : {"shm:2", "shm:3", "shm:2 x infiniband:5", "shm:4 x ethernet:2", "ethernet:6"}) {
+    for (auto checks : {md::check_level::local, md::check_level::collective}) {
+      md::options o;
+      o.checks = checks;
+      const auto fails = on_threads(topo, o, [&](auto& comm, std::vector<std::string>& f) {
+        const std::uint64_t before = one_shot_calls(comm);
+        f = random_calls<float>(comm, 200, 42, 64);
+        auto g = random_calls<std::int64_t>(comm, 100, 7, 16);
+        f.insert(f.end(), g.begin(), g.end());
+        // Every call took the one-shot path (and under collective checks, so did its agreement).
+        const std::uint64_t want = checks == md::check_level::collective ? 600 : 300;
+        if (one_shot_calls(comm) - before != want)
+          f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm) - before) + ", want " +
+                      std::to_string(want));
+      });
+      for (auto& f : fails) FAIL_CHECK(f);
+    }
+  }
+}
+
+TEST_CASE("one-shot: taken where it applies, and only there") {
+  const auto fails = on_threads("shm:2 x shm:2", md::options{}, [&](auto& comm, std::vector<std::string>& f) {
+    std::vector<float> v(8192, 1.0f);
+    auto took = [&](auto call) {
+      const std::uint64_t before = one_shot_calls(comm);
+      call();
+      return one_shot_calls(comm) != before;
+    };
+    // The default cap: 16 KiB per rank (4096 floats); reduce_scatter publishes its whole sendbuf.
+    if (!took([&] { md::all_reduce(comm, v.data(), 4096); })) f.push_back("4096 floats not one-shot");
+    if (took([&] { md::all_reduce(comm, v.data(), 4097); })) f.push_back("4097 floats one-shot");
+    if (!took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4096, 1024); })) f.push_back("rs 4 x 1024");
+    if (took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4200, 1025); })) f.push_back("rs 4 x 1025");
+    if (took([&] { md::all_reduce(comm, v.data(), 0); })) f.push_back("count 0 one-shot");
+    if (!took([&] { md::broadcast(comm, v.data(), 17, 3); })) f.push_back("broadcast 17 not one-shot");
+    // explain() says which.
+    if (comm.template make_plan<float>(4096).one_shot.empty()) f.push_back("explain: 4096 floats not one-shot");
+    if (!comm.template make_plan<float>(4097).one_shot.empty()) f.push_back("explain: 4097 floats one-shot");
+    if (comm.template explain<float>(64).find("one-shot: this call runs in one step over node memory") == std::string::npos)
+      f.push_back("explain() does not print the one-shot line");
+  });
+  for (auto& f : fails) FAIL_CHECK(f);
+  CHECK(fails.empty());
+
+  // A requested algorithm is run as asked; tune.one_shot_max_bytes = 0 turns it off;
+  // no shared memory, no flat channel.
+  md::options ring;
+  ring.algorithms = {md::algorithm::ring, md::algorithm::automatic};
+  md::options off;
+  off.tune.one_shot_max_bytes = 0;
+  md::options noshm;
+  noshm.shared_memory = false;
+  md::options small;
+  small.tune.one_shot_max_bytes = 64;
+  for (const auto& [o, max] : {std::pair{ring, 0}, std::pair{off, 0}, std::pair{noshm, 0}, std::pair{small, 16}}) {
+    const auto f2 = on_threads("shm:2 x shm:2", o, [&, max = max](auto& comm, std::vector<std::string>& f) {
+      for (std::size_t n = 1; n <= 64; ++n) {
+        std::vector<float> v(n, float(comm.rank() + 1));
+        md::all_reduce(comm, v.data(), n);
+        for (float x : v)
+          if (x != 10.0f) f.push_back("n=" + std::to_string(n) + ": " + std::to_string(x) + ", want 10");
+      }
+      if (one_shot_calls(comm) != std::uint64_t(max))
+        f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm)) + ", want " + std::to_string(max));
+    });
+    for (auto& f : f2) FAIL_CHECK(f);
+  }
+}
+
+TEST_CASE("one-shot: every type and op, the reproducible mode's bits, identical on every rank") {
+  // Rank r's element i: floats whose sums depend on the order of their terms.
+  for (bool reproducible : {true, false}) {
+    md::options o;
+    o.reproducible = reproducible;
+    for (const char* text : {"shm:3", "shm:2 x ethernet:3", "shm:2 x shm:2 x infiniband:2"}) {
+      const md::runtime_topology t = md::parse_topology(text);
+      std::vector<std::vector<float>> got(t.size());
+      std::vector<std::vector<md::half>> got_h(t.size());
+      const auto fails = on_threads(text, o, [&](auto& comm, std::vector<std::string>& f) {
+        const std::size_t n = 257, r = comm.rank();
+        std::vector<float> x(n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = mdring_test::wide_value(11, r, i, 20);
+        md::all_reduce(comm, x.data(), n, md::sum);
+        got[r] = x;
+        std::vector<md::half> h(n);
+        for (std::size_t i = 0; i < n; ++i) h[i] = md::half(mdring_test::wide_value(5, r, i, 4));
+        md::all_reduce(comm, h.data(), n, md::avg);
+        got_h[r] = h;
+        // prod, min, max of int64 and double: exact.
+        std::vector<std::int64_t> p(5, std::int64_t(r % 3) + 1), mn(5), mx(5);
+        std::vector<double> d(5, double(r) - 1.5);
+        for (std::size_t i = 0; i < 5; ++i) mn[i] = mx[i] = std::int64_t(r * 10 + i);
+        md::all_reduce(comm, p.data(), 5, md::prod);
+        md::all_reduce(comm, mn.data(), 5, md::min);
+        md::all_reduce(comm, mx.data(), 5, md::max);
+        md::all_reduce(comm, d.data(), 5, md::max);
+        std::int64_t want_p = 1;
+        for (std::size_t q = 0; q < comm.size(); ++q) want_p *= std::int64_t(q % 3) + 1;
+        for (std::size_t i = 0; i < 5; ++i) {
+          if (p[i] != want_p) f.push_back("prod " + std::to_string(p[i]));
+          if (mn[i] != std::int64_t(i)) f.push_back("min " + std::to_string(mn[i]));
+          if (mx[i] != std::int64_t((comm.size() - 1) * 10 + i)) f.push_back("max " + std::to_string(mx[i]));
+          if (d[i] != double(comm.size()) - 2.5) f.push_back("max double " + std::to_string(d[i]));
+        }
+        if (one_shot_calls(comm) != 6) f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm)));
+      });
+      for (auto& f : fails) FAIL_CHECK(text << ": " << f);
+      INFO(text << (reproducible ? " reproducible" : ""));
+      for (std::size_t r = 1; r < t.size(); ++r) {
+        CHECK(std::memcmp(got[r].data(), got[0].data(), got[0].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(got_h[r].data(), got_h[0].data(), got_h[0].size() * sizeof(md::half)) == 0);
+      }
+      if (!reproducible) continue;
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < 257; ++i) {
+        std::vector<float> col(t.size());
+        std::vector<md::half> colh(t.size());
+        for (std::size_t r = 0; r < t.size(); ++r) {
+          col[r] = mdring_test::wide_value(11, r, i, 20);
+          colh[r] = md::half(mdring_test::wide_value(5, r, i, 4));
+        }
+        const float want = mdring_test::contract_result(col, t.extents(), md::sum);
+        const md::half want_h = mdring_test::contract_result(colh, t.extents(), md::avg);
+        wrong += std::memcmp(&want, &got[0][i], sizeof want) != 0;
+        wrong += std::memcmp(&want_h, &got_h[0][i], sizeof want_h) != 0;
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("one-shot: nonblocking calls in flight, program calls between, in order") {
+  const auto fails = on_threads("shm:2 x shm:2", md::options{}, [&](auto& comm, std::vector<std::string>& f) {
+    const std::size_t big = 100000, r = comm.rank();
+    std::vector<float> a(big, float(r)), s1(8, float(r + 1)), s2(8, float(r + 1));
+    md::request q1 = md::iall_reduce(comm, a.data(), big);  // its program
+    md::request q2 = md::iall_reduce(comm, s1.data(), 8);    // one-shot, behind it
+    float b = r == 2 ? 7.0f : 0.0f;
+    md::broadcast(comm, &b, 1, 2);  // blocking, behind both
+    md::request q3 = md::ibroadcast(comm, s2.data(), 8, 1);
+    q3.wait();
+    q1.wait();
+    q2.wait();
+    if (a[0] != 6.0f || a[big - 1] != 6.0f) f.push_back("big all_reduce " + std::to_string(a[0]));
+    if (s1[7] != 10.0f) f.push_back("small iall_reduce " + std::to_string(s1[7]));
+    if (b != 7.0f) f.push_back("broadcast " + std::to_string(b));
+    if (s2[0] != 2.0f) f.push_back("ibroadcast " + std::to_string(s2[0]));
+    if (one_shot_calls(comm) != 3) f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm)));
+  });
+  for (auto& f : fails) FAIL_CHECK(f);
+  CHECK(fails.empty());
+}
+
+TEST_CASE("one-shot: errors name the rank and leave no rank waiting") {
+  using namespace std::chrono_literals;
+  md::options o;
+  o.timeout = 300ms;
+  o.checks = md::check_level::local;
+  const md::runtime_topology t = md::parse_topology("shm:2 x shm:2");
+  SUBCASE("different counts: every rank throws, naming the counts") {
+    std::vector<std::string> what(4);
+    md::threads::run(4, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(t, ep, o);
+      std::vector<float> v(8, 1.0f);
+      try {
+        md::all_reduce(comm, v.data(), ep.rank == 1 ? 5 : 4);
+      } catch (const md::error& e) {
+        what[ep.rank] = e.what();
+      }
+    });
+    for (std::size_t r = 0; r < 4; ++r) {
+      INFO("rank " << r << ": " << what[r]);
+      CHECK(what[r].find("different counts, types or roots") != std::string::npos);
+    }
+  }
+  SUBCASE("an absent rank: timeout_error naming it, or remote_error, on every other rank") {
+    std::vector<std::string> what(4);
+    std::vector<std::size_t> peer(4, 99);
+    std::latch done(4);
+    md::threads::run(4, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(t, ep, o);
+      if (ep.rank != 3) {
+        float x = 1;
+        try {
+          md::broadcast(comm, &x, 1, 0);
+        } catch (const md::timeout_error& e) {
+          what[ep.rank] = e.what(), peer[ep.rank] = e.peer();
+          CHECK(e.phase() == "broadcast");
+        } catch (const md::remote_error& e) {
+          what[ep.rank] = e.what(), peer[ep.rank] = e.failed_rank();
+        }
+      }
+      done.arrive_and_wait();
+    });
+    for (std::size_t r = 0; r < 3; ++r) {
+      INFO("rank " << r << ": " << what[r]);
+      CHECK(what[r].find("one-shot step over node memory") != std::string::npos);
+      CHECK((peer[r] == 3 || what[r].find("timed out") != std::string::npos));
+    }
+    CHECK(what[0].find("waiting for rank 3 to arrive at the call") != std::string::npos);
+  }
+  SUBCASE("a bad argument at a broadcast's root: every other rank gets remote_error, then communicator_error") {
+    std::vector<std::string> first(4), next(4);
+    md::threads::run(4, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(t, ep, o);
+      float x = 1;
+      try {
+        md::broadcast(comm, ep.rank == 2 ? static_cast<float*>(nullptr) : &x, 1, 2);
+      } catch (const md::remote_error& e) {
+        first[ep.rank] = std::string("remote_error: ") + e.what();
+      } catch (const md::invalid_argument& e) {
+        first[ep.rank] = std::string("invalid_argument: ") + e.what();
+      }
+      try {
+        md::all_reduce(comm, &x, 1);
+      } catch (const md::communicator_error& e) {
+        next[ep.rank] = std::string("communicator_error: ") + e.what();
+      }
+    });
+    for (std::size_t r = 0; r < 4; ++r) {
+      INFO("rank " << r << ": " << first[r] << " / " << next[r]);
+      CHECK(first[r].find(r == 2 ? "invalid_argument" : "remote_error") == 0);
+      if (r != 2) CHECK(first[r].find("rank 2") != std::string::npos);
+      CHECK(next[r].find("communicator_error") == 0);
+    }
+  }
+}
