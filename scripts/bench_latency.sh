@@ -34,7 +34,13 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "(one way), the least a 2-rank collective can cost. Rooted calls (broadcast, reduce) in a loop "
        "overlap one call's tail with the next one's start, so they can go below the floor. 4 processes run "
        "on 2 cores (oversubscribed): there each spin waits for a descheduled peer, and the spread is the "
-       "rounds' (max - min).", ""]
+       "rounds' (max - min).", "",
+       "Up to `tune.one_shot_max_bytes` (16 KiB per rank) every call here runs one-shot over node memory "
+       "(docs/USAGE.md, \"Small calls, one-shot\"): each rank copies what it gives into its staging buffer, "
+       "arrives, waits for every rank and reads; larger calls run their programs. Rooted calls wait for every "
+       "rank too (so that a failure or a mismatch reaches every rank in the same call): Open MPI's broadcast "
+       "and reduce return at the root or the leaves as soon as their part is done, and a loop of them "
+       "pipelines, which is why their 8-byte native times are below the floor.", ""]
 for np in sorted({k[0] for k in by}):
     floor = next(r["floor_us"] for r in rows if r["np"] == np)
     out += [f"### {np} processes (floor {floor:.3f} us)", "",
