@@ -154,6 +154,7 @@ md::options measure_opts(const std::string& path) {
   md::options o = opts_with();
   o.planning = md::planning::measure;
   o.wisdom = path;
+  o.tune.one_shot_max_bytes = 0;  // measured planning times programs; small calls would run one-shot
   return o;
 }
 

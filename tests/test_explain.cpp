@@ -152,7 +152,8 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
     o.tune.one_shot_max_bytes = 256;  // 1 and 64 floats one-shot, the larger calls their programs
     md::threads::run(topo.size(), [&](md::threads::endpoint ep) {
       auto comm = md::bind(topo, ep, o);
-      for (std::size_t n : {std::size_t(1), std::size_t(64), std::size_t(100), std::size_t(3000), std::size_t(1) << 20}) {
+      for (std::size_t n :
+           {std::size_t(1), std::size_t(64), std::size_t(100), std::size_t(3000), std::size_t(1) << 20}) {
         std::vector<float> v(n, 1.0f);
         for (md::collective kind : {md::collective::all_reduce, md::collective::broadcast}) {
           if (kind == md::collective::all_reduce) md::all_reduce(comm, v.data(), n, md::sum);

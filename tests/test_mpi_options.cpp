@@ -650,6 +650,7 @@ TEST_CASE("planning = measure: every rank picks the same plan, results exact") {
   const std::size_t P = world_size(), R = world_rank();
   md::options o;
   o.planning = md::planning::measure;
+  o.tune.one_shot_max_bytes = 0;  // measured planning times programs; small calls would run one-shot
   // shm:4 (4 and 8 processes): its direct stages are timed as a ring and as
   // halving-doubling too, through messages instead of shared access.
   const std::string topo = P % 4 == 0            ? "shm:4 x ethernet:*"

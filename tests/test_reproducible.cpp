@@ -322,14 +322,19 @@ double bfloat16_error_over_floor(const md::options& o) {
 TEST_CASE("accumulation float32: the error of a bfloat16 sum stays at the floor of one rounding") {
   // Default mode (rings on the second dimension): float32 accumulation must be
   // within 1.15 x of the floor; 16-bit partial sums (the default) are not (1.47 x:
-  // the check can fail).
-  md::options wide, narrow;
+  // the check can fail). The programs' folds, not the one-shot path's: a call of
+  // 8 KiB runs one-shot, one fold of all 64 in float rounded once (at the floor too).
+  md::options wide, narrow, one_shot;
   wide.accumulation = md::accumulation::float32;
-  narrow.accumulation = md::accumulation::element;
+  narrow.accumulation = one_shot.accumulation = md::accumulation::element;
+  wide.tune.one_shot_max_bytes = narrow.tune.one_shot_max_bytes = 0;
   const double w = bfloat16_error_over_floor(wide), n = bfloat16_error_over_floor(narrow);
-  MESSAGE("bfloat16 sum on 64 ranks, error / floor: float32 accumulation " << w << ", 16-bit " << n);
+  const double o = bfloat16_error_over_floor(one_shot);
+  MESSAGE("bfloat16 sum on 64 ranks, error / floor: float32 accumulation " << w << ", 16-bit " << n << ", one-shot "
+                                                                           << o);
   CHECK(w <= 1.15);
   CHECK(n > 1.3);
+  CHECK(o <= 1.15);
 }
 
 TEST_CASE("accumulation per dimension: a float32 dimension folds direct, rounded once as its blocks leave it") {
@@ -457,7 +462,8 @@ TEST_CASE("accumulation per dimension: a bfloat16 sum's error, one rounding per 
   // float32 on the ring dimension (ethernet:8) brings the error from the default's
   // ~1.47 x the floor to that of one rounding per dimension (the shm dimension runs
   // direct already).
-  md::options per, def;
+  md::options per, def;  // the programs (test above: one-shot folds once anyway)
+  per.tune.one_shot_max_bytes = def.tune.one_shot_max_bytes = 0;
   per.dimension_accumulation = {md::accumulation::element, md::accumulation::float32};
   def.dimension_accumulation.clear();
   def.accumulation = md::accumulation::element;

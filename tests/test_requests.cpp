@@ -130,6 +130,7 @@ TEST_CASE("requests: a peer that never issues the call times out at wait, naming
     md::options o;
     o.timeout = std::chrono::milliseconds(300);
     o.tune.recursive_doubling_max_bytes = 0;  // a ring's reduce-scatter, not a whole-range exchange
+    o.tune.one_shot_max_bytes = 0;            // nor the one-shot path (test_one_shot.cpp)
     auto comm = md::bind(md::parse_topology("ethernet:*"), ep, o);
     if (ep.rank == 2) return;  // never calls
     std::vector<float> buf(30, 1.f);

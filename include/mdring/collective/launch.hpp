@@ -228,9 +228,8 @@ private:
     }
     if (!valid()) return true;
     if (stage_ == 2) {
-      guard([&] {
-        main_.begin(comm_, name_, ops(), types_.elem_size, types_.commutative, [&](auto& e) { start(e); });
-      });
+      guard(
+          [&] { main_.begin(comm_, name_, ops(), types_.elem_size, types_.commutative, [&](auto& e) { start(e); }); });
       stage_ = 3;
     }
     if (!guard([&] { return main_.run(block, moved); })) return false;

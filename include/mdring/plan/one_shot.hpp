@@ -66,11 +66,15 @@ constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::s
 /// What explain() says of a call that runs one-shot (plan::one_shot).
 inline std::string one_shot_text(const one_shot_call& c, std::size_t max_bytes) {
   const std::string b = std::to_string(one_shot_bytes(c)) + " B";
-  const char* what = c.kind == collective::broadcast ? "the root copies its buffer into its staging buffer, the others copy it out"
-                     : c.kind == collective::reduce  ? "the others copy their sendbuf into their staging buffers, the root folds them with its own"
-                     : c.kind == collective::all_gather ? "each rank copies its block into its staging buffer and every rank copies all of them out"
-                     : c.kind == collective::reduce_scatter ? "each rank copies its whole sendbuf into its staging buffer and folds its block from all of them"
-                                                          : "each rank copies its sendbuf into its staging buffer and every rank folds all of them";
+  const char* what =
+      c.kind == collective::broadcast ? "the root copies its buffer into its staging buffer, the others copy it out"
+      : c.kind == collective::reduce
+          ? "the others copy their sendbuf into their staging buffers, the root folds them with its own"
+      : c.kind == collective::all_gather
+          ? "each rank copies its block into its staging buffer and every rank copies all of them out"
+      : c.kind == collective::reduce_scatter
+          ? "each rank copies its whole sendbuf into its staging buffer and folds its block from all of them"
+          : "each rank copies its sendbuf into its staging buffer and every rank folds all of them";
   return "this call runs in one step over node memory instead of the stages below (all " + std::to_string(c.ranks) +
          " ranks share a node; " + b + " per rank, at most tune.one_shot_max_bytes = " + std::to_string(max_bytes) +
          " B): " + what + ", in rank order; no messages";

@@ -17,10 +17,9 @@
 // Waiting for every rank, rooted calls too, is what lets a rank reuse its buffer of
 // stage s - 2 without a second synchronization (every rank has arrived at s - 1,
 // so it has finished s - 2), and what tells every rank of a peer that failed or
-// passed other arguments in this very call, as the programs do. Waits spin, then yield, then sleep on the peer's futex, with
-// the communicator's deadline from the moment spinning stops, watching for a
-// peer's failure (the transport's shared_failure) and writing the hang report's
-// waiting line.
+// passed other arguments in this very call, as the programs do. Waits spin, then yield, then sleep on the peer's futex,
+// with the communicator's deadline from the moment spinning stops, watching for a peer's failure (the transport's
+// shared_failure) and writing the hang report's waiting line.
 #pragma once
 
 #include "../../config.hpp"
@@ -40,7 +39,6 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-
 
 template <transport Transport>
 class one_shot {
@@ -69,9 +67,7 @@ public:
   void start_all_gather(const void* send, void* recv, std::size_t sc) {
     take(collective::all_gather, send, recv, sc, 0);
   }
-  void start_broadcast(void* buf, std::size_t n, std::size_t root) {
-    take(collective::broadcast, buf, buf, n, root);
-  }
+  void start_broadcast(void* buf, std::size_t n, std::size_t root) { take(collective::broadcast, buf, buf, n, root); }
   void start_reduce(const void* send, void* recv, std::size_t n, std::size_t root) {
     take(collective::reduce, send, recv, n, root);
   }
@@ -122,7 +118,7 @@ private:
   bool all_arrived(bool block) {
     for (std::size_t j = 0; j < ranks(); ++j) {
       if (j == me()) continue;
-      if (!arrived(j, s_, block, " to arrive at the call")) return false;
+      if (!arrived(j, s_, block, " to arrive at the call with rank ")) return false;
       if (group().failed(j)) peer_broke(j);
       if (group().signature(j) != signature()) mismatch(j);
     }
@@ -141,9 +137,10 @@ private:
     if (g.arrived(j, seq)) return true;
     auto failed = [&] { return b_.transport.shared_failure(); };
     auto started = [&]() -> deadline_clock::time_point {  // the deadline runs from the first wait
-      if (deadline_ == deadline_clock::time_point{}) {
-        deadline_ = deadline_clock::now() + b_.opts.timeout;
+      if (deadline_ == deadline_clock::time_point{}) deadline_ = deadline_clock::now() + b_.opts.timeout;
+      if (waits_on_ != j) {  // the hang report names the rank waited for now
         b_.board.waiting(0, int(phase_of()), 0, (long long)j, state_board::dir::group, bytes_, deadline_);
+        waits_on_ = j;
       }
       return deadline_;
     };
@@ -218,15 +215,18 @@ private:
   }
 
   // Throws what a failed wait on rank j means (as the engine does: core.hpp raise).
+  // The words are the engine's (dimension, phase, step): a one-shot call is step 0
+  // of dimension 0 as the hang report shows it, over every rank of the node.
   [[noreturn]] MDRING_COLD void raise(const wait_status& st, std::size_t j, const char* waiting_for) {
-    const std::string where = " in its one-shot step over node memory (" + std::to_string(ranks()) + " ranks)";
+    const std::string where = " in dimension 0 (one-shot over node memory, all " + std::to_string(ranks()) +
+                              " ranks), " + std::string(to_string(phase_of())) + " step 0";
     if (st.kind == wait_status::timeout) {
       b_.board.waiting_on((long long)j, state_board::dir::group);
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.3g", std::chrono::duration<double>(b_.opts.timeout).count());
       throw timeout_error(std::string("mdring::") + name_ + ": timed out after " + secs + " s" + where +
-                              ", waiting for rank " + std::to_string(j) + waiting_for + " (rank " +
-                              std::to_string(me()) + ", " + b_.transport.name() + " transport)",
+                              ", waiting for rank " + std::to_string(j) + waiting_for + std::to_string(me()) + " (" +
+                              b_.transport.name() + " transport)",
                           name_, 0, std::string(to_string(phase_of())), 0, j);
     }
     throw remote_error(std::string("mdring::") + name_ + ": rank " + std::to_string(st.failed_rank) +
@@ -246,14 +246,13 @@ private:
   // Rank j's signature differs: it passed another count, type or root.
   [[noreturn]] MDRING_COLD void mismatch(std::size_t j) {
     const std::uint64_t theirs = group().signature(j);
-    throw transport_error(std::string("mdring::") + name_ + ": rank " + std::to_string(j) + " works on " +
-                              std::to_string(theirs & 0xffffffffu) + " elements of " +
-                              std::to_string((theirs >> 32) & 0xff) + " bytes (root " +
-                              std::to_string((theirs >> 40) & 0xffff) + ") where rank " + std::to_string(me()) +
-                              " works on " + std::to_string(count_) + " of " + std::to_string(elem_) + " (root " +
-                              std::to_string(root_) +
-                              "): the ranks passed different counts, types or roots to the same collective",
-                          0);
+    throw transport_error(
+        std::string("mdring::") + name_ + ": rank " + std::to_string(j) + " works on " +
+            std::to_string(theirs & 0xffffffffu) + " elements of " + std::to_string((theirs >> 32) & 0xff) +
+            " bytes (root " + std::to_string((theirs >> 40) & 0xffff) + ") where rank " + std::to_string(me()) +
+            " works on " + std::to_string(count_) + " of " + std::to_string(elem_) + " (root " + std::to_string(root_) +
+            "): the ranks passed different counts, types or roots to the same collective",
+        0);
   }
 
   host_binding<Transport> b_;
@@ -268,6 +267,7 @@ private:
   int step_ = 0;
   bool taken_ = false;
   deadline_clock::time_point deadline_{};
+  std::size_t waits_on_ = std::size_t(-1);
   std::size_t nest_[host_reducer<int, sum_t>::max_nest] = {};
 };
 
