@@ -145,16 +145,17 @@ TEST_CASE("one-shot: taken where it applies, and only there") {
       call();
       return one_shot_calls(comm) != before;
     };
-    // The default cap: 16 KiB per rank (4096 floats); reduce_scatter publishes its whole sendbuf.
-    if (!took([&] { md::all_reduce(comm, v.data(), 4096); })) f.push_back("4096 floats not one-shot");
-    if (took([&] { md::all_reduce(comm, v.data(), 4097); })) f.push_back("4097 floats one-shot");
-    if (!took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4096, 1024); })) f.push_back("rs 4 x 1024");
-    if (took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4200, 1025); })) f.push_back("rs 4 x 1025");
+    // The default cap: the 16 KiB staging buffer less its 64-byte line, 16320 B per rank
+    // (4080 floats); reduce_scatter publishes its whole sendbuf.
+    if (!took([&] { md::all_reduce(comm, v.data(), 4080); })) f.push_back("4080 floats not one-shot");
+    if (took([&] { md::all_reduce(comm, v.data(), 4081); })) f.push_back("4081 floats one-shot");
+    if (!took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4096, 1020); })) f.push_back("rs 4 x 1020");
+    if (took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4200, 1021); })) f.push_back("rs 4 x 1021");
     if (took([&] { md::all_reduce(comm, v.data(), 0); })) f.push_back("count 0 one-shot");
     if (!took([&] { md::broadcast(comm, v.data(), 17, 3); })) f.push_back("broadcast 17 not one-shot");
     // explain() says which.
-    if (comm.template make_plan<float>(4096).one_shot.empty()) f.push_back("explain: 4096 floats not one-shot");
-    if (!comm.template make_plan<float>(4097).one_shot.empty()) f.push_back("explain: 4097 floats one-shot");
+    if (comm.template make_plan<float>(4080).one_shot.empty()) f.push_back("explain: 4080 floats not one-shot");
+    if (!comm.template make_plan<float>(4081).one_shot.empty()) f.push_back("explain: 4081 floats one-shot");
     if (comm.template explain<float>(64).find("one-shot: this call runs in one step over node memory") ==
         std::string::npos)
       f.push_back("explain() does not print the one-shot line");

@@ -38,7 +38,8 @@ struct tuning {
   /// this many bytes per rank (all_reduce, reduce, broadcast, all_gather: the count;
   /// reduce_scatter: the whole sendbuf) copies them into its staging buffer in node
   /// memory and every rank that needs them reads them there: one synchronization, no
-  /// program, no message. Capped by shared_staging_bytes. 0: never.
+  /// program, no message. Capped by shared_staging_bytes less 64 (the staging
+  /// buffer's first line says when its owner arrived). 0: never.
   std::size_t one_shot_max_bytes = std::size_t(16) << 10;
   ///@{
   /// Shared access between processes, buffers the peers cannot map (not from

@@ -22,6 +22,7 @@
 #include "../options.hpp"
 #include "../executor/host/engine.hpp"
 #include "../executor/host/local_ops.hpp"
+#include "../executor/host/one_shot.hpp"
 #include "../executor/host/workspace.hpp"
 #include "../executor/progress.hpp"
 #include "../reduce/ops.hpp"
@@ -156,7 +157,7 @@ public:
         if (L.extents[d] > 1 && tr_->shared(channels_[d])) access[d] = dim_access{true, staging, false};
     std::size_t flat_staging = 0;
     if constexpr (shared_access_transport<Transport>)
-      if (flat_) flat_staging = tr_->group(*flat_).staging_bytes();
+      if (flat_) flat_staging = one_shot<Transport>::capacity(tr_->group(*flat_).staging_bytes());
     return plan_of_call<T, Op>(L, get_options(), kind, count, root, access, !Transport::same_address_space,
                                &ws_->measured_plans(), flat_staging);
   }

@@ -18,12 +18,13 @@
 // It runs where every dimension's algorithm is automatic (a requested algorithm
 // is run as asked), the call has elements, and what a rank publishes fits in
 // tuning::one_shot_max_bytes and in its staging buffer (tuning::
-// shared_staging_bytes). The fold is the reproducible mode's order (the ranks
-// left to right, nested over the topology's dimensions under
-// options.reproducible), so every rank's result is bitwise the same. A 16-bit
-// call some but not all of whose dimensions accumulate in float32 runs its
-// program (its rounding is per dimension). Every rank decides the same: the
-// inputs are the call's arguments and the options every rank agreed on at bind.
+// shared_staging_bytes, less the 64-byte line the executor keeps there: `staging`
+// below). The fold is the reproducible mode's order (the ranks left to right,
+// nested over the topology's dimensions under options.reproducible), so every
+// rank's result is bitwise the same. A 16-bit call some but not all of whose
+// dimensions accumulate in float32 runs its program (its rounding is per
+// dimension). Every rank decides the same: the inputs are the call's arguments
+// and the options every rank agreed on at bind.
 #pragma once
 
 #include "../config.hpp"
@@ -51,7 +52,7 @@ constexpr std::size_t one_shot_bytes(const one_shot_call& c) noexcept {
 }
 
 /// Whether call c runs by the one-shot path under options o, where the whole
-/// communicator shares a node window whose staging buffers hold `staging` bytes.
+/// communicator shares a node window whose staging buffers hold `staging` bytes of data.
 constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::size_t staging) noexcept {
   if (c.count == 0 || c.ranks < 2 || staging == 0) return false;
   for (algorithm a : o.algorithms)

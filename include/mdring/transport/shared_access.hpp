@@ -146,6 +146,8 @@ public:
 
   std::size_t size() const noexcept { return p_; }
   std::size_t index() const noexcept { return me_; }
+  // How long a wait spins before it yields (1: at once, when oversubscribed).
+  unsigned spins() const noexcept { return spins_; }
   access_slot& slot(std::size_t j) const noexcept { return *slots_[j]; }
 
   void arrive(const void* src, void* dst, std::uint64_t signature, bool unmapped = false) noexcept {

@@ -153,6 +153,7 @@ public:
     if (!r) {
       const std::size_t bytes = p * mdring::detail::access_region_bytes(staging);
       r.reset(static_cast<unsigned char*>(::operator new(bytes, std::align_val_t{64})));
+      std::memset(r.get(), 0, bytes);  // staging starts zeroed, as a node window's (one_shot_line)
       for (std::size_t j = 0; j < p; ++j)
         new (r.get() + j * mdring::detail::access_region_bytes(staging)) mdring::detail::access_slot{};
     }

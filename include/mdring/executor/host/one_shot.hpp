@@ -6,10 +6,12 @@
 // stage s of it:
 //
 //   1. a rank that gives data copies it into its staging buffer of stage s (parity
-//      s % 2) and arrives with its signature (the collective, count, element size
-//      and root); a rank that gives none arrives at once;
-//   2. it waits until every rank has arrived at s, checks each one's signature and
-//      that none has broken (a failure in an earlier call marks its slot), and
+//      s % 2: into the buffer's first line when it fits, after it otherwise), then
+//      writes the line's signature (the collective, count, element size and root)
+//      and stage, and bumps its arrive word; a rank that gives none arrives at once;
+//   2. it waits until every rank's line says s (a short spin, then its arrive word,
+//      with sleeps), checks each one's signature and that none has broken (a
+//      failure in an earlier call marks its lines), and
 //   3. reads the buffers it needs: all_reduce, all_gather, reduce_scatter every
 //      rank's; broadcast the root's (the root reads none); reduce: the root every
 //      other rank's (the others read none).
@@ -40,6 +42,22 @@ MDRING_NAMESPACE_BEGIN
 
 namespace detail {
 
+// The first cache line of each staging buffer of the flat channel: the stage its
+// owner has arrived at, with the call's signature and, when they fit, its data. A
+// reader waits on this line and finds everything a small call needs in it: one
+// cache line moves from writer to reader (the slot's arrive word, which the owner
+// also bumps for sleepers, stays in the owner's cache while nobody sleeps). Larger
+// data follows the line. Node windows and the threads transport's regions start
+// zeroed, and only the one-shot path writes here.
+struct alignas(64) one_shot_line {
+  static constexpr std::size_t payload = 48;  // bytes of data that fit in the line
+  unsigned char data[payload];
+  std::uint64_t signature;
+  std::atomic<std::uint32_t> stage;
+  std::atomic<std::uint32_t> failed;  // the owner's communicator broke
+};
+static_assert(sizeof(one_shot_line) == 64 && std::atomic<std::uint32_t>::is_always_lock_free);
+
 template <transport Transport>
 class one_shot {
 public:
@@ -50,9 +68,18 @@ public:
   one_shot(const one_shot&) = delete;
   one_shot& operator=(const one_shot&) = delete;
 
-  // This rank's communicator broke: its flat slot says so (see peer_broke).
+  // This rank's communicator broke: its flat slot and both its lines say so (see peer_broke).
   static void mark_failed(const host_binding<Transport>& b) noexcept {
-    if (b.flat) b.transport.group(*b.flat).mark_failed();
+    if (!b.flat) return;
+    access_group& g = b.transport.group(*b.flat);
+    g.mark_failed();
+    if (g.staging_bytes() < sizeof(one_shot_line)) return;
+    for (void* at : {g.staging(g.index()), g.next_staging(g.index())})
+      static_cast<one_shot_line*>(at)->failed.store(1, std::memory_order_seq_cst);
+  }
+  // The staging bytes a call can use for its data (the rest is the line).
+  static std::size_t capacity(std::size_t staging) noexcept {
+    return staging > sizeof(one_shot_line) ? staging - sizeof(one_shot_line) : 0;
   }
   // Whether this communicator can run calls by the one-shot path at all.
   static bool available(const host_binding<Transport>& b) noexcept { return b.flat != nullptr; }
@@ -99,7 +126,7 @@ private:
   void take(collective kind, const void* send, void* recv, std::size_t count, std::size_t root) {
     kind_ = kind, send_ = send, recv_ = recv, count_ = count, root_ = root;
     if (!available(b_)) return;
-    taken_ = one_shot_applies({kind, count, elem_, ranks(), root}, b_.opts, group().staging_bytes());
+    taken_ = one_shot_applies({kind, count, elem_, ranks(), root}, b_.opts, capacity(group().staging_bytes()));
     b_.workspace.note_one_shot(taken_);
     if (!taken_) return;
     bytes_ = one_shot_bytes({kind, count, elem_, ranks(), root});
@@ -118,11 +145,19 @@ private:
   bool all_arrived(bool block) {
     for (std::size_t j = 0; j < ranks(); ++j) {
       if (j == me()) continue;
-      if (!arrived(j, s_, block, " to arrive at the call with rank ")) return false;
-      if (group().failed(j)) peer_broke(j);
-      if (group().signature(j) != signature()) mismatch(j);
+      if (!arrived(j, block, " to arrive at the call with rank ")) return false;
+      const one_shot_line& l = line(j);
+      if (l.failed.load(std::memory_order_acquire)) peer_broke(j);
+      if (l.signature != signature()) mismatch(j);
     }
     return true;
+  }
+
+  // Rank j's line of this stage (after publish), and where its data is.
+  one_shot_line& line(std::size_t j) const noexcept { return *static_cast<one_shot_line*>(group().staging(j)); }
+  const void* data_of(std::size_t j) const noexcept {
+    const one_shot_line& l = line(j);
+    return bytes_ <= one_shot_line::payload ? static_cast<const void*>(l.data) : static_cast<const void*>(&l + 1);
   }
 
   std::uint64_t signature() const noexcept {
@@ -130,11 +165,17 @@ private:
            std::uint64_t(kind_) << 56;
   }
 
-  // Rank j's arrive has reached seq: at once, else when block waits for it (a peer's
-  // failure or the deadline throw).
-  bool arrived(std::size_t j, std::uint32_t seq, bool block, const char* what) {
+  // Rank j has arrived at s: its line says so at once or after a short spin, else
+  // when block waits for its arrive word (a peer's failure or the deadline throw).
+  bool arrived(std::size_t j, bool block, const char* what) {
     access_group& g = group();
-    if (g.arrived(j, seq)) return true;
+    const std::uint32_t seq = s_;
+    const std::atomic<std::uint32_t>& stage = line(j).stage;
+    for (unsigned i = 0; i < g.spins(); ++i) {
+      if (stage.load(std::memory_order_acquire) == seq) return true;
+      MDRING_CPU_RELAX();
+    }
+    if (stage.load(std::memory_order_acquire) == seq) return true;
     auto failed = [&] { return b_.transport.shared_failure(); };
     auto started = [&]() -> deadline_clock::time_point {  // the deadline runs from the first wait
       if (deadline_ == deadline_clock::time_point{}) deadline_ = deadline_clock::now() + b_.opts.timeout;
@@ -152,28 +193,28 @@ private:
     }
     const wait_status st = g.wait_arrive_of(j, seq, started, failed, [](deadline_clock::time_point) {});
     if (st.kind != wait_status::done) raise(st, j, what);
-    return true;
+    return true;  // (its line was written before its arrive word)
   }
 
+  // Step 1: this rank's line (and data) of stage s, then its arrive word.
   void publish() {
     access_group& g = group();
-    if (gives()) {
-      const std::size_t b = bytes_;
-      std::memcpy(g.next_staging(me()), send_, b);
-    }
+    auto& l = *static_cast<one_shot_line*>(g.next_staging(me()));
+    if (gives()) std::memcpy(bytes_ <= one_shot_line::payload ? static_cast<void*>(l.data) : &l + 1, send_, bytes_);
+    l.signature = signature();
+    l.stage.store(s_, std::memory_order_release);
     g.arrive_signed(signature());
   }
 
   // Step 3: read the givers' buffers.
   void finish() {
-    access_group& g = group();
     const std::size_t p = ranks(), n = count_, e = elem_;
     switch (kind_) {
       case collective::broadcast:
-        if (me() != root_) std::memcpy(recv_, g.staging(root_), n * e);
+        if (me() != root_) std::memcpy(recv_, data_of(root_), n * e);
         return;
       case collective::all_gather:
-        for (std::size_t j = 0; j < p; ++j) std::memcpy(static_cast<char*>(recv_) + j * n * e, g.staging(j), n * e);
+        for (std::size_t j = 0; j < p; ++j) std::memcpy(static_cast<char*>(recv_) + j * n * e, data_of(j), n * e);
         return;
       case collective::all_reduce:
       case collective::reduce_scatter:
@@ -182,7 +223,7 @@ private:
         const void* in[access_group::max_ranks];
         const std::size_t off = kind_ == collective::reduce_scatter ? me() * n * e : 0;
         for (std::size_t j = 0; j < p; ++j)
-          in[j] = j == me() && kind_ == collective::reduce ? send_ : static_cast<const char*>(g.staging(j)) + off;
+          in[j] = j == me() && kind_ == collective::reduce ? send_ : static_cast<const char*>(data_of(j)) + off;
         ops_.fold_all(recv_, in, p, n, nest());
         return;
       }
@@ -245,7 +286,7 @@ private:
 
   // Rank j's signature differs: it passed another count, type or root.
   [[noreturn]] MDRING_COLD void mismatch(std::size_t j) {
-    const std::uint64_t theirs = group().signature(j);
+    const std::uint64_t theirs = line(j).signature;
     throw transport_error(
         std::string("mdring::") + name_ + ": rank " + std::to_string(j) + " works on " +
             std::to_string(theirs & 0xffffffffu) + " elements of " + std::to_string((theirs >> 32) & 0xff) +
