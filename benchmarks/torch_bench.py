@@ -124,7 +124,7 @@ def time_calls(t, group, iters):
 
 
 def size_name(b):
-    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B"
 
 
 if rank == 0:

@@ -646,8 +646,14 @@ void choose(comm_state& s, MPI_Comm comm, coll c, std::size_t cls, class_state& 
   // 0.88 x in the trials, 1.05 x in a loop, at 64 B), and a call of a microsecond
   // has no 15 % to give.
   const double small_margin = (std::size_t(1) << cls) < (std::size_t(64) << 10) ? 0.15 : 0.0;
+  // A broadcast or reduce below 512 B stays with MPI: there Open MPI's returns at the
+  // root (the leaves) as soon as its part is done, so a program's loop of them
+  // pipelines, while mdring's one-shot call waits for every rank (docs/perf/latency.md:
+  // 2.6 to 4 x MPI's time in a loop, 2 processes), which the trials' alternating pairs
+  // do not show.
+  const bool rooted_eager = (c == c_bcast || c == c_reduce) && (std::size_t(1) << cls) < 512;
   auto pick = [&](const double* x) {
-    return md::pick_measured({x[0], x[1]}, x[2]) == 1 && x[1] < (1 - small_margin) * x[0];
+    return !rooted_eager && md::pick_measured({x[0], x[1]}, x[2]) == 1 && x[1] < (1 - small_margin) * x[0];
   };
   const bool alone = pick(v);
   PMPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_MAX, comm);
