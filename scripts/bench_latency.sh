@@ -82,7 +82,7 @@ names = {"allreduce": "MPI_Allreduce", "bcast": "MPI_Bcast", "reduce": "MPI_Redu
 out += ["### Through the interposer (libmdring-pmpi.so), 2 processes", "",
         "`benchmarks/pmpi_loop.c` (an unmodified MPI program; each call after a barrier, double, heap buffers), "
         "native, preloaded as a user gets it (*measured*: per size class MPI's collective or mdring's, whichever "
-        "its first calls measured faster) and preloaded with mdring taking every call "
+        "its first calls measured faster; a broadcast or reduce below 512 B always MPI's) and preloaded with mdring taking every call "
         "(`MDRING_PMPI_MIN_BYTES=0`), back to back in each of the rounds; medians. ratio = preloaded / native.", "",
         "| call | bytes | native us | measured us | ratio | mdring us | ratio |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
