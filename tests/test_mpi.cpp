@@ -21,6 +21,8 @@
 #include <doctest/doctest.h>
 
 #include "mpi_support.hpp"
+#include "one_shot_support.hpp"
+#include "reproducible_reference.hpp"
 
 // ---------------------------------------------------------------------------
 TEST_CASE("the communicator matches the world (MPI_COMM_WORLD, or the UCX world)") {
@@ -359,4 +361,44 @@ TEST_CASE("a non-commutative op on fully connected dimensions combines in rank o
               }) == n);
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+TEST_CASE("one-shot between processes: random small calls, nonblocking ones in flight, the reproducible bits") {
+  // Every rank of the world on this node: small calls run one-shot over the flat
+  // node window (plan/one_shot.hpp), each exact, and every one of them one-shot.
+  const std::size_t P = world_size(), R = world_rank();
+  if (P < 2) return;
+  md::options o;
+  o.reproducible = true;
+  const std::string topo = P % 2 == 0 ? "shm:2 x ethernet:*" : "ethernet:*";
+  auto comm = md::bind(md::parse_topology(topo), test_world(), o);
+  const std::uint64_t before = mdring_test::one_shot_calls(comm);
+  const auto fails = mdring_test::random_calls<float>(comm, 120, 3, 300);
+  for (const auto& f : fails) FAIL_CHECK(f);
+  CHECK(mdring_test::one_shot_calls(comm) - before == 120);
+  // A program's call in flight, small calls queued behind it, and one blocking.
+  std::vector<double> big(200000, double(R)), a(9, double(R + 1)), b(9, -1.0);
+  md::request q1 = md::iall_reduce(comm, big.data(), big.size());
+  md::request q2 = md::iall_reduce(comm, a.data(), a.size());
+  if (R == P - 1) b.assign(9, 3.5);
+  md::broadcast(comm, b.data(), b.size(), P - 1);
+  q2.wait();
+  q1.wait();
+  CHECK(big[12345] == double(P * (P - 1) / 2));
+  CHECK(a[8] == double(P * (P + 1) / 2));
+  CHECK(b[0] == 3.5);
+  // The reproducible mode's bits, and the same on every rank.
+  std::vector<float> x(97);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = mdring_test::wide_value(21, R, i, 20);
+  md::all_reduce(comm, x.data(), x.size());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    std::vector<float> col(P);
+    for (std::size_t r = 0; r < P; ++r) col[r] = mdring_test::wide_value(21, r, i, 20);
+    const float want = mdring_test::contract_result(col, comm.topology().extents(), md::sum);
+    wrong += std::memcmp(&want, &x[i], sizeof want) != 0;
+  }
+  CHECK(wrong == 0);
+  CHECK(identical_everywhere(x.data(), x.size() * sizeof(float)));
 }

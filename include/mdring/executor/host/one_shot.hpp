@@ -259,6 +259,10 @@ private:
   // The words are the engine's (dimension, phase, step): a one-shot call is step 0
   // of dimension 0 as the hang report shows it, over every rank of the node.
   [[noreturn]] MDRING_COLD void raise(const wait_status& st, std::size_t j, const char* waiting_for) {
+    if (deadline_ == deadline_clock::time_point{}) {  // failed before any wait (a peer's line said so)
+      deadline_ = deadline_clock::now() + b_.opts.timeout;
+      b_.board.waiting(0, int(phase_of()), 0, (long long)j, state_board::dir::group, bytes_, deadline_);
+    }
     const std::string where = " in dimension 0 (one-shot over node memory, all " + std::to_string(ranks()) +
                               " ranks), " + std::string(to_string(phase_of())) + " step 0";
     if (st.kind == wait_status::timeout) {
