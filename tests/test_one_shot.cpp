@@ -108,6 +108,19 @@ TEST_CASE("one-shot: taken where it applies, and only there") {
   noshm.shared_memory = false;
   md::options small;
   small.tune.one_shot_max_bytes = 64;
+  // A 16-bit call with float32 on one dimension only rounds per dimension: its program.
+  md::options mixed;
+  mixed.dimension_accumulation = {md::accumulation::element, md::accumulation::float32};
+  const auto f3 = on_threads("shm:2 x ethernet:2", mixed, [&](auto& comm, std::vector<std::string>& f) {
+    std::vector<md::half> h(8, md::half(1.0f));
+    std::vector<float> x(8, 1.0f);
+    md::all_reduce(comm, h.data(), h.size());
+    if (one_shot_calls(comm) != 0) f.push_back("a mixed-accumulation half call ran one-shot");
+    md::all_reduce(comm, x.data(), x.size());  // float: one-shot
+    if (one_shot_calls(comm) != 1) f.push_back("a float call did not run one-shot");
+    if (float(h[7]) != 4.0f || x[7] != 4.0f) f.push_back("wrong result");
+  });
+  for (auto& f : f3) FAIL_CHECK(f);
   for (const auto& [o, max] : {std::pair{ring, 0}, std::pair{off, 0}, std::pair{noshm, 0}, std::pair{small, 16}}) {
     const auto f2 = on_threads("shm:2 x shm:2", o, [&, max = max](auto& comm, std::vector<std::string>& f) {
       for (std::size_t n = 1; n <= 64; ++n) {
