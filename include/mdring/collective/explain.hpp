@@ -103,7 +103,7 @@ plan plan_of_call(const bound_layout& L, const options& o, collective kind, std:
       mdring::make_plan(kind, L.executed(), L.rank, count, at.size, d.algos, tune, root, at.name, op_traits<Op>::name(),
                         m ? m->segments : 0, d.trees, last < L.ndims() && cp.dims[last].shared);
   pl.accumulation = at.note;
-  if (one_shot_applies({kind, count, at.size, L.size, root}, o, one_shot_staging))
+  if (one_shot_applies({kind, count, at.size, L.size, root}, o, one_shot_staging, L.written_extents))
     pl.one_shot = one_shot_text({kind, count, at.size, L.size, root}, o.tune.one_shot_max_bytes);
   for (auto& st : pl.stages)
     st.shared_access = (st.ph == phase::reduce_scatter || st.ph == phase::all_gather ||

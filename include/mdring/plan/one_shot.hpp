@@ -32,6 +32,7 @@
 #include "../vocabulary.hpp"
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 MDRING_NAMESPACE_BEGIN
@@ -52,9 +53,15 @@ constexpr std::size_t one_shot_bytes(const one_shot_call& c) noexcept {
 }
 
 /// Whether call c runs by the one-shot path under options o, where the whole
-/// communicator shares a node window whose staging buffers hold `staging` bytes of data.
-constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::size_t staging) noexcept {
+/// communicator shares a node window whose staging buffers hold `staging` bytes of
+/// data; `written`: the topology's extents as written (under options.reproducible
+/// the fold nests over those of more than one rank, at most 8 of them).
+constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::size_t staging,
+                                std::span<const std::size_t> written = {}) noexcept {
   if (c.count == 0 || c.ranks < 2 || staging == 0) return false;
+  std::size_t nested = 0;
+  for (std::size_t e : written) nested += e > 1;
+  if (o.reproducible && nested > 8) return false;
   for (algorithm a : o.algorithms)
     if (a != algorithm::automatic) return false;
   if (c.elem_size == 2 && o.accumulation != accumulation::float32)

@@ -126,7 +126,8 @@ private:
   void take(collective kind, const void* send, void* recv, std::size_t count, std::size_t root) {
     kind_ = kind, send_ = send, recv_ = recv, count_ = count, root_ = root;
     if (!available(b_)) return;
-    taken_ = one_shot_applies({kind, count, elem_, ranks(), root}, b_.opts, capacity(group().staging_bytes()));
+    taken_ = one_shot_applies({kind, count, elem_, ranks(), root}, b_.opts, capacity(group().staging_bytes()),
+                              b_.layout.written_extents);
     b_.workspace.note_one_shot(taken_);
     if (!taken_) return;
     bytes_ = one_shot_bytes({kind, count, elem_, ranks(), root});
@@ -230,6 +231,7 @@ private:
     }
   }
 
+  static_assert(host_reducer<int, sum_t>::max_nest == 8);  // as one_shot_applies assumes
   // options.reproducible: the written dimensions of more than one rank, innermost
   // first (the contract's nested fold); otherwise none (a flat fold in rank order).
   std::span<const std::size_t> nest() noexcept {
