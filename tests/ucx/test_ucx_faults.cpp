@@ -280,14 +280,16 @@ int worker(const std::string& mode, const std::string& dir) {
   const std::string topo = mode == "mismatch" && rank == 1 ? "ethernet:*" : "shm:*";
   outcome o = catching([&] {
     auto comm = md::bind(md::parse_topology(topo), w, opts);
-    std::vector<float> x(1 << 16, 1.0f);
+    // "..._small": 8 floats, the one-shot path (plan/one_shot.hpp); else 256 KiB, programs.
+    const bool small = mode.size() > 6 && mode.compare(mode.size() - 6, 6, "_small") == 0;
+    std::vector<float> x(small ? 8 : 1 << 16, 1.0f);
     for (int i = 0; i < 3; ++i) md::all_reduce(comm, x.data(), x.size());
-    if (rank == 1 && (mode == "kill_shared" || mode == "kill_messages")) {
+    if (rank == 1 && (mode == "kill_shared" || mode == "kill_messages" || mode == "kill_small")) {
       write_outcome(dir, rank, {"killed", -1, now_s(), ""});
       std::raise(SIGKILL);
     }
     if (rank == 1 && mode == "stall") std::this_thread::sleep_for(std::chrono::seconds(4));
-    if (mode == "bad_root") {
+    if (mode == "bad_root" || mode == "bad_root_small") {
       md::broadcast(comm, x.data(), x.size(), rank == 1 ? size : 0);
     } else {
       for (int i = 0; i < 20; ++i) md::all_reduce(comm, x.data(), x.size());
@@ -389,6 +391,10 @@ TEST_CASE("a process killed in a collective: the others get remote_error naming 
   check_killed("kill_messages");
 }
 
+TEST_CASE("a process killed in a small call: the others get remote_error naming it within 1 s (one-shot)") {
+  check_killed("kill_small");
+}
+
 TEST_CASE("a process killed with nonblocking calls in flight: every survivor's wait throws, nobody terminates") {
   // 4 processes, "shm:2 x ethernet:*": rank 0 shares rank 1's node, ranks 2 and 3
   // reach it through the ethernet dimension only (they once terminated).
@@ -424,13 +430,15 @@ TEST_CASE("a process that stalls: the others hit the deadline, naming the collec
 }
 
 TEST_CASE("a bad argument on one process: it throws invalid_argument, the others remote_error naming it") {
-  const auto res = run_job("bad_root", 3);
-  CHECK(res.out[1].kind == "invalid_argument");
-  CHECK(res.out[1].what.rfind("root", 0) == 0);
-  for (std::size_t r : {std::size_t(0), std::size_t(2)}) {
-    INFO("rank " << r << ": " << res.out[r].what);
-    CHECK(res.out[r].kind == "remote_error");
-    CHECK(res.out[r].failed_rank == 1);
+  for (const char* mode : {"bad_root", "bad_root_small"}) {  // a program's broadcast, and a one-shot one
+    const auto res = run_job(mode, 3);
+    CHECK(res.out[1].kind == "invalid_argument");
+    CHECK(res.out[1].what.rfind("root", 0) == 0);
+    for (std::size_t r : {std::size_t(0), std::size_t(2)}) {
+      INFO(mode << ", rank " << r << ": " << res.out[r].what);
+      CHECK(res.out[r].kind == "remote_error");
+      CHECK(res.out[r].failed_rank == 1);
+    }
   }
 }
 
