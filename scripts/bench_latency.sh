@@ -55,7 +55,7 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "overlap one call's tail with the next one's start, so they can go below the floor. 4 processes run "
        "on 2 cores (oversubscribed): there each spin waits for a descheduled peer, and the spread is the "
        "rounds' (max - min).", "",
-       "Up to `tune.one_shot_max_bytes` (16 KiB per rank) every call here runs one-shot over node memory "
+       "Up to `tune.one_shot_max_bytes` (8 KiB per rank) every call here runs one-shot over node memory "
        "(docs/USAGE.md, \"Small calls, one-shot\"): each rank copies what it gives into its staging buffer, "
        "arrives, waits for every rank and reads; larger calls run their programs. Rooted calls wait for every "
        "rank too (so that a failure or a mismatch reaches every rank in the same call): Open MPI's broadcast "

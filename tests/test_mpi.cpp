@@ -374,7 +374,7 @@ TEST_CASE("one-shot between processes: random small calls, nonblocking ones in f
   const std::string topo = P % 2 == 0 ? "shm:2 x ethernet:*" : "ethernet:*";
   auto comm = md::bind(md::parse_topology(topo), test_world(), o);
   const std::uint64_t before = mdring_test::one_shot_calls(comm);
-  const auto fails = mdring_test::random_calls<float>(comm, 120, 3, 300);
+  const auto fails = mdring_test::random_calls<float>(comm, 120, 3, 250);  // 8 x 250 floats: within 8 KiB
   for (const auto& f : fails) FAIL_CHECK(f);
   CHECK(mdring_test::one_shot_calls(comm) - before == 120);
   // A program's call in flight, small calls queued behind it, and one blocking.

@@ -80,23 +80,36 @@ TEST_CASE("one-shot: taken where it applies, and only there") {
       call();
       return one_shot_calls(comm) != before;
     };
-    // The default cap: the 16 KiB staging buffer less its 64-byte line, 16320 B per rank
-    // (4080 floats); reduce_scatter publishes its whole sendbuf.
-    if (!took([&] { md::all_reduce(comm, v.data(), 4080); })) f.push_back("4080 floats not one-shot");
-    if (took([&] { md::all_reduce(comm, v.data(), 4081); })) f.push_back("4081 floats one-shot");
-    if (!took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4096, 1020); })) f.push_back("rs 4 x 1020");
-    if (took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4200, 1021); })) f.push_back("rs 4 x 1021");
+    // The default cap: 8 KiB per rank (2048 floats); reduce_scatter publishes its whole sendbuf.
+    if (!took([&] { md::all_reduce(comm, v.data(), 2048); })) f.push_back("2048 floats not one-shot");
+    if (took([&] { md::all_reduce(comm, v.data(), 2049); })) f.push_back("2049 floats one-shot");
+    if (!took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4096, 512); })) f.push_back("rs 4 x 512");
+    if (took([&] { md::reduce_scatter(comm, v.data(), v.data() + 4200, 513); })) f.push_back("rs 4 x 513");
     if (took([&] { md::all_reduce(comm, v.data(), 0); })) f.push_back("count 0 one-shot");
     if (!took([&] { md::broadcast(comm, v.data(), 17, 3); })) f.push_back("broadcast 17 not one-shot");
     // explain() says which.
-    if (comm.template make_plan<float>(4080).one_shot.empty()) f.push_back("explain: 4080 floats not one-shot");
-    if (!comm.template make_plan<float>(4081).one_shot.empty()) f.push_back("explain: 4081 floats one-shot");
+    if (comm.template make_plan<float>(2048).one_shot.empty()) f.push_back("explain: 2048 floats not one-shot");
+    if (!comm.template make_plan<float>(2049).one_shot.empty()) f.push_back("explain: 2049 floats one-shot");
     if (comm.template explain<float>(64).find("one-shot: this call runs in one step over node memory") ==
         std::string::npos)
       f.push_back("explain() does not print the one-shot line");
   });
   for (auto& f : fails) FAIL_CHECK(f);
   CHECK(fails.empty());
+
+  // A larger cap meets the staging buffer: 16 KiB less its 64-byte line, 16320 B (4080 floats).
+  md::options big;
+  big.tune.one_shot_max_bytes = std::size_t(1) << 20;
+  const auto f4 = on_threads("shm:2 x shm:2", big, [&](auto& comm, std::vector<std::string>& f) {
+    std::vector<float> v(4100, 1.0f);
+    md::all_reduce(comm, v.data(), 4080);
+    if (one_shot_calls(comm) != 1) f.push_back("4080 floats not one-shot");
+    md::all_reduce(comm, v.data(), 4081);
+    if (one_shot_calls(comm) != 1) f.push_back("4081 floats one-shot");
+    if (v[0] != 16.0f || v[4080] != 4.0f) f.push_back("wrong result");
+    if (comm.template make_plan<float>(4081).one_shot.size()) f.push_back("explain: 4081 floats one-shot");
+  });
+  for (auto& f : f4) FAIL_CHECK(f);
 
   // A requested algorithm is run as asked; tune.one_shot_max_bytes = 0 turns it off;
   // no shared memory, no flat channel.
