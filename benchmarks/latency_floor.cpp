@@ -35,8 +35,28 @@ struct settings {
   int iters = 2000;
   std::size_t max_bytes = 65536;
   std::string json;
-  std::string calls = "all_reduce,broadcast,reduce,all_gather,reduce_scatter";
+  std::string calls = ",all_reduce,broadcast,reduce,all_gather,reduce_scatter,";  // ",name,..."
 };
+
+// --calls LIST: comma-separated collective names, each one mdring knows; returned
+// as ",name,...," so that a name is found whole ("reduce" is not in "all_reduce").
+std::string checked_calls(const std::string& list) {
+  const std::string all = ",all_reduce,broadcast,reduce,all_gather,reduce_scatter,";
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t end = std::min(list.find(',', at), list.size());
+    const std::string name = list.substr(at, end - at);
+    if (name.empty() || all.find("," + name + ",") == std::string::npos) {
+      std::fprintf(stderr,
+                   "mdring-latency: --calls: '%s' is not a collective (expected names from all_reduce, broadcast, "
+                   "reduce, all_gather, reduce_scatter, separated by commas)\n",
+                   name.c_str());
+      std::exit(2);
+    }
+    at = end + 1;
+  }
+  return "," + list + ",";
+}
 
 settings parse(int argc, char** argv) {
   settings s;
@@ -53,7 +73,7 @@ settings parse(int argc, char** argv) {
     else if (a == "--iters") s.iters = std::atoi(value("--iters"));
     else if (a == "--max-bytes") s.max_bytes = std::strtoull(value("--max-bytes"), nullptr, 10);
     else if (a == "--json") s.json = value("--json");
-    else if (a == "--calls") s.calls = std::string(",") + value("--calls") + ",";
+    else if (a == "--calls") s.calls = checked_calls(value("--calls"));
     else {
       std::fprintf(stderr,
                    "mdring-latency: unknown argument '%s' (--rounds N --iters N --max-bytes N --json FILE "
@@ -110,22 +130,10 @@ double ping_pong(MPI_Comm node, int iters) {
   return seconds;
 }
 
-enum class op { all_reduce, broadcast, reduce, all_gather, reduce_scatter };
-const char* name_of(op o) {
-  switch (o) {
-    case op::all_reduce:
-      return "all_reduce";
-    case op::broadcast:
-      return "broadcast";
-    case op::reduce:
-      return "reduce";
-    case op::all_gather:
-      return "all_gather";
-    case op::reduce_scatter:
-      return "reduce_scatter";
-  }
-  return "?";
-}
+// The collectives timed, in the order the tables show them (mdring's own names: vocabulary.hpp).
+using op = mdring::collective;
+constexpr op all_ops[] = {op::all_reduce, op::broadcast, op::reduce, op::all_gather, op::reduce_scatter};
+const char* name_of(op o) { return mdring::to_string(o).data(); }  // (the names are literals)
 
 // A call of `o` with n floats per rank (all_gather, reduce_scatter: n per rank's block).
 template <class Comm>
@@ -229,8 +237,8 @@ int main(int argc, char** argv) {
       std::printf("%-15s %8s %12s %12s %9s %9s %9s  %s\n", "call", "bytes", "native us", "mdring us", "md/native",
                   "md/floor", "nat/floor", "spread (native, mdring)");
     }
-    for (op o : {op::all_reduce, op::broadcast, op::reduce, op::all_gather, op::reduce_scatter}) {
-      if (s.calls.find(name_of(o)) == std::string::npos) continue;
+    for (op o : all_ops) {
+      if (s.calls.find("," + std::string(name_of(o)) + ",") == std::string::npos) continue;
       for (std::size_t bytes : sizes) {
         const std::size_t n = std::max<std::size_t>(bytes / sizeof(float), 1);
         std::vector<float> send(n * std::size_t(P)), recv(n * std::size_t(P));
