@@ -161,13 +161,10 @@ public:
       s.src_segment = reg.find(src);
       s.dst_segment = reg.find(dst);
     }
-    s.signature[(seq_ + 1) % 2] = signature;
-    ++seq_;
-    s.arrive.store(seq_, std::memory_order_seq_cst);
-    if (s.sleepers.load(std::memory_order_seq_cst)) futex_wake(s.arrive);
+    arrive_signed(signature);
   }
   // arrive() with nothing published but the signature (the one-shot path's calls:
-  // executor/host/one_shot.hpp, whose data is in the staging buffers).
+  // executor/host/one_shot.hpp, whose data is in the staging buffers); arrive() ends so.
   void arrive_signed(std::uint64_t signature) noexcept {
     auto& s = slot(me_);
     s.signature[(seq_ + 1) % 2] = signature;
@@ -205,18 +202,6 @@ public:
     return test_all(&access_slot::leave, failed);
   }
 
-  // This rank's communicator broke (a failure in any call): a flag in its slot that
-  // peers reading it see (the one-shot path, whose rooted calls do not wait for every
-  // rank: executor/host/one_shot.hpp), and whether peer j has set it.
-  static constexpr std::uint32_t failed_flag = 4;
-  void mark_failed() noexcept { slot(me_).flags.fetch_or(failed_flag, std::memory_order_seq_cst); }
-  bool failed(std::size_t j) const noexcept {
-    return (slot(j).flags.load(std::memory_order_acquire) & failed_flag) != 0;
-  }
-  // Peer j's `arrive` has reached seq, without waiting.
-  bool arrived(std::size_t j, std::uint32_t seq) const noexcept {
-    return reached(slot(j).arrive.load(std::memory_order_acquire), seq);
-  }
   // Waits until peer j's `arrive` has reached seq, as wait_arrived waits for each
   // peer; the deadline is taken from deadline_of() only once spinning has not
   // sufficed (a wait that spins through reads no clock), and on_yield(deadline) is

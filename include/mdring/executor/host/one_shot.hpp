@@ -68,12 +68,11 @@ public:
   one_shot(const one_shot&) = delete;
   one_shot& operator=(const one_shot&) = delete;
 
-  // This rank's communicator broke: its flat slot and both its lines say so (see peer_broke).
+  // This rank's communicator broke: both its lines say so (see peer_broke).
   static void mark_failed(const host_binding<Transport>& b) noexcept {
     if (!b.flat) return;
     access_group& g = b.transport.group(*b.flat);
-    g.mark_failed();
-    if (g.staging_bytes() < sizeof(one_shot_line)) return;
+    if (g.staging_bytes() < sizeof(one_shot_line)) return;  // (no call runs one-shot then)
     for (void* at : {g.staging(g.index()), g.next_staging(g.index())})
       static_cast<one_shot_line*>(at)->failed.store(1, std::memory_order_seq_cst);
   }
