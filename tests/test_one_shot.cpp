@@ -311,3 +311,29 @@ TEST_CASE("one-shot: errors name the rank and leave no rank waiting") {
     }
   }
 }
+
+TEST_CASE("one-shot: the decision's bounds (plan/one_shot.hpp)") {
+  md::options o;
+  o.tune.one_shot_max_bytes = 32;
+  using md::collective;
+  // 64 ranks and a 32-byte cap: 8 floats each still fit; reduce_scatter publishes 64 x its block.
+  CHECK(md::one_shot_applies({collective::all_reduce, 8, 4, 64, 0}, o, 16320));
+  CHECK_FALSE(md::one_shot_applies({collective::all_reduce, 9, 4, 64, 0}, o, 16320));
+  CHECK_FALSE(md::one_shot_applies({collective::reduce_scatter, 1, 4, 64, 0}, o, 16320));
+  o.tune.one_shot_max_bytes = 256;
+  CHECK(md::one_shot_applies({collective::reduce_scatter, 1, 4, 64, 0}, o, 16320));
+  CHECK_FALSE(md::one_shot_applies({collective::reduce_scatter, 2, 4, 64, 0}, o, 16320));
+  // The staging buffer caps it; no product overflows; nothing for no elements or one rank.
+  o.tune.one_shot_max_bytes = SIZE_MAX;
+  CHECK(md::one_shot_applies({collective::all_gather, 4080, 4, 2, 0}, o, 16320));
+  CHECK_FALSE(md::one_shot_applies({collective::all_gather, 4081, 4, 2, 0}, o, 16320));
+  CHECK_FALSE(md::one_shot_applies({collective::all_reduce, SIZE_MAX / 2, 4, 2, 0}, o, SIZE_MAX));
+  CHECK_FALSE(md::one_shot_applies({collective::reduce_scatter, SIZE_MAX / 8, 4, 64, 0}, o, SIZE_MAX));
+  CHECK_FALSE(md::one_shot_applies({collective::all_reduce, 0, 4, 2, 0}, o, 16320));
+  CHECK_FALSE(md::one_shot_applies({collective::all_reduce, 8, 4, 1, 0}, o, 16320));
+  // Under options.reproducible, at most 8 written dimensions of more than one rank nest.
+  o.reproducible = true;
+  const std::vector<std::size_t> nine(9, 2), eight(8, 2);
+  CHECK(md::one_shot_applies({collective::all_reduce, 8, 4, 256, 0}, o, 16320, eight));
+  CHECK_FALSE(md::one_shot_applies({collective::all_reduce, 8, 4, 512, 0}, o, 16320, nine));
+}

@@ -68,7 +68,10 @@ constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::s
     for (accumulation a : o.dimension_accumulation)
       if (a == accumulation::float32) return false;
   const std::size_t cap = o.tune.one_shot_max_bytes < staging ? o.tune.one_shot_max_bytes : staging;
-  return c.count <= cap && c.ranks <= cap && one_shot_bytes(c) <= cap;  // (no product overflows)
+  // one_shot_bytes(c) <= cap, without a product that could overflow
+  if (c.elem_size == 0 || c.count > cap / c.elem_size) return false;
+  const std::size_t bytes = c.count * c.elem_size;
+  return c.kind != collective::reduce_scatter || bytes <= cap / c.ranks;
 }
 
 /// What explain() says of a call that runs one-shot (plan::one_shot).
