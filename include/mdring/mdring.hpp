@@ -27,6 +27,7 @@
 #include "topology/link_registry.hpp"
 #include "topology/ring.hpp"
 #include "topology/runtime.hpp"
+#include "topology/survivors.hpp"
 
 #include "executor/progress.hpp"
 
@@ -60,4 +61,5 @@
 #include "collective/reduce.hpp"
 #include "collective/reduce_scatter.hpp"
 #include "collective/request.hpp"
+#include "collective/shrink.hpp"
 #endif

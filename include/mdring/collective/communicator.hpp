@@ -34,7 +34,9 @@
 #include "explain.hpp"
 #include "fingerprint.hpp"
 
+#include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -125,30 +127,54 @@ public:
     exec = std::make_shared<host_executor>(mode);
   }
 
+  // A communicator of no ranks, for a rank that mdring::shrink left out
+  // (communicator_base's constructor of that name).
+  communicator_core(const runtime_topology& shrunk, options opts, std::string transport, std::string why)
+      : communicator_base(shrunk, std::move(opts), std::move(transport), std::move(why)) {}
+
   // Moving or destroying a communicator first waits for its calls in flight (the
   // engine of a call refers to the communicator's state): see executor_slot.
   communicator_core(communicator_core&&) noexcept = default;
   communicator_core& operator=(communicator_core&&) noexcept = default;
   ~communicator_core() { drain(); }
 
-  Transport& get_transport() noexcept { return *tr_; }
-  const Transport& get_transport() const noexcept { return *tr_; }
+  // The transport; communicator_error once shrink released it, or on a rank that
+  // shrink left out.
+  Transport& get_transport() { return (void)released("get_transport"), *tr_; }
+  const Transport& get_transport() const { return (void)released("get_transport"), *tr_; }
 
   // Who moves this communicator's nonblocking calls on: agent or in_wait
   // (options::progress with automatic resolved for this transport).
-  progress_mode progress() const noexcept { return exec->mode(); }
+  progress_mode progress() const noexcept { return exec ? exec->mode() : progress_mode::in_wait; }
 
   // Pre-sizes scratch so that no collective on up to `count` elements of T (the
   // count each collective takes) allocates. Waits for the calls in flight first.
   template <class T>
   void reserve(std::size_t count) {
+    released("reserve");
     reserve_bytes(sizeof(T), count);
   }
-  std::size_t scratch_bytes() const noexcept { return ws_->scratch().capacity(); }
+  std::size_t scratch_bytes() const noexcept { return ws_ ? ws_->scratch().capacity() : 0; }
+
+  // mdring::shrink (collective/shrink.hpp): the number of its agreement (one
+  // more each time it is tried), and, once the survivors have their communicator,
+  // the release of everything but the bind result: the calls in flight are
+  // waited for (they fail), then the node windows, mappings, scratch and
+  // transport go, and every later call throws communicator_error with `why`.
+  std::uint32_t next_shrink() noexcept { return shrinks_++; }
+  void release(const std::string& why) {
+    drain();
+    mark_broken(*this, why);
+    flat_.reset();
+    channels_.clear();
+    ws_.reset();
+    tr_.reset();
+  }
 
   // What the call would do on this rank (see plan/plan.hpp), and its text.
   template <class T = float, class Op = sum_t>
   plan make_plan(std::size_t count, collective kind = collective::all_reduce, Op = {}, std::size_t root = 0) const {
+    released("explain");
     const bound_layout& L = layout();
     std::vector<dim_access> access(L.ndims());
     const std::size_t staging = (get_options().tune.shared_staging_bytes + 63) / 64 * 64;  // as transports open it
@@ -170,6 +196,12 @@ public:
 private:
   friend host_binding<Transport> binding_of<Transport>(communicator_core&) noexcept;
   friend const std::shared_ptr<host_executor>& executor_of<Transport>(const communicator_core&) noexcept;
+
+  // Throws communicator_error naming `fn` where there is no transport (released).
+  bool released(const char* fn) const {
+    if (!tr_) throw communicator_error("mdring::communicator::" + std::string(fn) + ": " + failure());
+    return false;
+  }
 
   // reserve() for elements of elem_size bytes.
   void reserve_bytes(std::size_t elem_size, std::size_t count) {
@@ -195,6 +227,7 @@ private:
   std::vector<typename Transport::channel> channels_;  // per executed dimension (none where the extent is 1)
   std::unique_ptr<typename Transport::channel> flat_;  // over every rank, where they share a node (one-shot path)
   std::unique_ptr<call_workspace<Transport>> ws_;
+  std::uint32_t shrinks_ = 0;
 };
 
 template <transport Transport>
@@ -226,6 +259,11 @@ public:
   /// Binds over transport `tr` (the bind functions call it).
   communicator(const Topology& topo, std::unique_ptr<Transport> tr, options opts)
       : detail::communicator_core<Transport>(detail::to_runtime(topo), std::move(tr), std::move(opts)) {}
+  /// A communicator of no ranks: a survivor that mdring::shrink left out (its node
+  /// dropped). topology() is the shrunk topology; every call throws communicator_error with `why`.
+  communicator(const runtime_topology& shrunk, options opts, std::string transport, std::string why)
+    requires std::same_as<Topology, runtime_topology>
+      : detail::communicator_core<Transport>(shrunk, std::move(opts), std::move(transport), std::move(why)) {}
 };
 
 namespace detail {

@@ -63,6 +63,14 @@ public:
     for (std::size_t d = 0; d < layout_.ndims(); ++d) links.push_back(layout_.dim_name(d));
     board_ = std::make_unique<state_board>(rank, size, std::move(transport), std::move(links), opts_.timeout);
   }
+  // A communicator of no ranks (a survivor that mdring::shrink left out: its
+  // node was dropped): topology() is the shrunk topology, size() 0, and every
+  // call throws communicator_error with `why`.
+  communicator_base(const runtime_topology& shrunk, options opts, std::string transport, std::string why)
+      : opts_(std::move(opts)), broken_(true), broken_why_(std::move(why)) {
+    layout_.written = shrunk;
+    board_ = std::make_unique<state_board>(0, 0, std::move(transport), std::vector<std::string>{}, opts_.timeout);
+  }
   communicator_base(communicator_base&&) noexcept = default;
   communicator_base& operator=(communicator_base&&) noexcept = default;
 

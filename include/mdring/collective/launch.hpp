@@ -341,6 +341,7 @@ template <bool Async, transport Transport, class T, class Op, class Start>
 auto launch_widened(communicator_core<Transport>& comm, const char* name, const Op& op, std::optional<arg_error> err,
                     std::size_t count, std::size_t root, std::size_t scratch, const T* in, std::size_t in_n, T* out,
                     std::size_t out_at, std::size_t out_n, Start start) {
+  if (!comm.usable()) throw_unusable(name, comm.failure());  // (its workspace may be gone: shrink)
   std::shared_ptr<void> w;
   float* wp = nullptr;
   if (!err && scratch > 0) {

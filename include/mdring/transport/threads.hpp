@@ -194,6 +194,32 @@ public:
   /// Tells every other rank of the world that this one failed.
   void abort(const std::string& reason) noexcept { w_->fail(rank_, reason); }
 
+  /// Survives a peer's failure (transport/transport.hpp survives_failures): shrink's
+  /// messages go through the world's queues of this communicator, a rank that left
+  /// the world is gone, and the survivors' transport is in a world of their own
+  /// (world::sub_world), which the new transport keeps alive.
+  ///@{
+  void survivor_send(std::size_t peer, const std::string& bytes, std::uint32_t tag) {
+    w_->survivor_post(context_, rank_, peer, tag, bytes);
+  }
+  survivor_message survivor_recv(std::size_t peer, std::uint32_t tag, deadline_clock::time_point deadline) {
+    return w_->survivor_take(context_, peer, rank_, tag, deadline);
+  }
+  bool gone(std::size_t peer) const { return w_->has_left(peer); }
+  std::unique_ptr<transport> shrunk(std::span<const std::size_t> members, const options& o,
+                                    const std::string& fingerprint) {
+    std::size_t me = 0;
+    while (me < members.size() && members[me] != rank_) ++me;
+    if (me == members.size())
+      throw invalid_argument("members", "mdring::threads: rank " + std::to_string(rank_) + " is not a survivor");
+    auto sub = w_->sub_world(std::to_string(context_) + "|" + fingerprint, members.size());
+    auto t =
+        std::make_unique<transport>(endpoint{sub.get(), me}, fingerprint, o.shared_memory, o.tune.shared_staging_bytes);
+    t->owned_ = std::move(sub);
+    return t;
+  }
+  ///@}
+
 private:
   wait_status wait_until(std::span<request> rs, deadline_clock::time_point deadline, bool any) {
     auto& me = w_->box(rank_);
@@ -267,6 +293,7 @@ private:
     r.done = true;
   }
 
+  std::shared_ptr<world> owned_;  // a shrunk communicator's world (shrunk())
   world* w_;
   std::size_t rank_;
   std::uint64_t context_;
@@ -279,5 +306,6 @@ private:
 static_assert(transport<threads::transport>);
 static_assert(waits_for_any<threads::transport>);
 static_assert(shared_access_transport<threads::transport>);
+static_assert(survives_failures<threads::transport>);
 
 MDRING_NAMESPACE_END

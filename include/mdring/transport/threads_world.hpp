@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -88,7 +89,7 @@ struct endpoint {
 class world {
 public:
   /// A world of n ranks (n >= 1).
-  explicit world(std::size_t n) : n_(n), boxes_(n ? new detail::mailbox[n] : nullptr) {
+  explicit world(std::size_t n) : n_(n), boxes_(n ? new detail::mailbox[n] : nullptr), left_(n, 0) {
     if (n == 0) throw invalid_argument("n", "mdring::threads::world: the number of ranks must be at least 1");
   }
   world(const world&) = delete;
@@ -160,6 +161,57 @@ public:
     return r.get();
   }
 
+  /// Rank `rank` left the world: its function returned or threw (run() says so;
+  /// a program that runs its own threads may too). Only shrink's agreement
+  /// (collective/failed_set.hpp) reads it: it stops waiting for a rank that left.
+  void leave(std::size_t rank) noexcept {
+    {
+      std::lock_guard lock(survive_m_);
+      if (rank < n_) left_[rank] = 1;
+    }
+    survive_cv_.notify_all();
+  }
+  /// Whether rank `rank` left (leave()).
+  bool has_left(std::size_t rank) const {
+    std::lock_guard lock(survive_m_);
+    return rank < n_ && left_[rank];
+  }
+
+  /// Shrink's messages (transport/transport.hpp survives_failures): queued here,
+  /// by communicator context, sender, receiver and tag, whatever failed before.
+  ///@{
+  void survivor_post(std::uint64_t ctx, std::size_t from, std::size_t to, std::uint32_t tag, std::string bytes) {
+    {
+      std::lock_guard lock(survive_m_);
+      survive_q_[{ctx, from, to, tag}].push_back(std::move(bytes));
+    }
+    survive_cv_.notify_all();
+  }
+  survivor_message survivor_take(std::uint64_t ctx, std::size_t from, std::size_t to, std::uint32_t tag,
+                                 deadline_clock::time_point deadline) {
+    std::unique_lock lock(survive_m_);
+    for (bool last = false;; last = deadline_clock::now() >= deadline) {
+      if (auto it = survive_q_.find({ctx, from, to, tag}); it != survive_q_.end() && !it->second.empty()) {
+        survivor_message m{survivor_message::got, std::move(it->second.front())};
+        it->second.pop_front();
+        return m;
+      }
+      if (from < n_ && left_[from]) return {survivor_message::gone, {}};
+      if (last) return {survivor_message::timeout, {}};
+      survive_cv_.wait_until(lock, deadline);
+    }
+  }
+  ///@}
+
+  /// The world of a shrunk communicator (collective/shrink.hpp): made by the first
+  /// survivor that asks with `key`, shared by the others.
+  std::shared_ptr<world> sub_world(const std::string& key, std::size_t n) {
+    std::lock_guard lock(survive_m_);
+    auto& w = subs_[key];
+    if (!w) w = std::make_shared<world>(n);
+    return w;
+  }
+
   /// Every rank binds its communicators in the same order (as with MPI), so the
   /// k-th bind on each rank gets context k. The first rank to bind context k records
   /// its topology; the others must match.
@@ -189,11 +241,17 @@ private:
   };
   std::map<std::tuple<std::uint64_t, std::size_t, std::size_t>, std::unique_ptr<unsigned char, aligned_delete>>
       regions_;
+  mutable std::mutex survive_m_;  // left_, survive_q_, subs_
+  std::condition_variable survive_cv_;
+  std::vector<char> left_;
+  std::map<std::tuple<std::uint64_t, std::size_t, std::size_t, std::uint32_t>, std::deque<std::string>> survive_q_;
+  std::map<std::string, std::shared_ptr<world>> subs_;
 };
 
 /// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
 /// throws, the world is poisoned (so no other rank waits for it), and after the join
-/// the first failure's exception is rethrown.
+/// the first failure's exception is rethrown. A rank whose f returns or throws has
+/// left (world::leave): a shrink among the others does not wait for it.
 template <class F>
 void run(std::size_t n, F&& f) {
   world w(n);
@@ -211,6 +269,7 @@ void run(std::size_t n, F&& f) {
         errors[r] = std::current_exception();
         w.fail(r, "an exception that is not a std::exception");
       }
+      w.leave(r);
     });
   for (auto& t : pool) t.join();
   if (w.failed() && errors[w.failed_rank()]) std::rethrow_exception(errors[w.failed_rank()]);

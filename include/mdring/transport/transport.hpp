@@ -24,10 +24,13 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../options.hpp"
 
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -120,6 +123,35 @@ template <class T>
 concept reports_background_progress = requires(const T& t) {
   { t.background_progress() } -> std::convertible_to<bool>;
 };
+
+/// A message of shrink's agreement (collective/failed_set.hpp), or why none came:
+/// the peer is gone (its process ended, its thread left the world, its connection
+/// failed), or the deadline passed first.
+struct survivor_message {
+  /// got, gone or timeout.
+  enum kind_t { got, gone, timeout };
+  kind_t kind = timeout;  ///< how the receive ended
+  std::string bytes;      ///< got: the message
+};
+
+/// Survives a peer's failure (mdring::shrink, collective/shrink.hpp): messages that
+/// still flow between the living ranks after a failure broke the communicator
+/// (their tags apart from the collectives', no wait ended by the failure), which
+/// ranks are known dead, and a transport over the survivors.
+///   t.survivor_send(peer, bytes, tag)        buffered: never waits for the peer
+///   t.survivor_recv(peer, tag, deadline)     the next message from peer with tag
+///   t.gone(peer)                             known dead (not merely slow)
+///   t.shrunk(members, opts, fingerprint)     this rank's transport over members (old
+///                                            ranks; new rank = index), collective over them
+template <class T>
+concept survives_failures =
+    transport<T> && requires(T& t, const std::string& s, std::size_t r, std::uint32_t tag,
+                             deadline_clock::time_point dl, std::span<const std::size_t> members, const options& o) {
+      t.survivor_send(r, s, tag);
+      { t.survivor_recv(r, tag, dl) } -> std::same_as<survivor_message>;
+      { t.gone(r) } -> std::convertible_to<bool>;
+      { t.shrunk(members, o, s) } -> std::same_as<std::unique_ptr<T>>;
+    };
 
 /// Has a clock of its own, in seconds (MPI: MPI_Wtime, which under SimGrid SMPI is
 /// the simulated time): calibration and measured planning time with it.

@@ -3,28 +3,27 @@
 //   auto world = mdring::ucx::world::from_env();
 //   auto comm = mdring::bind(mdring::ring<mdring::shm, 4> * mdring::ring<mdring::ethernet>, world);
 //
-// bind() (collective/bind_ucx.hpp) is collective over the world: each rank takes
-// a worker (one that an earlier communicator of this process left cleanly, else a
-// new one: ucx_world.hpp, worker_pool), publishes its address and the fingerprint
-// of what it binds (topology, algorithms, options) in the world's store, reads
-// everyone's, and connects an endpoint to each (UCX picks the transport: shared
-// memory, cma, tcp, InfiniBand verbs; UCX_TLS narrows it). Different fingerprints
-// throw topology_error on every rank. A message is one ucp_tag_send_nbx /
-// ucp_tag_recv_nbx; its 64-bit tag holds the kind (data, control, setup), the
-// channel (dimension), the sender, the bind's stamp and mdring's tag, so the
-// dimensions never mix, and a message sent to a worker's earlier owner (a peer
-// that failed after this rank was done) never matches its new owner's receives.
+// bind() (collective/bind_ucx.hpp) is collective over the world: each rank takes a worker (one that an
+// earlier communicator of this process left cleanly, else a new one: ucx_world.hpp, worker_pool), publishes
+// its address and the fingerprint of what it binds (topology, algorithms, options) in the world's store,
+// reads everyone's, and connects an endpoint to each (UCX picks the transport: shared memory, cma, tcp,
+// InfiniBand verbs; UCX_TLS narrows it). Different fingerprints throw topology_error on every rank. A
+// message is one ucp_tag_send_nbx / ucp_tag_recv_nbx; its 64-bit tag holds the kind (data, control, setup,
+// survive), the channel (dimension), the sender, the bind's stamp and mdring's tag, so the dimensions never
+// mix, and a message sent to a worker's earlier owner (a peer that failed after this rank was done) never
+// matches its new owner's receives.
 //
-// The ranks of a dimension that share a node read each other's buffers in place
-// (node_window.hpp, set up with this transport's own messages), as over MPI.
+// The ranks of a dimension that share a node read each other's buffers in place (node_window.hpp, set up
+// with this transport's own messages), as over MPI.
 //
 // Failures reach every rank without a launcher's help:
 //   - a rank that fails sends a control message to all (remote_error there);
-//   - a process that dies: its endpoints fail (the connection closes, or keepalive
-//     misses it within about 250 ms), and the processes of its node see its pid
-//     gone (checked every 50 ms while waiting); the survivors get remote_error
-//     naming it, not a timeout;
+//   - a process that dies: its endpoints fail (the connection closes, or keepalive misses it within about
+//     250 ms), and the processes of its node see its pid gone (checked every 50 ms while waiting); the
+//     survivors get remote_error naming it, not a timeout;
 //   - a process that stalls: the deadline (options.timeout), as over MPI.
+// The survivors go on with mdring::shrink: its messages (kind survive) still flow after a failure, and
+// their new transport (shrunk()) exchanges worker addresses by them, not through the store.
 #pragma once
 
 #include "../config.hpp"
@@ -35,13 +34,16 @@
 #include "shared_access.hpp"
 #include "transport.hpp"
 #include "ucx_requests.hpp"
+#include "ucx_exchange.hpp"
 #include "ucx_world.hpp"
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -65,8 +67,12 @@ public:
   };
   using request = detail::ucx_request;  ///< one send or receive in flight
 
+  /// Every rank's worker address from this rank's (a shrunk communicator's: shrunk()).
+  using address_gather = std::function<std::vector<std::string>(const std::string&)>;
+
   /// Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
-  transport(const world& w, const options& opts, const std::string& fingerprint)
+  /// The addresses go through the world's store, or `gather`.
+  transport(const world& w, const options& opts, const std::string& fingerprint, address_gather gather = {})
       : world_(w),
         rank_(w.rank()),
         size_(w.size()),
@@ -78,7 +84,7 @@ public:
       throw invalid_argument("world", "mdring::ucx: at most 2^24 ranks, not " + std::to_string(size_));
     worker_ = detail::take_worker(w.context());
     try {
-      connect(fingerprint);
+      connect(fingerprint, gather);
       post_control();
     } catch (...) {
       free_all(true);
@@ -103,7 +109,7 @@ public:
     (void)dim;
     channel ch{channels_++, {members.begin(), members.end()}, {}};
     if (shared_memory_) {
-      exchange ex{*this, ch, my_index};
+      detail::window_exchange<transport> ex{*this, ch, my_index};
       if (ch.window.open(ex, ch.members, my_index, staging_, mdring::detail::oversubscribed(world_.local_size())))
         ++shared_channels_;
     }
@@ -174,10 +180,40 @@ public:
     }
   }
 
-  /// A process that dies is noticed by its neighbours only (its node, its
-  /// endpoints): a rank that stops because of it passes the failure on (collective
-  /// step 5, transport.hpp relayed_failure).
+  /// A process that dies is noticed by its neighbours only (its node, its endpoints): a rank that stops
+  /// because of it passes the failure on (collective step 5, transport.hpp relayed_failure).
   static constexpr bool relays_failures = true;
+
+  /// Survives a peer's failure (transport/transport.hpp survives_failures, transport/ucx_exchange.hpp). A
+  /// peer is gone when its endpoint failed or, on this node, its process ended.
+  void survivor_send(std::size_t peer, const std::string& bytes, std::uint32_t tag) {
+    if (peer < size_ && eps_[peer] && !ep_failed_[peer])
+      survivors_.send(eps_[peer], detail::make_tag(detail::survive, 0, rank_, stamped(int(tag))), bytes);
+  }
+  survivor_message survivor_recv(std::size_t peer, std::uint32_t tag, deadline_clock::time_point deadline) {
+    return survivors_.receive(worker_, detail::make_tag(detail::survive, 0, peer, stamped(int(tag))), deadline,
+                              [&] { return gone(peer); });
+  }
+  bool gone(std::size_t peer) {
+    if (peer >= size_ || peer == rank_) return false;
+    if (ucp_worker_progress(worker_), !eps_[peer] || ep_failed_[peer]) return true;
+    for (const auto& [r, pid] : world_.node_peers())
+      if (r == peer) return mdring::detail::process_gone(pid);
+    return false;
+  }
+  /// This rank's transport over `members` (ranks of this one; this rank must be
+  /// one): a new worker, whose address the members exchange by survivor messages.
+  std::unique_ptr<transport> shrunk(std::span<const std::size_t> members, const options& o,
+                                    const std::string& fingerprint) {
+    const auto me = std::size_t(std::find(members.begin(), members.end(), rank_) - members.begin());
+    if (me == members.size()) throw invalid_argument("members", "mdring::ucx: this rank is not among the survivors");
+    const std::uint64_t h = mdring::detail::fnv1a(fingerprint + "|" + std::to_string(stamp_));
+    const auto tag = std::uint32_t(0x8000 | (h & 0x7fff));  // apart from the agreement's (below 0x8000)
+    const auto deadline = deadline_clock::now() + timeout_;
+    return std::make_unique<transport>(world_.subset(members, me, h), o, fingerprint, [&](const std::string& mine) {
+      return all_gather_among(*this, members, me, mine, tag, deadline);
+    });
+  }
 
   /// Tells every other rank that this one failed; they stop waiting with remote_error.
   void abort(const std::string& reason) noexcept {
@@ -204,38 +240,12 @@ public:
   }
 
 private:
-  /// The node window's exchange: every member sends its bytes to every other.
-  struct exchange {
-    transport& t;
-    channel& ch;
-    std::size_t me;
-    void all_gather(const void* mine, std::size_t bytes, void* all) {
-      const std::size_t p = ch.members.size();
-      auto* out = static_cast<char*>(all);
-      std::memcpy(out + me * bytes, mine, bytes);
-      std::vector<request> rs(2 * p);
-      const std::uint32_t tag = t.stamped(int(t.setup_seq_++));
-      for (std::size_t j = 0; j < p; ++j) {
-        if (j == me) continue;
-        t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, ch.members[j], tag), out + j * bytes, bytes,
-               rs[2 * j], false);
-        t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, t.rank_, tag), const_cast<void*>(mine), bytes,
-               rs[2 * j + 1], true);
-      }
-      const auto st = t.wait_until(rs, deadline_clock::now() + t.timeout_, false);
-      if (st.kind != wait_status::done) {
-        t.cancel_all(rs);
-        throw transport_error(
-            "mdring::ucx: setting up shared access with rank " +
-                std::to_string(st.kind == wait_status::timeout ? ch.members[st.index / 2] : st.failed_rank) +
-                " failed: " + (st.kind == wait_status::timeout ? "no answer before the deadline" : st.reason),
-            0);
-      }
-    }
-  };
+  template <class>
+  friend struct detail::window_exchange;
 
-  // Worker addresses and fingerprints through the store, then one endpoint per rank.
-  void connect(const std::string& fingerprint) {
+  // Worker addresses and fingerprints through the store (or gather: a rank it has
+  // none of is gone from the start), then one endpoint per rank.
+  void connect(const std::string& fingerprint, const address_gather& gather) {
     ucp_address_t* addr = nullptr;
     std::size_t len = 0;
     ucx::detail::check(ucp_worker_get_address(worker_, &addr, &len), "ucp_worker_get_address");
@@ -248,14 +258,15 @@ private:
     const auto ticket = world_.next_bind();
     const std::string& prefix = ticket.prefix;
     stamp_ = ticket.stamp;
-    const auto all = rendezvous::all_gather(world_.store(), prefix + "address", rank_, size_, mine, deadline);
+    const auto all = gather ? gather(mine)
+                            : rendezvous::all_gather(world_.store(), prefix + "address", rank_, size_, mine, deadline);
     // Rank 0 hosts the store: it goes on (or throws and maybe exits) only once
     // every rank has read every address.
-    if (rank_ != 0) world_.store().set(prefix + "read/" + std::to_string(rank_), "");
-    else
-      for (std::size_t r = 1; r < size_; ++r) (void)world_.store().get(prefix + "read/" + std::to_string(r), deadline);
+    if (!gather && rank_ != 0) world_.store().set(prefix + "read/" + std::to_string(rank_), "");
+    for (std::size_t r = 1; !gather && rank_ == 0 && r < size_; ++r)
+      (void)world_.store().get(prefix + "read/" + std::to_string(r), deadline);
     for (std::size_t r = 0; r < size_; ++r)
-      if (all[r].size() < sizeof h || std::memcmp(all[r].data(), &h, sizeof h) != 0)
+      if (!(gather && all[r].empty()) && (all[r].size() < sizeof h || std::memcmp(all[r].data(), &h, sizeof h) != 0))
         throw topology_error("topology", "mdring::bind: rank " + std::to_string(r) +
                                              " of the UCX world bound a different topology, algorithms or options "
                                              "(this rank: \"" +
@@ -265,6 +276,10 @@ private:
     peers_.resize(size_);
     for (std::size_t r = 0; r < size_; ++r) {
       peers_[r] = {this, r};
+      if (all[r].empty()) {  // gone before the shrunk communicator was wired
+        ep_failed_[r] = 1, ep_status_ = UCS_ERR_UNREACHABLE, ++ep_errors_;
+        continue;
+      }
       ucp_ep_params_t ep{};
       ep.field_mask =
           UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -304,6 +319,7 @@ private:
     ucp_request_param_t prm{};
     ucs_status_ptr_t sp;
     if (send) {
+      if (!eps_[peer]) return;  // gone (connect): the wait reports it
       sp = ucp_tag_send_nbx(eps_[peer], buf, bytes, tag, &prm);
     } else {
       prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -395,25 +411,8 @@ private:
       ucp_request_free(control_req_);
       control_req_ = nullptr;
     }
-    // Close every endpoint (flushing what is queued unless a peer failed), at most 1 s.
-    std::vector<void*> closing;
-    for (std::size_t r = 0; r < eps_.size(); ++r) {
-      if (!eps_[r]) continue;
-      ucp_request_param_t prm{};
-      prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      prm.flags = force || ep_failed_[r] ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      ucs_status_ptr_t sp = ucp_ep_close_nbx(eps_[r], &prm);
-      if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
-      eps_[r] = nullptr;
-    }
-    const auto until = deadline_clock::now() + std::chrono::seconds(1);
-    bool closed = true;
-    for (void* r : closing) {
-      while (ucp_request_check_status(r) == UCS_INPROGRESS && deadline_clock::now() < until)
-        ucp_worker_progress(worker_);
-      closed = closed && ucp_request_check_status(r) != UCS_INPROGRESS;
-      ucp_request_free(r);
-    }
+    survivors_.finish(worker_, std::chrono::milliseconds(force ? 100 : 1000));
+    const bool closed = detail::close_endpoints(worker_, eps_, ep_failed_, force);
     mappings_.release();
     // A clean end leaves the worker to the next bind; after a failure, or an endpoint
     // not closed in time (its error handler points here), it goes.
@@ -440,6 +439,7 @@ private:
   std::uint32_t setup_seq_ = 0;
   std::uint32_t stamp_ = 0;  // this bind's (world::next_bind)
   mdring::detail::segment_mappings mappings_;
+  detail::survivor_messages survivors_;
   deadline_clock::time_point last_pid_check_{};
   bool crowded_ = false;  // more ranks on this node than cores (wait_until)
   void* control_req_ = nullptr;
@@ -455,5 +455,6 @@ static_assert(transport<ucx::transport>);
 static_assert(waits_for_any<ucx::transport>);
 static_assert(shared_access_transport<ucx::transport>);
 static_assert(maps_peer_memory<ucx::transport>);
+static_assert(survives_failures<ucx::transport>);
 
 MDRING_NAMESPACE_END

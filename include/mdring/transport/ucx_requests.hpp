@@ -21,7 +21,8 @@ namespace ucx {
 namespace detail {
 // The 64-bit tag: kind (2 bits) | channel (6) | sender (24) | the bind's stamp (16) |
 // mdring's tag (16; the executor's are 15 bits, what MPI guarantees).
-enum kind : std::uint64_t { data = 0, control = 1, setup = 2 };
+// survive: shrink's messages (transport/ucx_exchange.hpp).
+enum kind : std::uint64_t { data = 0, control = 1, setup = 2, survive = 3 };
 constexpr ucp_tag_t make_tag(kind k, std::size_t channel, std::size_t sender, std::uint32_t tag) {
   return (ucp_tag_t(k) << 62) | (ucp_tag_t(channel & 63) << 56) | (ucp_tag_t(sender & 0xffffff) << 32) | tag;
 }

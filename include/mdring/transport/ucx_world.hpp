@@ -41,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -229,14 +230,48 @@ public:
     std::string prefix;       ///< the key prefix
     std::uint32_t stamp = 0;  ///< the 16-bit stamp
   };
+  /// The world of a shrunk communicator's survivors (collective/shrink.hpp):
+  /// members[i], a rank of this world, is rank i there (`me` is this process's);
+  /// the same store, context and deadline. `salt`, the same on every member, keeps
+  /// its binds' stamps apart from this world's.
+  world subset(std::span<const std::size_t> members, std::size_t me, std::uint64_t salt) const {
+    world w;
+    w.s_ = std::make_shared<state>();
+    state& n = *w.s_;
+    const state& o = *s_;
+    n.parent = s_;  // the store it may own
+    n.store = o.store;
+    n.rank = me;
+    n.size = members.size();
+    n.context = o.context;
+    n.timeout = o.timeout;
+    n.salt = salt;
+    for (std::size_t m : members) {
+      n.nodes.push_back(o.nodes[m]);
+      n.pids.push_back(o.pids[m]);
+      n.hosts.push_back(o.hosts[m]);
+    }
+    n.layout = layout_from_node_ids(n.nodes, me, o.layout.network == "infiniband");
+    n.local = 0;
+    for (std::size_t i = 0; i < n.size; ++i)
+      if (n.nodes[i] == n.nodes[me]) {
+        ++n.local;
+        if (i != me) n.node_peers.emplace_back(i, n.pids[i]);
+      }
+    return w;
+  }
+
   /// The next bind's ticket (see bind_ticket).
   bind_ticket next_bind() const {
     const std::size_t n = s_->binds++;
-    return {"mdring/ucx/" + std::to_string(n) + "/", std::uint32_t((s_->salt + n) & 0xffff)};
+    const std::string sub = s_->parent ? std::to_string(s_->salt) + "/" : "";  // a subset's keys apart
+    return {"mdring/ucx/" + sub + std::to_string(n) + "/", std::uint32_t((s_->salt + n) & 0xffff)};
   }
 
 private:
+  world() = default;
   struct state {
+    std::shared_ptr<const state> parent;  // a subset's (it may own the store)
     std::unique_ptr<rendezvous::store> owned;
     rendezvous::store* store = nullptr;
     std::size_t rank = 0, size = 1, local = 1;
@@ -247,6 +282,8 @@ private:
     std::uint64_t salt = 0;  // from every rank's random token: the same everywhere
     std::vector<std::pair<std::size_t, long>> node_peers;
     std::vector<std::string> hosts;  // by rank
+    std::vector<int> nodes;          // by rank: the node's number
+    std::vector<long> pids;          // by rank
   };
 
   world(std::unique_ptr<rendezvous::store> owned, rendezvous::store* store, std::size_t rank, std::size_t size,
@@ -284,6 +321,8 @@ private:
       pids[r] = std::atol(all[r].c_str() + b + 1);
     }
     s_->layout = layout_from_node_ids(given, rank, ib);
+    s_->nodes = given;
+    s_->pids = pids;
     // The launcher's LOCAL_WORLD_SIZE wins over host names (containers may differ).
     std::size_t here = 0;
     for (std::size_t r = 0; r < size; ++r) here += given[r] == given[rank];

@@ -1,0 +1,115 @@
+// mdring/collective/shrink.hpp: a job that loses ranks goes on without them, in
+// the same processes.
+//
+//   try {
+//     mdring::all_reduce(comm, grad.data(), grad.size());
+//   } catch (const mdring::remote_error&) {          // or timeout_error: a peer died or stalled
+//     auto survivors = mdring::shrink(comm);        // every survivor calls it
+//     if (survivors.size() == 0) return;            // this rank's node was dropped
+//     ...                                           // go on with survivors: shm:2 x ethernet:3
+//   }
+//   mdring::revoke(comm);                           // a rank that saw a failure stops everyone's calls now
+//
+// shrink(comm):
+//   1. waits for comm's calls in flight (they complete with their errors);
+//   2. agrees with the other survivors on who failed (collective/failed_set.hpp):
+//      every survivor gets the same set, also when ranks die or stall during the
+//      agreement; a rank that is only slow is in on every survivor or out on every
+//      survivor, never split;
+//   3. drops each failed rank's slab of the outermost dimension (its node: "shm:2 x
+//      ethernet:4" losing rank 5 becomes "shm:2 x ethernet:3"; topology/survivors.hpp);
+//   4. binds that topology over the survivors (new rank = order among them), on a
+//      transport the old one makes for them (transport/transport.hpp
+//      survives_failures: threads, UCX), and releases comm's node windows,
+//      mappings, scratch and transport (comm's calls throw communicator_error after).
+// A survivor whose node was dropped gets a communicator of size() 0, whose calls
+// throw communicator_error. Nothing failed: a communicator over the same ranks.
+// explain() of the result shows the new topology; describe_shrink() says what went.
+//
+// Transports that cannot survive a failure (MPI, Boost.MPI: ULFM's
+// MPIX_Comm_shrink is not used) refuse with invalid_argument naming why.
+#pragma once
+
+#include "../config.hpp"
+#include "../error.hpp"
+#include "../fnv.hpp"
+#include "../options.hpp"
+#include "../topology/runtime.hpp"
+#include "../topology/survivors.hpp"
+#include "../transport/transport.hpp"
+#include "communicator.hpp"
+#include "failed_set.hpp"
+#include "fingerprint.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+MDRING_NAMESPACE_BEGIN
+
+/// How mdring::shrink waits.
+struct shrink_options {
+  /// Each wait of the agreement (a rank silent that long is counted failed); 0: the communicator's
+  /// options.timeout. A rank that stalls costs the survivors about 3 x this.
+  std::chrono::milliseconds timeout{0};
+};
+
+namespace detail {
+inline std::string shrink_why(const survivors& s, bool left_out) {
+  return left_out ? "mdring::shrink left this rank out: " + s.describe()
+                  : "the communicator was shrunk (" + s.describe() + "); use the one mdring::shrink returned";
+}
+}  // namespace detail
+
+/// The survivors' communicator after a failure (see the top). Collective over
+/// comm's living ranks; every one of them calls it.
+template <transport Transport>
+communicator<runtime_topology, Transport> shrink(detail::communicator_core<Transport>& comm, shrink_options so = {}) {
+  if (so.timeout.count() < 0)
+    throw invalid_argument("timeout", "mdring::shrink: shrink_options.timeout must not be negative");
+  if constexpr (!survives_failures<Transport>) {
+    throw invalid_argument("comm", "mdring::shrink: the " + comm.get_transport().name() +
+                                       " transport cannot go on after a rank's failure (over MPI that needs ULFM's "
+                                       "MPIX_Comm_shrink, which mdring does not use): bind over UCX (mdring-run, "
+                                       "torchrun) or threads to shrink");
+  } else {
+    Transport& t = comm.get_transport();  // communicator_error once shrunk
+    detail::executor_of(comm)->drain();   // the calls in flight end (with their errors)
+    const std::size_t size = comm.size(), rank = comm.rank();
+    std::vector<char> known(size, 0);
+    for (std::size_t r = 0; r < size; ++r) known[r] = r != rank && t.gone(r);
+    const auto step = so.timeout.count() ? so.timeout : comm.get_options().timeout;
+    const std::uint32_t epoch = comm.next_shrink();
+    const std::vector<char> failed = detail::agree_on_failed(t, size, rank, std::move(known), step, epoch);
+    const survivors s = survivors_of(comm.topology(), failed);
+    options o = comm.get_options();
+    if (std::find(s.members.begin(), s.members.end(), rank) == s.members.end()) {
+      comm.release(detail::shrink_why(s, false));
+      return communicator<runtime_topology, Transport>(s.topology, std::move(o), t.name(), detail::shrink_why(s, true));
+    }
+    // The fingerprint of the survivors' bind names the agreement, so that ranks
+    // that agreed differently (they cannot: see failed_set.hpp) would not meet.
+    const std::string fp = detail::fingerprint(s.topology, o) + "|shrink " + std::to_string(epoch) + " " +
+                           std::to_string(detail::fnv1a(detail::pack_ranks(failed)));
+    auto tr = t.shrunk(s.members, o, fp);
+    communicator<runtime_topology, Transport> next(s.topology, std::move(tr), o);
+    comm.release(detail::shrink_why(s, false));
+    return next;
+  }
+}
+
+/// Stops every rank's calls on comm now (ULFM's revoke): they throw remote_error
+/// naming this rank, instead of each waiting to notice a failure itself; comm is
+/// unusable here at once. Then shrink. `why` goes into the others' errors.
+template <transport Transport>
+void revoke(detail::communicator_core<Transport>& comm, const std::string& why = "revoked") {
+  Transport& t = comm.get_transport();
+  const std::string reason = "mdring::revoke by rank " + std::to_string(comm.rank()) + ": " + why;
+  mark_broken(comm, reason);
+  t.abort(reason);
+}
+
+MDRING_NAMESPACE_END
