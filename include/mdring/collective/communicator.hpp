@@ -164,7 +164,7 @@ public:
   std::uint32_t next_shrink() noexcept { return shrinks_++; }
   void release(const std::string& why) {
     drain();
-    mark_broken(*this, why);
+    replace_failure(usable() ? why : why + "; before, it had failed: " + failure());
     flat_.reset();
     channels_.clear();
     ws_.reset();

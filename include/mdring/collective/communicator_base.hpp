@@ -110,6 +110,11 @@ public:
   friend state_board& board_of(const communicator_base& c) noexcept { return *c.board_; }
 
 protected:
+  // Marks the communicator unusable with `why` in place of any earlier reason (shrink's release).
+  void replace_failure(std::string why) {
+    broken_ = true;
+    broken_why_ = std::move(why);
+  }
   options& mutable_options() noexcept { return opts_; }
   bound_layout& mutable_layout() noexcept { return layout_; }
 
