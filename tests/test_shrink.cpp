@@ -52,7 +52,7 @@ std::vector<std::exception_ptr> on_world(md::threads::world& w, F body) {
         errors[r] = std::current_exception();
         w.fail(r, e.what());
       }
-      w.leave(r);
+      w.leave(r, errors[r] != nullptr);
     });
   for (auto& t : pool) t.join();
   return errors;
@@ -156,9 +156,9 @@ TEST_CASE("the agreement: every rank that finishes has the same set, whoever cra
     std::vector<char> dead_at_start(n, 0);
     for (std::size_t r = 0; r < n; ++r) {
       const unsigned k = rng() % 8;
-      if (k == 0) dead_at_start[r] = 1;                       // never starts
+      if (k == 0) dead_at_start[r] = 1;                         // never starts
       else if (k == 1) crash_after[r] = long(rng() % (2 * n));  // dies in phase 1 or 2
-      else if (k == 2) late_ms[r] = int(rng() % 500);         // starts late (step: 150 ms)
+      else if (k == 2) late_ms[r] = int(rng() % 500);           // starts late (step: 150 ms)
     }
     dead_at_start[rng() % n] = 0;  // somebody lives
     md::threads::world w(n);
@@ -302,7 +302,7 @@ std::string check_all(md::communicator<md::runtime_topology, md::threads::transp
 
 TEST_CASE("shrink: random topologies, victims and calls in flight; every survivor agrees and computes exactly") {
   const char* shapes[] = {"shm:2 x ethernet:3", "shm:3 x ethernet:2", "shm:2 x shm:2 x ethernet:2", "shm:6",
-                          "ethernet:5", "shm:1 x ethernet:4"};
+                          "ethernet:5",         "shm:1 x ethernet:4"};
   for (unsigned seed = 1; seed <= 12; ++seed) {
     std::mt19937 rng(seed * 7919);
     const auto topo = md::parse_topology(shapes[seed % std::size(shapes)]);
@@ -363,7 +363,8 @@ TEST_CASE("shrink: random topologies, victims and calls in flight; every survivo
         expect.members.empty() ? "" : expect.topology.to_string() + " " + std::to_string(expect.members.size());
     for (std::size_t r = 0; r < n; ++r) {
       if (died[r]) continue;
-      const std::string how = std::string(nonblocking ? "nonblocking" : "blocking") + ", count " + std::to_string(count);
+      const std::string how =
+          std::string(nonblocking ? "nonblocking" : "blocking") + ", count " + std::to_string(count);
       INFO("seed " << seed << " " << topo.to_string() << ", rank " << r << ", " << victims << " victim(s) at call "
                    << at_call << ", " << how << ": " << what_of(errors[r]));
       CHECK(!errors[r]);
@@ -371,6 +372,46 @@ TEST_CASE("shrink: random topologies, victims and calls in flight; every survivo
       const bool kept = std::find(expect.members.begin(), expect.members.end(), r) != expect.members.end();
       CHECK(shapes_after[r] == (kept ? want : "left out"));
     }
+  }
+}
+
+TEST_CASE("shrink: a rank that dies after the agreement; the new communicator's first call names it, at once") {
+  md::threads::world w(6);
+  std::vector<std::string> first(6), final_shape(6);
+  std::vector<double> seconds(6, -1);
+  std::vector<std::int64_t> sum(6, -1);
+  auto errors = on_world(w, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(md::parse_topology("shm:2 x ethernet:3"), ep, opts(30s));
+    std::vector<std::int64_t> x(64, 1);
+    if (ep.rank == 5) throw killed();
+    try {
+      md::all_reduce(comm, x.data(), x.size());
+    } catch (const md::remote_error&) {}
+    auto s = md::shrink(comm);  // shm:2 x ethernet:2 over ranks 0 to 3
+    if (ep.rank == 4) return;   // left out
+    if (ep.rank == 2) throw killed();
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      md::all_reduce(s, x.data(), x.size());
+      first[ep.rank] = "no error";
+    } catch (const md::remote_error& e) {
+      first[ep.rank] = std::to_string(e.failed_rank());
+    }
+    seconds[ep.rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto again = md::shrink(s);
+    final_shape[ep.rank] = again.size() ? again.topology().to_string() : "left out";
+    if (again.size() == 0) return;
+    std::vector<std::int64_t> y(64, std::int64_t(again.rank()) + 1);
+    md::all_reduce(again, y.data(), y.size());
+    sum[ep.rank] = y[63];
+  });
+  for (std::size_t r : {0, 1, 3}) {
+    INFO("rank " << r << ": " << what_of(errors[r]));
+    CHECK(!errors[r]);
+    CHECK(first[r] == "2");   // its new rank
+    CHECK(seconds[r] < 5.0);  // not the 30 s deadline
+    CHECK(final_shape[r] == (r == 3 ? "left out" : "shm:2 x ethernet:1"));
+    if (r != 3) CHECK(sum[r] == 3);
   }
 }
 
@@ -384,8 +425,7 @@ TEST_CASE("shrink: a rank that stalls past the deadline is out on every survivor
     if (ep.rank == 2) std::this_thread::sleep_for(2500ms);  // the others time out, then agree without it
     try {
       md::all_reduce(comm, x.data(), x.size());
-    } catch (const md::error&) {
-    }
+    } catch (const md::error&) {}
     auto s = md::shrink(comm);
     shape[ep.rank] = s.size() ? s.topology().to_string() : "left out";
     if (s.size() == 0) return;
@@ -471,7 +511,7 @@ TEST_CASE("shrink: bad options and a left-out rank's communicator") {
     }
   });
   md::communicator<md::runtime_topology, md::threads::transport> none(md::parse_topology("shm:3").resolve(3), opts(),
-                                                                        "threads", "left out by the test");
+                                                                      "threads", "left out by the test");
   CHECK(none.size() == 0);
   CHECK(!none.usable());
   CHECK(none.topology().to_string() == "shm:3");

@@ -17,7 +17,9 @@
 // the first process that failed (its exit code, or 128 + the signal that killed
 // it), after the others have had --grace seconds to finish on their own (a
 // collective library uses that time to tell the survivors which rank failed);
-// those still running then get SIGTERM, and 2 s later SIGKILL.
+// those still running then get SIGTERM, and 2 s later SIGKILL. With --on-failure
+// shrink, a process (or host) killed by a signal does not start that: the others
+// go on (mdring::shrink), and mdring-run exits 0 when those not killed exit 0.
 //
 // Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to mdring-run are forwarded
 // to every process and start the same grace period; a second SIGINT or SIGTERM
@@ -432,6 +434,7 @@ public:
       for (const auto& f : state_files()) unlink(f.c_str());
       rmdir(state_dir_.c_str());
     }
+    if (!failed_ && lost_ && !finished_) failed_ = true, first_status_ = first_lost_;  // nobody went on
     if (!failed_) return 0;
     return WIFEXITED(first_status_) ? WEXITSTATUS(first_status_) : 128 + WTERMSIG(first_status_);
   }
@@ -625,6 +628,15 @@ private:
         p.alive = false;
         --live_;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (ok) ++finished_;
+        if (!ok && o_.shrink && WIFSIGNALED(status)) {  // --on-failure shrink: the others go on
+          if (!lost_++) first_lost_ = status;
+          std::fprintf(stderr,
+                       "mdring-run: rank %ld (pid %d)%s was killed by signal %d; the others go on "
+                       "(--on-failure shrink)\n",
+                       where_.first + long(r), int(pid), on_host().c_str(), WTERMSIG(status));
+          continue;
+        }
         if (!ok && !failed_) {
           failed_ = true;
           first_status_ = status;
@@ -829,6 +841,8 @@ private:
   int first_stop_ = 0;  // the first SIGINT or SIGTERM received
   bool failed_ = false;
   int first_status_ = 0;
+  long finished_ = 0, lost_ = 0;  // exited 0; killed by a signal under --on-failure shrink
+  int first_lost_ = 0;
   phase phase_ = phase::running;
   clk::time_point deadline_{};
   std::array<bool, 3> broken_{};
@@ -993,6 +1007,7 @@ public:
     }
     sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
     loop();
+    if (!failed_ && lost_ && !finished_) failed_ = true, first_status_ = first_lost_;  // no host went on
     if (!failed_) return 0;
     return WIFEXITED(first_status_) ? WEXITSTATUS(first_status_) : 128 + WTERMSIG(first_status_);
   }
@@ -1025,6 +1040,7 @@ private:
     char grace[64];
     std::snprintf(grace, sizeof grace, "%.17g", o_.grace_s);
     put("grace", grace);
+    put("onfail", o_.shrink ? "shrink" : "stop");
     put("tag", o_.tag_output ? "1" : "0");
     put("bind", o_.bind_core ? "core" : "none");
     if (*cwd) put("cwd", cwd);
@@ -1130,6 +1146,15 @@ private:
         --live_;
         if (n.control >= 0) close(n.control), n.control = -1;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (ok) ++finished_;
+        // --on-failure shrink: a host whose ranks were all killed (its agent says 128 + the
+        // signal), or whose agent was, does not stop the others.
+        if (!ok && o_.shrink && (WIFSIGNALED(status) || WEXITSTATUS(status) > 128)) {
+          if (!lost_++) first_lost_ = status;
+          std::fprintf(stderr, "mdring-run: host %s (%s) is lost; the other hosts go on (--on-failure shrink)\n",
+                       o_.hosts[n.host].name.c_str(), ranks_of(n).c_str());
+          continue;
+        }
         if (ok || failed_) continue;
         failed_ = true;
         first_status_ = status;
@@ -1187,6 +1212,8 @@ private:
   int state_signal_ = 0;  // MDRING_STATE_SIGNAL, 0: none
   bool failed_ = false;
   int first_status_ = 0;
+  long finished_ = 0, lost_ = 0;  // exited 0; killed by a signal under --on-failure shrink
+  int first_lost_ = 0;
   phase phase_ = phase::running;
   clk::time_point deadline_{};
 };
@@ -1231,6 +1258,7 @@ int node_main() {
     else if (key == "addr") o.addr = value;
     else if (key == "port") port = number(value);
     else if (key == "grace") o.grace_s = std::strtod(value.c_str(), nullptr);
+    else if (key == "onfail") o.shrink = value == "shrink";
     else if (key == "tag") o.tag_output = value == "1";
     else if (key == "bind") o.bind_core = value == "core";
     else if (key == "cwd") cwd = value;

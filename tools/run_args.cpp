@@ -36,6 +36,10 @@ void print_help() {
       "  --grace SECONDS        after the first failure, how long the other processes may take to\n"
       "                         finish on their own before they get SIGTERM, and 2 s later SIGKILL\n"
       "                         (default 5; fractions allowed)\n"
+      "  --on-failure stop|shrink\n"
+      "                         stop (default): the first process to fail starts the grace period.\n"
+      "                         shrink: a process (or host) killed by a signal does not; the others\n"
+      "                         go on (mdring::shrink), and the job ends when they do\n"
       "  --tag-output           prefix each line the processes write to stdout and stderr with\n"
       "                         \"[RANK] \" (default: they write to mdring-run's stdout and stderr)\n"
       "  --bind-to core|none    core: process r runs only on the r-th CPU that mdring-run may use\n"
@@ -44,8 +48,9 @@ void print_help() {
       "                         none (default): the processes may run on all of them\n"
       "  -h, --help             this text\n"
       "\n"
-      "Exit status: 0 when every process exits 0; otherwise that of the first process to fail:\n"
-      "its exit code, or 128 + the number of the signal that killed it, as a shell reports it.\n"
+      "Exit status: 0 when every process exits 0 (--on-failure shrink: every process not killed\n"
+      "by a signal, at least one); otherwise that of the first process to fail: its exit code,\n"
+      "or 128 + the number of the signal that killed it, as a shell reports it.\n"
       "mdring-run names that process on stderr. A program that cannot be started exits 127.\n"
       "2: bad arguments.\n"
       "\n"
@@ -219,6 +224,10 @@ options parse(int argc, char** argv) {
       o.port = parse_count(name, value(), 1, 65535, "a TCP port number");
     } else if (name == "--grace") {
       o.grace_s = parse_seconds(name, value());
+    } else if (name == "--on-failure" || name == "--on_failure") {
+      const std::string_view v = value();
+      if (v != "stop" && v != "shrink") bad_usage(std::string(name) + " expects stop or shrink, got " + quoted(v));
+      o.shrink = v == "shrink";
     } else if (name == "--tag-output") {
       no_value();
       o.tag_output = true;

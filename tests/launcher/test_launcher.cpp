@@ -163,6 +163,52 @@ TEST_CASE("killed_by_signal: a rank killed by SIGKILL makes mdring-run exit 137"
   check_nothing_left(j, pids_of(s, 3));
 }
 
+TEST_CASE("on_failure: with --on-failure shrink a rank killed by a signal does not stop the others") {
+  scratch s;
+  // Rank 1 dies of SIGKILL; the others keep going for longer than the grace period, and finish.
+  const job j = run({"-n",
+                     "3",
+                     "--grace",
+                     "0.2",
+                     "--on-failure",
+                     "shrink",
+                     probe(),
+                     "pid",
+                     s.str(),
+                     "wait-files",
+                     s.str(),
+                     "pid",
+                     "3",
+                     "raise-if",
+                     "1",
+                     std::to_string(SIGKILL),
+                     "sleep",
+                     "1",
+                     "done",
+                     s.str()});
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 0);
+  CHECK(lines(j.err) == std::vector<std::string>{"mdring-run: rank 1 (pid " + std::to_string(s.pid_of(1)) +
+                                                 ") was killed by signal 9; the others go on (--on-failure shrink)"});
+  CHECK(s.files("done") == std::vector<std::string>{"done.0", "done.2"});
+  check_nothing_left(j, pids_of(s, 3));
+
+  // A rank that exits with an error still stops the job; every rank killed: 137.
+  scratch s2;
+  const job j2 = run({"-n", "2", "--grace", "0.2", "--on-failure=shrink", probe(), "pid", s2.str(), "wait-files",
+                      s2.str(), "pid", "2", "exit-if", "0", "4", "sleep", "60"});
+  CHECK(j2.exit_code() == 4);
+  CHECK(contains(j2.err, "sending SIGTERM to 1 rank still running"));
+  scratch s3;
+  const job j3 = run({"-n", "2", "--on-failure", "shrink", probe(), "raise-if", "0", std::to_string(SIGKILL),
+                      "raise-if", "1", std::to_string(SIGKILL)});
+  CHECK(j3.exit_code() == 137);
+  // And the value is checked.
+  const job j4 = run({"-n", "2", "--on-failure", "retry", probe()});
+  CHECK(j4.exit_code() == 2);
+  CHECK(contains(j4.err, "--on-failure expects stop or shrink, got \"retry\""));
+}
+
 TEST_CASE("forwarding: SIGTERM, SIGINT and SIGHUP sent to mdring-run reach every rank") {
   for (const int sig : {SIGTERM, SIGINT, SIGHUP}) {
     CAPTURE(sig);

@@ -212,7 +212,7 @@ public:
     while (me < members.size() && members[me] != rank_) ++me;
     if (me == members.size())
       throw invalid_argument("members", "mdring::threads: rank " + std::to_string(rank_) + " is not a survivor");
-    auto sub = w_->sub_world(std::to_string(context_) + "|" + fingerprint, members.size());
+    auto sub = w_->sub_world(std::to_string(context_) + "|" + fingerprint, members);
     auto t =
         std::make_unique<transport>(endpoint{sub.get(), me}, fingerprint, o.shared_memory, o.tune.shared_staging_bytes);
     t->owned_ = std::move(sub);

@@ -161,15 +161,25 @@ public:
     return r.get();
   }
 
-  /// Rank `rank` left the world: its function returned or threw (run() says so;
-  /// a program that runs its own threads may too). Only shrink's agreement
-  /// (collective/failed_set.hpp) reads it: it stops waiting for a rank that left.
-  void leave(std::size_t rank) noexcept {
+  /// Rank `rank` left the world: its function returned or, `died`, threw (run()
+  /// says so; a program that runs its own threads may too). Shrink's agreement
+  /// (collective/failed_set.hpp) stops waiting for a rank that left; one that died
+  /// also fails the shrunk worlds it is a member of (sub_world), where the
+  /// survivors' calls then end naming it instead of waiting for the deadline.
+  void leave(std::size_t rank, bool died = false) noexcept {
+    std::vector<std::pair<std::shared_ptr<world>, std::size_t>> also;
     {
       std::lock_guard lock(survive_m_);
       if (rank < n_) left_[rank] = 1;
+      for (auto& [key, sub] : subs_)
+        for (std::size_t i = 0; died && i < sub.members.size(); ++i)
+          if (sub.members[i] == rank) also.emplace_back(sub.w, i);
     }
     survive_cv_.notify_all();
+    for (auto& [w, i] : also) {
+      w->fail(i, "rank " + std::to_string(i) + " is gone: its thread ended by an exception");
+      w->leave(i, true);
+    }
   }
   /// Whether rank `rank` left (leave()).
   bool has_left(std::size_t rank) const {
@@ -203,12 +213,25 @@ public:
   }
   ///@}
 
-  /// The world of a shrunk communicator (collective/shrink.hpp): made by the first
-  /// survivor that asks with `key`, shared by the others.
-  std::shared_ptr<world> sub_world(const std::string& key, std::size_t n) {
-    std::lock_guard lock(survive_m_);
-    auto& w = subs_[key];
-    if (!w) w = std::make_shared<world>(n);
+  /// The world of a shrunk communicator (collective/shrink.hpp) over `members`
+  /// (ranks of this world; rank i there is members[i]): made by the first survivor
+  /// that asks with `key`, shared by the others.
+  std::shared_ptr<world> sub_world(const std::string& key, std::span<const std::size_t> members) {
+    std::vector<std::size_t> dead;
+    std::shared_ptr<world> w;
+    {
+      std::lock_guard lock(survive_m_);
+      auto& sub = subs_[key];
+      if (sub.w) return sub.w;
+      sub.w = w = std::make_shared<world>(members.size());
+      sub.members.assign(members.begin(), members.end());
+      for (std::size_t i = 0; i < members.size(); ++i)
+        if (members[i] < n_ && left_[members[i]]) dead.push_back(i);  // already gone (leave() missed it)
+    }
+    for (std::size_t i : dead) {
+      w->fail(i, "rank " + std::to_string(i) + " is gone: its thread ended before the shrunk world was made");
+      w->leave(i, true);
+    }
     return w;
   }
 
@@ -245,7 +268,11 @@ private:
   std::condition_variable survive_cv_;
   std::vector<char> left_;
   std::map<std::tuple<std::uint64_t, std::size_t, std::size_t, std::uint32_t>, std::deque<std::string>> survive_q_;
-  std::map<std::string, std::shared_ptr<world>> subs_;
+  struct sub {
+    std::shared_ptr<world> w;
+    std::vector<std::size_t> members;
+  };
+  std::map<std::string, sub> subs_;
 };
 
 /// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f
@@ -269,7 +296,7 @@ void run(std::size_t n, F&& f) {
         errors[r] = std::current_exception();
         w.fail(r, "an exception that is not a std::exception");
       }
-      w.leave(r);
+      w.leave(r, errors[r] != nullptr);
     });
   for (auto& t : pool) t.join();
   if (w.failed() && errors[w.failed_rank()]) std::rethrow_exception(errors[w.failed_rank()]);

@@ -22,8 +22,7 @@
 //     250 ms), and the processes of its node see its pid gone (checked every 50 ms while waiting); the
 //     survivors get remote_error naming it, not a timeout;
 //   - a process that stalls: the deadline (options.timeout), as over MPI.
-// The survivors go on with mdring::shrink: its messages (kind survive) still flow after a failure, and
-// their new transport (shrunk()) exchanges worker addresses by them, not through the store.
+// Survivors go on with mdring::shrink: its messages (kind survive) flow after a failure; shrunk() wires them.
 #pragma once
 
 #include "../config.hpp"
@@ -67,13 +66,13 @@ public:
   };
   using request = detail::ucx_request;  ///< one send or receive in flight
 
-  /// Every rank's worker address from this rank's (a shrunk communicator's: shrunk()).
   using address_gather = std::function<std::vector<std::string>(const std::string&)>;
 
   /// Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
-  /// The addresses go through the world's store, or `gather`.
+  /// The addresses go through the world's store, or `gather` (every rank's from this one's: shrunk()).
   transport(const world& w, const options& opts, const std::string& fingerprint, address_gather gather = {})
-      : world_(w),
+      : shrunk_(bool(gather)),
+        world_(w),
         rank_(w.rank()),
         size_(w.size()),
         shared_memory_(opts.shared_memory),
@@ -109,9 +108,9 @@ public:
     (void)dim;
     channel ch{channels_++, {members.begin(), members.end()}, {}};
     if (shared_memory_) {
-      detail::window_exchange<transport> ex{*this, ch, my_index};
+      detail::window_exchange<transport> ex{*this, ch, my_index, shrunk_};  // (a shrunk one's may miss a rank)
       if (ch.window.open(ex, ch.members, my_index, staging_, mdring::detail::oversubscribed(world_.local_size())))
-        ++shared_channels_;
+        ex.failed ? void(ch.window = {}) : void(++shared_channels_);
     }
     return ch;
   }
@@ -276,10 +275,6 @@ private:
     peers_.resize(size_);
     for (std::size_t r = 0; r < size_; ++r) {
       peers_[r] = {this, r};
-      if (all[r].empty()) {  // gone before the shrunk communicator was wired
-        ep_failed_[r] = 1, ep_status_ = UCS_ERR_UNREACHABLE, ++ep_errors_;
-        continue;
-      }
       ucp_ep_params_t ep{};
       ep.field_mask =
           UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -287,7 +282,10 @@ private:
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &transport::on_ep_error;
       ep.err_handler.arg = &peers_[r];
-      ucx::detail::check(ucp_ep_create(worker_, &ep, &eps_[r]), "ucp_ep_create");
+      const ucs_status_t st = all[r].empty() ? UCS_ERR_UNREACHABLE : ucp_ep_create(worker_, &ep, &eps_[r]);
+      // A shrunk communicator's member gone after the agreement: its first call names it.
+      if (st != UCS_OK && gather) eps_[r] = nullptr, ep_failed_[r] = 1, ep_status_ = st, ++ep_errors_;
+      else ucx::detail::check(st, "ucp_ep_create");
     }
   }
 
@@ -424,6 +422,7 @@ private:
   // mdring's tag (16 bits) under the bind's stamp.
   std::uint32_t stamped(int tag) const noexcept { return (stamp_ << 16) | (std::uint32_t(tag) & 0xffff); }
 
+  bool shrunk_ = false;  // made by shrunk(): a member may be gone already
   world world_;
   std::size_t rank_ = 0, size_ = 0;
   bool shared_memory_ = true;

@@ -41,22 +41,31 @@ struct window_exchange {
   T& t;
   typename T::channel& ch;
   std::size_t me;
+  bool tolerant = false;  // a failure leaves `failed` set instead of throwing
+  bool failed = false;
   void all_gather(const void* mine, std::size_t bytes, void* all) {
     const std::size_t p = ch.members.size();
     auto* out = static_cast<char*>(all);
     std::memcpy(out + me * bytes, mine, bytes);
     std::vector<typename T::request> rs(2 * p);
     const std::uint32_t tag = t.stamped(int(t.setup_seq_++));
-    for (std::size_t j = 0; j < p; ++j) {
-      if (j == me) continue;
-      t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, ch.members[j], tag), out + j * bytes, bytes,
-             rs[2 * j], false);
-      t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, t.rank_, tag), const_cast<void*>(mine), bytes,
-             rs[2 * j + 1], true);
+    try {
+      for (std::size_t j = 0; j < p; ++j) {
+        if (j == me) continue;
+        t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, ch.members[j], tag), out + j * bytes, bytes,
+               rs[2 * j], false);
+        t.post(ch.members[j], detail::make_tag(detail::setup, ch.id, t.rank_, tag), const_cast<void*>(mine), bytes,
+               rs[2 * j + 1], true);
+      }
+    } catch (const transport_error&) {  // a send to a member that is gone failed at once
+      t.cancel_all(rs);
+      if (tolerant) return void(failed = true);
+      throw;
     }
     const auto st = t.wait_until(rs, deadline_clock::now() + t.timeout_, false);
     if (st.kind != wait_status::done) {
       t.cancel_all(rs);
+      if (tolerant) return void(failed = true);  // the window is not used; the first call fails
       throw transport_error(
           "mdring::ucx: setting up shared access with rank " +
               std::to_string(st.kind == wait_status::timeout ? ch.members[st.index / 2] : st.failed_rank) +
