@@ -39,6 +39,36 @@ TEST_CASE("the communicator matches the world (MPI_COMM_WORLD, or the UCX world)
   });
 }
 
+TEST_CASE("shrink when nothing failed: UCX binds the same ranks again; MPI refuses, naming why") {
+  const std::size_t P = world_size(), R = world_rank();
+#if MDRING_TEST_UCX
+  auto comm = md::bind(md::parse_topology("shm:*"), test_world());
+  auto s = md::shrink(comm);
+  CHECK(s.size() == P);
+  CHECK(s.rank() == R);
+  CHECK(s.topology() == comm.topology());
+  std::vector<std::int64_t> x(1000, std::int64_t(R) + 1);
+  md::all_reduce(s, x.data(), x.size());
+  CHECK(x[999] == std::int64_t(P * (P + 1) / 2));
+  CHECK_THROWS_AS(md::all_reduce(comm, x.data(), x.size()), md::communicator_error);
+#else
+  auto comm = md::bind(md::parse_topology("shm:*"), MPI_COMM_WORLD);
+  try {
+    (void)md::shrink(comm);
+    FAIL("no error");
+  } catch (const md::invalid_argument& e) {
+    CHECK(e.argument() == "comm");
+    CHECK(std::string(e.what()).find("the mpi transport cannot go on after a rank's failure") != std::string::npos);
+    CHECK(std::string(e.what()).find("ULFM") != std::string::npos);
+  }
+  CHECK(comm.usable());  // refused before anything happened
+  std::vector<std::int64_t> x(10, 1);
+  md::all_reduce(comm, x.data(), x.size());
+  CHECK(x[0] == std::int64_t(P));
+  (void)R;
+#endif
+}
+
 TEST_CASE("all_reduce: exact integer sums, every topology and count, in place and out of place") {
   const std::size_t P = world_size(), R = world_rank();
   const auto t0 = std::chrono::steady_clock::now();

@@ -14,6 +14,7 @@
 
 #include "mdring.hpp"
 #include "collective/bind_ucx.hpp"
+#include "collective/grow_ucx.hpp"
 #include "rendezvous/store.hpp"
 #include "rendezvous/tcp_store.hpp"
 #include "transport/ucx.hpp"

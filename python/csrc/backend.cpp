@@ -64,6 +64,7 @@ public:
   void set(const std::string& key, const std::string& value) override {
     s_->set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
   }
+  std::int64_t add(const std::string& key, std::int64_t delta) override { return s_->add(key, delta); }
   std::string get(const std::string& key, mdring::rendezvous::clock::time_point deadline) override {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - mdring::rendezvous::clock::now());

@@ -41,13 +41,16 @@ struct outcome {
   std::string what;
 };
 
-inline void write_outcome(const std::string& dir, std::size_t rank, const outcome& o) {
-  const std::string p = dir + "/rank" + std::to_string(rank);
+inline void write_outcome_as(const std::string& dir, const std::string& name, const outcome& o) {
+  const std::string p = dir + "/" + name;
   {
     std::ofstream f(p + ".tmp");
     f << o.kind << "\n" << o.failed_rank << "\n" << std::to_string(o.at) << "\n" << o.what << "\n";
   }
   fs::rename(p + ".tmp", p);
+}
+inline void write_outcome(const std::string& dir, std::size_t rank, const outcome& o) {
+  write_outcome_as(dir, "rank" + std::to_string(rank), o);
 }
 
 // A survivor stays until every rank has written what happened to it (at most
@@ -87,6 +90,7 @@ inline std::string self_exe;  // this program (main sets it)
 
 struct job_result {
   std::vector<outcome> out;
+  outcome joiner;  // a process a worker started to join the job (file "joiner"), if any
   std::vector<int> status;
 };
 
@@ -143,6 +147,7 @@ inline job_result run_job(const std::string& mode, std::size_t n, std::vector<st
     res.status.push_back(st);
   }
   for (std::size_t r = 0; r < n; ++r) res.out.push_back(read_outcome(dir + "/rank" + std::to_string(r)));
+  res.joiner = read_outcome(dir + "/joiner");
   fs::remove_all(dir);
   return res;
 }

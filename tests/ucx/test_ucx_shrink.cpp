@@ -10,6 +10,8 @@
 
 #include "fault_job.hpp"
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdint>
 #include <random>
@@ -28,7 +30,12 @@ namespace {
 // on the shrunk communicator). The survivors shrink, then run 5 all_reduce
 // calls: "<topology> <size> <rank> <sum>" or "left out", and the seconds from the
 // failure to the shrunk communicator.
+int grow_worker(const std::string& mode, const std::string& dir);
+int joiner(const std::string& dir);
+
 int worker(const std::string& mode, const std::string& dir) {
+  if (mode == "joiner") return joiner(dir);
+  if (mode.rfind("grow", 0) == 0) return grow_worker(mode, dir);
   auto w = md::ucx::world::from_env();
   const std::size_t rank = w.rank(), size = w.size();
   const std::size_t v = std::size_t(std::atoi(mode.c_str() + mode.find('_') + 1));
@@ -89,6 +96,89 @@ int worker(const std::string& mode, const std::string& dir) {
   return 0;
 }
 
+// "grow" and "grow_bad_secret": rank 5 starts a process to replace it ("joiner",
+// with the job's secret or a wrong one), then dies at the 4th call. The survivors
+// shrink ("shm:2 x ethernet:2" over ranks 0 to 3); rank 4, left out, joins again,
+// and so does the new process, while the members grow back to 6 ranks. Every
+// process writes "<topology> <size> <sum>" after 5 all_reduce calls on the grown
+// communicator, or its error; after a refused grow, the members' sum on the
+// shrunk communicator shows it still works.
+int grow_worker(const std::string& mode, const std::string& dir) {
+  auto w = md::ucx::world::from_env();
+  const std::size_t rank = w.rank(), size = w.size();
+  md::options opts;
+  opts.timeout = std::chrono::milliseconds(20000);
+  const bool bad = mode == "grow_bad_secret";
+  auto sums = [](auto& c) {
+    std::int64_t sum = 0;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<std::int64_t> y(5000, std::int64_t(c.rank()) + 1 + i);
+      md::all_reduce(c, y.data(), y.size());
+      sum += y[4999];
+    }
+    return c.topology().to_string() + " " + std::to_string(c.size()) + " " + std::to_string(sum);
+  };
+  std::string what;
+  outcome o = catching([&] {
+    auto comm = md::bind(md::parse_topology("shm:2 x ethernet:*"), w, opts);
+    std::vector<std::int64_t> x(5000, 1);
+    try {
+      for (int i = 0; i < 10; ++i) {
+        if (i == 3 && rank == 5) {
+          if (fork() == 0) {
+            if (bad) setenv("MDRING_SECRET", "not-the-job-secret", 1);
+            execl(self_exe.c_str(), self_exe.c_str(), "--worker", "joiner", dir.c_str(), static_cast<char*>(nullptr));
+            _exit(127);
+          }
+          write_outcome(dir, rank, {"killed", -1, now_s(), ""});
+          std::raise(SIGKILL);
+        }
+        md::all_reduce(comm, x.data(), x.size());
+      }
+    } catch (const md::error&) {}
+    auto s = md::shrink(comm);
+    md::grow_options go;
+    go.size = 6;
+    go.timeout = std::chrono::milliseconds(bad ? 3000 : 30000);
+    if (s.size() == 0) {
+      auto g = md::ucx::join(w, opts, go.timeout);
+      what = sums(g);
+      return;
+    }
+    try {
+      auto g = md::grow(s, go);
+      what = sums(g);
+    } catch (const md::timeout_error& e) {
+      what = "refused (" + std::string(e.what()) + "), then " + sums(s);
+    }
+  });
+  if (o.kind == "none") o.what = what;
+  write_outcome(dir, rank, o);
+  for (int i = 0; i < 2000 && !fs::exists(dir + "/joiner"); ++i)  // the joiner is not a child of the test
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  fault_job::linger(dir, size);
+  return 0;
+}
+
+int joiner(const std::string& dir) {
+  md::options opts;
+  opts.timeout = std::chrono::milliseconds(20000);
+  std::string what;
+  outcome o = catching([&] {
+    auto g = md::ucx::join_from_env(opts, std::chrono::seconds(30));
+    std::int64_t sum = 0;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<std::int64_t> y(5000, std::int64_t(g.rank()) + 1 + i);
+      md::all_reduce(g, y.data(), y.size());
+      sum += y[4999];
+    }
+    what = g.topology().to_string() + " " + std::to_string(g.size()) + " " + std::to_string(sum);
+  });
+  if (o.kind == "none") o.what = what;
+  write_outcome_as(dir, "joiner", o);
+  return 0;
+}
+
 // n ranks' sum over 5 calls of (new rank + 1 + i), every element.
 std::string sum_of(std::size_t n) {
   std::int64_t s = 0;
@@ -139,9 +229,41 @@ TEST_CASE("a process killed during the shrink: every survivor ends on the same s
   }
 }
 
+TEST_CASE("grow: the left-out rank and a new process join; the members grow back to 6 ranks, sums exact") {
+  const auto res = run_job("grow", 6);
+  REQUIRE(res.out.size() == 6);
+  CHECK(res.out[5].kind == "killed");
+  const std::string want = "shm:2 x ethernet:3 6 " + sum_of(6);
+  for (std::size_t r = 0; r < 5; ++r) {
+    INFO("rank " << r << ": " << res.out[r].kind << ": " << res.out[r].what);
+    CHECK(res.out[r].kind == "none");
+    CHECK(res.out[r].what == want);
+  }
+  INFO("joiner: " << res.joiner.kind << ": " << res.joiner.what);
+  CHECK(res.joiner.kind == "none");
+  CHECK(res.joiner.what == want);
+}
+
+TEST_CASE("grow: a joiner with the wrong secret is refused; the members' communicator goes on") {
+  const auto res = run_job("grow_bad_secret", 6);
+  REQUIRE(res.out.size() == 6);
+  INFO("joiner: " << res.joiner.kind << ": " << res.joiner.what);
+  CHECK(res.joiner.kind == "other");
+  CHECK(res.joiner.what.find("refused this process's secret") != std::string::npos);
+  for (std::size_t r = 0; r < 4; ++r) {
+    INFO("rank " << r << ": " << res.out[r].kind << ": " << res.out[r].what);
+    CHECK(res.out[r].kind == "none");
+    CHECK(res.out[r].what.find("refused (mdring::grow: only 1 of the 2 joining processes arrived") == 0);
+    CHECK(res.out[r].what.find("then shm:2 x ethernet:2 4 " + sum_of(4)) != std::string::npos);
+  }
+  INFO("rank 4: " << res.out[4].kind << ": " << res.out[4].what);
+  CHECK(res.out[4].kind == "timeout_error");
+  CHECK(res.out[4].what.find("mdring::ucx::join: only 1 of the 2") == 0);
+}
+
 int main(int argc, char** argv) {
+  self_exe = fs::canonical("/proc/self/exe").string();  // (a worker starts the joiner with it)
   if (argc >= 4 && std::strcmp(argv[1], "--worker") == 0) return worker(argv[2], argv[3]);
-  self_exe = fs::canonical("/proc/self/exe").string();
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }

@@ -42,6 +42,12 @@ public:
     std::lock_guard l(m_);
     kv_[key] = value;
   }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    std::lock_guard l(m_);
+    auto& v = kv_[key];
+    v = std::to_string(std::atoll(v.c_str()) + delta);
+    return std::atoll(v.c_str());
+  }
   std::string get(const std::string& key, clock::time_point deadline) override {
     std::unique_lock l(m_);
     for (;;) {
@@ -107,12 +113,28 @@ struct launched_job {
       j.job_store = std::make_unique<memory_store>();
       return j;
     }
+    j.job_store = std::make_unique<tcp_store>(j.rank == 0, store_options_from_env(fn, timeout, j.size));
+    return j;
+  }
+
+  /// The job's store as a client only (a process that joins a running job: mdring::ucx::join_from_env; mdring-run
+  /// --replace starts one with MDRING_JOIN=1), from MASTER_ADDR, MASTER_PORT and MDRING_SECRET.
+  static std::unique_ptr<store> client_from_env(const std::string& fn,
+                                                std::chrono::milliseconds timeout = mdring::detail::default_timeout()) {
+    return std::make_unique<tcp_store>(false, store_options_from_env(fn, timeout, 0));
+  }
+
+private:
+  // Where the store is and its secret (size: the job's, for the message; 0: joining).
+  static tcp_store_options store_options_from_env(const std::string& fn, std::chrono::milliseconds timeout,
+                                                  std::size_t size) {
     const char* addr = detail::env("MDRING_MASTER_ADDR", "MASTER_ADDR");
     const char* port = detail::env("MDRING_STORE_PORT", "MASTER_PORT");
     const char* secret = std::getenv("MDRING_SECRET");
     if (!port)
-      throw invalid_argument("MASTER_PORT", fn + ": WORLD_SIZE is " + std::to_string(j.size) +
-                                                " but MASTER_PORT is not set: start the processes with mdring-run "
+      throw invalid_argument("MASTER_PORT", fn + ": " +
+                                                (size ? "WORLD_SIZE is " + std::to_string(size) + " but " : "") +
+                                                "MASTER_PORT is not set: start the processes with mdring-run "
                                                 "or torchrun, or set MASTER_ADDR and MASTER_PORT");
     if (!secret || !*secret)
       throw invalid_argument(
@@ -127,10 +149,10 @@ struct launched_job {
     o.port = std::uint16_t(p);
     o.secret = secret;
     o.connect_timeout = timeout;
-    j.job_store = std::make_unique<tcp_store>(j.rank == 0, o);
-    return j;
+    return o;
   }
 
+public:
   /// Every rank, at the end: rank 0 hosts the store, so it returns only once every
   /// other rank has said it is done with it (else a rank still reading the last
   /// keys loses its connection when rank 0's process ends).

@@ -19,6 +19,7 @@
 #include "../error.hpp"
 
 #include <chrono>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,6 +42,13 @@ public:
   /// The default waits for the keys one after the other with get().
   virtual void wait(std::span<const std::string> keys, clock::time_point deadline) {
     for (const auto& k : keys) (void)get(k, deadline);
+  }
+  /// An atomic counter under `key` (decimal text, 0 when unset): the value after adding
+  /// `delta`. mdring::grow needs it; the default refuses.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) {
+    (void)delta;
+    throw invalid_argument("store", "mdring::rendezvous::store: this store cannot add to a counter (\"" + key +
+                                        "\"): mdring::grow needs a store with add()");
   }
 };
 
@@ -69,6 +77,7 @@ public:
     for (auto& s : k) s = prefix_ + s;
     inner_.wait(k, deadline);
   }
+  std::int64_t add(const std::string& key, std::int64_t delta) override { return inner_.add(prefix_ + key, delta); }
 
 private:
   store& inner_;

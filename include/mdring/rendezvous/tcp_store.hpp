@@ -241,7 +241,7 @@ public:
     return request('G', key, {}, deadline);
   }
   /// An atomic counter (decimal text): the value after adding delta.
-  std::int64_t add(const std::string& key, std::int64_t delta) {
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
     return std::atoll(request('A', key, std::to_string(delta), clock::now() + o_.connect_timeout).c_str());
   }
 

@@ -99,7 +99,8 @@ public:
   std::string name() const { return "ucx"; }           ///< "ucx"
   /// Where rank r runs, for error messages (executor/host/core.hpp).
   std::string peer_host(std::size_t r) const { return r < size_ ? world_.hosts()[r] : std::string(); }
-  ucp_worker_h worker() const noexcept { return worker_; }  ///< the UCX worker the transport runs on
+  ucp_worker_h worker() const noexcept { return worker_; }    ///< the UCX worker the transport runs on
+  const world& get_world() const noexcept { return world_; }  ///< the world it was bound over
 
   /// Collective: every rank calls it for the same dimensions in the same order.
   channel make_channel(std::size_t dim, std::span<const std::size_t> members, std::size_t my_index) {

@@ -252,11 +252,51 @@ public:
       n.hosts.push_back(o.hosts[m]);
     }
     n.layout = layout_from_node_ids(n.nodes, me, o.layout.network == "infiniband");
-    n.local = 0;
     for (std::size_t i = 0; i < n.size; ++i)
       if (n.nodes[i] == n.nodes[me]) {
         ++n.local;
         if (i != me) n.node_peers.emplace_back(i, n.pids[i]);
+      }
+    return w;
+  }
+
+  /// This process as mdring::grow's rendezvous describes it: "node\nib\npid" (node:
+  /// host name and boot id; ib: 1 with an InfiniBand device).
+  static std::string self_description() {
+    return mdring::detail::node_identity() + (mdring::detail::has_infiniband() ? "\n1\n" : "\n0\n") +
+           std::to_string(getpid());
+  }
+  /// The world of a grown communicator (collective/grow.hpp): who[r] is rank r's
+  /// self_description(), this process is `rank`. The store is `members`'s (a member
+  /// of the communicator that grew) or `owned` (a process that joined).
+  static world assembled(const std::vector<std::string>& who, std::size_t rank, std::uint64_t salt,
+                         const world* members, std::unique_ptr<rendezvous::store> owned,
+                         std::chrono::milliseconds timeout) {
+    world w;
+    w.s_ = std::make_shared<state>();
+    state& n = *w.s_;
+    if (members) n.parent = members->s_, n.store = members->s_->store;
+    n.owned = std::move(owned);
+    if (!n.store) n.store = n.owned.get();
+    n.rank = rank;
+    n.size = who.size();
+    n.context = detail::process_context();
+    n.timeout = timeout;
+    n.salt = salt;
+    std::map<std::string, int> ids;
+    bool ib = true;
+    for (const auto& d : who) {
+      const auto b = d.rfind('\n'), a = d.rfind('\n', b - 1);
+      n.nodes.push_back(ids.try_emplace(d.substr(0, a), int(ids.size())).first->second);
+      n.hosts.push_back(d.substr(0, std::min(a, d.find('/'))));
+      ib = ib && d.substr(a + 1, b - a - 1) == "1";
+      n.pids.push_back(std::atol(d.c_str() + b + 1));
+    }
+    n.layout = layout_from_node_ids(n.nodes, rank, ib);
+    for (std::size_t i = 0; i < n.size; ++i)
+      if (n.nodes[i] == n.nodes[rank]) {
+        ++n.local;
+        if (i != rank) n.node_peers.emplace_back(i, n.pids[i]);
       }
     return w;
   }
@@ -274,7 +314,7 @@ private:
     std::shared_ptr<const state> parent;  // a subset's (it may own the store)
     std::unique_ptr<rendezvous::store> owned;
     rendezvous::store* store = nullptr;
-    std::size_t rank = 0, size = 1, local = 1;
+    std::size_t rank = 0, size = 1, local = 0;
     node_layout layout;
     std::shared_ptr<ucp_context> context;
     std::chrono::milliseconds timeout{};
