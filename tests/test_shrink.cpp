@@ -127,6 +127,38 @@ TEST_CASE("survivors_of: nothing failed, everything failed, a wrong size") {
   }
 }
 
+TEST_CASE("plan_growth: the grown topology and node-major ranks, or why the shape does not fit") {
+  const auto t = md::parse_topology("shm:2 x ethernet:2").resolve(4);
+  auto d = [](const char* host, int pid) { return std::string(host) + "/boot\n0\n" + std::to_string(pid); };
+  // Members on hosts a and b; two joiners on c, a new node.
+  auto g = md::detail::plan_growth(t, 6, {d("a", 1), d("a", 2), d("b", 3), d("b", 4), d("c", 5), d("c", 6)});
+  CHECK(g.why_not == "");
+  CHECK(g.topology.to_string() == "shm:2 x ethernet:3");
+  CHECK(g.order == std::vector<std::size_t>{0, 1, 2, 3, 4, 5});
+  // Joiners that fill a node the shrink dropped come after it in slot order; hosts
+  // keep the order of their first slot.
+  g = md::detail::plan_growth(t, 6, {d("a", 1), d("a", 2), d("c", 3), d("c", 4), d("b", 5), d("a", 6)});
+  CHECK(g.why_not ==
+        "host a would hold 3 ranks, not a multiple of 2 (the ranks of one ethernet coordinate of "
+        "\"shm:2 x ethernet:3\")");
+  g = md::detail::plan_growth(t, 8,
+                              {d("a", 1), d("b", 2), d("a", 3), d("b", 4), d("c", 5), d("d", 6), d("c", 7), d("d", 8)});
+  CHECK(g.topology.to_string() == "shm:2 x ethernet:4");
+  CHECK(g.order == std::vector<std::size_t>{0, 2, 1, 3, 4, 6, 5, 7});
+  // All on one host (a test machine): members first, then joiners.
+  g = md::detail::plan_growth(t, 6, {d("a", 1), d("a", 2), d("a", 3), d("a", 4), d("a", 5), d("a", 6)});
+  CHECK(g.order == std::vector<std::size_t>{0, 1, 2, 3, 4, 5});
+  g = md::detail::plan_growth(t, 5, {});
+  CHECK(g.why_not ==
+        "a size of 5 does not fit \"shm:2 x ethernet:2\": it must be a multiple of 2, the ranks of one "
+        "ethernet coordinate");
+  // One dimension: any host.
+  g = md::detail::plan_growth(md::parse_topology("ethernet:3").resolve(3), 4,
+                              {d("a", 1), d("b", 2), d("a", 3), d("c", 4)});
+  CHECK(g.topology.to_string() == "ethernet:4");
+  CHECK(g.order == std::vector<std::size_t>{0, 2, 1, 3});
+}
+
 // ---------------------------------------------------------------------------
 // The agreement, with ranks that crash part-way through their sends and ranks that
 // start late, over a threads world's survivor messages.

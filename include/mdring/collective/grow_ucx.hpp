@@ -30,6 +30,7 @@
 #include "../rendezvous/launch.hpp"
 #include "../rendezvous/store.hpp"
 #include "../topology/runtime.hpp"
+#include "../topology/survivors.hpp"
 #include "../transport/ucx.hpp"
 #include "../transport/ucx_world.hpp"
 #include "bind_ucx.hpp"
@@ -55,53 +56,6 @@ struct grow_options {
 };
 
 namespace detail {
-
-// The grown topology and the new ranks: order[new rank] = slot (members 0..n-1 by
-// rank, then joiners by slot); `why_not` when the shape does not fit.
-struct growth {
-  runtime_topology topology;
-  std::vector<std::size_t> order;
-  std::string why_not;
-};
-
-// The dimension that grows (the outermost of more than one rank, else the last),
-// and the product of the others (the ranks of one "node").
-inline std::size_t growing_dim(const runtime_topology& t) {
-  std::size_t d = t.ndims() - 1;
-  for (std::size_t k = 0; k < t.ndims(); ++k)
-    if (t.extent(k) > 1) d = k;
-  return d;
-}
-
-// who[slot]: ucx::world::self_description() ("node\nib\npid").
-inline growth plan_growth(const runtime_topology& now, std::size_t size, const std::vector<std::string>& who) {
-  growth g{now, {}, {}};
-  const std::size_t d = growing_dim(now), inner = now.size() / now.extent(d);
-  if (size % inner != 0) {
-    g.why_not = "a size of " + std::to_string(size) + " does not fit \"" + now.to_string() +
-                "\": it must be a multiple of " + std::to_string(inner) + ", the ranks of one " + now.dim(d).link.name +
-                " coordinate";
-    return g;
-  }
-  g.topology.dim(d).extent = size / inner;
-  std::vector<std::string> hosts;  // in order of first appearance
-  std::map<std::string, std::vector<std::size_t>> on;
-  for (std::size_t s = 0; s < who.size(); ++s) {
-    const std::string node = who[s].substr(0, who[s].find('\n'));
-    if (!on.count(node)) hosts.push_back(node);
-    on[node].push_back(s);
-  }
-  for (const auto& h : hosts) {
-    if (on[h].size() % inner != 0) {
-      g.why_not = "host " + h.substr(0, h.find('/')) + " would hold " + std::to_string(on[h].size()) +
-                  " ranks, not a multiple of " + std::to_string(inner) + " (the ranks of one " + now.dim(d).link.name +
-                  " coordinate of \"" + g.topology.to_string() + "\")";
-      return g;
-    }
-    g.order.insert(g.order.end(), on[h].begin(), on[h].end());
-  }
-  return g;
-}
 
 // Parses "open G SIZE TOPOLOGY"; false for anything else (a closed offer).
 inline bool parse_offer(const std::string& v, std::int64_t& g, std::size_t& size, std::string& topology) {

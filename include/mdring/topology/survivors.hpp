@@ -13,18 +13,32 @@
 // rank with it (its node, when that dimension is the network), so that every
 // inner ring (NVLink, a node's shared memory) stays whole and the topology stays
 // regular. The survivors keep their order: new rank = position among the old
-// ranks kept, which is again dimension 0 fastest.
+// ranks kept, which is again dimension 0 fastest. mdring::grow
+// (collective/grow_ucx.hpp) makes the same dimension larger again
+// (detail::plan_growth: the new ranks, node-major).
 #pragma once
 
 #include "../config.hpp"
 #include "runtime.hpp"
 
 #include <cstddef>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
 
 MDRING_NAMESPACE_BEGIN
+
+namespace detail {
+// The dimension that shrinks and grows: the outermost of more than one rank, else the last.
+inline std::size_t growing_dim(const runtime_topology& t) {
+  std::size_t d = t.ndims() - 1;
+  for (std::size_t k = 0; k < t.ndims(); ++k)
+    if (t.extent(k) > 1) d = k;
+  return d;
+}
+
+}  // namespace detail
 
 /// What survives a failure: the shrunk topology and the old ranks it keeps.
 struct survivors {
@@ -54,9 +68,7 @@ MDRING_COLD inline survivors survivors_of(const runtime_topology& t, std::span<c
     throw topology_error("failed", "mdring::survivors_of: " + std::to_string(failed.size()) +
                                        " ranks' failures given for \"" + t.to_string() + "\" (" +
                                        (t.is_static() ? std::to_string(t.size()) + " ranks" : "not resolved") + ")");
-  survivors s{t, t, {}, 0, {}, {}};
-  for (std::size_t d = 0; d < t.ndims(); ++d)
-    if (t.extent(d) > 1) s.dimension = d;
+  survivors s{t, t, {}, detail::growing_dim(t), {}, {}};
   std::vector<char> drop(t.extent(s.dimension), 0);
   for (std::size_t r = 0; r < failed.size(); ++r)
     if (failed[r]) {
@@ -71,5 +83,48 @@ MDRING_COLD inline survivors survivors_of(const runtime_topology& t, std::span<c
   s.topology.dim(s.dimension).extent -= s.dropped.size();
   return s;
 }
+
+namespace detail {
+
+// The grown topology and the new ranks: order[new rank] = slot (members 0..n-1 by
+// rank, then joiners by slot); `why_not` when the shape does not fit.
+struct growth {
+  runtime_topology topology;
+  std::vector<std::size_t> order;
+  std::string why_not;
+};
+
+// who[slot]: ucx::world::self_description() ("node\nib\npid").
+MDRING_COLD inline growth plan_growth(const runtime_topology& now, std::size_t size,
+                                      const std::vector<std::string>& who) {
+  growth g{now, {}, {}};
+  const std::size_t d = growing_dim(now), inner = now.size() / now.extent(d);
+  if (size % inner != 0) {
+    g.why_not = "a size of " + std::to_string(size) + " does not fit \"" + now.to_string() +
+                "\": it must be a multiple of " + std::to_string(inner) + ", the ranks of one " + now.dim(d).link.name +
+                " coordinate";
+    return g;
+  }
+  g.topology.dim(d).extent = size / inner;
+  std::vector<std::string> hosts;  // in order of first appearance
+  std::map<std::string, std::vector<std::size_t>> on;
+  for (std::size_t s = 0; s < who.size(); ++s) {
+    const std::string node = who[s].substr(0, who[s].find('\n'));
+    if (!on.count(node)) hosts.push_back(node);
+    on[node].push_back(s);
+  }
+  for (const auto& h : hosts) {
+    if (on[h].size() % inner != 0) {
+      g.why_not = "host " + h.substr(0, h.find('/')) + " would hold " + std::to_string(on[h].size()) +
+                  " ranks, not a multiple of " + std::to_string(inner) + " (the ranks of one " + now.dim(d).link.name +
+                  " coordinate of \"" + g.topology.to_string() + "\")";
+      return g;
+    }
+    g.order.insert(g.order.end(), on[h].begin(), on[h].end());
+  }
+  return g;
+}
+
+}  // namespace detail
 
 MDRING_NAMESPACE_END
