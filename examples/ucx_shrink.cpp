@@ -1,51 +1,67 @@
-// examples/ucx_shrink.cpp: a loop of all_reduce calls that loses a process and
-// goes on without it, in the same processes (mdring::shrink).
+// examples/ucx_shrink.cpp: a loop of all_reduce calls that loses a process, goes
+// on without it in the same processes (mdring::shrink), and grows back when a
+// replacement joins (mdring::grow).
 //
-//   mdring-run -n 6 --on-failure shrink ./ucx_shrink          # rank 5 dies at step 5
-//   mdring-run -n 6 --on-failure shrink ./ucx_shrink 0 3      # rank 0 (the store's host) at step 3
+//   mdring-run -n 6 --on-failure shrink --replace ./ucx_shrink   # rank 5 dies at step 5, is replaced
+//   mdring-run -n 6 --on-failure shrink ./ucx_shrink             # no replacement: 4 ranks go on
+//   mdring-run -n 6 --on-failure shrink ./ucx_shrink 0 3         # rank 0 (the store's host) dies at step 3
 //
 // The job is "shm:2 x ethernet:*" (pairs of processes as nodes). When a call
-// fails, every survivor calls shrink: they agree on who failed, the dead rank's
-// node is dropped ("shm:2 x ethernet:3" becomes "shm:2 x ethernet:2"), and the
-// step is done again on the survivors. The dead rank's node-mate is left out
-// (size() == 0) and leaves. Without --on-failure shrink, mdring-run would stop
-// the others after the first death.
+// fails, every survivor calls shrink: they agree on who failed, and the dead
+// rank's node is dropped ("shm:2 x ethernet:3" becomes "shm:2 x ethernet:2").
+// Then the members offer to grow back for 3 s: the dead rank's node-mate, left
+// out by the shrink, joins again (ucx::join), and so does the process mdring-run
+// --replace starts in the dead rank's place (MDRING_JOIN=1, ucx::join_from_env).
+// Rank 0 hands the joiners the step to redo (a trainer would hand them its
+// weights the same way), and the step is done again. Without --on-failure shrink,
+// mdring-run would stop the others after the first death. Growing needs the
+// job's store: when rank 0, its host, is gone, the survivors go on smaller.
 #include <mdring/ucx.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 int main(int argc, char** argv) {
-  auto world = mdring::ucx::world::from_env();
-  const std::size_t victim = argc > 1 ? std::size_t(std::atol(argv[1])) : world.size() - 1;
-  const int dies_at = argc > 2 ? std::atoi(argv[2]) : 5;
+  using namespace std::chrono_literals;
   mdring::options o;
-  o.timeout = std::chrono::seconds(10);
-  auto comm = mdring::bind(mdring::parse_topology("shm:2 x ethernet:*"), world, o);
-  const std::size_t me = world.rank();  // this process's rank in the job (comm.rank() changes)
-  for (int step = 0; step < 10; ++step) {
-    if (me == victim && step == dies_at) std::raise(SIGKILL);
+  o.timeout = 10s;
+  const bool joining = std::getenv("MDRING_JOIN") != nullptr;  // started by mdring-run --replace
+  std::optional<mdring::ucx::world> world;
+  if (!joining) world.emplace(mdring::ucx::world::from_env());
+  const std::size_t victim = argc > 1 ? std::size_t(std::atol(argv[1])) : (world ? world->size() - 1 : 0);
+  const long dies_at = argc > 2 ? std::atol(argv[2]) : 5;
+  auto comm =
+      joining ? mdring::ucx::join_from_env(o) : mdring::bind(mdring::parse_topology("shm:2 x ethernet:*"), *world, o);
+  long step = 0;
+  if (joining) mdring::broadcast(comm, &step, 1, 0);  // where the others are
+  for (; step < 10; ++step) {
+    if (!joining && world->rank() == victim && step == dies_at) std::raise(SIGKILL);
     std::vector<double> grad(1000, 1.0);
     try {
       mdring::all_reduce(comm, grad.data(), grad.size());
     } catch (const mdring::error& e) {
-      std::fprintf(stderr, "process %zu, step %d: %s\n", me, step, e.what());
+      std::fprintf(stderr, "step %ld: %s\n", step, e.what());
       comm = mdring::shrink(comm);
-      if (comm.size() == 0) {
-        std::printf("process %zu: left out (%s)\n", me, comm.failure().c_str());
-        return 0;
+      const bool out = comm.size() == 0;
+      if (!out && comm.rank() == 0) std::printf("step %ld: shrunk to %s\n", step, comm.topology().to_string().c_str());
+      try {
+        if (out) comm = mdring::ucx::join(*world, o, 3s);  // the node-mate of the dead rank
+        else comm = mdring::grow(comm, {.size = world->size(), .timeout = 3s});
+        if (comm.rank() == 0) std::printf("step %ld: grown to %s\n", step, comm.topology().to_string().c_str());
+        mdring::broadcast(comm, &step, 1, 0);
+      } catch (const mdring::error& g) {
+        if (out) return std::printf("left out: %s\n", g.what()), 0;
+        if (comm.rank() == 0) std::printf("step %ld: not grown (%s)\n", step, g.what());
       }
-      if (comm.rank() == 0) std::printf("step %d: shrunk to %s\n", step, comm.topology().to_string().c_str());
-      --step;  // do the step again, on the survivors
+      --step;  // do the step again
       continue;
     }
-    if (grad[0] != double(comm.size())) {
-      std::fprintf(stderr, "process %zu, step %d: got %g, not %zu\n", me, step, grad[0], comm.size());
-      return 1;
-    }
-    if (comm.rank() == 0) std::printf("step %d: %zu ranks, sum %g\n", step, comm.size(), grad[0]);
+    if (grad[0] != double(comm.size())) return std::fprintf(stderr, "step %ld: got %g\n", step, grad[0]), 1;
+    if (comm.rank() == 0) std::printf("step %ld: %zu ranks, sum %g\n", step, comm.size(), grad[0]);
   }
   return 0;
 }

@@ -410,6 +410,7 @@ public:
         where_(std::move(where)) {
     if (where_.world == 0) where_.world = o.n;
     program_.push_back(nullptr);
+    replaced_.assign(std::size_t(o.n), 0);
   }
 
   int run() {
@@ -562,6 +563,7 @@ private:
     };
     for (const auto& [name, value] : vars) setenv(name, value->c_str(), 1);
     if (!state_dir_.empty()) setenv("MDRING_STATE_DIR", state_dir_.c_str(), 1);
+    if (joining_) setenv("MDRING_JOIN", "1", 1), setenv("MDRING_REPLACES", rank.c_str(), 1);  // --replace
     execvp(program_[0], program_.data());
     const int e = errno;
     std::fprintf(stderr, "mdring-run: cannot run \"%s\"%s: %s\n", program_[0], on_host().c_str(), std::strerror(e));
@@ -635,6 +637,7 @@ private:
                        "mdring-run: rank %ld (pid %d)%s was killed by signal %d; the others go on "
                        "(--on-failure shrink)\n",
                        where_.first + long(r), int(pid), on_host().c_str(), WTERMSIG(status));
+          if (o_.replace && !replaced_[r] && phase_ == phase::running) replace(r);
           continue;
         }
         if (!ok && !failed_) {
@@ -673,6 +676,24 @@ private:
       }
       phase_ = phase::killed;
     }
+  }
+
+  // --replace: a process in killed rank r's place (its slot), with MDRING_JOIN=1.
+  void replace(std::size_t r) {
+    replaced_[r] = 1;
+    for (auto& s : procs_[r].streams) {  // what the dead one wrote first
+      for (int k = 0; k < 64 && drain(r, s); ++k) {}
+      if (s.fd >= 0) emit(r, s, true), close(s.fd), s.fd = -1;
+    }
+    joining_ = true;
+    const bool started = spawn(long(r));
+    joining_ = false;
+    if (started)
+      std::fprintf(stderr, "mdring-run: started pid %d%s in rank %ld's place (MDRING_JOIN=1, --replace)\n",
+                   int(procs_[r].pid), on_host().c_str(), where_.first + long(r));
+    else
+      std::fprintf(stderr, "mdring-run: cannot start a process in rank %ld's place%s: %s\n", where_.first + long(r),
+                   on_host().c_str(), std::strerror(errno));
   }
 
   // --tag-output: write the complete lines of s (all of it at the end) to its fd.
@@ -843,6 +864,8 @@ private:
   int first_status_ = 0;
   long finished_ = 0, lost_ = 0;  // exited 0; killed by a signal under --on-failure shrink
   int first_lost_ = 0;
+  std::vector<char> replaced_;  // --replace: rank r's place was given to a new process
+  bool joining_ = false;        // the process spawn() starts replaces one (child())
   phase phase_ = phase::running;
   clk::time_point deadline_{};
   std::array<bool, 3> broken_{};
@@ -1040,7 +1063,7 @@ private:
     char grace[64];
     std::snprintf(grace, sizeof grace, "%.17g", o_.grace_s);
     put("grace", grace);
-    put("onfail", o_.shrink ? "shrink" : "stop");
+    put("onfail", o_.shrink ? (o_.replace ? "replace" : "shrink") : "stop");
     put("tag", o_.tag_output ? "1" : "0");
     put("bind", o_.bind_core ? "core" : "none");
     if (*cwd) put("cwd", cwd);
@@ -1258,7 +1281,7 @@ int node_main() {
     else if (key == "addr") o.addr = value;
     else if (key == "port") port = number(value);
     else if (key == "grace") o.grace_s = std::strtod(value.c_str(), nullptr);
-    else if (key == "onfail") o.shrink = value == "shrink";
+    else if (key == "onfail") o.shrink = value == "shrink" || value == "replace", o.replace = value == "replace";
     else if (key == "tag") o.tag_output = value == "1";
     else if (key == "bind") o.bind_core = value == "core";
     else if (key == "cwd") cwd = value;

@@ -40,6 +40,9 @@ void print_help() {
       "                         stop (default): the first process to fail starts the grace period.\n"
       "                         shrink: a process (or host) killed by a signal does not; the others\n"
       "                         go on (mdring::shrink), and the job ends when they do\n"
+      "  --replace              with --on-failure shrink: start a process in a killed rank's place\n"
+      "                         (once per rank), with MDRING_JOIN=1 and MDRING_REPLACES=RANK, which\n"
+      "                         joins the survivors (mdring::ucx::join_from_env, mdring::grow)\n"
       "  --tag-output           prefix each line the processes write to stdout and stderr with\n"
       "                         \"[RANK] \" (default: they write to mdring-run's stdout and stderr)\n"
       "  --bind-to core|none    core: process r runs only on the r-th CPU that mdring-run may use\n"
@@ -228,6 +231,9 @@ options parse(int argc, char** argv) {
       const std::string_view v = value();
       if (v != "stop" && v != "shrink") bad_usage(std::string(name) + " expects stop or shrink, got " + quoted(v));
       o.shrink = v == "shrink";
+    } else if (name == "--replace") {
+      no_value();
+      o.replace = true;
     } else if (name == "--tag-output") {
       no_value();
       o.tag_output = true;
@@ -282,6 +288,7 @@ options parse(int argc, char** argv) {
     bad_usage("-x: the environment is passed on as it is on this machine; -x is for --hosts or --hostfile");
   }
   if (!have_n) bad_usage("missing -n N (the number of processes), or --hosts / --hostfile");
+  if (o.replace && !o.shrink) bad_usage("--replace needs --on-failure shrink (the others must go on to be joined)");
   if (i >= argc) bad_usage("no program to run: give it after the options (and an optional --)");
   o.program = i;
   return o;

@@ -44,7 +44,8 @@ struct options {
   bool addr_given = false;
   long port = 0;  // 0: pick a free one
   double grace_s = 5;
-  bool shrink = false;  // --on-failure shrink: a rank or host killed does not stop the others
+  bool shrink = false;   // --on-failure shrink: a rank or host killed does not stop the others
+  bool replace = false;  // --replace: start a process with MDRING_JOIN=1 in a killed rank's place (once)
   bool tag_output = false;
   bool bind_core = false;  // --bind-to core
   int program = 0;         // argv index of the program

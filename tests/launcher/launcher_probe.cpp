@@ -17,6 +17,9 @@
 //                         (at most 60 s)
 //   exit-if RANK CODE     exit CODE if this is rank RANK
 //   raise-if RANK SIG     raise(SIG) if this is rank RANK
+//   raise-first-if RANK SIG   the same, but not in a process started in its place (MDRING_JOIN)
+//   joined DIR            in a process started in a killed rank's place (mdring-run --replace):
+//                         write "MDRING_JOIN MDRING_REPLACES" to DIR/joined.RANK
 //   sleep SECONDS         sleep (through signals that do not kill it); at most 60 s in all
 //   done DIR              write DIR/done.RANK
 //
@@ -195,10 +198,15 @@ int main(int argc, char** argv) {
       const std::string r = arg();
       const int code = to_int(arg());
       if (r == rank) return code;
-    } else if (a == "raise-if") {
+    } else if (a == "raise-if" || a == "raise-first-if") {
       const std::string r = arg();
       const int sig = to_int(arg());
-      if (r == rank) raise(sig);
+      if (r == rank && (a == "raise-if" || !std::getenv("MDRING_JOIN"))) raise(sig);
+    } else if (a == "joined") {
+      const std::string dir = arg();
+      const char* join = std::getenv("MDRING_JOIN");
+      const char* replaces = std::getenv("MDRING_REPLACES");
+      if (join) write_file(dir + "/joined." + rank, std::string(join) + " " + (replaces ? replaces : "-") + "\n");
     } else if (a == "sleep") {
       const auto until =
           steady_clock::now() + duration_cast<steady_clock::duration>(duration<double>(std::atof(arg())));

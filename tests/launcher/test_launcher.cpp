@@ -203,10 +203,28 @@ TEST_CASE("on_failure: with --on-failure shrink a rank killed by a signal does n
   const job j3 = run({"-n", "2", "--on-failure", "shrink", probe(), "raise-if", "0", std::to_string(SIGKILL),
                       "raise-if", "1", std::to_string(SIGKILL)});
   CHECK(j3.exit_code() == 137);
-  // And the value is checked.
+  // And the value is checked; --replace needs shrink.
   const job j4 = run({"-n", "2", "--on-failure", "retry", probe()});
   CHECK(j4.exit_code() == 2);
   CHECK(contains(j4.err, "--on-failure expects stop or shrink, got \"retry\""));
+  const job j5 = run({"-n", "2", "--replace", probe()});
+  CHECK(j5.exit_code() == 2);
+  CHECK(contains(j5.err, "--replace needs --on-failure shrink"));
+}
+
+TEST_CASE("on_failure: --replace starts a process in a killed rank's place, once, with MDRING_JOIN=1") {
+  scratch s;
+  // Rank 1 dies of SIGKILL; the process in its place does not (raise-first-if), says it
+  // joined, and finishes; a second death of the same rank would not be replaced.
+  const job j = run({"-n", "3", "--on-failure", "shrink", "--replace", probe(), "joined", s.str(), "raise-first-if",
+                     "1", std::to_string(SIGKILL), "sleep", "0.5", "done", s.str()});
+  INFO("stderr: " << j.err);
+  CHECK(j.exit_code() == 0);
+  CHECK(contains(j.err, "was killed by signal 9; the others go on (--on-failure shrink)"));
+  CHECK(contains(j.err, "in rank 1's place (MDRING_JOIN=1, --replace)"));
+  CHECK(s.files("done") == std::vector<std::string>{"done.0", "done.1", "done.2"});
+  CHECK(s.files("joined") == std::vector<std::string>{"joined.1"});
+  CHECK(s.read("joined.1") == "1 1\n");
 }
 
 TEST_CASE("forwarding: SIGTERM, SIGINT and SIGHUP sent to mdring-run reach every rank") {
