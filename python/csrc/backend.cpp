@@ -300,6 +300,45 @@ public:
     destroyed_ = true;
   }
 
+  // mdring_torch.shrink(): the survivors' group after a failure (null on a process
+  // left out) and the old rank of each new one. Waits for this group's calls in
+  // flight (they fail), then agrees with the other survivors (mdring::shrink).
+  std::pair<c10::intrusive_ptr<process_group>, std::vector<std::int64_t>> shrink(double timeout_s) {
+    std::lock_guard l(issue_m_);
+    TORCH_CHECK(!destroyed_, "mdring: the process group was destroyed");
+    TORCH_CHECK(g_, "mdring: shrink: this group has no host transport");
+    shrunk_group s;
+    try {
+      s = g_->shrink(std::chrono::milliseconds(std::int64_t(timeout_s * 1000)));
+    } catch (const mdring::error& e) {
+      TORCH_CHECK(false, e.what());
+    }
+    if (!s.g) return {{}, {}};
+    group_config c = origin_.cfg;
+    c.rank = s.rank;
+    c.size = s.size;
+    auto next = c10::make_intrusive<process_group>(std::move(s.g), group_origin{{}, c}, int(s.rank), int(s.size));
+    return {next, std::move(s.kept)};
+  }
+  // Root's text on every rank (blocking; the host transport): how the survivors
+  // of a shrink learn where their new store is.
+  std::string share(const std::string& text, int root) {
+    std::lock_guard l(issue_m_);
+    TORCH_CHECK(g_ && !destroyed_, "mdring: share: the group has no host communicator");
+    try {
+      std::uint64_t n = text.size();
+      g_->broadcast(&n, 1, std::size_t(root), dtype::i64).req.wait();
+      std::string out = text;
+      out.resize(n);
+      if (n) g_->broadcast(out.data(), n, std::size_t(root), dtype::u8).req.wait();
+      return out;
+    } catch (const mdring::error& e) {
+      TORCH_CHECK(false, e.what());
+    }
+  }
+
+  double timeout_s() const { return double(origin_.cfg.timeout.count()) / 1000.0; }
+
   const std::string getBackendName() const override { return "mdring"; }
   std::string describe() const {
     std::lock_guard l(issue_m_);
@@ -756,7 +795,11 @@ PYBIND11_MODULE(_C, m) {
   py::class_<process_group, base_t, c10::intrusive_ptr<process_group>>(m, "ProcessGroupMdring")
       .def("describe", &process_group::describe,
            "How this group runs: transport, topology, and where the topology came from.")
-      .def("shutdown", &process_group::shutdown, py::call_guard<py::gil_scoped_release>());
+      .def("shutdown", &process_group::shutdown, py::call_guard<py::gil_scoped_release>())
+      .def("_shrink", &process_group::shrink, py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>(),
+           "The survivors' group after a failure and the old rank of each new rank (mdring_torch.shrink).")
+      .def("_share", &process_group::share, py::arg("text"), py::arg("root"), py::call_guard<py::gil_scoped_release>())
+      .def("_timeout_s", &process_group::timeout_s);
   // transport: "ucx", "mpi" (world_ranks: the group's MPI_COMM_WORLD ranks, empty
   // for all), or "none" (CUDA tensors only). The store binds the CUDA communicator.
   m.def(

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,9 +41,22 @@ struct group_config {
   std::string name;            // torch's group name: the same on every rank, unique per group
 };
 
+class group;
+// What a group's shrink leaves (mdring::shrink): the survivors' group (null on a
+// process that shrink left out), this process's rank in it and its size, and the
+// old group rank of each new rank.
+struct shrunk_group {
+  std::unique_ptr<group> g;
+  std::size_t rank = 0, size = 0;
+  std::vector<std::int64_t> kept;
+};
+
 class group {
 public:
   virtual ~group() = default;
+  // Collective over the living ranks after a failure (mdring::shrink); over MPI it
+  // refuses (mdring::invalid_argument). This group is unusable after it.
+  virtual shrunk_group shrink(std::chrono::milliseconds timeout) = 0;
   virtual op all_reduce(const void* in, void* out, std::size_t n, dtype, redop) = 0;
   virtual op reduce(const void* in, void* out, std::size_t n, std::size_t root, dtype, redop) = 0;
   // in: size() blocks of n (block r for group rank r); out: n elements.

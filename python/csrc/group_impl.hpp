@@ -218,6 +218,26 @@ public:
 
   std::string describe() const override { return desc_; }
 
+  shrunk_group shrink(std::chrono::milliseconds timeout) override {
+    std::int64_t mine = std::int64_t(comm_.rank());  // this process's group rank (pos_: group -> mdring)
+    for (std::size_t r = 0; r < pos_.size(); ++r)
+      if (pos_[r] == comm_.rank()) mine = std::int64_t(r);
+    mdring::shrink_options so;
+    so.timeout = timeout;
+    auto next = mdring::shrink(comm_, so);
+    shrunk_group out;
+    if (next.size() == 0) return out;  // left out
+    out.rank = next.rank();
+    out.size = next.size();
+    out.kept.resize(out.size);
+    mdring::all_gather(next, &mine, out.kept.data(), 1);
+    const std::string transport = desc_.substr(0, desc_.find(','));
+    std::string desc =
+        transport + ", topology " + next.topology().to_string() + " (shrunk from " + comm_.topology().to_string() + ")";
+    out.g = std::make_unique<group_impl>(keep_, std::move(next), std::vector<std::size_t>{}, std::move(desc));
+    return out;
+  }
+
 private:
   // A reduction: the fast path of its pair (float32 with any op; SUM of float64,
   // float16 and bfloat16, AVG and PRODUCT of the 16-bit ones), else the runtime fold

@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from . import _C
 
-__all__ = ["transport", "describe", "use_node_memory", "have_cuda"]
+__all__ = ["transport", "describe", "use_node_memory", "have_cuda", "shrink"]
 # The version of the mdring headers the module was built from (MDRING_VERSION_* in
 # include/mdring/config.hpp), which is also the installed package's version.
 __version__ = _C.__version__
@@ -122,7 +122,66 @@ def _bootstrap_under_mpirun():
     os.environ.setdefault("MASTER_PORT", str(port))
 
 
+_adopt = None  # the group shrink() made, which the next init_process_group takes
+
+
+def _own_address():
+    """This host's address on the way to MASTER_ADDR (where the survivors' new
+    store listens when this process is their rank 0)."""
+    import socket
+
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, 9))  # no packet: it only picks the route
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def shrink(timeout=None):
+    """After a collective failed because a process died or stalled: every
+    surviving process calls it, and the default group is replaced by one over the
+    survivors, in the same processes (mdring::shrink: they agree on who failed, and
+    each failed process's node is dropped from the topology's outermost
+    dimension). Returns the old rank of each new rank (dist.get_rank() and
+    get_world_size() are the new ones), or None on a process that the shrink left
+    out (its node was dropped): the default group is then destroyed there, and the
+    process should leave. Groups made with new_group() and DDP modules built on the
+    old group must be made again. `timeout` (seconds): how long the agreement waits
+    for a silent process (default: the group's timeout). The survivors' group gets
+    a new store, hosted by its rank 0 (the old one may have died with rank 0).
+    CPU tensors over UCX (torchrun, mdring-run); over MPI it refuses."""
+    global _adopt
+    c10d = dist.distributed_c10d
+    default = c10d._get_default_group()
+    pg = default if hasattr(default, "_shrink") else default._get_backend(torch.device("cpu"))
+    timeout_s = float(timeout) if timeout is not None else pg._timeout_s()
+    new_pg, kept = pg._shrink(timeout_s)
+    dist.destroy_process_group()
+    if new_pg is None:
+        return None
+    rank, size = new_pg.rank(), new_pg.size()
+    import datetime
+
+    td = datetime.timedelta(seconds=timeout_s)
+    if rank == 0:
+        store = dist.TCPStore(_own_address(), 0, size, True, timeout=td, wait_for_workers=False)
+        new_pg._share(f"{_own_address()}:{store.port}", 0)
+    else:
+        host, port = new_pg._share("", 0).rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), size, False, timeout=td)
+    _adopt = new_pg
+    try:
+        dist.init_process_group("mdring", store=store, rank=rank, world_size=size, timeout=td)
+    finally:
+        _adopt = None
+    return list(kept)
+
+
 def _create(opts, pg_options=None):
+    if _adopt is not None:  # shrink(): the survivors' group, already bound
+        return _adopt
     timeout_s = opts.timeout.total_seconds()
     ranks = list(opts.global_ranks_in_group)
     is_world = len(ranks) == 0
