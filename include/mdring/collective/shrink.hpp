@@ -27,7 +27,8 @@
 // explain() of the result shows the new topology; describe_shrink() says what went.
 //
 // Transports that cannot survive a failure (MPI, Boost.MPI: ULFM's
-// MPIX_Comm_shrink is not used) refuse with invalid_argument naming why.
+// MPIX_Comm_shrink is not used) refuse with invalid_argument naming why, before
+// anything happens: comm stays as it was.
 #pragma once
 
 #include "../config.hpp"
@@ -71,10 +72,11 @@ communicator<runtime_topology, Transport> shrink(detail::communicator_core<Trans
   if (so.timeout.count() < 0)
     throw invalid_argument("timeout", "mdring::shrink: shrink_options.timeout must not be negative");
   if constexpr (!survives_failures<Transport>) {
+    std::string why = "it has no messages that survive a failure";
+    if constexpr (requires { Transport::shrink_refusal(); }) why = Transport::shrink_refusal();
     throw invalid_argument("comm", "mdring::shrink: the " + comm.get_transport().name() +
-                                       " transport cannot go on after a rank's failure (over MPI that needs ULFM's "
-                                       "MPIX_Comm_shrink, which mdring does not use): bind over UCX (mdring-run, "
-                                       "torchrun) or threads to shrink");
+                                       " transport cannot go on after a rank's failure: " + why +
+                                       "; bind over UCX (mdring-run, torchrun) or threads to shrink");
   } else {
     Transport& t = comm.get_transport();  // communicator_error once shrunk
     detail::executor_of(comm)->drain();   // the calls in flight end (with their errors)

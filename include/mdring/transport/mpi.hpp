@@ -109,6 +109,15 @@ public:
   std::size_t size() const noexcept { return size_; }  ///< ranks in the communicator
   std::size_t rank() const noexcept { return rank_; }  ///< this rank
   std::string name() const { return "mpi"; }           ///< "mpi"
+  /// Why mdring::shrink refuses over MPI (collective/shrink.hpp).
+  static std::string shrink_refusal() {
+#ifdef MPIX_ERR_PROC_FAILED
+    return "this MPI has ULFM (MPIX_Comm_shrink), which mdring's MPI transport does not use yet";
+#else
+    return "it needs ULFM (MPIX_Comm_shrink), which this MPI does not have (Open MPI 5 and MPICH 4 do; Open MPI 4.1 "
+           "does not)";
+#endif
+  }
   /// The duplicate communicator that carries control messages (failures).
   MPI_Comm control_comm() const noexcept { return ctrl_; }
 
