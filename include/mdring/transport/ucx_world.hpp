@@ -266,7 +266,7 @@ public:
     return mdring::detail::node_identity() + (mdring::detail::has_infiniband() ? "\n1\n" : "\n0\n") +
            std::to_string(getpid());
   }
-  /// The world of a grown communicator (collective/grow.hpp): who[r] is rank r's
+  /// The world of a grown communicator (collective/grow_ucx.hpp): who[r] is rank r's
   /// self_description(), this process is `rank`. The store is `members`'s (a member
   /// of the communicator that grew) or `owned` (a process that joined).
   static world assembled(const std::vector<std::string>& who, std::size_t rank, std::uint64_t salt,
