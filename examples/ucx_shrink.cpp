@@ -45,13 +45,19 @@ int main(int argc, char** argv) {
       mdring::all_reduce(comm, grad.data(), grad.size());
     } catch (const mdring::error& e) {
       std::fprintf(stderr, "step %ld: %s\n", step, e.what());
+      auto ms = [t0 = std::chrono::steady_clock::now()] {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      };
       comm = mdring::shrink(comm);
       const bool out = comm.size() == 0;
-      if (!out && comm.rank() == 0) std::printf("step %ld: shrunk to %s\n", step, comm.topology().to_string().c_str());
+      if (!out && comm.rank() == 0)
+        std::printf("step %ld: shrunk to %s (%.1f ms)\n", step, comm.topology().to_string().c_str(), ms());
       try {
         if (out) comm = mdring::ucx::join(*world, o, 3s);  // the node-mate of the dead rank
         else comm = mdring::grow(comm, {.size = world->size(), .timeout = 3s});
-        if (comm.rank() == 0) std::printf("step %ld: grown to %s\n", step, comm.topology().to_string().c_str());
+        if (comm.rank() == 0)
+          std::printf("step %ld: grown to %s (%.1f ms after the failure)\n", step, comm.topology().to_string().c_str(),
+                      ms());
         mdring::broadcast(comm, &step, 1, 0);
       } catch (const mdring::error& g) {
         if (out) return std::printf("left out: %s\n", g.what()), 0;

@@ -5,6 +5,11 @@
 //                                  int64, exact), rank 0 prints "ok TOPOLOGY BYTES"
 //   cluster_probe loop SECONDS     all_reduce 1 MiB until SECONDS pass or a call
 //                                  fails: then prints "failed: WHAT" on stderr, exit 3
+//   cluster_probe shrink SECONDS   all_reduce 1 MiB of int64 (exact sums) until SECONDS
+//                                  pass; a failed call: mdring::shrink and on. Prints
+//                                  "shrunk: TOPOLOGY (SIZE ranks, MS ms)" on stderr at each
+//                                  shrink, and at the end "ok TOPOLOGY SIZE calls N" on the
+//                                  final rank 0 ("left out" where shrink left it out)
 #include <mdring/ucx.hpp>
 
 #include <chrono>
@@ -17,6 +22,37 @@
 namespace md = mdring;
 
 namespace {
+template <class Comm>
+int shrink_loop(Comm& comm, std::size_t me, std::chrono::steady_clock::time_point until) {
+  auto c = md::shrink(comm);  // nothing failed: the same ranks, as a communicator<runtime_topology, ...>
+  std::size_t calls = 0;
+  std::vector<std::int64_t> v(1 << 17);
+  while (std::chrono::steady_clock::now() < until) {
+    for (std::size_t j = 0; j < v.size(); ++j) v[j] = std::int64_t(c.rank() + 1) * std::int64_t(j % 100 + 1);
+    try {
+      md::all_reduce(c, v.data(), v.size(), md::sum);
+    } catch (const md::error& e) {
+      std::fprintf(stderr, "cluster_probe: process %zu: %.200s\n", me, e.what());
+      const auto t0 = std::chrono::steady_clock::now();
+      c = md::shrink(c);
+      if (c.size() == 0) return std::printf("left out\n"), 0;
+      std::fprintf(stderr, "cluster_probe: process %zu shrunk: %s (%zu ranks, %.0f ms)\n", me,
+                   c.topology().to_string().c_str(), c.size(),
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      continue;
+    }
+    const std::size_t P = c.size();
+    for (std::size_t j = 0; j < v.size(); ++j)
+      if (v[j] != std::int64_t(P * (P + 1) / 2) * std::int64_t(j % 100 + 1)) {
+        std::fprintf(stderr, "cluster_probe: process %zu: element %zu is %lld\n", me, j, (long long)v[j]);
+        return 1;
+      }
+    ++calls;
+  }
+  if (c.rank() == 0) std::printf("ok %s %zu calls %zu\n", c.topology().to_string().c_str(), c.size(), calls);
+  return 0;
+}
+
 int probe(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   auto w = md::ucx::world::from_env();
@@ -42,6 +78,7 @@ int probe(int argc, char** argv) {
   }
   const double seconds = argc > 2 ? std::atof(argv[2]) : 10;
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  if (mode == "shrink") return shrink_loop(comm, r, until);
   std::vector<float> v(1 << 18, 1.0f);
   try {
     while (std::chrono::steady_clock::now() < until) md::all_reduce(comm, v.data(), v.size(), md::sum);

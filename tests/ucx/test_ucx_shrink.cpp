@@ -28,10 +28,23 @@ namespace {
 // "shm:2 x ethernet:*". "during_<v>_<w>": also rank w, on another node, dies
 // 0 to 5 ms into its own shrink (or, when that was quicker, before its first call
 // on the shrunk communicator). The survivors shrink, then run 5 all_reduce
-// calls: "<topology> <size> <rank> <sum>" or "left out", and the seconds from the
+// calls: "<topology> <size> <sum> rank <rank>" or "left out", and the seconds from the
 // failure to the shrunk communicator.
 int grow_worker(const std::string& mode, const std::string& dir);
 int joiner(const std::string& dir);
+
+// 5 all_reduce calls on c, each element rank + 1 + i: "<topology> <size> <sum of the
+// last elements>".
+template <class C>
+std::string five_sums(C& c) {
+  std::int64_t sum = 0;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<std::int64_t> y(5000, std::int64_t(c.rank()) + 1 + i);
+    md::all_reduce(c, y.data(), y.size());
+    sum += y[4999];
+  }
+  return c.topology().to_string() + " " + std::to_string(c.size()) + " " + std::to_string(sum);
+}
 
 int worker(const std::string& mode, const std::string& dir) {
   if (mode == "joiner") return joiner(dir);
@@ -68,16 +81,10 @@ int worker(const std::string& mode, const std::string& dir) {
     auto s = md::shrink(comm);
     shrunk_at = now_s();
     while (rank == v2) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // until its timer kills it
-    std::int64_t sum = 0;
     for (int attempt = 0;; ++attempt) {  // a rank that died after the agreement: shrink again
       if (s.size() == 0) return void(shape = "left out");
       try {
-        sum = 0;
-        for (int i = 0; i < 5; ++i) {
-          std::vector<std::int64_t> y(5000, std::int64_t(s.rank()) + 1 + i);
-          md::all_reduce(s, y.data(), y.size());
-          sum += y[4999];
-        }
+        shape = five_sums(s) + " rank " + std::to_string(s.rank());
         break;
       } catch (const md::communicator_error&) {
         throw;
@@ -86,8 +93,6 @@ int worker(const std::string& mode, const std::string& dir) {
         s = md::shrink(s);
       }
     }
-    shape = s.topology().to_string() + " " + std::to_string(s.size()) + " " + std::to_string(s.rank()) + " " +
-            std::to_string(sum);
   });
   if (o.kind == "none") o.what = shape;
   o.at = shrunk_at - failed_at;
@@ -109,15 +114,6 @@ int grow_worker(const std::string& mode, const std::string& dir) {
   md::options opts;
   opts.timeout = std::chrono::milliseconds(20000);
   const bool bad = mode == "grow_bad_secret";
-  auto sums = [](auto& c) {
-    std::int64_t sum = 0;
-    for (int i = 0; i < 5; ++i) {
-      std::vector<std::int64_t> y(5000, std::int64_t(c.rank()) + 1 + i);
-      md::all_reduce(c, y.data(), y.size());
-      sum += y[4999];
-    }
-    return c.topology().to_string() + " " + std::to_string(c.size()) + " " + std::to_string(sum);
-  };
   std::string what;
   outcome o = catching([&] {
     auto comm = md::bind(md::parse_topology("shm:2 x ethernet:*"), w, opts);
@@ -142,14 +138,14 @@ int grow_worker(const std::string& mode, const std::string& dir) {
     go.timeout = std::chrono::milliseconds(bad ? 3000 : 30000);
     if (s.size() == 0) {
       auto g = md::ucx::join(w, opts, go.timeout);
-      what = sums(g);
+      what = five_sums(g);
       return;
     }
     try {
       auto g = md::grow(s, go);
-      what = sums(g);
+      what = five_sums(g);
     } catch (const md::timeout_error& e) {
-      what = "refused (" + std::string(e.what()) + "), then " + sums(s);
+      what = "refused (" + std::string(e.what()) + "), then " + five_sums(s);
     }
   });
   if (o.kind == "none") o.what = what;
@@ -166,13 +162,7 @@ int joiner(const std::string& dir) {
   std::string what;
   outcome o = catching([&] {
     auto g = md::ucx::join_from_env(opts, std::chrono::seconds(30));
-    std::int64_t sum = 0;
-    for (int i = 0; i < 5; ++i) {
-      std::vector<std::int64_t> y(5000, std::int64_t(g.rank()) + 1 + i);
-      md::all_reduce(g, y.data(), y.size());
-      sum += y[4999];
-    }
-    what = g.topology().to_string() + " " + std::to_string(g.size()) + " " + std::to_string(sum);
+    what = five_sums(g);
   });
   if (o.kind == "none") o.what = what;
   write_outcome_as(dir, "joiner", o);
@@ -204,7 +194,7 @@ TEST_CASE("a process killed: its node is dropped, the rest go on with exact sums
       if (r == mate) {
         CHECK(res.out[r].what == "left out");
       } else {
-        CHECK(res.out[r].what == "shm:2 x ethernet:2 4 " + std::to_string(next++) + " " + sum_of(4));
+        CHECK(res.out[r].what == "shm:2 x ethernet:2 4 " + sum_of(4) + " rank " + std::to_string(next++));
       }
       CHECK(res.out[r].at < 3.0);  // from the failure to the shrunk communicator
     }
@@ -224,7 +214,8 @@ TEST_CASE("a process killed during the shrink: every survivor ends on the same s
     for (std::size_t r : {std::size_t(0), std::size_t(1), std::size_t(3), std::size_t(4)}) {
       INFO("round " << round << ", rank " << r << ": " << res.out[r].kind << ": " << res.out[r].what);
       CHECK(res.out[r].kind == "none");
-      CHECK(res.out[r].what == (r < 2 ? "shm:2 x ethernet:1 2 " + std::to_string(r) + " " + sum_of(2) : "left out"));
+      CHECK(res.out[r].what ==
+            (r < 2 ? "shm:2 x ethernet:1 2 " + sum_of(2) + " rank " + std::to_string(r) : "left out"));
     }
   }
 }

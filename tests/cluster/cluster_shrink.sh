@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# cluster_shrink: a 4-node cluster of network namespaces (scripts/cluster.sh, 1 Gbit/s
+# uplinks), 2 ranks per node, an all_reduce loop under mdring-run --on-failure shrink
+# (cluster_probe shrink), and a node lost in the middle of it:
+#   1. node 3's ranks killed (SIGKILL): the others shrink to shm:2 x ethernet:3 and
+#      finish with exact sums; mdring-run exits 0;
+#   2. node 2's uplink cut: the others time out (MDRING_TIMEOUT=3 s), shrink to
+#      shm:2 x ethernet:3 without it, and finish with exact sums (the cut node, which
+#      sees everyone else gone, goes on alone: no quorum rule).
+# Exit 77 (skipped) where namespaces cannot be made (not root, no ip netns).
+#
+#   cluster_shrink.sh MDRING_RUN CLUSTER_PROBE
+set -uo pipefail
+run=$1
+probe=$2
+here=$(cd "$(dirname "$0")/../.." && pwd)
+cluster=("$here/scripts/cluster.sh" --name mdk)
+agent="$here/scripts/cluster.sh --name mdk agent"
+fail() { echo "cluster_shrink: FAILED: $*" >&2; exit 1; }
+
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! ip netns add mdk-probe 2>/dev/null; then
+  echo "cluster_shrink: skipped (needs root and ip netns)"
+  exit 77
+fi
+ip netns del mdk-probe
+trap '"${cluster[@]}" down' EXIT
+"${cluster[@]}" up 4 --uplink 1gbit || fail "cluster.sh up"
+hosts=$("${cluster[@]}" hosts 2)
+export UCX_TLS=tcp UCX_WARN_UNUSED_ENV_VARS=n
+
+# 1. node 3's ranks killed 3 s into a 10 s loop.
+out=/tmp/cluster_shrink.out.$$ err=/tmp/cluster_shrink.err.$$
+MDRING_TIMEOUT=20 timeout 120 "$run" --hosts "$hosts" --agent "$agent" --on-failure shrink "$probe" shrink 10 \
+  >"$out" 2>"$err" &
+job=$!
+sleep 4
+for pid in $(ip netns pids mdk-n3); do
+  [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == *cluster_probe* ]] && kill -9 "$pid"
+done
+wait $job
+rc=$?
+grep -v "^\[" "$err" | grep -v "mdring-state" | head -12
+cat "$out"
+[ "$rc" -eq 0 ] || fail "node killed: mdring-run exited $rc"
+grep -q "^ok shm:2 x ethernet:3 6 calls [0-9]" "$out" || fail "node killed: no 'ok shm:2 x ethernet:3 6 ...' line"
+[ "$(grep -c "shrunk: shm:2 x ethernet:3 (6 ranks" "$err")" -eq 6 ] || fail "node killed: not 6 survivors shrunk alike"
+echo "node killed: passed"
+
+# 2. node 2's uplink cut 3 s into a 12 s loop.
+MDRING_TIMEOUT=3 timeout 120 "$run" --hosts "$hosts" --agent "$agent" --on-failure shrink "$probe" shrink 12 \
+  >"$out" 2>"$err" &
+job=$!
+sleep 4
+"${cluster[@]}" uplink down 10.213.0.3
+wait $job
+rc=$?
+"${cluster[@]}" uplink up 10.213.0.3
+grep -v "^\[" "$err" | grep -v "mdring-state" | head -12
+cat "$out"
+rm -f "$out.keep"
+[ "$rc" -eq 0 ] || fail "uplink cut: mdring-run exited $rc"
+grep -q "^ok shm:2 x ethernet:3 6 calls [0-9]" "$out" || fail "uplink cut: no 'ok shm:2 x ethernet:3 6 ...' line"
+[ "$(grep -c "shrunk: shm:2 x ethernet:3 (6 ranks" "$err")" -eq 6 ] || fail "uplink cut: not 6 survivors shrunk alike"
+rm -f "$out" "$err"
+echo "cluster_shrink: passed"
