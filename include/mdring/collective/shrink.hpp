@@ -24,7 +24,8 @@
 //      mappings, scratch and transport (comm's calls throw communicator_error after).
 // A survivor whose node was dropped gets a communicator of size() 0, whose calls
 // throw communicator_error. Nothing failed: a communicator over the same ranks.
-// explain() of the result shows the new topology; describe_shrink() says what went.
+// explain() of the result shows the new topology; survivors_of(...).describe(),
+// which the old communicator's and a left-out rank's errors carry, says what went.
 //
 // Transports that cannot survive a failure (MPI, Boost.MPI: ULFM's
 // MPIX_Comm_shrink is not used) refuse with invalid_argument naming why, before
@@ -89,8 +90,10 @@ communicator<runtime_topology, Transport> shrink(detail::communicator_core<Trans
     const survivors s = survivors_of(comm.topology(), failed);
     options o = comm.get_options();
     if (std::find(s.members.begin(), s.members.end(), rank) == s.members.end()) {
-      comm.release(detail::shrink_why(s, false));
-      return communicator<runtime_topology, Transport>(s.topology, std::move(o), t.name(), detail::shrink_why(s, true));
+      std::string name = t.name();
+      comm.release(detail::shrink_why(s, false));  // (t goes with it)
+      return communicator<runtime_topology, Transport>(s.topology, std::move(o), std::move(name),
+                                                       detail::shrink_why(s, true));
     }
     // The fingerprint of the survivors' bind names the agreement, so that ranks
     // that agreed differently (they cannot: see failed_set.hpp) would not meet.
