@@ -279,7 +279,7 @@ private:
       ucp_ep_params_t ep{};
       ep.field_mask =
           UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(all[r].data() + sizeof h);
+      ep.address = all[r].empty() ? nullptr : reinterpret_cast<const ucp_address_t*>(all[r].data() + sizeof h);
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &transport::on_ep_error;
       ep.err_handler.arg = &peers_[r];
