@@ -102,7 +102,8 @@ int worker(const std::string& mode, const std::string& dir) {
 }
 
 // "grow" and "grow_bad_secret": rank 5 starts a process to replace it ("joiner",
-// with the job's secret or a wrong one), then dies at the 4th call. The survivors
+// with the job's secret or a wrong one), then dies at the 4th call; "grow_no_store":
+// rank 0, the store's host, dies instead, and nobody can join. The survivors
 // shrink ("shm:2 x ethernet:2" over ranks 0 to 3); rank 4, left out, joins again,
 // and so does the new process, while the members grow back to 6 ranks. Every
 // process writes "<topology> <size> <sum>" after 5 all_reduce calls on the grown
@@ -120,7 +121,12 @@ int grow_worker(const std::string& mode, const std::string& dir) {
     std::vector<std::int64_t> x(5000, 1);
     try {
       for (int i = 0; i < 10; ++i) {
-        if (i == 3 && rank == 5) {
+        if (i == 3 && rank == 0 && mode == "grow_no_store") {
+          write_outcome(dir, rank, {"killed", -1, now_s(), ""});
+          write_outcome_as(dir, "joiner", {"none", -1, 0, "no joiner"});
+          std::raise(SIGKILL);
+        }
+        if (i == 3 && rank == 5 && mode != "grow_no_store") {
           if (fork() == 0) {
             if (bad) setenv("MDRING_SECRET", "not-the-job-secret", 1);
             execl(self_exe.c_str(), self_exe.c_str(), "--worker", "joiner", dir.c_str(), static_cast<char*>(nullptr));
@@ -141,11 +147,15 @@ int grow_worker(const std::string& mode, const std::string& dir) {
       what = five_sums(g);
       return;
     }
+    const double t0 = now_s();
     try {
       auto g = md::grow(s, go);
       what = five_sums(g);
     } catch (const md::timeout_error& e) {
       what = "refused (" + std::string(e.what()) + "), then " + five_sums(s);
+    } catch (const md::transport_error& e) {  // grow_no_store
+      what = "refused after " + std::to_string(int(now_s() - t0)) + " s (" + std::string(e.what()) + "), then " +
+             five_sums(s);
     }
   });
   if (o.kind == "none") o.what = what;
@@ -250,6 +260,20 @@ TEST_CASE("grow: a joiner with the wrong secret is refused; the members' communi
   INFO("rank 4: " << res.out[4].kind << ": " << res.out[4].what);
   CHECK(res.out[4].kind == "timeout_error");
   CHECK(res.out[4].what.find("mdring::ucx::join: only 1 of the 2") == 0);
+}
+
+TEST_CASE("grow without the store (its host, rank 0, died): refused at once on every member, which go on") {
+  const auto res = run_job("grow_no_store", 6);
+  REQUIRE(res.out.size() == 6);
+  CHECK(res.out[0].kind == "killed");
+  INFO("rank 1: " << res.out[1].kind << ": " << res.out[1].what);
+  CHECK(res.out[1].kind == "other");  // left out, and cannot join: the store is gone
+  for (std::size_t r = 2; r < 6; ++r) {
+    INFO("rank " << r << ": " << res.out[r].kind << ": " << res.out[r].what);
+    CHECK(res.out[r].kind == "none");
+    CHECK(res.out[r].what.find("refused after 0 s (mdring::grow: the job's store cannot be reached") == 0);
+    CHECK(res.out[r].what.find("then shm:2 x ethernet:2 4 " + sum_of(4)) != std::string::npos);
+  }
 }
 
 int main(int argc, char** argv) {

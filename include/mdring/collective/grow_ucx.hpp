@@ -117,8 +117,18 @@ communicator<runtime_topology, ucx::transport> grow(communicator<Topology, ucx::
   rendezvous::store& st = w.store();
   const options o = comm.get_options();
   const auto deadline = rendezvous::clock::now() + (go.timeout.count() ? go.timeout : o.timeout);
-  std::int64_t gen = me == 0 ? st.add("mdring/grow/generation", 1) : 0;
-  broadcast(comm, &gen, 1, 0);
+  std::int64_t gen = 0;  // rank 0 counts the generation; -1: it could not reach the store
+  std::string unreachable = "rank 0 could not reach it";
+  if (me == 0) try {
+      gen = st.add("mdring/grow/generation", 1);
+    } catch (const error& e) {
+      gen = -1, unreachable = e.what();
+    }
+  broadcast(comm, &gen, 1, 0);  // (every member learns it, so none waits for the others)
+  if (gen < 0)
+    throw transport_error(fn + ": the job's store cannot be reached (" + unreachable +
+                              "); growing needs it (under mdring-run it lives in the job's first rank 0's process)",
+                          0);
   const std::string G = "mdring/grow/" + std::to_string(gen) + "/";
   st.set(G + "member/" + std::to_string(me), ucx::world::self_description());
   if (me == 0) {

@@ -268,11 +268,11 @@ private:
   std::condition_variable survive_cv_;
   std::vector<char> left_;
   std::map<std::tuple<std::uint64_t, std::size_t, std::size_t, std::uint32_t>, std::deque<std::string>> survive_q_;
-  struct sub {
+  struct shrunk_world {  // sub_world()'s
     std::shared_ptr<world> w;
     std::vector<std::size_t> members;
   };
-  std::map<std::string, sub> subs_;
+  std::map<std::string, shrunk_world> subs_;
 };
 
 /// Runs f(endpoint) on n threads of a fresh world and joins them. If any rank's f

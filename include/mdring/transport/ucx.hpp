@@ -13,9 +13,7 @@
 // mix, and a message sent to a worker's earlier owner (a peer that failed after this rank was done) never
 // matches its new owner's receives.
 //
-// The ranks of a dimension that share a node read each other's buffers in place (node_window.hpp, set up
-// with this transport's own messages), as over MPI.
-//
+// The ranks of a dimension that share a node read each other's buffers in place (node_window.hpp), as over MPI.
 // Failures reach every rank without a launcher's help:
 //   - a rank that fails sends a control message to all (remote_error there);
 //   - a process that dies: its endpoints fail (the connection closes, or keepalive misses it within about
@@ -66,7 +64,7 @@ public:
   };
   using request = detail::ucx_request;  ///< one send or receive in flight
 
-  using address_gather = std::function<std::vector<std::string>(const std::string&)>;
+  using address_gather = std::function<std::vector<std::string>(const std::string&)>;  ///< see the constructor
 
   /// Collective over the world. `fingerprint` (topology and algorithms) must be the same everywhere.
   /// The addresses go through the world's store, or `gather` (every rank's from this one's: shrunk()).
@@ -186,6 +184,7 @@ public:
 
   /// Survives a peer's failure (transport/transport.hpp survives_failures, transport/ucx_exchange.hpp). A
   /// peer is gone when its endpoint failed or, on this node, its process ended.
+  ///@{
   void survivor_send(std::size_t peer, const std::string& bytes, std::uint32_t tag) {
     if (peer < size_ && eps_[peer] && !ep_failed_[peer])
       survivors_.send(eps_[peer], detail::make_tag(detail::survive, 0, rank_, stamped(int(tag))), bytes);
@@ -201,6 +200,7 @@ public:
       if (r == peer) return mdring::detail::process_gone(pid);
     return false;
   }
+  ///@}
   /// This rank's transport over `members` (ranks of this one; this rank must be
   /// one): a new worker, whose address the members exchange by survivor messages.
   std::unique_ptr<transport> shrunk(std::span<const std::size_t> members, const options& o,
