@@ -22,8 +22,8 @@
 namespace md = mdring;
 
 namespace {
-template <class Comm>
-int shrink_loop(Comm& comm, std::size_t me, std::chrono::steady_clock::time_point until) {
+template <class Comm, class Until>
+int shrink_loop(Comm& comm, std::size_t me, Until until) {
   auto c = md::shrink(comm);  // nothing failed: the same ranks, as a communicator<runtime_topology, ...>
   std::size_t calls = 0;
   std::vector<std::int64_t> v(1 << 17);
