@@ -447,6 +447,35 @@ TEST_CASE("shrink: a rank that dies after the agreement; the new communicator's 
   }
 }
 
+TEST_CASE("shrink with requests of the old communicator not waited for: they end with an error after it") {
+  md::threads::world w(4);
+  std::vector<std::string> waited(4);
+  std::vector<std::size_t> size(4, 0);
+  auto errors = on_world(w, [&](md::threads::endpoint ep) {
+    auto comm = md::bind(md::parse_topology("shm:4"), ep, opts(30s));
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(50000, 1.0f));
+    if (ep.rank == 3) throw killed();
+    std::vector<md::request> q;
+    for (auto& b : bufs) q.push_back(md::iall_reduce(comm, b.data(), b.size()));
+    auto s = md::shrink(comm);  // the calls in flight end first (with the failure)
+    size[ep.rank] = s.size();
+    for (auto& r : q) {
+      try {
+        r.wait();
+        waited[ep.rank] += "done ";
+      } catch (const md::error&) {
+        waited[ep.rank] += "error ";
+      }
+    }
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << what_of(errors[r]));
+    CHECK(!errors[r]);
+    CHECK(size[r] == 3);
+    CHECK(waited[r] == "error error error ");
+  }
+}
+
 TEST_CASE("shrink: a rank that stalls past the deadline is out on every survivor, and learns it") {
   md::threads::world w(4);
   std::vector<std::string> shape(4);

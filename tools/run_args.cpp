@@ -288,7 +288,8 @@ options parse(int argc, char** argv) {
     bad_usage("-x: the environment is passed on as it is on this machine; -x is for --hosts or --hostfile");
   }
   if (!have_n) bad_usage("missing -n N (the number of processes), or --hosts / --hostfile");
-  if (o.replace && !o.shrink) bad_usage("--replace needs --on-failure shrink (the others must go on to be joined)");
+  if (o.replace && !o.shrink)
+    bad_usage("--replace expects --on-failure shrink too (the others must go on to be joined)");
   if (i >= argc) bad_usage("no program to run: give it after the options (and an optional --)");
   o.program = i;
   return o;

@@ -209,7 +209,7 @@ TEST_CASE("on_failure: with --on-failure shrink a rank killed by a signal does n
   CHECK(contains(j4.err, "--on-failure expects stop or shrink, got \"retry\""));
   const job j5 = run({"-n", "2", "--replace", probe()});
   CHECK(j5.exit_code() == 2);
-  CHECK(contains(j5.err, "--replace needs --on-failure shrink"));
+  CHECK(contains(j5.err, "--replace expects --on-failure shrink too"));
 }
 
 TEST_CASE("on_failure: --replace starts a process in a killed rank's place, once, with MDRING_JOIN=1") {
