@@ -18,8 +18,10 @@
 // it), after the others have had --grace seconds to finish on their own (a
 // collective library uses that time to tell the survivors which rank failed);
 // those still running then get SIGTERM, and 2 s later SIGKILL. With --on-failure
-// shrink, a process (or host) killed by a signal does not start that: the others
-// go on (mdring::shrink), and mdring-run exits 0 when those not killed exit 0.
+// shrink, a process (or host) that fails does not start that: the others go on
+// (mdring::shrink), and mdring-run exits 0 when those not killed by a signal exit
+// 0, else with the first one's status; --replace starts a process in a killed
+// rank's place (MDRING_JOIN=1).
 //
 // Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to mdring-run are forwarded
 // to every process and start the same grace period; a second SIGINT or SIGTERM
@@ -631,12 +633,14 @@ private:
         --live_;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (ok) ++finished_;
-        if (!ok && o_.shrink && WIFSIGNALED(status)) {  // --on-failure shrink: the others go on
-          if (!lost_++) first_lost_ = status;
-          std::fprintf(stderr,
-                       "mdring-run: rank %ld (pid %d)%s was killed by signal %d; the others go on "
-                       "(--on-failure shrink)\n",
-                       where_.first + long(r), int(pid), on_host().c_str(), WTERMSIG(status));
+        if (!ok && o_.shrink) {  // --on-failure shrink: the others go on
+          const bool killed = WIFSIGNALED(status);
+          if (killed && !lost_++) first_lost_ = status;
+          if (!killed && !failed_) failed_ = true, first_status_ = status;  // the exit status, not a stop
+          const std::string what = killed ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                          : "exited with code " + std::to_string(WEXITSTATUS(status));
+          std::fprintf(stderr, "mdring-run: rank %ld (pid %d)%s %s; the others go on (--on-failure shrink)\n",
+                       where_.first + long(r), int(pid), on_host().c_str(), what.c_str());
           if (o_.replace && !replaced_[r] && phase_ == phase::running) replace(r);
           continue;
         }
@@ -1170,10 +1174,12 @@ private:
         if (n.control >= 0) close(n.control), n.control = -1;
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (ok) ++finished_;
-        // --on-failure shrink: a host whose ranks were all killed (its agent says 128 + the
-        // signal), or whose agent was, does not stop the others.
-        if (!ok && o_.shrink && (WIFSIGNALED(status) || WEXITSTATUS(status) > 128)) {
-          if (!lost_++) first_lost_ = status;
+        // --on-failure shrink: a host whose ranks failed, or whose agent was killed, does not
+        // stop the others (ranks killed by a signal, or its agent: lost; else its status).
+        if (!ok && o_.shrink) {
+          const bool killed = WIFSIGNALED(status) || WEXITSTATUS(status) > 128;
+          if (killed && !lost_++) first_lost_ = status;
+          if (!killed && !failed_) failed_ = true, first_status_ = status;
           std::fprintf(stderr, "mdring-run: host %s (%s) is lost; the other hosts go on (--on-failure shrink)\n",
                        o_.hosts[n.host].name.c_str(), ranks_of(n).c_str());
           continue;

@@ -5,11 +5,13 @@
 //                                  int64, exact), rank 0 prints "ok TOPOLOGY BYTES"
 //   cluster_probe loop SECONDS     all_reduce 1 MiB until SECONDS pass or a call
 //                                  fails: then prints "failed: WHAT" on stderr, exit 3
-//   cluster_probe shrink SECONDS   all_reduce 1 MiB of int64 (exact sums) until SECONDS
-//                                  pass; a failed call: mdring::shrink and on. Prints
-//                                  "shrunk: TOPOLOGY (SIZE ranks, MS ms)" on stderr at each
-//                                  shrink, and at the end "ok TOPOLOGY SIZE calls N" on the
-//                                  final rank 0 ("left out" where shrink left it out)
+//   cluster_probe shrink CALLS     CALLS all_reduce calls of 1 MiB of int64 (exact sums); a
+//                                  failed call: mdring::shrink, then a rank left out joins
+//                                  again and the members grow back for 10 s (a process that
+//                                  mdring-run --replace starts joins too). Prints "shrunk:
+//                                  TOPOLOGY (SIZE ranks, MS ms)" and "grown: ..." on stderr,
+//                                  and at the end "ok TOPOLOGY SIZE calls N" on the final
+//                                  rank 0 ("left out" where it could not join again)
 #include <mdring/ucx.hpp>
 
 #include <chrono>
@@ -22,39 +24,74 @@
 namespace md = mdring;
 
 namespace {
-template <class Comm, class Until>
-int shrink_loop(Comm& comm, std::size_t me, Until until) {
-  auto c = md::shrink(comm);  // nothing failed: the same ranks, as a communicator<runtime_topology, ...>
-  std::size_t calls = 0;
+using namespace std::chrono_literals;
+
+// "shrink": calls [at, total) of all_reduce on c, exact sums. A failed call: shrink;
+// a rank left out joins again (w: its world), the members offer to grow back to
+// `size` for 10 s (the joiners: a left-out rank, a replacement of mdring-run
+// --replace), and after a growth rank 0 hands the joiners the call to go on from.
+template <class Comm>
+int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t at, std::int64_t total) {
+  const std::string me = std::getenv("RANK") ? std::getenv("RANK") : "?";  // this process in the job as started
+  auto ms = [](auto t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
   std::vector<std::int64_t> v(1 << 17);
-  while (std::chrono::steady_clock::now() < until) {
+  while (at < total) {
     for (std::size_t j = 0; j < v.size(); ++j) v[j] = std::int64_t(c.rank() + 1) * std::int64_t(j % 100 + 1);
     try {
       md::all_reduce(c, v.data(), v.size(), md::sum);
     } catch (const md::error& e) {
-      std::fprintf(stderr, "cluster_probe: process %zu: %.200s\n", me, e.what());
+      std::fprintf(stderr, "cluster_probe: process %s: %.200s\n", me.c_str(), e.what());
       const auto t0 = std::chrono::steady_clock::now();
       c = md::shrink(c);
-      if (c.size() == 0) return std::printf("left out\n"), 0;
-      std::fprintf(stderr, "cluster_probe: process %zu shrunk: %s (%zu ranks, %.0f ms)\n", me,
-                   c.topology().to_string().c_str(), c.size(),
-                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (c.size() == 0) {
+        if (!w) return std::printf("left out\n"), 0;
+        try {
+          c = md::ucx::join(*w, c.get_options(), 10s);
+        } catch (const md::error& j) {
+          return std::printf("left out (%.120s)\n", j.what()), 0;
+        }
+      } else {
+        std::fprintf(stderr, "cluster_probe: process %s shrunk: %s (%zu ranks, %.0f ms)\n", me.c_str(),
+                     c.topology().to_string().c_str(), c.size(), ms(t0));
+        if (c.size() >= size) continue;
+        try {
+          c = md::grow(c, {.size = size, .timeout = 10s});
+        } catch (const md::error& g) {
+          std::fprintf(stderr, "cluster_probe: process %s: not grown: %.160s\n", me.c_str(), g.what());
+          continue;
+        }
+      }
+      md::broadcast(c, &at, 1, 0);  // where the members are
+      std::fprintf(stderr, "cluster_probe: process %s grown: %s (%zu ranks, %.0f ms after the failure)\n", me.c_str(),
+                   c.topology().to_string().c_str(), c.size(), ms(t0));
       continue;
     }
     const std::size_t P = c.size();
     for (std::size_t j = 0; j < v.size(); ++j)
       if (v[j] != std::int64_t(P * (P + 1) / 2) * std::int64_t(j % 100 + 1)) {
-        std::fprintf(stderr, "cluster_probe: process %zu: element %zu is %lld\n", me, j, (long long)v[j]);
+        std::fprintf(stderr, "cluster_probe: process %s: element %zu is %lld\n", me.c_str(), j, (long long)v[j]);
         return 1;
       }
-    ++calls;
+    ++at;
   }
-  if (c.rank() == 0) std::printf("ok %s %zu calls %zu\n", c.topology().to_string().c_str(), c.size(), calls);
+  if (c.rank() == 0) std::printf("ok %s %zu calls %lld\n", c.topology().to_string().c_str(), c.size(), (long long)at);
   return 0;
 }
 
 int probe(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
+  const std::int64_t total = argc > 2 ? std::atoll(argv[2]) : 1000;
+  if (mode == "shrink" && std::getenv("MDRING_JOIN")) {  // started in a killed rank's place (--replace)
+    auto c = md::ucx::join_from_env({}, 60s);
+    std::int64_t at = 0;
+    md::broadcast(c, &at, 1, 0);
+    std::fprintf(stderr, "cluster_probe: process %s (a replacement) joined: %s\n", std::getenv("RANK"),
+                 c.topology().to_string().c_str());
+    const std::size_t n = c.size();
+    return shrink_loop(std::move(c), nullptr, n, at, total);
+  }
   auto w = md::ucx::world::from_env();
   const std::size_t P = w.size(), r = w.rank();
   auto comm = md::bind(w.topology(), w);
@@ -78,7 +115,7 @@ int probe(int argc, char** argv) {
   }
   const double seconds = argc > 2 ? std::atof(argv[2]) : 10;
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  if (mode == "shrink") return shrink_loop(comm, r, until);
+  if (mode == "shrink") return shrink_loop(std::move(comm), &w, P, 0, total);
   std::vector<float> v(1 << 18, 1.0f);
   try {
     while (std::chrono::steady_clock::now() < until) md::all_reduce(comm, v.data(), v.size(), md::sum);
