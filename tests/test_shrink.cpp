@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 #include <mdring/mdring.hpp>
 
+#include "shrink_support.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -295,43 +297,6 @@ TEST_CASE("shrink: a rank killed; its node dropped, the rest go on with exact re
   }
 }
 
-namespace {
-// Every collective on c, exact (integers), `tag` making each round's data its own.
-std::string check_all(md::communicator<md::runtime_topology, md::threads::transport>& c, std::int64_t tag) {
-  const std::size_t p = c.size(), me = c.rank();
-  const std::size_t n = 37;
-  std::vector<std::int64_t> x(n), all(n * p);
-  for (std::size_t i = 0; i < n; ++i) x[i] = tag + std::int64_t(me * 1000 + i);
-  std::int64_t base = 0;
-  for (std::size_t r = 0; r < p; ++r) base += tag + std::int64_t(r * 1000);
-  auto y = x;
-  md::all_reduce(c, y.data(), n);
-  for (std::size_t i = 0; i < n; ++i)
-    if (y[i] != base + std::int64_t(p * i)) return "all_reduce";
-  y = x;
-  md::broadcast(c, y.data(), n, p - 1);
-  for (std::size_t i = 0; i < n; ++i)
-    if (y[i] != tag + std::int64_t((p - 1) * 1000 + i)) return "broadcast";
-  std::vector<std::int64_t> out(n, -1);
-  md::reduce(c, x.data(), out.data(), n, 0);
-  for (std::size_t i = 0; me == 0 && i < n; ++i)
-    if (out[i] != base + std::int64_t(p * i)) return "reduce";
-  md::all_gather(c, x.data(), all.data(), n);
-  for (std::size_t r = 0; r < p; ++r)
-    for (std::size_t i = 0; i < n; ++i)
-      if (all[r * n + i] != tag + std::int64_t(r * 1000 + i)) return "all_gather";
-  std::vector<std::int64_t> in(n * p);
-  for (std::size_t i = 0; i < n * p; ++i) in[i] = tag + std::int64_t(me + i);
-  md::reduce_scatter(c, in.data(), out.data(), n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::int64_t want = 0;
-    for (std::size_t r = 0; r < p; ++r) want += tag + std::int64_t(r + me * n + i);
-    if (out[i] != want) return "reduce_scatter";
-  }
-  return "";
-}
-}  // namespace
-
 TEST_CASE("shrink: random topologies, victims and calls in flight; every survivor agrees and computes exactly") {
   const char* shapes[] = {"shm:2 x ethernet:3", "shm:3 x ethernet:2", "shm:2 x shm:2 x ethernet:2", "shm:6",
                           "ethernet:5",         "shm:1 x ethernet:4"};
@@ -379,11 +344,11 @@ TEST_CASE("shrink: random topologies, victims and calls in flight; every survivo
       auto s = md::shrink(comm);
       shapes_after[ep.rank] = s.size() ? s.topology().to_string() + " " + std::to_string(s.size()) : "left out";
       if (s.size() == 0) return;
-      std::string e = check_all(s, 100);
+      std::string e = shrink_test::check_all(s, 100);
       if (e.empty()) {
         auto again = md::shrink(s);  // nothing failed: the same ranks
         if (again.size() != s.size() || again.rank() != s.rank()) e = "second shrink";
-        else e = check_all(again, 200);
+        else e = shrink_test::check_all(again, 200);
       }
       if (!e.empty()) {
         std::lock_guard g(m);

@@ -8,10 +8,12 @@
 #include <doctest/doctest.h>
 #include <mdring/ucx.hpp>
 
+#include "../shrink_support.hpp"
 #include "fault_job.hpp"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdint>
 #include <random>
@@ -46,7 +48,67 @@ std::string five_sums(C& c) {
   return c.topology().to_string() + " " + std::to_string(c.size()) + " " + std::to_string(sum);
 }
 
+// "random_<seed>": the seed chooses, the same on every process, a topology of 6
+// ranks, 1 or 2 victims, the call (of 4) they die at, blocking calls or 3
+// nonblocking ones in flight, and small (one-shot) or large calls. A victim still
+// in the call before when another died survives. The survivors shrink (again if
+// a call on the shrunk communicator fails) and check every collective:
+// "ok <topology> <size>", "bad <collective>" or "left out".
+int random_worker(unsigned seed, const std::string& dir) {
+  auto w = md::ucx::world::from_env();
+  const std::size_t rank = w.rank(), size = w.size();
+  std::mt19937 rng(seed);
+  const char* shapes[] = {"shm:2 x ethernet:3", "shm:3 x ethernet:2", "ethernet:6", "shm:6", "shm:1 x ethernet:6"};
+  const auto topo = md::parse_topology(shapes[rng() % 5]);
+  std::vector<char> dies(size, 0);
+  for (unsigned v = 1 + rng() % 2; v > 0; --v) dies[rng() % size] = 1;
+  const unsigned at_call = rng() % 3;
+  const bool nonblocking = rng() % 2;
+  const std::size_t count = rng() % 2 ? 5 : 20000;
+  md::options opts;
+  opts.timeout = std::chrono::milliseconds(20000);
+  std::string what;
+  outcome o = catching([&] {
+    auto comm = md::bind(topo, w, opts);
+    std::vector<float> buf(count * 3, 1.0f);
+    try {
+      for (unsigned call = 0; call < 4; ++call) {
+        if (call == at_call && dies[rank]) {
+          write_outcome(dir, rank, {"killed", -1, now_s(), ""});
+          std::raise(SIGKILL);
+        }
+        if (nonblocking) {
+          std::vector<md::request> q;
+          for (int k = 0; k < 3; ++k) q.push_back(md::iall_reduce(comm, buf.data() + k * count, count));
+          md::wait_all(q);
+        } else {
+          md::all_reduce(comm, buf.data(), count);
+        }
+      }
+    } catch (const md::error&) {}
+    auto s = md::shrink(comm);
+    for (int attempt = 0;; ++attempt) {
+      if (s.size() == 0) return void(what = "left out");
+      try {
+        const std::string e = shrink_test::check_all(s, 100);
+        what = e.empty() ? "ok " + s.topology().to_string() + " " + std::to_string(s.size()) : "bad " + e;
+        return;
+      } catch (const md::communicator_error&) {
+        throw;
+      } catch (const md::error&) {
+        if (attempt == 2) throw;
+        s = md::shrink(s);
+      }
+    }
+  });
+  if (o.kind == "none") o.what = what;
+  write_outcome(dir, rank, o);
+  fault_job::linger(dir, size);
+  return 0;
+}
+
 int worker(const std::string& mode, const std::string& dir) {
+  if (mode.rfind("random_", 0) == 0) return random_worker(unsigned(std::atoi(mode.c_str() + 7)), dir);
   if (mode == "joiner") return joiner(dir);
   if (mode.rfind("grow", 0) == 0) return grow_worker(mode, dir);
   auto w = md::ucx::world::from_env();
@@ -207,6 +269,28 @@ TEST_CASE("a process killed: its node is dropped, the rest go on with exact sums
         CHECK(res.out[r].what == "shm:2 x ethernet:2 4 " + sum_of(4) + " rank " + std::to_string(next++));
       }
       CHECK(res.out[r].at < 3.0);  // from the failure to the shrunk communicator
+    }
+  }
+}
+
+TEST_CASE("random topologies, victims and calls in flight: the survivors agree and every collective is exact") {
+  const char* shapes[] = {"shm:2 x ethernet:3", "shm:3 x ethernet:2", "ethernet:6", "shm:6", "shm:1 x ethernet:6"};
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    const auto res = run_job("random_" + std::to_string(seed), 6);
+    REQUIRE(res.out.size() == 6);
+    std::mt19937 rng(seed);  // the worker's first choice: the topology
+    const auto topo = md::parse_topology(shapes[rng() % 5]).resolve(6);
+    std::vector<char> died(6, 0);
+    for (std::size_t r = 0; r < 6; ++r) died[r] = res.out[r].kind == "killed";
+    const auto expect = md::survivors_of(topo, died);
+    for (std::size_t r = 0; r < 6; ++r) {
+      if (died[r]) continue;
+      INFO("seed " << seed << ", " << topo.to_string() << ", rank " << r << ": " << res.out[r].kind << ": "
+                   << res.out[r].what);
+      CHECK(res.out[r].kind == "none");
+      const bool kept = std::find(expect.members.begin(), expect.members.end(), r) != expect.members.end();
+      CHECK(res.out[r].what ==
+            (kept ? "ok " + expect.topology.to_string() + " " + std::to_string(expect.members.size()) : "left out"));
     }
   }
 }
