@@ -12,6 +12,16 @@
 
 namespace shrink_test {
 
+// One step of the random jobs' loop: an all_reduce of count floats, or 3 nonblocking
+// ones on consecutive slices of buf (3 x count), waited together.
+template <class C>
+void one_call(C& c, float* buf, std::size_t count, bool nonblocking) {
+  if (!nonblocking) return mdring::all_reduce(c, buf, count);
+  std::vector<mdring::request> q;
+  for (std::size_t k = 0; k < 3; ++k) q.push_back(mdring::iall_reduce(c, buf + k * count, count));
+  mdring::wait_all(q);
+}
+
 // Every collective on c, exact (integers), `tag` making each round's data its own.
 template <class C>
 std::string check_all(C& c, std::int64_t tag) {

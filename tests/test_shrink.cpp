@@ -324,13 +324,7 @@ TEST_CASE("shrink: random topologies, victims and calls in flight; every survivo
             died[ep.rank] = 1;
             throw killed();
           }
-          if (nonblocking) {
-            std::vector<md::request> q;
-            for (int k = 0; k < 3; ++k) q.push_back(md::iall_reduce(comm, buf.data() + k * count, count));
-            md::wait_all(q);
-          } else {
-            md::all_reduce(comm, buf.data(), count);
-          }
+          shrink_test::one_call(comm, buf.data(), count, nonblocking);
         }
       } catch (const killed&) {
         throw;

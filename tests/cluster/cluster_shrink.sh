@@ -15,22 +15,13 @@ set -uo pipefail
 run=$1
 probe=$2
 here=$(cd "$(dirname "$0")/../.." && pwd)
-cluster=("$here/scripts/cluster.sh" --name mdk)
-agent="$here/scripts/cluster.sh --name mdk agent"
 fail() {
   echo "cluster_shrink: FAILED: $*" >&2
   [ -f "${err:-}" ] && grep -v "UCX  WARN\|mdring-state" "$err" | cut -c1-300 >&2
   exit 1
 }
-
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! ip netns add mdk-probe 2>/dev/null; then
-  echo "cluster_shrink: skipped (needs root and ip netns)"
-  exit 77
-fi
-ip netns del mdk-probe
-trap '"${cluster[@]}" down' EXIT
-"${cluster[@]}" up 4 --uplink 1gbit || fail "cluster.sh up"
-hosts=$("${cluster[@]}" hosts 2)
+source "$here/tests/cluster/cluster_lib.sh"
+cluster_up cluster_shrink mdk 4
 export UCX_TLS=tcp UCX_WARN_UNUSED_ENV_VARS=n MDRING_HANG_REPORT=0
 
 # 1. node 3's ranks killed about 3 s into a loop of 1000 calls, under --replace: the

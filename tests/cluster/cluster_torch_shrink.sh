@@ -12,18 +12,9 @@ run=$1
 python=$2
 export PYTHONPATH=$3
 here=$(cd "$(dirname "$0")/../.." && pwd)
-cluster=("$here/scripts/cluster.sh" --name mdt)
-agent="$here/scripts/cluster.sh --name mdt agent"
 fail() { echo "cluster_torch_shrink: FAILED: $*" >&2; exit 1; }
-
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! ip netns add mdt-probe 2>/dev/null; then
-  echo "cluster_torch_shrink: skipped (needs root and ip netns)"
-  exit 77
-fi
-ip netns del mdt-probe
-trap '"${cluster[@]}" down' EXIT
-"${cluster[@]}" up 4 --uplink 1gbit || fail "cluster.sh up"
-hosts=$("${cluster[@]}" hosts 2)
+source "$here/tests/cluster/cluster_lib.sh"
+cluster_up cluster_torch_shrink mdt 4
 export UCX_TLS=tcp UCX_WARN_UNUSED_ENV_VARS=n MDRING_HANG_REPORT=0 OMP_NUM_THREADS=1
 out=$(timeout 240 "$run" --hosts "$hosts" --agent "$agent" --on-failure shrink -x PYTHONPATH -x OMP_NUM_THREADS \
   -x UCX_TLS -x UCX_WARN_UNUSED_ENV_VARS -x MDRING_HANG_REPORT "$python" "$here/examples/torch_elastic.py" 2>&1)

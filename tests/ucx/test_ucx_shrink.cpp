@@ -77,13 +77,7 @@ int random_worker(unsigned seed, const std::string& dir) {
           write_outcome(dir, rank, {"killed", -1, now_s(), ""});
           std::raise(SIGKILL);
         }
-        if (nonblocking) {
-          std::vector<md::request> q;
-          for (int k = 0; k < 3; ++k) q.push_back(md::iall_reduce(comm, buf.data() + k * count, count));
-          md::wait_all(q);
-        } else {
-          md::all_reduce(comm, buf.data(), count);
-        }
+        shrink_test::one_call(comm, buf.data(), count, nonblocking);
       }
     } catch (const md::error&) {}
     auto s = md::shrink(comm);
