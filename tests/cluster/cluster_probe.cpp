@@ -5,10 +5,11 @@
 //                                  int64, exact), rank 0 prints "ok TOPOLOGY BYTES"
 //   cluster_probe loop SECONDS     all_reduce 1 MiB until SECONDS pass or a call
 //                                  fails: then prints "failed: WHAT" on stderr, exit 3
-//   cluster_probe shrink CALLS     CALLS all_reduce calls of 1 MiB of int64 (exact sums); a
-//                                  failed call: mdring::shrink, then a rank left out joins
-//                                  again and the members grow back for 10 s (a process that
-//                                  mdring-run --replace starts joins too). Prints "shrunk:
+//   cluster_probe shrink CALLS [grow]   CALLS all_reduce calls of 1 MiB of int64 (exact
+//                                  sums); a failed call: mdring::shrink, then with "grow" a
+//                                  rank left out joins again and the members grow back for
+//                                  10 s (a process that mdring-run --replace starts joins
+//                                  too). Prints "shrunk:
 //                                  TOPOLOGY (SIZE ranks, MS ms)" and "grown: ..." on stderr,
 //                                  and at the end "ok TOPOLOGY SIZE calls N" on the final
 //                                  rank 0 ("left out" where it could not join again)
@@ -31,7 +32,7 @@ using namespace std::chrono_literals;
 // `size` for 10 s (the joiners: a left-out rank, a replacement of mdring-run
 // --replace), and after a growth rank 0 hands the joiners the call to go on from.
 template <class Comm>
-int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t at, std::int64_t total) {
+int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t at, std::int64_t total, bool grow) {
   const std::string me = std::getenv("RANK") ? std::getenv("RANK") : "?";  // this process in the job as started
   auto ms = [](auto t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -46,7 +47,7 @@ int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t 
       const auto t0 = std::chrono::steady_clock::now();
       c = md::shrink(c);
       if (c.size() == 0) {
-        if (!w) return std::printf("left out\n"), 0;
+        if (!w || !grow) return std::printf("left out\n"), 0;
         try {
           c = md::ucx::join(*w, c.get_options(), 10s);
         } catch (const md::error& j) {
@@ -55,7 +56,7 @@ int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t 
       } else {
         std::fprintf(stderr, "cluster_probe: process %s shrunk: %s (%zu ranks, %.0f ms)\n", me.c_str(),
                      c.topology().to_string().c_str(), c.size(), ms(t0));
-        if (c.size() >= size) continue;
+        if (!grow || c.size() >= size) continue;
         try {
           c = md::grow(c, {.size = size, .timeout = 10s});
         } catch (const md::error& g) {
@@ -90,7 +91,7 @@ int probe(int argc, char** argv) {
     std::fprintf(stderr, "cluster_probe: process %s (a replacement) joined: %s\n", std::getenv("RANK"),
                  c.topology().to_string().c_str());
     const std::size_t n = c.size();
-    return shrink_loop(std::move(c), nullptr, n, at, total);
+    return shrink_loop(std::move(c), nullptr, n, at, total, true);
   }
   auto w = md::ucx::world::from_env();
   const std::size_t P = w.size(), r = w.rank();
@@ -115,7 +116,8 @@ int probe(int argc, char** argv) {
   }
   const double seconds = argc > 2 ? std::atof(argv[2]) : 10;
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  if (mode == "shrink") return shrink_loop(std::move(comm), &w, P, 0, total);
+  if (mode == "shrink")
+    return shrink_loop(std::move(comm), &w, P, 0, total, argc > 3 && std::string(argv[3]) == "grow");
   std::vector<float> v(1 << 18, 1.0f);
   try {
     while (std::chrono::steady_clock::now() < until) md::all_reduce(comm, v.data(), v.size(), md::sum);

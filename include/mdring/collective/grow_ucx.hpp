@@ -38,6 +38,8 @@
 #include "communicator.hpp"
 #include "fingerprint.hpp"
 
+#include <ucp/api/ucp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -92,6 +94,22 @@ inline communicator<runtime_topology, ucx::transport> grown(rendezvous::store& s
   return communicator<runtime_topology, ucx::transport>(g.topology, std::move(tr), o);
 }
 
+// The value of `key`, waited for while `w` (the members' UCX worker) keeps moving:
+// connections its endpoints have started, and the peers' keepalive, are answered
+// meanwhile (a worker left alone for the seconds a growth may wait saw endpoints to
+// live peers fail, "Endpoint timeout", on the namespace cluster).
+inline std::string get_moving(rendezvous::store& st, const std::string& key, rendezvous::clock::time_point deadline,
+                              ucp_worker_h w) {
+  for (;;) {
+    try {
+      return st.get(key, std::min(deadline, rendezvous::clock::now() + std::chrono::milliseconds(100)));
+    } catch (const timeout_error&) {
+      if (rendezvous::clock::now() >= deadline) throw;
+    }
+    for (int i = 0; i < 1000 && ucp_worker_progress(w) != 0; ++i) {}
+  }
+}
+
 [[noreturn]] inline void refuse_growth(const std::string& fn, const std::string& verdict) {
   if (verdict.rfind("timeout ", 0) == 0) throw timeout_error(fn + ": " + verdict.substr(8), "grow", 0, "grow", 0, 0);
   throw topology_error("size", fn + ": " + verdict.substr(verdict.find(' ') + 1));
@@ -113,7 +131,9 @@ communicator<runtime_topology, ucx::transport> grow(communicator<Topology, ucx::
   const runtime_topology now = comm.topology();
   if (auto g = detail::plan_growth(now, go.size, {}); !g.why_not.empty())
     throw invalid_argument("size", fn + ": " + g.why_not);
+  detail::executor_of(comm)->drain();  // no call in flight: this thread may move the worker
   const ucx::world& w = comm.get_transport().get_world();
+  ucp_worker_h worker = comm.get_transport().worker();
   rendezvous::store& st = w.store();
   const options o = comm.get_options();
   const auto deadline = rendezvous::clock::now() + (go.timeout.count() ? go.timeout : o.timeout);
@@ -138,7 +158,8 @@ communicator<runtime_topology, ucx::transport> grow(communicator<Topology, ucx::
     try {
       std::vector<std::string> who(go.size);
       for (std::size_t s = 0; s < go.size; ++s) {
-        who[s] = st.get(s < n ? G + "member/" + std::to_string(s) : G + "join/" + std::to_string(s - n), deadline);
+        who[s] = detail::get_moving(st, s < n ? G + "member/" + std::to_string(s) : G + "join/" + std::to_string(s - n),
+                                    deadline, worker);
         if (s >= n) came = s - n + 1;
       }
       if (auto g = detail::plan_growth(now, go.size, who); !g.why_not.empty()) verdict = "shape " + g.why_not;
@@ -149,7 +170,7 @@ communicator<runtime_topology, ucx::transport> grow(communicator<Topology, ucx::
     st.set(G + "verdict", verdict);
     st.set("mdring/grow/offer", "closed " + std::to_string(gen));
   }
-  const std::string verdict = st.get(G + "verdict", deadline + std::chrono::seconds(10));
+  const std::string verdict = detail::get_moving(st, G + "verdict", deadline + std::chrono::seconds(10), worker);
   if (verdict != "ok") detail::refuse_growth(fn, verdict);
   auto next = detail::grown(st, G, now, go.size, me, o, &w, nullptr, deadline + std::chrono::seconds(10));
   comm.release("the communicator grew to " + next.topology().to_string() + "; use the one mdring::grow returned");
