@@ -685,10 +685,7 @@ private:
   // --replace: a process in killed rank r's place (its slot), with MDRING_JOIN=1.
   void replace(std::size_t r) {
     replaced_[r] = 1;
-    for (auto& s : procs_[r].streams) {  // what the dead one wrote first
-      for (int k = 0; k < 64 && drain(r, s); ++k) {}
-      if (s.fd >= 0) emit(r, s, true), close(s.fd), s.fd = -1;
-    }
+    finish_streams(r);  // what the dead one wrote first
     joining_ = true;
     const bool started = spawn(long(r));
     joining_ = false;
@@ -798,15 +795,20 @@ private:
     }
     // Every process is gone: what they wrote is in the pipes now (a process they left
     // behind may still hold one open: only what is there now is read).
-    for (std::size_t r = 0; r < procs_.size(); ++r)
-      for (auto& s : procs_[r].streams) {
-        for (int k = 0; k < 64 && drain(r, s); ++k) {}
-        if (s.fd >= 0) {
-          emit(r, s, true);
-          close(s.fd);
-          s.fd = -1;
-        }
+    for (std::size_t r = 0; r < procs_.size(); ++r) finish_streams(r);
+  }
+
+  // Rank r's process is gone: what is in its pipes now is read and written out, and
+  // the pipes are closed.
+  void finish_streams(std::size_t r) {
+    for (auto& s : procs_[r].streams) {
+      for (int k = 0; k < 64 && drain(r, s); ++k) {}
+      if (s.fd >= 0) {
+        emit(r, s, true);
+        close(s.fd);
+        s.fd = -1;
       }
+    }
   }
 
   // --node: what the launcher across hosts asks of this host's share. A signal's

@@ -22,6 +22,7 @@
 #include "transport.hpp"
 #include "threads_world.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -208,10 +209,9 @@ public:
   bool gone(std::size_t peer) const { return w_->has_left(peer); }
   std::unique_ptr<transport> shrunk(std::span<const std::size_t> members, const options& o,
                                     const std::string& fingerprint) {
-    std::size_t me = 0;
-    while (me < members.size() && members[me] != rank_) ++me;
+    const auto me = std::size_t(std::find(members.begin(), members.end(), rank_) - members.begin());
     if (me == members.size())
-      throw invalid_argument("members", "mdring::threads: rank " + std::to_string(rank_) + " is not a survivor");
+      throw invalid_argument("members", "mdring::threads: this rank is not among the survivors");
     auto sub = w_->sub_world(std::to_string(context_) + "|" + fingerprint, members);
     auto t =
         std::make_unique<transport>(endpoint{sub.get(), me}, fingerprint, o.shared_memory, o.tune.shared_staging_bytes);
