@@ -13,12 +13,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace md = mdring;
@@ -238,6 +240,43 @@ TEST_CASE("the agreement: nothing failed, an empty set") {
     });
   for (auto& t : pool) t.join();
   for (auto& g : got) CHECK(g == std::vector<char>(n, 0));
+}
+
+TEST_CASE("the agreement: a rank silent from the start costs its round one step, a live coordinator's two") {
+  // Rank 3 never answers (a node whose link was cut): every other rank counts it
+  // failed after phase 1, so its coordinator round waits one step, not two.
+  constexpr std::size_t n = 4;
+  constexpr auto step = 200ms;
+  struct timed_link : flaky_link {
+    std::vector<std::pair<std::size_t, double>> waits;  // (coordinator, the ms its round could wait)
+    md::survivor_message survivor_recv(std::size_t peer, std::uint32_t tag, md::deadline_clock::time_point dl) {
+      if (tag == md::detail::survivor_tag(0, md::detail::coordinator))
+        waits.emplace_back(peer, std::chrono::duration<double, std::milli>(dl - md::deadline_clock::now()).count());
+      return flaky_link::survivor_recv(peer, tag, dl);
+    }
+  };
+  md::threads::world w(n);
+  std::vector<std::vector<char>> got(n);
+  std::vector<std::vector<std::pair<std::size_t, double>>> waits(n);
+  std::vector<std::thread> pool;
+  for (std::size_t r = 0; r + 1 < n; ++r)
+    pool.emplace_back([&, r] {
+      timed_link link{{w, r, -1}, {}};
+      got[r] = md::detail::agree_on_failed(link, n, r, std::vector<char>(n, 0), step, 0);
+      waits[r] = link.waits;
+    });
+  for (auto& t : pool) t.join();
+  w.leave(n - 1);
+  for (std::size_t r = 0; r + 1 < n; ++r) {
+    INFO("rank " << r);
+    CHECK(got[r] == std::vector<char>{0, 0, 0, 1});
+    REQUIRE(waits[r].size() == n - 1);  // every coordinator but itself
+    for (auto [c, ms] : waits[r]) {
+      INFO("coordinator " << c << ": " << ms << " ms");
+      if (c == n - 1) CHECK((ms > 150 && ms <= 200.5));
+      else CHECK(ms > 350);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -530,6 +569,13 @@ TEST_CASE("shrink: bad options and a left-out rank's communicator") {
       CHECK(contains(e.what(), "mdring::shrink: shrink_options.timeout must not be negative"));
     }
   });
+  // MDRING_SHRINK_TIMEOUT: the default of shrink_options.timeout, in seconds.
+  ::setenv("MDRING_SHRINK_TIMEOUT", "0.25", 1);
+  CHECK(md::shrink_options{}.timeout == 250ms);
+  ::setenv("MDRING_SHRINK_TIMEOUT", "soon", 1);  // named on stderr; the default
+  CHECK(md::shrink_options{}.timeout == 0ms);
+  ::unsetenv("MDRING_SHRINK_TIMEOUT");
+  CHECK(md::shrink_options{}.timeout == 0ms);
   md::communicator<md::runtime_topology, md::threads::transport> none(md::parse_topology("shm:3").resolve(3), opts(),
                                                                       "threads", "left out by the test");
   CHECK(none.size() == 0);

@@ -193,17 +193,19 @@ inline const char* env_choice(const char* name, std::initializer_list<const char
   env_problem(name, s, expected);
   return nullptr;
 }
-inline std::chrono::milliseconds default_timeout() {
-  if (const char* s = std::getenv("MDRING_TIMEOUT"); s && *s) {
+// The variable as a number of seconds above 0, up to 10^9 (about 31 years), and
+// nothing after it; `fallback` when unset, empty or (named on stderr) anything else.
+inline std::chrono::milliseconds env_seconds(const char* name, std::chrono::milliseconds fallback) {
+  if (const char* s = std::getenv(name); s && *s) {
     char* end = nullptr;
     const double seconds = std::strtod(s, &end);
-    // A number of seconds above 0, up to 10^9 (about 31 years), and nothing after it.
     if (end != s && *end == 0 && std::isfinite(seconds) && seconds > 0 && seconds <= 1e9)
       return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
-    env_problem("MDRING_TIMEOUT", s, "a number of seconds above 0 (e.g. 30 or 2.5), at most 1e9");
+    env_problem(name, s, "a number of seconds above 0 (e.g. 30 or 2.5), at most 1e9");
   }
-  return std::chrono::minutes(5);
+  return fallback;
 }
+inline std::chrono::milliseconds default_timeout() { return env_seconds("MDRING_TIMEOUT", std::chrono::minutes(5)); }
 inline bool default_shared() {
   const char* s = env_choice("MDRING_SHARED", {"0", "1"}, "0 or 1");
   return !(s && std::string_view(s) == "0");

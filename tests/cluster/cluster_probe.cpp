@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace md = mdring;
@@ -38,14 +39,21 @@ int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t 
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   std::vector<std::int64_t> v(1 << 17);
+  bool shrunk = false;  // the next call is the shrunk communicator's first
   while (at < total) {
     for (std::size_t j = 0; j < v.size(); ++j) v[j] = std::int64_t(c.rank() + 1) * std::int64_t(j % 100 + 1);
     try {
       md::all_reduce(c, v.data(), v.size(), md::sum);
+      if (std::exchange(shrunk, false))  // wall-clock ms, which the script compares with the failure's time
+        std::fprintf(stderr, "cluster_probe: process %s resumed at %lld\n", me.c_str(),
+                     (long long)std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count());
     } catch (const md::error& e) {
       std::fprintf(stderr, "cluster_probe: process %s: %.200s\n", me.c_str(), e.what());
       const auto t0 = std::chrono::steady_clock::now();
       c = md::shrink(c);
+      shrunk = true;
       if (c.size() == 0) {
         if (!w || !grow) return std::printf("left out\n"), 0;
         try {

@@ -14,8 +14,9 @@
 //      rank heard from adds what it knows, a rank gone or silent is added itself.
 //      A stalled rank is found here.
 //   2. a rotating coordinator, rank 0 to size-1 in turn: coordinator c sends its
-//      set to every other; each rank waits for it (2 x step, or until c is gone)
-//      and takes it in place of its own. The first coordinator that reaches every
+//      set to every other; each rank waits for it (2 x step, or until c is gone;
+//      one step where c is in its own set already, as the ranks of a node whose
+//      link was cut are for every survivor) and takes it in place of its own. The first coordinator that reaches every
 //      rank still taking part makes all sets equal, and every later coordinator
 //      then sends that same set: a coordinator that dies half-way through its
 //      sends, or is heard by some and not others, only matters before that round
@@ -86,7 +87,10 @@ std::vector<char> agree_on_failed(T& t, std::size_t size, std::size_t rank, std:
         if (r != rank) t.survivor_send(r, s, tag2);
       continue;
     }
-    const survivor_message m = t.survivor_recv(c, tag2, deadline_clock::now() + 2 * step);
+    // A coordinator this rank counts failed was silent for a step already (or
+    // another rank saw it fail): one more step for its set, where one it does not
+    // count failed gets two (the ranks enter this phase up to a step apart).
+    const survivor_message m = t.survivor_recv(c, tag2, deadline_clock::now() + (set[c] ? 1 : 2) * step);
     std::vector<char> theirs(size, 0);
     if (m.kind == survivor_message::got && unpack_ranks_into(m.bytes, theirs)) set = std::move(theirs);
   }

@@ -55,8 +55,11 @@ MDRING_NAMESPACE_BEGIN
 /// How mdring::shrink waits.
 struct shrink_options {
   /// Each wait of the agreement (a rank silent that long is counted failed); 0: the communicator's
-  /// options.timeout. A rank that stalls costs the survivors about 3 x this.
-  std::chrono::milliseconds timeout{0};
+  /// options.timeout. Default: MDRING_SHRINK_TIMEOUT seconds where set, else 0. A rank that
+  /// stalls costs the survivors about 3 x this; a node whose link was cut, 1 + its ranks x this.
+  /// Shorter recovers sooner; a rank still computing that long after the others began to shrink
+  /// is counted failed (and finds itself left out).
+  std::chrono::milliseconds timeout = detail::env_seconds("MDRING_SHRINK_TIMEOUT", std::chrono::milliseconds(0));
 };
 
 namespace detail {
