@@ -13,9 +13,24 @@ the state lives in the survivors' memory), wraps the model in DDP again, and goe
 on. Every input is the same on every rank, so the averaged gradient does not depend
 on how many ranks there are: at the end each survivor checks its parameters against
 a run of the same 20 steps in one process, and prints the result.
+
+The comparison, torchrun's elastic restart of the same loop from a checkpoint file:
+
+    torchrun --max_restarts 3 ... examples/torch_elastic.py --restart CHECKPOINT
+
+There rank 0 saves the model and step to CHECKPOINT after every step; a failure
+ends every process (torchrun's agents then start them all again), and a started
+process loads CHECKPOINT where it exists (and then kills no one: the victim kills
+itself in a process started without one only).
+
+Both ways print the wall-clock time of the kill ("killed at") and of each
+process's first completed step after it ("resumed at"): scripts/bench_elastic.sh
+takes the time to resume from them.
 """
 import os
 import signal
+import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -44,23 +59,44 @@ def new_model():
 
 
 def main():
+    restart = sys.argv[1:2] == ["--restart"]
+    if restart and len(sys.argv) != 3:
+        raise SystemExit("torch_elastic.py: --restart expects the checkpoint file's path after it")
+    checkpoint = sys.argv[2] if restart else None
     dist.init_process_group("mdring")
     victim = int(os.environ.get("ELASTIC_VICTIM", dist.get_world_size() - 1))
     kill_at = int(os.environ.get("ELASTIC_KILL_AT", 5))
     me = dist.get_rank()  # this process in the job as started
     model = new_model()
+    step = 0
+    # torchrun started this process again: the last completed step's state from the file
+    resuming = restart and os.path.exists(checkpoint)  # (the next completed step is the first after the failure)
+    if resuming:
+        state = torch.load(checkpoint)
+        model.load_state_dict(state["model"])
+        step = state["step"]
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    step = 0
+    first_attempt = not resuming
     while step < STEPS:
-        if me == victim and step == kill_at:
+        if me == victim and step == kill_at and first_attempt:
+            print(f"process {me}: killed at {time.time():.3f}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         try:
             train_one(ddp, opt, step)
             step += 1
+            if resuming:
+                print(f"process {me}: resumed at {time.time():.3f} (step {step})", flush=True)
+                resuming = False
+            if restart and dist.get_rank() == 0:  # the checkpoint of the completed step
+                torch.save({"model": model.state_dict(), "step": step}, checkpoint + ".tmp")
+                os.replace(checkpoint + ".tmp", checkpoint)
         except RuntimeError as e:
             print(f"process {me}, step {step}: {str(e).splitlines()[0][:160]}", flush=True)
+            if restart:
+                raise SystemExit(1)  # torchrun's agents start every process again
             kept = mdring_torch.shrink()
+            resuming = True
             if kept is None:
                 print(f"process {me}: left out by the shrink", flush=True)
                 return

@@ -17,7 +17,8 @@
 #
 # Node i (0-based) is namespace NAME-nI (default name mdc), address 10.213.0.(i+1)/24 on
 # its eth0, host name NAME-nI (a UTS namespace of its own per command, so that mdring,
-# UCX and Open MPI each see N machines). Needs root (ip netns, tc, unshare).
+# UCX and Open MPI each see N machines; every node's name resolves on the nodes through
+# /etc/netns/NAME-nI/hosts, which down removes). Needs root (ip netns, tc, unshare).
 set -euo pipefail
 
 name=mdc
@@ -80,6 +81,7 @@ down() {
     # Whatever still runs on a node goes with it.
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
+    rm -rf "/etc/netns/$ns"
   done
   ip netns pids "$sw" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
   ip netns del "$sw" 2>/dev/null || true
@@ -108,6 +110,14 @@ case "$cmd" in
         shape "$ns" eth0 "$uplink"    # the node's sends
         shape "$sw" "n$i" "$uplink"   # what it receives
       fi
+    done
+    # Each node's name resolves on every node, as on a cluster (torchrun's c10d
+    # rendezvous hands out rank 0's host name): ip netns exec puts
+    # /etc/netns/NS/hosts in place of /etc/hosts for what runs on node NS.
+    hosts_file=$(printf '127.0.0.1 localhost\n'; for ((i = 0; i < n; i++)); do echo "$subnet.$((i + 1)) $(node_ns "$i")"; done)
+    for ((i = 0; i < n; i++)); do
+      mkdir -p "/etc/netns/$(node_ns "$i")"
+      echo "$hosts_file" >"/etc/netns/$(node_ns "$i")/hosts"
     done
     # Every node reaches every other (bounded: a few seconds for the bridge to learn).
     # (No ping needed: a TCP connection to a closed port is refused once the node answers.)
