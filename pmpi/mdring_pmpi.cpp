@@ -209,6 +209,7 @@ struct class_state {
   std::vector<double> t[2];           // this rank's timed calls: MPI's [0], mdring's [1]
   double native_s = 0, mdring_s = 0;  // the slowest rank's medians
   double spent[2] = {0, 0};           // this rank's seconds in timed calls, per side
+  unsigned one_shot = 0;              // calls taken without measuring: they ran one-shot (decide)
 };
 
 // ---- per communicator: config agreement, then (at the first call taken) bind ----
@@ -523,6 +524,28 @@ struct decision {
   std::size_t cls = 0;
   bool timed = false;
 };
+// An all-reduce, all-gather or reduce-scatter that mdring runs one-shot over node
+// memory (all of comm's ranks on one node, at most tune.one_shot_max_bytes per rank)
+// is taken without measuring: there it beats Open MPI's shared-memory path at every
+// size, on 2 and 4 processes (docs/perf/pmpi-small.md: 0.42 to 0.91 x), which trials
+// of calls under a microsecond cannot resolve (their medians move by more than that
+// from run to run, and kept MPI's at 8 B). Not a broadcast or reduce: one-shot,
+// every rank waits for every other (docs/DESIGN.md), and from 4 KiB on 2 processes,
+// 512 B on 4, Open MPI's are faster after a barrier; the measured choice decides
+// those (and keeps MPI's below 512 B: see choose). Nor a communicator of more than 8
+// ranks, where every rank reads every other's data.
+bool one_shot_first(const comm_state& s, coll c, std::size_t bytes) {
+  if (s.size > 8 || !s.comm) return false;
+  const md::collective kind = c == c_allgather                                       ? md::collective::all_gather
+                              : c == c_reduce_scatter_block || c == c_reduce_scatter ? md::collective::reduce_scatter
+                              : c == c_allreduce || c == c_iallreduce                ? md::collective::all_reduce
+                                                                                     : md::collective::broadcast;
+  if (kind == md::collective::broadcast) return false;  // (bcast, reduce)
+  // (bytes: the whole call's; all_gather and reduce_scatter count per rank.)
+  const bool per_rank = kind != md::collective::all_reduce;
+  return s.comm->runs_one_shot(kind, per_rank ? bytes / std::size_t(s.size) : bytes, 1);
+}
+
 // A collective whose result is in rank order (blocks) cannot be taken on a
 // communicator that mdring renumbered node-major.
 decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason) {
@@ -569,7 +592,9 @@ decision decide(coll c, MPI_Comm comm, std::size_t bytes, why local_reason) {
     // Every rank makes the same calls on comm in the same order, so every rank's
     // class state is the same at each call: they all take the same side.
     const std::size_t cls = md::size_class(bytes);
-    if (c == c_iallreduce) {  // not timed (it overlaps): MPI_Allreduce's choice
+    if (one_shot_first(*s, c, bytes)) {
+      ++s->of(c, cls).one_shot;
+    } else if (c == c_iallreduce) {  // not timed (it overlaps): MPI_Allreduce's choice
       if (s->of(c_allreduce, cls).side != class_state::mdring) return pass(w_unmeasured);
     } else {
       class_state& k = s->of(c, cls);
@@ -714,6 +739,11 @@ void report_choices(const comm_state& s) {
       if (!p) continue;
       const class_state& k = *p;
       const std::string range = human_bytes(1ull << cls) + " to " + human_bytes((2ull << cls) - 1);
+      if (k.one_shot)
+        std::fprintf(stderr,
+                     "mdring-pmpi: choice: %s %s: mdring (one-shot over node memory, %u calls taken unmeasured)\n",
+                     collectives[c].name, range.c_str(), k.one_shot);
+      if (k.side == class_state::measuring && k.one_shot && k.calls == 0) continue;
       if (k.side == class_state::measuring) {
         std::fprintf(stderr, "mdring-pmpi: choice: %s %s: not decided (%u of %zu calls measured)\n",
                      collectives[c].name, range.c_str(), k.calls, calls_to_measure(cls));

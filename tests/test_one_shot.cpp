@@ -16,11 +16,13 @@
 #include <latch>
 #include <chrono>
 #include <cstdint>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace md = mdring;
@@ -93,6 +95,18 @@ TEST_CASE("one-shot: taken where it applies, and only there") {
     if (comm.template explain<float>(64).find("one-shot: this call runs in one step over node memory") ==
         std::string::npos)
       f.push_back("explain() does not print the one-shot line");
+    // runs_one_shot() says the same without a plan (what the interposer asks).
+    using md::collective;
+    const std::pair<bool, bool> asked[] = {{comm.runs_one_shot(collective::all_reduce, 2048, 4), true},
+                                           {comm.runs_one_shot(collective::all_reduce, 2049, 4), false},
+                                           {comm.runs_one_shot(collective::all_reduce, 8192, 1), true},
+                                           {comm.runs_one_shot(collective::reduce_scatter, 512, 4), true},
+                                           {comm.runs_one_shot(collective::reduce_scatter, 513, 4), false},
+                                           {comm.runs_one_shot(collective::all_gather, 2048, 4), true},
+                                           {comm.runs_one_shot(collective::broadcast, 17, 4), true},
+                                           {comm.runs_one_shot(collective::reduce, 0, 4), false}};
+    for (std::size_t i = 0; i < std::size(asked); ++i)
+      if (asked[i].first != asked[i].second) f.push_back("runs_one_shot case " + std::to_string(i));
   });
   for (auto& f : fails) FAIL_CHECK(f);
   CHECK(fails.empty());
@@ -144,6 +158,10 @@ TEST_CASE("one-shot: taken where it applies, and only there") {
       }
       if (one_shot_calls(comm) != std::uint64_t(max))
         f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm)) + ", want " + std::to_string(max));
+      if (comm.runs_one_shot(md::collective::all_reduce, 16, 4) != (max > 0))
+        f.push_back("runs_one_shot(all_reduce, 16 floats) disagrees with the calls");
+      if (comm.runs_one_shot(md::collective::all_reduce, 17, 4))
+        f.push_back("runs_one_shot(all_reduce, 17 floats) true");
     });
     for (auto& f : f2) FAIL_CHECK(f);
   }

@@ -181,11 +181,16 @@ public:
     if constexpr (shared_access_transport<Transport>)
       for (std::size_t d = 0; d < L.ndims(); ++d)
         if (L.extents[d] > 1 && tr_->shared(channels_[d])) access[d] = dim_access{true, staging, false};
-    std::size_t flat_staging = 0;
-    if constexpr (shared_access_transport<Transport>)
-      if (flat_) flat_staging = one_shot<Transport>::capacity(tr_->group(*flat_).staging_bytes());
     return plan_of_call<T, Op>(L, get_options(), kind, count, root, access, !Transport::same_address_space,
-                               &ws_->measured_plans(), flat_staging);
+                               &ws_->measured_plans(), one_shot_staging());
+  }
+  /// Whether a call of `kind` on `count` elements of `elem_size` bytes (count as the collective takes
+  /// it: per rank for all_gather and reduce_scatter) runs by the one-shot path over node memory (all
+  /// ranks on one node, at most tune.one_shot_max_bytes per rank: plan/one_shot.hpp), as explain()
+  /// says. The same on every rank for the same arguments; false once shrink released the communicator.
+  bool runs_one_shot(collective kind, std::size_t count, std::size_t elem_size) const noexcept {
+    return tr_ && one_shot_applies({kind, count, elem_size, layout().size, 0}, get_options(), one_shot_staging(),
+                                   layout().written_extents);
   }
   template <class T = float, class Op = sum_t>
   std::string explain(std::size_t count, collective kind = collective::all_reduce, Op op = {},
@@ -196,6 +201,13 @@ public:
 private:
   friend host_binding<Transport> binding_of<Transport>(communicator_core&) noexcept;
   friend const std::shared_ptr<host_executor>& executor_of<Transport>(const communicator_core&) noexcept;
+
+  // The staging bytes of the flat channel that a one-shot call's data can use (0: none).
+  std::size_t one_shot_staging() const noexcept {
+    if constexpr (shared_access_transport<Transport>)
+      if (flat_) return one_shot<Transport>::capacity(tr_->group(*flat_).staging_bytes());
+    return 0;
+  }
 
   // Throws communicator_error naming `fn` where there is no transport (released).
   bool released(const char* fn) const {
