@@ -336,6 +336,83 @@ TEST_CASE("shrink: a rank killed; its node dropped, the rest go on with exact re
   }
 }
 
+TEST_CASE("shrink with quorum majority: more than half go on, or half with rank 0; a minority stops, saying why") {
+  struct outcome {
+    std::size_t size = 99;
+    std::string why;
+    std::int64_t sum = -1;
+  };
+  // victims, quorum -> each rank's outcome (the victims' left empty)
+  auto run = [](std::vector<std::size_t> victims, md::shrink_quorum q) {
+    md::threads::world w(4);
+    std::vector<outcome> out(4);
+    on_world(w, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(md::parse_topology("ethernet:4"), ep, opts());
+      std::vector<std::int64_t> x(10, 1);
+      md::all_reduce(comm, x.data(), x.size());
+      if (std::find(victims.begin(), victims.end(), ep.rank) != victims.end()) throw killed();
+      CHECK_THROWS_AS(md::all_reduce(comm, x.data(), x.size()), md::remote_error);
+      md::shrink_options so;
+      so.quorum = q;
+      auto s = md::shrink(comm, so);
+      out[ep.rank].size = s.size();
+      if (s.size() == 0) {
+        try {
+          md::all_reduce(s, x.data(), x.size());
+        } catch (const md::communicator_error& e) {
+          out[ep.rank].why = e.what();
+        }
+        return;
+      }
+      std::fill(x.begin(), x.end(), 1);
+      md::all_reduce(s, x.data(), x.size());
+      out[ep.rank].sum = x[9];
+    });
+    return out;
+  };
+  // Half left, rank 0 gone: they stop under majority, go on under none.
+  auto a = run({0, 1}, md::shrink_quorum::majority);
+  for (std::size_t r : {2, 3}) {
+    INFO("ranks 0, 1 killed, majority: rank " << r);
+    CHECK(a[r].size == 0);
+    CHECK(contains(a[r].why,
+                   "2 of 4 ranks are left on this side of the failure (rank 0 not among them), not a "
+                   "majority (shrink_options.quorum)"));
+  }
+  auto b = run({0, 1}, md::shrink_quorum::none);
+  for (std::size_t r : {2, 3}) {
+    INFO("ranks 0, 1 killed, none: rank " << r);
+    CHECK(b[r].size == 2);
+    CHECK(b[r].sum == 2);
+  }
+  // Half left with rank 0, or 3 of 4: they go on.
+  auto c = run({2, 3}, md::shrink_quorum::majority);
+  for (std::size_t r : {0, 1}) {
+    INFO("ranks 2, 3 killed, majority: rank " << r);
+    CHECK(c[r].size == 2);
+    CHECK(c[r].sum == 2);
+  }
+  auto d = run({1}, md::shrink_quorum::majority);
+  for (std::size_t r : {0, 2, 3}) {
+    INFO("rank 1 killed, majority: rank " << r);
+    CHECK(d[r].size == 3);
+    CHECK(d[r].sum == 3);
+  }
+  // The rule alone, and its default from the environment.
+  using md::detail::has_quorum;
+  CHECK(has_quorum({0, 0, 0, 1, 1}, md::shrink_quorum::majority));
+  CHECK(!has_quorum({0, 0, 1, 1, 1}, md::shrink_quorum::majority));
+  CHECK(has_quorum({0, 0, 1, 1, 1}, md::shrink_quorum::none));
+  CHECK(!has_quorum({1, 0}, md::shrink_quorum::majority));
+  CHECK(has_quorum({0, 1}, md::shrink_quorum::majority));
+  ::setenv("MDRING_SHRINK_QUORUM", "majority", 1);
+  CHECK(md::shrink_options{}.quorum == md::shrink_quorum::majority);
+  ::setenv("MDRING_SHRINK_QUORUM", "most", 1);  // named on stderr; the default
+  CHECK(md::shrink_options{}.quorum == md::shrink_quorum::none);
+  ::unsetenv("MDRING_SHRINK_QUORUM");
+  CHECK(md::shrink_options{}.quorum == md::shrink_quorum::none);
+}
+
 TEST_CASE("shrink: random topologies, victims and calls in flight; every survivor agrees and computes exactly") {
   const char* shapes[] = {"shm:2 x ethernet:3", "shm:3 x ethernet:2", "shm:2 x shm:2 x ethernet:2", "shm:6",
                           "ethernet:5",         "shm:1 x ethernet:4"};

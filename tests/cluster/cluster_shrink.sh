@@ -6,8 +6,9 @@
 #      ethernet:3, the 2 processes mdring-run starts in their place join, and the job
 #      grows back to shm:2 x ethernet:4; every call exact; mdring-run exits 0;
 #   2. node 2's uplink cut: the others time out (MDRING_TIMEOUT=3 s), shrink to
-#      shm:2 x ethernet:3 without it, and finish with exact sums (the cut node, which
-#      sees everyone else gone, goes on alone: no quorum rule).
+#      shm:2 x ethernet:3 without it, and finish with exact sums; the cut node, which
+#      sees everyone else gone, is 2 of 8 ranks and stops (MDRING_SHRINK_QUORUM=majority):
+#      its ranks are left out, and mdring-run exits 0.
 # Exit 77 (skipped) where namespaces cannot be made (not root, no ip netns).
 #
 #   cluster_shrink.sh MDRING_RUN CLUSTER_PROBE
@@ -58,9 +59,9 @@ resume_ms "node killed" 2000
 echo "node killed, replaced: passed"
 
 # 2. node 2's uplink cut about 3 s into the loop: the others time out (3 s), shrink
-#    without it (each wait of the agreement 0.25 s: MDRING_SHRINK_TIMEOUT) and finish
+#    without it (each wait of the agreement 0.2 s: MDRING_SHRINK_TIMEOUT) and finish
 #    as shm:2 x ethernet:3.
-MDRING_TIMEOUT=3 MDRING_SHRINK_TIMEOUT=0.25 timeout 150 "$run" --hosts "$hosts" --agent "$agent" --on-failure shrink "$probe" shrink 1000 \
+MDRING_TIMEOUT=3 MDRING_SHRINK_TIMEOUT=0.2 MDRING_SHRINK_QUORUM=majority timeout 150 "$run" --hosts "$hosts" --agent "$agent" --on-failure shrink "$probe" shrink 1000 \
   >"$out" 2>"$err" &
 job=$!
 sleep 4
@@ -71,9 +72,8 @@ rc=$?
 "${cluster[@]}" uplink up 10.213.0.3
 grep -v "^\[\|mdring-state\|UCX  WARN\|stopped waiting" "$err" | cut -c1-200 | head -24
 grep -v "UCX  WARN" "$out"
-# (the cut node's ranks fail when their shrink finds no network device to make a
-# new worker with: mdring-run exits with their status, 3, after the others finish)
-[ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || fail "uplink cut: mdring-run exited $rc"
+[ "$rc" -eq 0 ] || fail "uplink cut: mdring-run exited $rc"
+[ "$(grep -c "^left out$" "$out")" -eq 2 ] || fail "uplink cut: the cut node's 2 ranks were not left out (quorum)"
 [ "$(grep -c "shrunk: shm:2 x ethernet:3 (6 ranks" "$err")" -eq 6 ] || fail "uplink cut: not 6 survivors shrunk alike"
 grep -q "^ok shm:2 x ethernet:3 6 calls 1000" "$out" || fail "uplink cut: no 'ok shm:2 x ethernet:3 6 calls 1000' line"
 resume_ms "uplink cut" 4000

@@ -23,7 +23,8 @@
 //      survives_failures: threads, UCX), and releases comm's node windows,
 //      mappings, scratch and transport (comm's calls throw communicator_error after).
 // A survivor whose node was dropped gets a communicator of size() 0, whose calls
-// throw communicator_error. Nothing failed: a communicator over the same ranks.
+// throw communicator_error; so does every survivor where shrink_options.quorum asks
+// for a majority and they are not one. Nothing failed: a communicator over the same ranks.
 // explain() of the result shows the new topology; survivors_of(...).describe(),
 // which the old communicator's and a left-out rank's errors carry, says what went.
 //
@@ -47,12 +48,34 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 MDRING_NAMESPACE_BEGIN
 
-/// How mdring::shrink waits.
+/// Whether the survivors of a failure need to be most of the communicator to go on.
+///   none      they go on whatever their number (a job that lost half its nodes keeps training).
+///   majority  they go on only if they are more than half of the communicator's ranks, or exactly
+///             half with its rank 0 among them; otherwise each gets a communicator of size() 0 that
+///             says why. A network partition looks to each side like the other side's failure: with
+///             majority at most one side goes on.
+enum class shrink_quorum { none, majority };
+
+namespace detail {
+inline shrink_quorum default_shrink_quorum() {
+  const char* s = env_choice("MDRING_SHRINK_QUORUM", {"none", "majority"}, "none or majority");
+  return s && std::string_view(s) == "majority" ? shrink_quorum::majority : shrink_quorum::none;
+}
+// Whether the ranks not in `failed` may go on under q (see shrink_quorum).
+inline bool has_quorum(const std::vector<char>& failed, shrink_quorum q) {
+  if (q == shrink_quorum::none || failed.empty()) return true;
+  const std::size_t size = failed.size(), alive = size - std::size_t(std::count(failed.begin(), failed.end(), 1));
+  return 2 * alive > size || (2 * alive == size && !failed[0]);
+}
+}  // namespace detail
+
+/// How mdring::shrink waits, and whether the survivors need a majority.
 struct shrink_options {
   /// Each wait of the agreement (a rank silent that long is counted failed); 0: the communicator's
   /// options.timeout. Default: MDRING_SHRINK_TIMEOUT seconds where set, else 0. A rank that
@@ -60,6 +83,8 @@ struct shrink_options {
   /// Shorter recovers sooner; a rank still computing that long after the others began to shrink
   /// is counted failed (and finds itself left out).
   std::chrono::milliseconds timeout = detail::env_seconds("MDRING_SHRINK_TIMEOUT", std::chrono::milliseconds(0));
+  /// See shrink_quorum. Default: MDRING_SHRINK_QUORUM (none or majority) where set, else none.
+  shrink_quorum quorum = detail::default_shrink_quorum();
 };
 
 namespace detail {
@@ -92,11 +117,18 @@ communicator<runtime_topology, Transport> shrink(detail::communicator_core<Trans
     const std::vector<char> failed = detail::agree_on_failed(t, size, rank, std::move(known), step, epoch);
     const survivors s = survivors_of(comm.topology(), failed);
     options o = comm.get_options();
-    if (std::find(s.members.begin(), s.members.end(), rank) == s.members.end()) {
+    const bool quorum = detail::has_quorum(failed, so.quorum);
+    if (!quorum || std::find(s.members.begin(), s.members.end(), rank) == s.members.end()) {
       std::string name = t.name();
+      std::string why = detail::shrink_why(s, true);
+      if (!quorum) {
+        const std::size_t alive = size - std::size_t(std::count(failed.begin(), failed.end(), 1));
+        why = "mdring::shrink: " + std::to_string(alive) + " of " + std::to_string(size) +
+              " ranks are left on this side of the failure" + (failed[0] ? " (rank 0 not among them)" : "") +
+              ", not a majority (shrink_options.quorum): another part of the job may be going on; " + s.describe();
+      }
       comm.release(detail::shrink_why(s, false));  // (t goes with it)
-      return communicator<runtime_topology, Transport>(s.topology, std::move(o), std::move(name),
-                                                       detail::shrink_why(s, true));
+      return communicator<runtime_topology, Transport>(s.topology, std::move(o), std::move(name), std::move(why));
     }
     // The fingerprint of the survivors' bind names the agreement, so that ranks
     // that agreed differently (they cannot: see failed_set.hpp) would not meet.
