@@ -527,7 +527,7 @@ struct decision {
 // An all-reduce, all-gather or reduce-scatter that mdring runs one-shot over node
 // memory (all of comm's ranks on one node, at most tune.one_shot_max_bytes per rank)
 // is taken without measuring: there it beats Open MPI's shared-memory path at every
-// size, on 2 and 4 processes (docs/perf/pmpi-small.md: 0.42 to 0.91 x), which trials
+// size, on 2 and 4 processes (docs/perf/pmpi-small.md: 0.39 to 0.92 x), which trials
 // of calls under a microsecond cannot resolve (their medians move by more than that
 // from run to run, and kept MPI's at 8 B). Not a broadcast or reduce: one-shot,
 // every rank waits for every other (docs/DESIGN.md), and from 4 KiB on 2 processes,
@@ -543,7 +543,10 @@ bool one_shot_first(const comm_state& s, coll c, std::size_t bytes) {
   if (kind == md::collective::broadcast) return false;  // (bcast, reduce)
   // (bytes: the whole call's; all_gather and reduce_scatter count per rank.)
   const bool per_rank = kind != md::collective::all_reduce;
-  return s.comm->runs_one_shot(kind, per_rank ? bytes / std::size_t(s.size) : bytes, 1);
+  const std::size_t count = per_rank ? bytes / std::size_t(s.size) : bytes;
+  // An all-gather of 8 KiB per rank measured 1.05 x Open MPI's on 2 processes: measured.
+  if (kind == md::collective::all_gather && count > 4096) return false;
+  return s.comm->runs_one_shot(kind, count, 1);
 }
 
 // A collective whose result is in rank order (blocks) cannot be taken on a

@@ -16,9 +16,9 @@
 //   2. a rotating coordinator, rank 0 to size-1 in turn: coordinator c sends its
 //      set to every other; each rank waits for it (2 x step, or until c is gone;
 //      one step where c is in its own set already, as the ranks of a node whose
-//      link was cut are for every survivor) and takes it in place of its own. The first coordinator that reaches every
-//      rank still taking part makes all sets equal, and every later coordinator
-//      then sends that same set: a coordinator that dies half-way through its
+//      link was cut are for every survivor) and takes it in place of its own.
+//      The first coordinator that reaches every rank still taking part makes all
+//      sets equal, and every later coordinator then sends that same set: a coordinator that dies half-way through its
 //      sends, or is heard by some and not others, only matters before that round
 //      (the rounds after it put everyone right again), and a rank that stalled
 //      finds every coordinator's set waiting when it wakes.
