@@ -271,7 +271,9 @@ TEST_CASE("the agreement: a rank silent from the start costs its round one step,
     INFO("rank " << r);
     CHECK(got[r] == std::vector<char>{0, 0, 0, 1});
     REQUIRE(waits[r].size() == n - 1);  // every coordinator but itself
-    for (auto [c, ms] : waits[r]) {
+    for (const auto& wait : waits[r]) {
+      const std::size_t c = wait.first;  // (no structured binding: clang's INFO lambda cannot capture one)
+      const double ms = wait.second;
       INFO("coordinator " << c << ": " << ms << " ms");
       if (c == n - 1) CHECK((ms > 150 && ms <= 200.5));
       else CHECK(ms > 350);
