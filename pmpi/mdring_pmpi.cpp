@@ -86,19 +86,20 @@ enum coll {
 };
 // What the one path of the entry points (dispatch(), below) needs to know of each.
 struct collective_info {
-  const char* name;    // MPI's: the report, failure messages
-  const char* wisdom;  // its name in MDRING_WISDOM (MPI_Iallreduce has none: it follows MPI_Allreduce)
-  bool in_rank_order;  // its result is blocks in rank order: not on a communicator mdring renumbered
-  bool nonblocking;    // a failure on mdring is its request's (MPI_Wait returns it), not the call's
+  const char* name;     // MPI's: the report, failure messages
+  const char* wisdom;   // its name in MDRING_WISDOM (MPI_Iallreduce has none: it follows MPI_Allreduce)
+  bool in_rank_order;   // its result is blocks in rank order: not on a communicator mdring renumbered
+  bool nonblocking;     // a failure on mdring is its request's (MPI_Wait returns it), not the call's
+  md::collective kind;  // what it runs as on mdring
 };
 constexpr collective_info collectives[n_coll] = {
-    {"MPI_Allreduce", "all_reduce", false, false},
-    {"MPI_Reduce", "reduce", false, false},
-    {"MPI_Reduce_scatter_block", "reduce_scatter_block", true, false},
-    {"MPI_Reduce_scatter", "reduce_scatter", true, false},
-    {"MPI_Allgather", "all_gather", true, false},
-    {"MPI_Bcast", "broadcast", false, false},
-    {"MPI_Iallreduce", nullptr, false, true},
+    {"MPI_Allreduce", "all_reduce", false, false, md::collective::all_reduce},
+    {"MPI_Reduce", "reduce", false, false, md::collective::reduce},
+    {"MPI_Reduce_scatter_block", "reduce_scatter_block", true, false, md::collective::reduce_scatter},
+    {"MPI_Reduce_scatter", "reduce_scatter", true, false, md::collective::reduce_scatter},
+    {"MPI_Allgather", "all_gather", true, false, md::collective::all_gather},
+    {"MPI_Bcast", "broadcast", false, false, md::collective::broadcast},
+    {"MPI_Iallreduce", nullptr, false, true, md::collective::all_reduce},
 };
 enum why {
   w_taken,
@@ -535,15 +536,10 @@ struct decision {
 // those (and keeps MPI's below 512 B: see choose). Nor a communicator of more than 8
 // ranks, where every rank reads every other's data.
 bool one_shot_first(const comm_state& s, coll c, std::size_t bytes) {
-  if (s.size > 8 || !s.comm) return false;
-  const md::collective kind = c == c_allgather                                       ? md::collective::all_gather
-                              : c == c_reduce_scatter_block || c == c_reduce_scatter ? md::collective::reduce_scatter
-                              : c == c_allreduce || c == c_iallreduce                ? md::collective::all_reduce
-                                                                                     : md::collective::broadcast;
-  if (kind == md::collective::broadcast) return false;  // (bcast, reduce)
-  // (bytes: the whole call's; all_gather and reduce_scatter count per rank.)
-  const bool per_rank = kind != md::collective::all_reduce;
-  const std::size_t count = per_rank ? bytes / std::size_t(s.size) : bytes;
+  const md::collective kind = collectives[c].kind;
+  if (s.size > 8 || !s.comm || kind == md::collective::broadcast || kind == md::collective::reduce) return false;
+  // (bytes: the whole call's; those whose result is blocks in rank order count per rank.)
+  const std::size_t count = collectives[c].in_rank_order ? bytes / std::size_t(s.size) : bytes;
   // An all-gather of 8 KiB per rank measured 1.05 x Open MPI's on 2 processes: measured.
   if (kind == md::collective::all_gather && count > 4096) return false;
   return s.comm->runs_one_shot(kind, count, 1);

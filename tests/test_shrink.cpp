@@ -425,7 +425,7 @@ TEST_CASE("shrink: random topologies, victims and calls in flight; every survivo
     const std::size_t victims = 1 + rng() % 2;
     std::vector<char> dies(n, 0);
     for (std::size_t v = 0; v < victims; ++v) dies[rng() % n] = 1;
-    const unsigned at_call = rng() % 3;
+    const auto at_call = unsigned(rng() % 3);
     const bool nonblocking = rng() % 2;
     const std::size_t count = rng() % 2 ? 5 : 20000;  // one-shot, or programs
     md::threads::world w(n);

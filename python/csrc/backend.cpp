@@ -11,6 +11,7 @@
 // NCCL's does) and a Future over the CUDA device that DDP's comm hooks chain.
 #include "group.hpp"
 
+#include <mdring/transport/shared_access.hpp>
 #include <mdring/version.hpp>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -732,8 +733,7 @@ private:
   // More processes on this node (the launcher's LOCAL_WORLD_SIZE) than cores.
   bool share_cores_ = [] {
     const char* s = std::getenv("LOCAL_WORLD_SIZE");
-    const unsigned cores = std::thread::hardware_concurrency();
-    return s && cores && std::strtoul(s, nullptr, 10) > cores;
+    return s && mdring::detail::oversubscribed(std::strtoul(s, nullptr, 10));
   }();
   std::thread thread_;
 

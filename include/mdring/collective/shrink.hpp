@@ -67,10 +67,14 @@ inline shrink_quorum default_shrink_quorum() {
   const char* s = env_choice("MDRING_SHRINK_QUORUM", {"none", "majority"}, "none or majority");
   return s && std::string_view(s) == "majority" ? shrink_quorum::majority : shrink_quorum::none;
 }
+// The ranks not in `failed`.
+inline std::size_t alive_count(const std::vector<char>& failed) {
+  return failed.size() - std::size_t(std::count(failed.begin(), failed.end(), 1));
+}
 // Whether the ranks not in `failed` may go on under q (see shrink_quorum).
 inline bool has_quorum(const std::vector<char>& failed, shrink_quorum q) {
   if (q == shrink_quorum::none || failed.empty()) return true;
-  const std::size_t size = failed.size(), alive = size - std::size_t(std::count(failed.begin(), failed.end(), 1));
+  const std::size_t size = failed.size(), alive = alive_count(failed);
   return 2 * alive > size || (2 * alive == size && !failed[0]);
 }
 }  // namespace detail
@@ -122,8 +126,7 @@ communicator<runtime_topology, Transport> shrink(detail::communicator_core<Trans
       std::string name = t.name();
       std::string why = detail::shrink_why(s, true);
       if (!quorum) {
-        const std::size_t alive = size - std::size_t(std::count(failed.begin(), failed.end(), 1));
-        why = "mdring::shrink: " + std::to_string(alive) + " of " + std::to_string(size) +
+        why = "mdring::shrink: " + std::to_string(detail::alive_count(failed)) + " of " + std::to_string(size) +
               " ranks are left on this side of the failure" + (failed[0] ? " (rank 0 not among them)" : "") +
               ", not a majority (shrink_options.quorum): another part of the job may be going on; " + s.describe();
       }
