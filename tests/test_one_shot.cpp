@@ -51,6 +51,16 @@ std::vector<std::string> on_threads(const std::string& topo, const md::options& 
   return fails;
 }
 
+// Waits up to 20 s for cond() (a test's threads waiting for each other without a collective).
+template <class Cond>
+bool until(Cond&& cond) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!cond())
+    if (std::chrono::steady_clock::now() > end) return false;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("one-shot: random sequences of small calls (every collective, root, count, in place) are exact") {
@@ -111,17 +121,18 @@ TEST_CASE("one-shot: taken where it applies, and only there") {
   for (auto& f : fails) FAIL_CHECK(f);
   CHECK(fails.empty());
 
-  // A larger cap meets the staging buffer: 16 KiB less its 64-byte line, 16320 B (4080 floats).
+  // A larger cap meets a data buffer: the two 16 KiB staging buffers less the ring of
+  // 16 slots of 8 lines, halved: 12288 B (3072 floats).
   md::options big;
   big.tune.one_shot_max_bytes = std::size_t(1) << 20;
   const auto f4 = on_threads("shm:2 x shm:2", big, [&](auto& comm, std::vector<std::string>& f) {
     std::vector<float> v(4100, 1.0f);
-    md::all_reduce(comm, v.data(), 4080);
-    if (one_shot_calls(comm) != 1) f.push_back("4080 floats not one-shot");
-    md::all_reduce(comm, v.data(), 4081);
-    if (one_shot_calls(comm) != 1) f.push_back("4081 floats one-shot");
-    if (v[0] != 16.0f || v[4080] != 4.0f) f.push_back("wrong result");
-    if (comm.template make_plan<float>(4081).one_shot.size()) f.push_back("explain: 4081 floats one-shot");
+    md::all_reduce(comm, v.data(), 3072);
+    if (one_shot_calls(comm) != 1) f.push_back("3072 floats not one-shot");
+    md::all_reduce(comm, v.data(), 3073);
+    if (one_shot_calls(comm) != 1) f.push_back("3073 floats one-shot");
+    if (v[0] != 16.0f || v[3072] != 4.0f) f.push_back("wrong result");
+    if (comm.template make_plan<float>(3073).one_shot.size()) f.push_back("explain: 3073 floats one-shot");
   });
   for (auto& f : f4) FAIL_CHECK(f);
 
@@ -251,6 +262,117 @@ TEST_CASE("one-shot: nonblocking calls in flight, program calls between, in orde
   CHECK(fails.empty());
 }
 
+TEST_CASE("one-shot: a broadcast's root and a reduce's leaves return once their data is in node memory") {
+  // Rooted calls under local checks: a rank that only gives data does not wait for
+  // the others; it waits only before writing a slot or buffer that a rank has not
+  // read yet (a ring of slots for data of at most 448 bytes, two buffers above that).
+  using namespace std::chrono_literals;
+  const std::size_t ring = md::detail::one_shot_layout(md::tuning{}.shared_staging_bytes).ring;
+  CHECK(ring == 16);
+  md::options o;
+  o.timeout = 5s;
+  SUBCASE("the root runs ring - 1 small broadcasts ahead, then one of 512 B, before any other rank calls") {
+    std::atomic<int> root_done{0};
+    const auto fails = on_threads("shm:4", o, [&](auto& comm, std::vector<std::string>& f) {
+      const std::size_t r = comm.rank();
+      if (r != 0 && !until([&] { return root_done.load() != 0; })) f.push_back("the root did not get ahead");
+      for (std::size_t i = 0; i + 1 < ring; ++i) {
+        float x = r == 0 ? float(i + 1) : -1.0f;
+        md::broadcast(comm, &x, 1, 0);
+        if (x != float(i + 1)) f.push_back("broadcast " + std::to_string(i) + ": " + std::to_string(x));
+      }
+      std::vector<double> big(64, r == 0 ? 3.5 : 0.0);  // 512 B: a data buffer, not written before
+      md::broadcast(comm, big.data(), big.size(), 0);
+      if (big[63] != 3.5) f.push_back("512-byte broadcast: " + std::to_string(big[63]));
+      if (r == 0) root_done = 1;
+    });
+    for (auto& f : fails) FAIL_CHECK(f);
+    CHECK(fails.empty());
+  }
+  SUBCASE("the leaves run reduces ahead of the root") {
+    std::atomic<int> leaves_done{0};
+    const auto fails = on_threads("shm:3", o, [&](auto& comm, std::vector<std::string>& f) {
+      const std::size_t r = comm.rank();
+      if (r == 2 && !until([&] { return leaves_done.load() == 2; })) f.push_back("the leaves did not get ahead");
+      for (std::size_t i = 0; i + 1 < ring; ++i) {
+        const std::int64_t x = std::int64_t(10 * i + r);
+        std::int64_t y = -1;
+        md::reduce(comm, &x, &y, 1, 2);
+        if (r == 2 && y != std::int64_t(30 * i + 3))
+          f.push_back("reduce " + std::to_string(i) + ": " + std::to_string(y));
+      }
+      if (r != 2) ++leaves_done;
+    });
+    for (auto& f : fails) FAIL_CHECK(f);
+    CHECK(fails.empty());
+  }
+  SUBCASE("a root a ring of calls ahead waits, and its deadline names the rank that has not read") {
+    o.timeout = 300ms;
+    std::string what;
+    std::size_t calls = 0;
+    std::latch done(2);
+    md::threads::run(2, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(md::parse_topology("shm:2"), ep, o);
+      if (ep.rank == 0) {
+        try {
+          for (float x = 1; calls < 2 * ring; ++calls) md::broadcast(comm, &x, 1, 0);
+        } catch (const md::timeout_error& e) {
+          what = e.what();
+          CHECK(e.peer() == 1);
+        }
+      }
+      done.arrive_and_wait();
+    });
+    CHECK(calls == ring);  // each line written once; the next call would overwrite one that rank 1 has not read
+    INFO(what);
+    CHECK(what.find("broadcast step 0, waiting for rank 1 to read the data of an earlier call of rank 0") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("one-shot: rooted calls in a long random loop with slow readers stay exact") {
+  // Every size class (data in the line, in the slot, in a buffer), roots and ops mixed with
+  // all_reduce; some ranks pause at random, so givers run ahead as far as the
+  // lines and buffers allow.
+  for (auto checks : {md::check_level::local, md::check_level::collective}) {
+    md::options o;
+    o.checks = checks;
+    const auto fails = on_threads("shm:4", o, [&](auto& comm, std::vector<std::string>& f) {
+      const std::size_t r = comm.rank(), P = comm.size();
+      std::mt19937_64 pause(r + 100), rng(5);
+      for (std::size_t c = 0; c < 3000 && f.size() < 5; ++c) {
+        if (pause() % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(pause() % 200));
+        const std::size_t n = rng() % 3 == 0 ? 1 + rng() % 200 : 1 + rng() % 12, root = rng() % P;
+        const int kind = int(rng() % 5);
+        std::vector<std::int32_t> v(n), out(n, -1);
+        for (std::size_t i = 0; i < n; ++i) v[i] = std::int32_t(c * 13 + r * 5 + i);
+        auto want_sum = [&](std::size_t i) {
+          std::int32_t s = 0;
+          for (std::size_t q = 0; q < P; ++q) s += std::int32_t(c * 13 + q * 5 + i);
+          return s;
+        };
+        if (kind <= 1) {
+          md::broadcast(comm, v.data(), n, root);
+          for (std::size_t i = 0; i < n; ++i)
+            if (v[i] != std::int32_t(c * 13 + root * 5 + i)) f.push_back("broadcast " + std::to_string(c));
+        } else if (kind <= 3) {
+          md::reduce(comm, v.data(), out.data(), n, root);
+          if (r == root)
+            for (std::size_t i = 0; i < n; ++i)
+              if (out[i] != want_sum(i)) f.push_back("reduce " + std::to_string(c));
+        } else {
+          md::all_reduce(comm, v.data(), n);
+          for (std::size_t i = 0; i < n; ++i)
+            if (v[i] != want_sum(i)) f.push_back("all_reduce " + std::to_string(c));
+        }
+      }
+      if (one_shot_calls(comm) < 3000) f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm)));
+    });
+    for (auto& f : fails) FAIL_CHECK(f);
+    CHECK(fails.empty());
+  }
+}
+
 TEST_CASE("one-shot: errors name the rank and leave no rank waiting") {
   using namespace std::chrono_literals;
   md::options o;
@@ -274,34 +396,47 @@ TEST_CASE("one-shot: errors name the rank and leave no rank waiting") {
     }
   }
   SUBCASE("an absent rank: timeout_error naming it, or remote_error, on every other rank") {
-    std::vector<std::string> what(4);
-    std::vector<std::size_t> peer(4, 99);
-    std::latch done(4);
-    md::threads::run(4, [&](md::threads::endpoint ep) {
-      auto comm = md::bind(t, ep, o);
-      if (ep.rank != 3) {
-        float x = 1;
-        try {
-          md::broadcast(comm, &x, 1, 0);
-        } catch (const md::timeout_error& e) {
-          what[ep.rank] = e.what(), peer[ep.rank] = e.peer();
-          CHECK(e.phase() == "broadcast");
-        } catch (const md::remote_error& e) {
-          what[ep.rank] = e.what(), peer[ep.rank] = e.failed_rank();
+    // Under collective checks in the call itself; under local checks the broadcast
+    // returns on the ranks that have what they read (the root reads nothing, the
+    // others its line), and they learn it at their next call.
+    for (auto checks : {md::check_level::collective, md::check_level::local}) {
+      o.checks = checks;
+      std::vector<std::string> what(4);
+      std::vector<std::size_t> peer(4, 99);
+      std::vector<int> returned(4, 0);
+      std::latch done(4);
+      md::threads::run(4, [&](md::threads::endpoint ep) {
+        auto comm = md::bind(t, ep, o);
+        if (ep.rank != 3) {
+          float x = 1;
+          try {
+            md::broadcast(comm, &x, 1, 0);
+            returned[ep.rank] = 1;
+            md::all_reduce(comm, &x, 1);
+          } catch (const md::timeout_error& e) {
+            what[ep.rank] = e.what(), peer[ep.rank] = e.peer();
+            // (under collective checks the broadcast's agreement, an all-reduce, waits first)
+            const bool all_reduce = returned[ep.rank] || checks == md::check_level::collective;
+            CHECK(e.phase() == (all_reduce ? "all-reduce" : "broadcast"));
+          } catch (const md::remote_error& e) {
+            what[ep.rank] = e.what(), peer[ep.rank] = e.failed_rank();
+          }
         }
+        done.arrive_and_wait();
+      });
+      const int local = checks == md::check_level::local;
+      CHECK(returned == std::vector<int>{local, local, local, 0});
+      for (std::size_t r = 0; r < 3; ++r) {
+        INFO("rank " << r << ": " << what[r]);
+        CHECK(what[r].find("(one-shot over node memory, all 4 ranks)") != std::string::npos);
+        CHECK((peer[r] == 3 || what[r].find("timed out") != std::string::npos));
       }
-      done.arrive_and_wait();
-    });
-    for (std::size_t r = 0; r < 3; ++r) {
-      INFO("rank " << r << ": " << what[r]);
-      CHECK(what[r].find("(one-shot over node memory, all 4 ranks)") != std::string::npos);
-      CHECK((peer[r] == 3 || what[r].find("timed out") != std::string::npos));
+      std::size_t timed_out = 0;  // the first to time out tells the others, which may stop with remote_error
+      for (std::size_t r = 0; r < 3; ++r)
+        timed_out += what[r].find("step 0, waiting for rank 3 to arrive at the call with rank " + std::to_string(r)) !=
+                     std::string::npos;
+      CHECK(timed_out >= 1);
     }
-    std::size_t timed_out = 0;  // the first to time out tells the others, which may stop with remote_error
-    for (std::size_t r = 0; r < 3; ++r)
-      timed_out += what[r].find("broadcast step 0, waiting for rank 3 to arrive at the call with rank " +
-                                std::to_string(r)) != std::string::npos;
-    CHECK(timed_out >= 1);
   }
   SUBCASE("a bad argument at a broadcast's root: every other rank gets remote_error, then communicator_error") {
     std::vector<std::string> first(4), next(4);

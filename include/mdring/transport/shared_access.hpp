@@ -144,6 +144,10 @@ public:
   // Rank j's staging buffer for the stage this rank has arrived at.
   void* staging(std::size_t j) const noexcept { return staging(j, seq_); }
 
+  // Rank j's two staging buffers, one after the other (2 x staging_bytes(); the
+  // one-shot path lays them out its own way: executor/host/one_shot.hpp).
+  unsigned char* region(std::size_t j) const noexcept { return reinterpret_cast<unsigned char*>(slots_[j] + 1); }
+
   std::size_t size() const noexcept { return p_; }
   std::size_t index() const noexcept { return me_; }
   // How long a wait spins before it yields (1: at once, when oversubscribed).

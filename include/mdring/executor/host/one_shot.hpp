@@ -2,25 +2,35 @@
 // (plan/one_shot.hpp says when).
 //
 // The communicator's flat channel: an access group (transport/shared_access.hpp)
-// over all its ranks, opened at bind where they all share a node. A call is one
-// stage s of it:
+// over all its ranks, opened at bind where they all share a node. Each rank's two
+// staging buffers are laid out as a ring of slots of a few cache lines and two data
+// buffers (one_shot_layout). A call is one stage s of the channel:
 //
-//   1. a rank that gives data copies it into its staging buffer of stage s (parity
-//      s % 2: into the buffer's first line when it fits, after it otherwise), then
-//      writes the line's signature (the collective, count, element size and root)
-//      and stage, and bumps its arrive word; a rank that gives none arrives at once;
-//   2. it waits until every rank's line says s (a short spin, then its arrive word,
-//      with sleeps), checks each one's signature and that none has broken (a
-//      failure in an earlier call marks its lines), and
-//   3. reads the buffers it needs: all_reduce, all_gather, reduce_scatter every
-//      rank's; broadcast the root's (the root reads none); reduce: the root every
-//      other rank's (the others read none).
+//   0. a rank makes sure that what it is about to write has been read: its slot
+//      s % ring was last written at stage s - ring, its data buffer s % 2 at the
+//      stage the workspace noted, and a rank has read a stage once it has arrived
+//      at the next one (the ranks' arrive words, looked at again only when the
+//      last look does not suffice);
+//   1. a rank that gives data copies it into its slot's first line (up to 48 bytes),
+//      the slot's other lines (up to 448) or a data buffer, writes the line's
+//      signature (the collective, count, element size and root) and stage, and
+//      bumps its arrive word; a rank that gives none arrives at once;
+//   2. it waits until the lines it reads say s (a short spin, then the owner's
+//      arrive word, with sleeps), checks each one's signature and that none has
+//      broken (a failure in an earlier call marks its lines), and
+//   3. reads them: all_reduce, all_gather, reduce_scatter every rank's; broadcast
+//      the root's (the root reads none); reduce: the root every other rank's (the
+//      others read none).
 //
-// Waiting for every rank, rooted calls too, is what lets a rank reuse its buffer of
-// stage s - 2 without a second synchronization (every rank has arrived at s - 1,
-// so it has finished s - 2), and what tells every rank of a peer that failed or
-// passed other arguments in this very call, as the programs do. Waits spin, then yield, then sleep on the peer's futex,
-// with the communicator's deadline from the moment spinning stops, watching for a peer's failure (the transport's
+// So under local checks the root of a broadcast and the leaves of a reduce return
+// as soon as their data is in node memory, as MPI's eager path does, and can run up
+// to ring - 1 calls (data in the slot) or one call (data in a buffer) ahead of the
+// slowest reader. What they do not read they do not check: a peer that failed, or
+// passed other arguments, reaches them at their next call that waits (the readers
+// find it in this call). Under collective checks every rank waits for every line, so
+// that every rank learns of it in the call, as the programs do. Waits spin, then
+// yield, then sleep on the peer's futex, with the communicator's deadline from the
+// moment spinning stops, watching for a peer's failure (the transport's
 // shared_failure) and writing the hang report's waiting line.
 #pragma once
 
@@ -58,6 +68,37 @@ struct alignas(64) one_shot_line {
 };
 static_assert(sizeof(one_shot_line) == 64 && std::atomic<std::uint32_t>::is_always_lock_free);
 
+// How the one-shot path lays out a rank's two staging buffers of `staging` bytes
+// each (contiguous): a ring of slots of `slot_lines` cache lines (stage s uses slot
+// s % ring: its line, and after it the data that do not fit in the line, up to
+// slot_bytes()), then two data buffers of `data` bytes for larger data (stage s
+// uses buffer s % 2). The deeper the ring, the further a rank that only gives runs
+// ahead of its readers; the default 16 KiB staging makes 16 slots of 8 lines (448 B
+// of data each) and two buffers of 12 KiB.
+struct one_shot_layout {
+  static constexpr std::size_t max_ring = 16, max_slot_lines = 8;
+  std::size_t ring = 0;        // slots (0: too small for the path)
+  std::size_t slot_lines = 1;  // cache lines per slot, the first one_shot_line
+  std::size_t data = 0;        // bytes per data buffer, a multiple of 64
+  constexpr explicit one_shot_layout(std::size_t staging) noexcept {
+    const std::size_t lines = 2 * staging / sizeof(one_shot_line);
+    if (lines < 2) return;
+    ring = lines / 8 < 2 ? 2 : lines / 8 > max_ring ? max_ring : lines / 8;
+    const std::size_t l = lines / (4 * ring);  // at most half the lines for the ring
+    slot_lines = l < 1 ? 1 : l > max_slot_lines ? max_slot_lines : l;
+    data = (lines - ring * slot_lines) / 2 * sizeof(one_shot_line);
+  }
+  // The bytes of data that a slot holds (in its line's payload, or in the lines after it).
+  constexpr std::size_t slot_bytes() const noexcept {
+    const std::size_t after = (slot_lines - 1) * sizeof(one_shot_line);
+    return after > one_shot_line::payload ? after : one_shot_line::payload;
+  }
+};
+static_assert(one_shot_layout(16384).ring == 16 && one_shot_layout(16384).slot_lines == 8 &&
+              one_shot_layout(16384).data == 12288 && one_shot_layout(16384).slot_bytes() == 448 &&
+              one_shot_layout(128).ring == 2 && one_shot_layout(128).slot_lines == 1 &&
+              one_shot_layout(128).data == 64 && one_shot_layout(32).ring == 0);
+
 template <transport Transport>
 class one_shot {
 public:
@@ -68,18 +109,16 @@ public:
   one_shot(const one_shot&) = delete;
   one_shot& operator=(const one_shot&) = delete;
 
-  // This rank's communicator broke: both its lines say so (see peer_broke).
+  // This rank's communicator broke: all its lines say so (see peer_broke).
   static void mark_failed(const host_binding<Transport>& b) noexcept {
     if (!b.flat) return;
     access_group& g = b.transport.group(*b.flat);
-    if (g.staging_bytes() < sizeof(one_shot_line)) return;  // (no call runs one-shot then)
-    for (void* at : {g.staging(g.index()), g.next_staging(g.index())})
-      static_cast<one_shot_line*>(at)->failed.store(1, std::memory_order_seq_cst);
+    auto* lines = reinterpret_cast<one_shot_line*>(g.region(g.index()));
+    const one_shot_layout l(g.staging_bytes());
+    for (std::size_t i = 0; i < l.ring; ++i) lines[i * l.slot_lines].failed.store(1, std::memory_order_seq_cst);
   }
-  // The staging bytes a call can use for its data (the rest is the line).
-  static std::size_t capacity(std::size_t staging) noexcept {
-    return staging > sizeof(one_shot_line) ? staging - sizeof(one_shot_line) : 0;
-  }
+  // The bytes a call can publish (a data buffer's: one_shot_layout).
+  static std::size_t capacity(std::size_t staging) noexcept { return one_shot_layout(staging).data; }
   // Whether this communicator can run calls by the one-shot path at all.
   static bool available(const host_binding<Transport>& b) noexcept { return b.flat != nullptr; }
   // A call that cannot take it says so to the workspace (the last call's path).
@@ -104,11 +143,12 @@ public:
   // waiting; true once done. Throws what a failed wait or a mismatch means.
   bool run(bool block) {
     if (step_ == 0) {
+      if (!free_to_write(block)) return false;
       publish();
       step_ = 1;
     }
     if (step_ == 1) {
-      if (!all_arrived(block)) return false;
+      if (!arrivals(block)) return false;
       finish();
       step_ = 2;
       b_.board.step_done(bytes_);
@@ -131,6 +171,9 @@ private:
     if (!taken_) return;
     bytes_ = one_shot_bytes({kind, count, elem_, ranks(), root});
     s_ = group().sequence() + 1;
+    layout_ = one_shot_layout(group().staging_bytes());
+    waits_all_ =
+        b_.opts.checks == check_level::collective || (kind != collective::broadcast && kind != collective::reduce);
     b_.board.begin_program(1);
   }
 
@@ -141,23 +184,65 @@ private:
     return true;
   }
 
-  // Step 2: every rank has arrived at s, with this call's signature, unbroken.
-  bool all_arrived(bool block) {
+  // Whether this rank reads rank j's line in this call (under collective checks,
+  // and in unrooted calls, every rank's: see the top).
+  bool reads(std::size_t j) const noexcept {
+    if (waits_all_) return true;
+    return kind_ == collective::broadcast ? j == root_ : me() == root_;
+  }
+
+  // Step 0: every rank has read what this rank last wrote where it writes now (see
+  // the top): its line at s - ring, its data buffer at the stage the workspace
+  // noted. The stage the workspace last saw every peer at suffices, or each peer's
+  // arrive word is read (and waited for).
+  bool free_to_write(bool block) {
+    auto& ws = b_.workspace;
+    // (the first ring stages find their lines unwritten: one_shot_calls counts this one)
+    std::uint32_t need =
+        ws.one_shot_calls() > layout_.ring ? s_ - std::uint32_t(layout_.ring - 1) : ws.one_shot_peers();
+    if (!in_line() && gives())
+      if (const std::uint32_t last = ws.one_shot_buffer(s_ % 2); last != 0 && !reached(need, last + 1)) need = last + 1;
+    if (reached(ws.one_shot_peers(), need)) return true;
+    access_group& g = group();
+    std::uint32_t least = s_;
     for (std::size_t j = 0; j < ranks(); ++j) {
       if (j == me()) continue;
-      if (!arrived(j, block, " to arrive at the call with rank ")) return false;
+      std::uint32_t at = g.slot(j).arrive.load(std::memory_order_acquire);
+      if (!reached(at, need)) {
+        if (!wait_for(j, need, nullptr, block, " to read the data of an earlier call of rank ")) return false;
+        at = g.slot(j).arrive.load(std::memory_order_acquire);
+      }
+      if (!reached(at, least)) least = at;
+    }
+    ws.note_one_shot_peers(least);
+    return true;
+  }
+
+  // Step 2: every rank this one reads has arrived at s, with this call's signature, unbroken.
+  bool arrivals(bool block) {
+    for (std::size_t j = 0; j < ranks(); ++j) {
+      if (j == me() || !reads(j)) continue;
+      if (!wait_for(j, s_, &line(j).stage, block, " to arrive at the call with rank ")) return false;
       const one_shot_line& l = line(j);
       if (l.failed.load(std::memory_order_acquire)) peer_broke(j);
       if (l.signature != signature()) mismatch(j);
     }
+    if (waits_all_) b_.workspace.note_one_shot_peers(s_);  // every peer has arrived at s
     return true;
   }
 
-  // Rank j's line of this stage (after publish), and where its data is.
-  one_shot_line& line(std::size_t j) const noexcept { return *static_cast<one_shot_line*>(group().staging(j)); }
-  const void* data_of(std::size_t j) const noexcept {
-    const one_shot_line& l = line(j);
-    return bytes_ <= one_shot_line::payload ? static_cast<const void*>(l.data) : static_cast<const void*>(&l + 1);
+  // The data fit in the slot (its line, and the lines after it).
+  bool in_line() const noexcept { return bytes_ <= layout_.slot_bytes(); }
+  // Rank j's line of stage s, and where its data is: the line's payload and on, or a data buffer.
+  one_shot_line& line(std::size_t j) const noexcept {
+    return reinterpret_cast<one_shot_line*>(group().region(j))[(s_ % layout_.ring) * layout_.slot_lines];
+  }
+  unsigned char* buffer(std::size_t j) const noexcept {
+    return group().region(j) + layout_.ring * layout_.slot_lines * sizeof(one_shot_line) + (s_ % 2) * layout_.data;
+  }
+  void* data_of(std::size_t j) const noexcept {
+    if (bytes_ <= one_shot_line::payload) return line(j).data;
+    return in_line() ? static_cast<void*>(&line(j) + 1) : static_cast<void*>(buffer(j));
   }
 
   std::uint64_t signature() const noexcept {
@@ -165,17 +250,22 @@ private:
            std::uint64_t(kind_) << 56;
   }
 
-  // Rank j has arrived at s: its line says so at once or after a short spin, else
-  // when block waits for its arrive word (a peer's failure or the deadline throw).
-  bool arrived(std::size_t j, bool block, const char* what) {
+  // Rank j has arrived at stage seq: `stage` (its line's word, else null) says so at
+  // once or after a short spin, else when block its arrive word is waited for (a
+  // peer's failure or the deadline throw, the message naming what was waited for).
+  bool wait_for(std::size_t j, std::uint32_t seq, const std::atomic<std::uint32_t>* stage, bool block,
+                const char* what) {
     access_group& g = group();
-    const std::uint32_t seq = s_;
-    const std::atomic<std::uint32_t>& stage = line(j).stage;
+    const std::atomic<std::uint32_t>& word = stage ? *stage : g.slot(j).arrive;
+    auto there = [&] {
+      const std::uint32_t v = word.load(std::memory_order_acquire);
+      return stage ? v == seq : reached(v, seq);
+    };
     for (unsigned i = 0; i < g.spins(); ++i) {
-      if (stage.load(std::memory_order_acquire) == seq) return true;
+      if (there()) return true;
       MDRING_CPU_RELAX();
     }
-    if (stage.load(std::memory_order_acquire) == seq) return true;
+    if (there()) return true;
     auto failed = [&] { return b_.transport.shared_failure(); };
     auto started = [&]() -> deadline_clock::time_point {  // the deadline runs from the first wait
       if (deadline_ == deadline_clock::time_point{}) deadline_ = deadline_clock::now() + b_.opts.timeout;
@@ -199,8 +289,11 @@ private:
   // Step 1: this rank's line (and data) of stage s, then its arrive word.
   void publish() {
     access_group& g = group();
-    auto& l = *static_cast<one_shot_line*>(g.next_staging(me()));
-    if (gives()) std::memcpy(bytes_ <= one_shot_line::payload ? static_cast<void*>(l.data) : &l + 1, send_, bytes_);
+    one_shot_line& l = line(me());
+    if (gives()) {
+      std::memcpy(data_of(me()), send_, bytes_);
+      if (!in_line()) b_.workspace.note_one_shot_buffer(s_ % 2, s_);
+    }
     l.signature = signature();
     l.stage.store(s_, std::memory_order_release);
     g.arrive_signed(signature());
@@ -310,8 +403,9 @@ private:
   void* recv_ = nullptr;
   std::size_t count_ = 0, root_ = 0, bytes_ = 0;
   std::uint32_t s_ = 0;
+  one_shot_layout layout_{0};
   int step_ = 0;
-  bool taken_ = false;
+  bool taken_ = false, waits_all_ = true;
   deadline_clock::time_point deadline_{};
   std::size_t waits_on_ = std::size_t(-1);
   std::size_t nest_[host_reducer<int, sum_t>::max_nest] = {};

@@ -23,6 +23,7 @@
 #include "scratch.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <memory_resource>
 #include <span>
@@ -105,6 +106,14 @@ public:
     one_shot_calls_ += taken;
     last_one_shot_ = taken;
   }
+  // The one-shot path's view of its peers: every other rank has arrived at least at
+  // this stage of the flat channel (as last seen; one_shot.hpp reads their words again
+  // only when it needs a later stage).
+  std::uint32_t one_shot_peers() const noexcept { return one_shot_peers_; }
+  void note_one_shot_peers(std::uint32_t stage) noexcept { one_shot_peers_ = stage; }
+  // The stage at which this rank last wrote its one-shot data buffer `parity` (0: not yet).
+  std::uint32_t one_shot_buffer(std::size_t parity) const noexcept { return one_shot_buffer_[parity]; }
+  void note_one_shot_buffer(std::size_t parity, std::uint32_t stage) noexcept { one_shot_buffer_[parity] = stage; }
 
   // Measured planning: the plans measured so far, and what is being measured.
   wisdom& measured_plans() noexcept { return wisdom_; }
@@ -133,6 +142,8 @@ private:
   measuring_state measuring_;
   std::uint64_t one_shot_calls_ = 0;
   bool last_one_shot_ = false;
+  std::uint32_t one_shot_peers_ = 0;
+  std::uint32_t one_shot_buffer_[2] = {0, 0};
 };
 
 }  // namespace detail
