@@ -530,10 +530,9 @@ struct decision {
 // is taken without measuring: there it beats Open MPI's shared-memory path at every
 // size, on 2 and 4 processes (docs/perf/pmpi-small.md: 0.39 to 0.92 x), which trials
 // of calls under a microsecond cannot resolve (their medians move by more than that
-// from run to run, and kept MPI's at 8 B). Not a broadcast or reduce: one-shot,
-// every rank waits for every other (docs/DESIGN.md), and from 4 KiB on 2 processes,
-// 512 B on 4, Open MPI's are faster after a barrier; the measured choice decides
-// those (and keeps MPI's below 512 B: see choose). Nor a communicator of more than 8
+// from run to run, and kept MPI's at 8 B). Not a broadcast or reduce: below 512 B
+// Open MPI's are faster in a loop (see choose), and from 4 KiB on 2 processes, 512 B
+// on 4, after a barrier; the measured choice decides those. Nor a communicator of more than 8
 // ranks, where every rank reads every other's data.
 bool one_shot_first(const comm_state& s, coll c, std::size_t bytes) {
   const md::collective kind = collectives[c].kind;
@@ -670,11 +669,12 @@ void choose(comm_state& s, MPI_Comm comm, coll c, std::size_t cls, class_state& 
   // 0.88 x in the trials, 1.05 x in a loop, at 64 B), and a call of a microsecond
   // has no 15 % to give.
   const double small_margin = (std::size_t(1) << cls) < (std::size_t(64) << 10) ? 0.15 : 0.0;
-  // A broadcast or reduce below 512 B stays with MPI: there Open MPI's returns at the
-  // root (the leaves) as soon as its part is done, so a program's loop of them
-  // pipelines, while mdring's one-shot call waits for every rank (docs/perf/latency.md:
-  // 2.6 to 4 x MPI's time in a loop, 2 processes), which the trials' alternating pairs
-  // do not show.
+  // A broadcast or reduce below 512 B stays with MPI: there a loop of Open MPI's, whose
+  // root (leaves) return as soon as their part is done, costs 0.08 to 0.15 us a call;
+  // mdring's one-shot root returns at once too, but a loop of them costs its leaves
+  // (root) about 0.15 (docs/perf/latency.md: 1.9 x MPI's at 8 B, about 1.0 x at 64 B,
+  // 2 processes), which the trials' alternating pairs, each after a barrier, do not
+  // show.
   const bool rooted_eager = (c == c_bcast || c == c_reduce) && (std::size_t(1) << cls) < 512;
   auto pick = [&](const double* x) {
     return !rooted_eager && md::pick_measured({x[0], x[1]}, x[2]) == 1 && x[1] < (1 - small_margin) * x[0];

@@ -57,10 +57,11 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "rounds' (max - min).", "",
        "Up to `tune.one_shot_max_bytes` (8 KiB per rank) every call here runs one-shot over node memory "
        "(docs/USAGE.md, \"Small calls, one-shot\"): each rank copies what it gives into its staging buffer, "
-       "arrives, waits for every rank and reads; larger calls run their programs. Rooted calls wait for every "
-       "rank too (so that a failure or a mismatch reaches every rank in the same call): Open MPI's broadcast "
-       "and reduce return at the root or the leaves as soon as their part is done, and a loop of them "
-       "pipelines, which is why their 8-byte native times are below the floor.", ""]
+       "arrives, waits for the ranks it reads from and reads; larger calls run their programs. A broadcast's "
+       "root and a reduce's leaves read nothing and return once their data is in node memory, up to 15 calls "
+       "ahead of their slowest reader (docs/DESIGN.md), as Open MPI's return at the root or the leaves as soon "
+       "as their part is done: a loop of them pipelines, which is why their 8-byte times can be below the "
+       "floor.", ""]
 for np in sorted({k[0] for k in by}):
     floor = next(r["floor_us"] for r in rows if r["np"] == np)
     out += [f"### {np} processes (floor {floor:.3f} us)", "",
