@@ -9,7 +9,9 @@
 //    cost, one message each way. Printed as the one-way time, half a round trip.
 // 2. Each small call, 8 B to --max-bytes (x8 steps, and 64 KiB), float sum where it
 //    reduces: all_reduce, broadcast, reduce, all_gather, reduce_scatter, native MPI
-//    and mdring (bound once, `shm:*`) back to back in every round, --iters calls each.
+//    and mdring (bound once, `shm:*`) back to back in every round, --iters calls each;
+//    broadcast and reduce also on a communicator bound with options::eager_rooted
+//    (the root, the leaves, return once their data is in node memory: "eager").
 //    Per size the medians over the rounds, mdring / native and each / the floor.
 // Every rank's results are checked once per size (exact: small integers).
 // Oversubscribed (more ranks than cores), the ping-pong and the spins measure the
@@ -225,6 +227,9 @@ int main(int argc, char** argv) {
   int failures = 0;
   {  // mdring's communicator ends before MPI does
     auto comm = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD);
+    mdring::options eager_opts;
+    eager_opts.eager_rooted = true;
+    auto eager = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, eager_opts);
     std::vector<std::size_t> sizes;
     for (std::size_t b = 8; b <= s.max_bytes; b *= 8) sizes.push_back(b);
     if (sizes.back() != s.max_bytes) sizes.push_back(s.max_bytes);
@@ -234,50 +239,61 @@ int main(int argc, char** argv) {
           "mdring-latency: %d processes; the floor (cache-line ping-pong, one way): %.3f us (rounds %.3f..%.3f)\n", P,
           floor * 1e6, *std::min_element(floors.begin(), floors.end()) * 1e6,
           *std::max_element(floors.begin(), floors.end()) * 1e6);
-      std::printf("%-15s %8s %12s %12s %9s %9s %9s  %s\n", "call", "bytes", "native us", "mdring us", "md/native",
-                  "md/floor", "nat/floor", "spread (native, mdring)");
+      std::printf("%-15s %8s %12s %12s %9s %9s %9s  %-24s %s\n", "call", "bytes", "native us", "mdring us", "md/native",
+                  "md/floor", "nat/floor", "spread (native, mdring)", "eager us (/native)");
     }
     for (op o : all_ops) {
       if (s.calls.find("," + std::string(name_of(o)) + ",") == std::string::npos) continue;
       for (std::size_t bytes : sizes) {
         const std::size_t n = std::max<std::size_t>(bytes / sizeof(float), 1);
         std::vector<float> send(n * std::size_t(P)), recv(n * std::size_t(P));
+        // 0 native, 1 mdring, 2 mdring with eager_rooted (broadcast and reduce only).
+        const int variants = o == op::broadcast || o == op::reduce ? 3 : 2;
+        auto run = [&](int v) {
+          if (v == 2) call(o, false, eager, send, recv, n);
+          else call(o, v == 0, comm, send, recv, n);
+        };
         // Checked once per side, then timed (broadcast's recv is its buffer: refilled per round).
         bool ok = true;
-        for (bool native : {true, false}) {
+        for (int v = 0; v < variants; ++v) {
           fill(o, send, recv, n, rank, P);
-          call(o, native, comm, send, recv, n);
+          run(v);
           ok = ok && check(o, recv, n, rank, P);
         }
         int all_ok = ok;
         MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
         failures += !all_ok;
-        std::vector<double> t[2];
+        std::vector<double> t[3];
         for (int r = 0; r < s.rounds; ++r)
-          for (bool native : {true, false}) {
+          for (int v = 0; v < variants; ++v) {
             fill(o, send, recv, n, rank, P);
             MPI_Barrier(MPI_COMM_WORLD);
             const auto t0 = clock_type::now();
-            for (int i = 0; i < s.iters; ++i) call(o, native, comm, send, recv, n);
+            for (int i = 0; i < s.iters; ++i) run(v);
             double dt = std::chrono::duration<double>(clock_type::now() - t0).count() / s.iters;
-            MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);  // the slowest rank's
-            t[native ? 0 : 1].push_back(dt);
+            // The slowest rank's. An eager root (leaves) may be ahead when the loop ends: the
+            // barrier before the next round waits for the readers, its time not counted.
+            MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            t[v].push_back(dt);
           }
         if (rank == 0) {
           const double nat = median(t[0]), md = median(t[1]);
           auto spread = [](const std::vector<double>& v) {
             return (*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end())) * 1e6;
           };
-          std::printf("%-15s %8zu %12.3f %12.3f %9.2f %9.2f %9.2f  %.3f, %.3f%s\n", name_of(o), n * sizeof(float),
-                      nat * 1e6, md * 1e6, md / nat, md / floor, nat / floor, spread(t[0]), spread(t[1]),
+          const double eg = variants == 3 ? median(t[2]) : 0;
+          char eager_text[48] = "";
+          if (variants == 3) std::snprintf(eager_text, sizeof eager_text, "%.3f (%.2f)", eg * 1e6, eg / nat);
+          std::printf("%-15s %8zu %12.3f %12.3f %9.2f %9.2f %9.2f  %.3f, %-17.3f %s%s\n", name_of(o), n * sizeof(float),
+                      nat * 1e6, md * 1e6, md / nat, md / floor, nat / floor, spread(t[0]), spread(t[1]), eager_text,
                       all_ok ? "" : "  WRONG RESULT");
           if (json)
             std::fprintf(json,
                          "{\"bench\":\"latency\",\"np\":%d,\"op\":\"%s\",\"bytes\":%zu,\"native_us\":%.4f,"
                          "\"mdring_us\":%.4f,\"floor_us\":%.4f,\"rounds\":%d,\"iters\":%d,\"native_spread_us\":%.4f,"
-                         "\"mdring_spread_us\":%.4f,\"correct\":%s}\n",
+                         "\"mdring_spread_us\":%.4f,\"eager_us\":%.4f,\"correct\":%s}\n",
                          P, name_of(o), n * sizeof(float), nat * 1e6, md * 1e6, floor * 1e6, s.rounds, s.iters,
-                         spread(t[0]), spread(t[1]), all_ok ? "true" : "false");
+                         spread(t[0]), spread(t[1]), eg * 1e6, all_ok ? "true" : "false");
         }
       }
     }

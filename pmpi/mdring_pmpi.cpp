@@ -671,10 +671,10 @@ void choose(comm_state& s, MPI_Comm comm, coll c, std::size_t cls, class_state& 
   const double small_margin = (std::size_t(1) << cls) < (std::size_t(64) << 10) ? 0.15 : 0.0;
   // A broadcast or reduce below 512 B stays with MPI: there a loop of Open MPI's, whose
   // root (leaves) return as soon as their part is done, costs 0.08 to 0.15 us a call;
-  // mdring's one-shot root returns at once too, but a loop of them costs its leaves
-  // (root) about 0.15 (docs/perf/latency.md: 1.9 x MPI's at 8 B, about 1.0 x at 64 B,
-  // 2 processes), which the trials' alternating pairs, each after a barrier, do not
-  // show.
+  // mdring's one-shot call waits for every rank (about 3 x MPI's time in a loop, 2
+  // processes), and even with MDRING_EAGER_ROOTED=1, its root returning at once, a loop
+  // costs its leaves about 0.15 us (1.9 x at 8 B: docs/perf/latency.md), which the
+  // trials' alternating pairs, each after a barrier, do not show.
   const bool rooted_eager = (c == c_bcast || c == c_reduce) && (std::size_t(1) << cls) < 512;
   auto pick = [&](const double* x) {
     return !rooted_eager && md::pick_measured({x[0], x[1]}, x[2]) == 1 && x[1] < (1 - small_margin) * x[0];

@@ -57,22 +57,26 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "rounds' (max - min).", "",
        "Up to `tune.one_shot_max_bytes` (8 KiB per rank) every call here runs one-shot over node memory "
        "(docs/USAGE.md, \"Small calls, one-shot\"): each rank copies what it gives into its staging buffer, "
-       "arrives, waits for the ranks it reads from and reads; larger calls run their programs. A broadcast's "
-       "root and a reduce's leaves read nothing and return once their data is in node memory, up to 15 calls "
-       "ahead of their slowest reader (docs/DESIGN.md), as Open MPI's return at the root or the leaves as soon "
-       "as their part is done: a loop of them pipelines, which is why their 8-byte times can be below the "
-       "floor.", ""]
+       "arrives, waits for every rank and reads; larger calls run their programs. Rooted calls wait for every "
+       "rank too (so that a failure or a mismatch reaches every rank in the same call). The *eager* column: "
+       "broadcast and reduce on a communicator bound with `options.eager_rooted`, whose root (leaves) read "
+       "nothing and return once their data is in node memory, up to 15 calls ahead of their slowest reader "
+       "(docs/DESIGN.md), as Open MPI's return at the root or the leaves as soon as their part is done: a loop "
+       "of them pipelines, which is why those 8-byte times can be below the floor.", ""]
 for np in sorted({k[0] for k in by}):
     floor = next(r["floor_us"] for r in rows if r["np"] == np)
     out += [f"### {np} processes (floor {floor:.3f} us)", "",
-            "| call | bytes | native us | mdring us | mdring / native | mdring / floor | spread native, mdring (us) |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+            "| call | bytes | native us | mdring us | mdring / native | mdring / floor | spread native, mdring (us) "
+            "| eager us | eager / native |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for op in ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"]:
         for r in by.get((np, op), []):
             flag = "" if r["correct"] else " WRONG"
+            e = r.get("eager_us", 0)
+            eager = f"{e:.3f} | {e / r['native_us']:.2f}" if e > 0 else " | "
             out.append(f"| {op} | {r['bytes']} | {r['native_us']:.3f} | {r['mdring_us']:.3f} | "
                        f"{r['mdring_us'] / r['native_us']:.2f} | {r['mdring_us'] / r['floor_us']:.1f} | "
-                       f"{r['native_spread_us']:.3f}, {r['mdring_spread_us']:.3f}{flag} |")
+                       f"{r['native_spread_us']:.3f}, {r['mdring_spread_us']:.3f}{flag} | {eager} |")
     out.append("")
 # Through the interposer: per collective and size, the medians over the rounds.
 pm = collections.defaultdict(list)
@@ -113,6 +117,8 @@ try:
             x = [r["bytes"] for r in rs]
             ax.loglog(x, [r["native_us"] for r in rs], "o-", label="native Open MPI")
             ax.loglog(x, [r["mdring_us"] for r in rs], "s-", label="mdring")
+            if any(r.get("eager_us", 0) > 0 for r in rs):
+                ax.loglog(x, [r["eager_us"] for r in rs], "^-", label="mdring, eager_rooted")
             ax.loglog(x, [r["floor_us"] for r in rs], "k--", label="floor (ping-pong)")
             ax.set_title(f"{op}, {np} processes")
             ax.set_xlabel("bytes")

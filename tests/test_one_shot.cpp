@@ -262,15 +262,16 @@ TEST_CASE("one-shot: nonblocking calls in flight, program calls between, in orde
   CHECK(fails.empty());
 }
 
-TEST_CASE("one-shot: a broadcast's root and a reduce's leaves return once their data is in node memory") {
-  // Rooted calls under local checks: a rank that only gives data does not wait for
-  // the others; it waits only before writing a slot or buffer that a rank has not
+TEST_CASE("one-shot, eager_rooted: a broadcast's root and a reduce's leaves return once their data is in node memory") {
+  // Rooted calls with options::eager_rooted: a rank that only gives data does not wait
+  // for the others; it waits only before writing a slot or buffer that a rank has not
   // read yet (a ring of slots for data of at most 448 bytes, two buffers above that).
   using namespace std::chrono_literals;
   const std::size_t ring = md::detail::one_shot_layout(md::tuning{}.shared_staging_bytes).ring;
   CHECK(ring == 16);
   md::options o;
   o.timeout = 5s;
+  o.eager_rooted = true;
   SUBCASE("the root runs ring - 1 small broadcasts ahead, then one of 512 B, before any other rank calls") {
     std::atomic<int> root_done{0};
     const auto fails = on_threads("shm:4", o, [&](auto& comm, std::vector<std::string>& f) {
@@ -334,9 +335,11 @@ TEST_CASE("one-shot: rooted calls in a long random loop with slow readers stay e
   // Every size class (data in the line, in the slot, in a buffer), roots and ops mixed with
   // all_reduce; some ranks pause at random, so givers run ahead as far as the
   // lines and buffers allow.
-  for (auto checks : {md::check_level::local, md::check_level::collective}) {
+  for (int mode = 0; mode < 3; ++mode) {  // the default, eager_rooted, eager_rooted under collective checks
+    INFO("mode " << mode);
     md::options o;
-    o.checks = checks;
+    o.eager_rooted = mode > 0;
+    if (mode == 2) o.checks = md::check_level::collective;
     const auto fails = on_threads("shm:4", o, [&](auto& comm, std::vector<std::string>& f) {
       const std::size_t r = comm.rank(), P = comm.size();
       std::mt19937_64 pause(r + 100), rng(5);
@@ -396,11 +399,11 @@ TEST_CASE("one-shot: errors name the rank and leave no rank waiting") {
     }
   }
   SUBCASE("an absent rank: timeout_error naming it, or remote_error, on every other rank") {
-    // Under collective checks in the call itself; under local checks the broadcast
-    // returns on the ranks that have what they read (the root reads nothing, the
-    // others its line), and they learn it at their next call.
-    for (auto checks : {md::check_level::collective, md::check_level::local}) {
-      o.checks = checks;
+    // By default in the call itself; with eager_rooted the broadcast returns on the
+    // ranks that have what they read (the root reads nothing, the others its line),
+    // and they learn it at their next call.
+    for (bool eager : {false, true}) {
+      o.eager_rooted = eager;
       std::vector<std::string> what(4);
       std::vector<std::size_t> peer(4, 99);
       std::vector<int> returned(4, 0);
@@ -415,17 +418,15 @@ TEST_CASE("one-shot: errors name the rank and leave no rank waiting") {
             md::all_reduce(comm, &x, 1);
           } catch (const md::timeout_error& e) {
             what[ep.rank] = e.what(), peer[ep.rank] = e.peer();
-            // (under collective checks the broadcast's agreement, an all-reduce, waits first)
-            const bool all_reduce = returned[ep.rank] || checks == md::check_level::collective;
-            CHECK(e.phase() == (all_reduce ? "all-reduce" : "broadcast"));
+            CHECK(e.phase() == (returned[ep.rank] ? "all-reduce" : "broadcast"));
           } catch (const md::remote_error& e) {
             what[ep.rank] = e.what(), peer[ep.rank] = e.failed_rank();
           }
         }
         done.arrive_and_wait();
       });
-      const int local = checks == md::check_level::local;
-      CHECK(returned == std::vector<int>{local, local, local, 0});
+      const int e = eager;
+      CHECK(returned == std::vector<int>{e, e, e, 0});
       for (std::size_t r = 0; r < 3; ++r) {
         INFO("rank " << r << ": " << what[r]);
         CHECK(what[r].find("(one-shot over node memory, all 4 ranks)") != std::string::npos);

@@ -114,6 +114,14 @@ TEST_CASE("the other MDRING_* defaults: known values used, others named once") {
     CHECK(rejected("MDRING_SHARED", "no", md::detail::default_shared, "0 or 1"));
   }
   {
+    env_var e("MDRING_EAGER_ROOTED", "1");
+    CHECK(md::detail::default_eager_rooted());
+    CHECK(md::options{}.eager_rooted);
+    env_var f("MDRING_EAGER_ROOTED", "yes");
+    CHECK(!rejected("MDRING_EAGER_ROOTED", "yes", md::detail::default_eager_rooted, "0 or 1"));
+  }
+  CHECK(!md::options{}.eager_rooted);  // off by default
+  {
     env_var e("MDRING_HANG_REPORT", "0");
     CHECK(!md::detail::default_hang_report());
   }

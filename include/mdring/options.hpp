@@ -9,7 +9,8 @@
 // The defaults can also be set from the environment (read when an options object
 // is constructed): MDRING_TIMEOUT=<seconds>, MDRING_CHECKS=local|collective,
 // MDRING_PROGRESS=agent|in_wait, MDRING_PROFILE=<file>, MDRING_PLANNING=measure,
-// MDRING_WISDOM=<file>, MDRING_REPRODUCIBLE=1 and MDRING_ACCUMULATION=float32.
+// MDRING_WISDOM=<file>, MDRING_REPRODUCIBLE=1, MDRING_ACCUMULATION=float32 and
+// MDRING_EAGER_ROOTED=1.
 #pragma once
 
 #include "config.hpp"
@@ -234,6 +235,10 @@ inline bool default_hang_report() {
   const char* s = env_choice("MDRING_HANG_REPORT", {"0", "1"}, "0 or 1");
   return !(s && std::string_view(s) == "0");
 }
+inline bool default_eager_rooted() {
+  const char* s = env_choice("MDRING_EAGER_ROOTED", {"0", "1"}, "0 or 1");
+  return s && std::string_view(s) == "1";
+}
 inline bool default_reproducible() {
   const char* s = env_choice("MDRING_REPRODUCIBLE", {"0", "1"}, "0 or 1");
   return s && std::string_view(s) == "1";
@@ -317,6 +322,17 @@ struct options {
 
   /// local or collective argument checks (check_level); MDRING_CHECKS=collective sets the default.
   check_level checks = detail::default_checks();
+
+  /// Small broadcasts and reduces that run one-shot (every rank on one node: docs/USAGE.md,
+  /// "Small calls, one-shot"). The root of a broadcast and the leaves of a reduce read
+  /// nothing; by default they still wait until every rank has arrived at the call, so
+  /// that a peer's failure or bad argument reaches every rank in that very call. With
+  /// eager_rooted they return as soon as their data is in node memory, as MPI's eager
+  /// path does, up to 15 calls ahead of their slowest reader, so that a loop of them
+  /// pipelines; a peer's failure or bad argument then reaches them at their next call
+  /// that waits (the readers still learn in the call). No effect under
+  /// check_level::collective. Ranks may differ. MDRING_EAGER_ROOTED=1 sets the default.
+  bool eager_rooted = detail::default_eager_rooted();
 
   /// Reproducible results (docs/USAGE.md, "Reproducible reductions"): every element of a
   /// reduction is combined in one order that depends on the topology alone, whatever

@@ -22,16 +22,17 @@
 //      the root's (the root reads none); reduce: the root every other rank's (the
 //      others read none).
 //
-// So under local checks the root of a broadcast and the leaves of a reduce return
-// as soon as their data is in node memory, as MPI's eager path does, and can run up
-// to ring - 1 calls (data in the slot) or one call (data in a buffer) ahead of the
-// slowest reader. What they do not read they do not check: a peer that failed, or
-// passed other arguments, reaches them at their next call that waits (the readers
-// find it in this call). Under collective checks every rank waits for every line, so
-// that every rank learns of it in the call, as the programs do. Waits spin, then
-// yield, then sleep on the peer's futex, with the communicator's deadline from the
-// moment spinning stops, watching for a peer's failure (the transport's
-// shared_failure) and writing the hang report's waiting line.
+// By default every rank waits for every rank's line, rooted calls too, so that a
+// peer that failed or passed other arguments reaches every rank in the call, as with
+// the programs. With options::eager_rooted (and local checks) the root of a
+// broadcast and the leaves of a reduce wait for no line: they return as soon as
+// their data is in node memory, as MPI's eager path does, and can run up to ring - 1
+// calls (data in the slot) or one call (data in a buffer) ahead of the slowest
+// reader; what they do not read reaches them at their next call that waits (the
+// readers find it in this call). Waits spin, then yield, then sleep on the peer's
+// futex, with the communicator's deadline from the moment spinning stops, watching
+// for a peer's failure (the transport's shared_failure) and writing the hang
+// report's waiting line.
 #pragma once
 
 #include "../../config.hpp"
@@ -172,8 +173,8 @@ private:
     bytes_ = one_shot_bytes({kind, count, elem_, ranks(), root});
     s_ = group().sequence() + 1;
     layout_ = one_shot_layout(group().staging_bytes());
-    waits_all_ =
-        b_.opts.checks == check_level::collective || (kind != collective::broadcast && kind != collective::reduce);
+    waits_all_ = !b_.opts.eager_rooted || b_.opts.checks == check_level::collective ||
+                 (kind != collective::broadcast && kind != collective::reduce);
     b_.board.begin_program(1);
   }
 
@@ -184,8 +185,8 @@ private:
     return true;
   }
 
-  // Whether this rank reads rank j's line in this call (under collective checks,
-  // and in unrooted calls, every rank's: see the top).
+  // Whether this rank reads rank j's line in this call (every rank's unless an eager
+  // rooted call: see the top).
   bool reads(std::size_t j) const noexcept {
     if (waits_all_) return true;
     return kind_ == collective::broadcast ? j == root_ : me() == root_;
