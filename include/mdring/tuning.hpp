@@ -38,8 +38,9 @@ struct tuning {
   /// this many bytes per rank (all_reduce, reduce, broadcast, all_gather: the count;
   /// reduce_scatter: the whole sendbuf) copies them into its staging buffer in node
   /// memory and every rank that needs them reads them there: one synchronization, no
-  /// program, no message. Capped by shared_staging_bytes less 64 (the staging
-  /// buffer's first line says when its owner arrived). Measured on 2 and 4
+  /// program, no message. Capped by a data buffer of the one-shot layout (the two
+  /// staging buffers of shared_staging_bytes, less a ring of 16 slots of 512 B,
+  /// halved: 12288 B by default; executor/host/one_shot.hpp). Measured on 2 and 4
   /// processes of a 2-core EPYC against the programs: 0.5 to 0.9 x their time up to
   /// 8 KiB, about 1.05 x at 16 KiB for all_reduce and all_gather. 0: never.
   std::size_t one_shot_max_bytes = std::size_t(8) << 10;

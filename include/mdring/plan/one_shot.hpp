@@ -17,9 +17,9 @@
 //
 // It runs where every dimension's algorithm is automatic (a requested algorithm
 // is run as asked), the call has elements, and what a rank publishes fits in
-// tuning::one_shot_max_bytes and in its staging buffer (tuning::
-// shared_staging_bytes, less the 64-byte line the executor keeps there: `staging`
-// below). The fold is the reproducible mode's order (the ranks left to right,
+// tuning::one_shot_max_bytes and in a data buffer of the executor's layout of the
+// staging buffers (tuning::shared_staging_bytes x 2, less its ring of slots, halved:
+// `staging` below; executor/host/one_shot.hpp). The fold is the reproducible mode's order (the ranks left to right,
 // nested over the topology's dimensions under options.reproducible), so every
 // rank's result is bitwise the same. A 16-bit call some but not all of whose
 // dimensions accumulate in float32 runs its program (its rounding is per
