@@ -225,8 +225,10 @@ private:
       if (j == me() || !reads(j)) continue;
       if (!wait_for(j, s_, &line(j).stage, block, " to arrive at the call with rank ")) return false;
       const one_shot_line& l = line(j);
-      if (l.failed.load(std::memory_order_acquire)) peer_broke(j);
+      // A line of this stage with other arguments first: its owner may have broken
+      // since, on finding this very mismatch, and the mismatch is what every rank names.
       if (l.signature != signature()) mismatch(j);
+      if (l.failed.load(std::memory_order_acquire)) peer_broke(j);
     }
     if (waits_all_) b_.workspace.note_one_shot_peers(s_);  // every peer has arrived at s
     return true;
