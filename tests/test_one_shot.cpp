@@ -335,11 +335,18 @@ TEST_CASE("one-shot: rooted calls in a long random loop with slow readers stay e
   // Every size class (data in the line, in the slot, in a buffer), roots and ops mixed with
   // all_reduce; some ranks pause at random, so givers run ahead as far as the
   // lines and buffers allow.
-  for (int mode = 0; mode < 3; ++mode) {  // the default, eager_rooted, eager_rooted under collective checks
+  // The default, eager_rooted, eager_rooted under collective checks, and eager_rooted
+  // with a small staging (a ring of 8 slots of 2 lines, data buffers of 2496 B).
+  const md::detail::one_shot_layout small(3008);  // 3000 rounded up to whole lines, as the transports do
+  CHECK(small.ring == 8);
+  CHECK(small.slot_lines == 2);
+  CHECK(small.data == 2496);
+  for (int mode = 0; mode < 4; ++mode) {
     INFO("mode " << mode);
     md::options o;
     o.eager_rooted = mode > 0;
     if (mode == 2) o.checks = md::check_level::collective;
+    if (mode == 3) o.tune.shared_staging_bytes = 3000;
     const auto fails = on_threads("shm:4", o, [&](auto& comm, std::vector<std::string>& f) {
       const std::size_t r = comm.rank(), P = comm.size();
       std::mt19937_64 pause(r + 100), rng(5);

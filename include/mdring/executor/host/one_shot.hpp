@@ -75,7 +75,8 @@ static_assert(sizeof(one_shot_line) == 64 && std::atomic<std::uint32_t>::is_alwa
 // slot_bytes()), then two data buffers of `data` bytes for larger data (stage s
 // uses buffer s % 2). The deeper the ring, the further a rank that only gives runs
 // ahead of its readers; the default 16 KiB staging makes 16 slots of 8 lines (448 B
-// of data each) and two buffers of 12 KiB.
+// of data each) and two buffers of 12 KiB. The ring is a power of two (a call's slot
+// is a mask of its stage, no division on the call's path).
 struct one_shot_layout {
   static constexpr std::size_t max_ring = 16, max_slot_lines = 8;
   std::size_t ring = 0;        // slots (0: too small for the path)
@@ -84,7 +85,8 @@ struct one_shot_layout {
   constexpr explicit one_shot_layout(std::size_t staging) noexcept {
     const std::size_t lines = 2 * staging / sizeof(one_shot_line);
     if (lines < 2) return;
-    ring = lines / 8 < 2 ? 2 : lines / 8 > max_ring ? max_ring : lines / 8;
+    ring = 2;
+    while (ring < max_ring && 2 * ring <= lines / 8) ring *= 2;
     const std::size_t l = lines / (4 * ring);  // at most half the lines for the ring
     slot_lines = l < 1 ? 1 : l > max_slot_lines ? max_slot_lines : l;
     data = (lines - ring * slot_lines) / 2 * sizeof(one_shot_line);
@@ -98,7 +100,7 @@ struct one_shot_layout {
 static_assert(one_shot_layout(16384).ring == 16 && one_shot_layout(16384).slot_lines == 8 &&
               one_shot_layout(16384).data == 12288 && one_shot_layout(16384).slot_bytes() == 448 &&
               one_shot_layout(128).ring == 2 && one_shot_layout(128).slot_lines == 1 &&
-              one_shot_layout(128).data == 64 && one_shot_layout(32).ring == 0);
+              one_shot_layout(128).data == 64 && one_shot_layout(32).ring == 0 && one_shot_layout(3000).ring == 8);
 
 template <transport Transport>
 class one_shot {
@@ -166,13 +168,13 @@ private:
   void take(collective kind, const void* send, void* recv, std::size_t count, std::size_t root) {
     kind_ = kind, send_ = send, recv_ = recv, count_ = count, root_ = root;
     if (!available(b_)) return;
-    taken_ = one_shot_applies({kind, count, elem_, ranks(), root}, b_.opts, capacity(group().staging_bytes()),
-                              b_.layout.written_extents);
+    layout_ = one_shot_layout(group().staging_bytes());
+    taken_ = one_shot_applies({kind, count, elem_, ranks(), root}, b_.opts, layout_.data, b_.layout.written_extents);
     b_.workspace.note_one_shot(taken_);
     if (!taken_) return;
     bytes_ = one_shot_bytes({kind, count, elem_, ranks(), root});
     s_ = group().sequence() + 1;
-    layout_ = one_shot_layout(group().staging_bytes());
+    first_line_ = (s_ & (layout_.ring - 1)) * layout_.slot_lines;
     waits_all_ = !b_.opts.eager_rooted || b_.opts.checks == check_level::collective ||
                  (kind != collective::broadcast && kind != collective::reduce);
     b_.board.begin_program(1);
@@ -238,7 +240,7 @@ private:
   bool in_line() const noexcept { return bytes_ <= layout_.slot_bytes(); }
   // Rank j's line of stage s, and where its data is: the line's payload and on, or a data buffer.
   one_shot_line& line(std::size_t j) const noexcept {
-    return reinterpret_cast<one_shot_line*>(group().region(j))[(s_ % layout_.ring) * layout_.slot_lines];
+    return reinterpret_cast<one_shot_line*>(group().region(j))[first_line_];
   }
   unsigned char* buffer(std::size_t j) const noexcept {
     return group().region(j) + layout_.ring * layout_.slot_lines * sizeof(one_shot_line) + (s_ % 2) * layout_.data;
@@ -407,6 +409,7 @@ private:
   std::size_t count_ = 0, root_ = 0, bytes_ = 0;
   std::uint32_t s_ = 0;
   one_shot_layout layout_{0};
+  std::size_t first_line_ = 0;  // the line of slot s % ring in a rank's region
   int step_ = 0;
   bool taken_ = false, waits_all_ = true;
   deadline_clock::time_point deadline_{};
