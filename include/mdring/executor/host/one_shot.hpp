@@ -85,9 +85,12 @@ struct one_shot_layout {
   constexpr explicit one_shot_layout(std::size_t staging) noexcept {
     const std::size_t lines = 2 * staging / sizeof(one_shot_line);
     if (lines < 2) return;
-    ring = 2;
-    while (ring < max_ring && 2 * ring <= lines / 8) ring *= 2;
-    const std::size_t l = lines / (4 * ring);  // at most half the lines for the ring
+    // Shifts only: a call lays this out afresh (it is a few instructions, not a division).
+    unsigned log_ring = 1;
+    while (log_ring < 4 && (std::size_t(2) << log_ring) <= lines / 8) ++log_ring;
+    static_assert(max_ring == 16);
+    ring = std::size_t(1) << log_ring;
+    const std::size_t l = lines >> (log_ring + 2);  // at most half the lines for the ring
     slot_lines = l < 1 ? 1 : l > max_slot_lines ? max_slot_lines : l;
     data = (lines - ring * slot_lines) / 2 * sizeof(one_shot_line);
   }
