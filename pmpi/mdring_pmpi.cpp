@@ -671,9 +671,9 @@ void choose(comm_state& s, MPI_Comm comm, coll c, std::size_t cls, class_state& 
   const double small_margin = (std::size_t(1) << cls) < (std::size_t(64) << 10) ? 0.15 : 0.0;
   // A broadcast or reduce below 512 B stays with MPI: there a loop of Open MPI's, whose
   // root (leaves) return as soon as their part is done, costs 0.08 to 0.15 us a call;
-  // mdring's one-shot call waits for every rank (1.7 to 2.4 x MPI's time in a loop, 2
+  // mdring's one-shot call waits for every rank (1.2 to 2.4 x MPI's time in a loop, 2
   // processes), and even with MDRING_EAGER_ROOTED=1, its root returning at once, a loop
-  // costs its leaves about 0.13 us (1.5 to 2 x: docs/perf/latency.md), which the
+  // costs its leaves about 0.13 us (1.2 to 2.1 x: docs/perf/latency.md), which the
   // trials' alternating pairs, each after a barrier, do not show.
   const bool rooted_eager = (c == c_bcast || c == c_reduce) && (std::size_t(1) << cls) < 512;
   auto pick = [&](const double* x) {
