@@ -17,6 +17,7 @@
 #include "unique_id.hpp"
 
 #include <mdring/collective/explain.hpp>
+#include <mdring/cuda/ipc.cuh>
 #include <mdring/cuda/store.cuh>
 #include <mdring/rendezvous/tcp_store.hpp>
 
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -79,6 +81,11 @@ struct ncclComm {
   std::string prefix;                      // this communicator's keys in it
   std::unique_ptr<mdring::rendezvous::tcp_store> store;
   std::optional<mdring_nccl::device_comm> comm;
+  // Point to point (ncclSend, ncclRecv and what NCCL builds on them): one ipc link
+  // over every rank, with mailboxes, opened at init; none when the ranks are not
+  // processes of one node (p2p_unavailable says why).
+  std::optional<mdring::cuda::ipc_link> p2p;
+  std::string p2p_unavailable;
   std::string topology_text, topology_source;
   mdring_nccl::premul_table premul;
   std::size_t children = 0;  // splits made from it, which number their keys
@@ -111,6 +118,7 @@ struct ncclComm {
     if (init.joinable()) init.join();
     int prev = -1;
     const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != device && cudaSetDevice(device) == cudaSuccess;
+    p2p.reset();
     comm.reset();
     if (scratch) (void)cudaFree(scratch);
     if (scratch_done) (void)cudaEventDestroy(scratch_done);
@@ -162,10 +170,25 @@ inline void bind_communicator(ncclComm& c) {
   }
   c.topology_text = topo.to_string();
   c.comm.emplace(mdring::cuda::bind(topo, world, opts));
+  // Point to point: every rank with every other, whatever the topology.
+  std::vector<std::size_t> members(std::size_t(c.size));
+  std::iota(members.begin(), members.end(), std::size_t(0));
+  mdring::cuda::detail::store_exchange ex{c.store.get(), c.prefix + "/p2p", std::size_t(c.rank), std::size_t(c.size),
+                                          mdring::rendezvous::clock::now() + opts.timeout};
+  std::string why;
+  c.p2p.emplace(mdring::cuda::ipc_link::open(ex, members, std::size_t(c.rank), 0, &why, true));
+  if (!c.p2p->is_open()) {
+    c.p2p.reset();
+    c.p2p_unavailable = "point-to-point calls need every rank of the communicator in a process of one node (at most " +
+                        std::to_string(mdring::detail::ipc_max_ranks) + "), with CUDA IPC between them: " + why;
+  }
   if (const char* r = std::getenv("MDRING_REPORT"); r && *r && *r != '0' && c.rank == 0)
-    std::fprintf(stderr, "mdring NCCL: a communicator of %d ranks: %s (%s); rank 0 on GPU %d\n%s", c.size,
-                 c.topology_text.c_str(), c.topology_source.c_str(), c.device,
-                 mdring::explain<float>(topo, std::size_t(1) << 20, mdring::collective::all_reduce, 0).c_str());
+    std::fprintf(
+        stderr,
+        "mdring NCCL: a communicator of %d ranks: %s (%s); rank 0 on GPU %d\n%smdring NCCL: point to point: %s\n",
+        c.size, c.topology_text.c_str(), c.topology_source.c_str(), c.device,
+        mdring::explain<float>(topo, std::size_t(1) << 20, mdring::collective::all_reduce, 0).c_str(),
+        c.p2p ? "pulled through CUDA IPC between every pair of ranks" : c.p2p_unavailable.c_str());
 }
 
 // Runs the bind of c as the init asks: at once (blocking; a failure returned), or

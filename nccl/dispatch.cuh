@@ -6,7 +6,9 @@
 //   stream, then every rank broadcasts recvbuff in place;
 // - PreMulSum: each rank's input is multiplied by the scalar (premul_kernel, into
 //   the receive buffer or the communicator's scratch), then summed;
-// - ncclAvg: mdring::avg (sum divided once by the ranks; integers truncate).
+// - ncclAvg: mdring::avg (sum divided once by the ranks; integers truncate);
+// - ncclSend and ncclRecv: the communicator's point-to-point link (ncclComm::p2p,
+//   cuda/ipc.cuh's ipc_link::p2p), a group's messages enqueued together.
 #pragma once
 
 #include "communicator.cuh"
@@ -21,6 +23,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace mdring_nccl {
 
@@ -138,6 +142,36 @@ void on_op(op_kind k, F&& f) {
   }
 }
 
+// Enqueues a group's sends and receives on one communicator, each on its call's
+// stream (the k-th send to a peer meets its k-th receive from this rank); throws
+// what mdring throws.
+inline void issue_p2p(ncclComm& comm, std::span<const nccl_call> calls) {
+  if (calls.empty()) return;
+  const char* function = calls.front().function;
+  if (!comm.p2p) throw mdring::communicator_error(std::string(function) + ": " + comm.p2p_unavailable);
+  std::vector<mdring::cuda::p2p_send> sends;
+  std::vector<mdring::cuda::p2p_recv> recvs;
+  for (const nccl_call& c : calls) {
+    const std::size_t bytes = c.count * c.type.bytes, peer = std::size_t(c.peer);
+    if (c.kind == call_kind::send) sends.push_back({c.send, bytes, peer, c.stream});
+    else recvs.push_back({c.recv, bytes, peer, c.stream});
+  }
+  mdring::cuda::detail::device_guard g(comm.device);
+  mdring::cuda::step_context cx;
+  cx.label = "point to point";
+  cx.rank = std::size_t(comm.rank);
+  cx.deadline = mdring::deadline_clock::now() + comm.comm->get_options().timeout;
+  try {
+    comm.p2p->p2p(sends, recvs, cx);
+  } catch (const mdring::invalid_argument& e) {
+    if (e.argument() != "peer") mark_broken(*comm.comm, e.what());  // (refused by the schedule: nothing enqueued)
+    throw;
+  } catch (const std::exception& e) {
+    mark_broken(*comm.comm, e.what());  // partly enqueued: the peers were told (ipc_link::p2p)
+    throw;
+  }
+}
+
 // Enqueues c on its stream; throws what mdring throws.
 inline void issue(ncclComm& comm, const nccl_call& c) {
   auto& dc = *comm.comm;
@@ -159,7 +193,7 @@ inline void issue(ncclComm& comm, const nccl_call& c) {
       return;
     case call_kind::send:
     case call_kind::recv:
-      throw mdring::communicator_error(std::string(c.function) + ": not supported by mdring's NCCL library yet");
+      return issue_p2p(comm, std::span<const nccl_call>(&c, 1));
     default:
       break;
   }
@@ -202,21 +236,36 @@ inline void issue(ncclComm& comm, const nccl_call& c) {
   });
 }
 
-// Issues c on its communicator, one call at a time; a failure is returned and
-// kept for ncclCommGetAsyncError.
-inline ncclResult_t issue_checked(const nccl_call& c) {
-  auto& comm = *const_cast<ncclComm*>(static_cast<const ncclComm*>(c.comm));
+// Runs f (which issues calls of one communicator) under the communicator's lock;
+// a failure is returned and kept for ncclCommGetAsyncError, and one that leaves
+// the communicator unusable is announced to its peers (their waits on this rank end).
+template <class F>
+ncclResult_t issue_guarded(ncclComm& comm, const char* function, F&& f) {
   std::lock_guard l(comm.calls);
   try {
-    issue(comm, c);
+    f();
     return ncclSuccess;
   } catch (...) {
-    const ncclResult_t r = from_exception(c.function);
+    const ncclResult_t r = from_exception(function);
     // A bad argument found before the enqueue leaves the communicator usable; one
     // found during it (a buffer CUDA IPC cannot share, ranks that disagree) does not.
     if (r != ncclInvalidArgument || !comm.comm->usable()) comm.set_state(int(r), last_error());
+    if (comm.state.load() != ncclSuccess) {
+      const std::string why = last_error();
+      if (comm.p2p) comm.p2p->abort(why);
+      if (comm.comm->usable()) {
+        mdring::cuda::detail::device_peers<device_comm>{*comm.comm}.failed_here(why);
+        mark_broken(*comm.comm, why);
+      }
+    }
     return r;
   }
+}
+
+// Issues c on its communicator, one call at a time.
+inline ncclResult_t issue_checked(const nccl_call& c) {
+  auto& comm = *const_cast<ncclComm*>(static_cast<const ncclComm*>(c.comm));
+  return issue_guarded(comm, c.function, [&] { issue(comm, c); });
 }
 
 }  // namespace mdring_nccl

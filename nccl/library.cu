@@ -280,9 +280,10 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   comm->aborted.store(true);
   try {
+    const std::string why = "rank " + std::to_string(comm->rank) + " aborted the communicator (ncclCommAbort)";
     if (comm->state.load() != ncclInProgress && comm->comm)
-      mdring::cuda::detail::device_peers<device_comm>{*comm->comm}.failed_here(
-          "rank " + std::to_string(comm->rank) + " aborted the communicator (ncclCommAbort)");
+      mdring::cuda::detail::device_peers<device_comm>{*comm->comm}.failed_here(why);
+    if (comm->state.load() != ncclInProgress && comm->p2p) comm->p2p->abort(why);
   } catch (...) {  // (only the text's allocation can throw)
   }
   if (comm->state.load() == ncclInProgress) return ncclSuccess;  // its init thread still uses it: left
@@ -294,8 +295,10 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
     mark_broken(*comm->comm, "aborted (ncclCommAbort)");
     try {
       (void)new device_comm(std::move(*comm->comm));
+      if (comm->p2p) (void)new mdring::cuda::ipc_link(std::move(*comm->p2p));
     } catch (...) {}
     comm->comm.reset();
+    comm->p2p.reset();
   }
   comm->scratch = nullptr;
   l.unlock();
@@ -468,20 +471,121 @@ MDRING_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclBcast, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
 
-// Point to point and the collectives NCCL builds from it: not yet (docs/NCCL.md).
-#define MDRING_NCCL_NOT_YET(name, why, ...)                                                      \
-  MDRING_NCCL_EXPORT ncclResult_t name(__VA_ARGS__) { return refused(unsupported(#name, why)); } \
-  MDRING_NCCL_TWIN(ncclResult_t, name, __VA_ARGS__)
-MDRING_NCCL_NOT_YET(ncclSend, "point-to-point calls are not implemented yet", const void*, size_t, ncclDataType_t, int,
-                    ncclComm_t, cudaStream_t)
-MDRING_NCCL_NOT_YET(ncclRecv, "point-to-point calls are not implemented yet", void*, size_t, ncclDataType_t, int,
-                    ncclComm_t, cudaStream_t)
-MDRING_NCCL_NOT_YET(ncclAlltoAll, "not implemented yet", const void*, void*, size_t, ncclDataType_t, ncclComm_t,
-                    cudaStream_t)
-MDRING_NCCL_NOT_YET(ncclGather, "not implemented yet", const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
-                    cudaStream_t)
-MDRING_NCCL_NOT_YET(ncclScatter, "not implemented yet", const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
-                    cudaStream_t)
+// ---- point to point, and the collectives NCCL builds from it ----------------------------
+// Queued like the collectives; a group's messages are issued together at its end
+// (issue_p2p: the k-th send to a peer meets that peer's k-th receive from this rank).
+
+namespace mdring_nccl {
+namespace {
+
+// Checks one message and queues it (or issues it alone, outside a group).
+ncclResult_t message(const char* function, call_kind kind, const void* send, void* recv, std::size_t count,
+                     ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream, const char* peer_name) {
+  nccl_call c{comm, kind, peer, function, send, recv, count, {}, {}, 0, stream};
+  ncclResult_t r = usable(function, comm);
+  if (r == ncclSuccess) r = describe_type(function, datatype, c.type);
+  if (r == ncclSuccess) r = check_rank(function, peer_name, peer, comm->size);
+  if (r == ncclSuccess) r = check_count(function, "count", count, c.type.bytes);
+  if (r == ncclSuccess)
+    r = check_buffer(function, kind == call_kind::send ? "sendbuff" : "recvbuff", kind == call_kind::send ? send : recv,
+                     count);
+  return r == ncclSuccess ? submit(c) : refused(r);
+}
+
+// A collective made of messages: its own group (nested in the caller's, if any),
+// `each(j)` queueing what goes to and from rank j.
+template <class Each>
+ncclResult_t as_group(const char* function, ncclComm_t comm, ncclDataType_t datatype, std::size_t count,
+                      std::size_t per_rank_factor, int root, bool rooted, Each&& each) {
+  ncclResult_t r = usable(function, comm);
+  type_info t{};
+  if (r == ncclSuccess) r = describe_type(function, datatype, t);
+  if (r == ncclSuccess && rooted) r = check_rank(function, "root", root, comm->size);
+  if (r == ncclSuccess) r = check_count(function, "count", count, t.bytes, per_rank_factor);
+  if (r != ncclSuccess) return refused(r);
+  group().start();
+  for (int j = 0; j < comm->size && r == ncclSuccess; ++j) r = each(j, count * t.bytes);
+  std::vector<comm_batch<nccl_call>> none;
+  if (r != ncclSuccess) {
+    (void)group().end(none);  // discards the group when it is the outermost
+    return r;
+  }
+  return ncclGroupEnd();
+}
+
+char* at(void* p, std::size_t bytes) { return static_cast<char*>(p) + bytes; }
+const char* at(const void* p, std::size_t bytes) { return static_cast<const char*>(p) + bytes; }
+
+}  // namespace
+}  // namespace mdring_nccl
+
+MDRING_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                                         ncclComm_t comm, cudaStream_t stream) {
+  return message("ncclSend", call_kind::send, sendbuff, nullptr, count, datatype, peer, comm, stream, "peer");
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclSend, const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+
+MDRING_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                         ncclComm_t comm, cudaStream_t stream) {
+  return message("ncclRecv", call_kind::recv, nullptr, recvbuff, count, datatype, peer, comm, stream, "peer");
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclRecv, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+
+// count elements to and from every rank: block j of sendbuff goes to rank j, block j
+// of recvbuff comes from rank j.
+MDRING_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  constexpr const char* fn = "ncclAlltoAll";
+  if (comm && count && (!sendbuff || !recvbuff))
+    return refused(check_buffer(fn, sendbuff ? "recvbuff" : "sendbuff", nullptr, count));
+  return as_group(
+      fn, comm, datatype, count, comm ? std::size_t(comm->size) : 1, 0, false, [&](int j, std::size_t bytes) {
+        ncclResult_t r =
+            message(fn, call_kind::send, at(sendbuff, j * bytes), nullptr, count, datatype, j, comm, stream, "peer");
+        if (r == ncclSuccess)
+          r = message(fn, call_kind::recv, nullptr, at(recvbuff, j * bytes), count, datatype, j, comm, stream, "peer");
+        return r;
+      });
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclAlltoAll, const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)
+
+// Every rank's count elements into block r of the root's recvbuff.
+MDRING_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                           int root, ncclComm_t comm, cudaStream_t stream) {
+  constexpr const char* fn = "ncclGather";
+  if (comm && count && !sendbuff) return refused(check_buffer(fn, "sendbuff", nullptr, count));
+  if (comm && count && comm->rank == root && !recvbuff)
+    return refused(check_buffer(fn, "recvbuff (at the root)", nullptr, count));
+  return as_group(
+      fn, comm, datatype, count, comm ? std::size_t(comm->size) : 1, root, true, [&](int j, std::size_t bytes) {
+        ncclResult_t r = ncclSuccess;
+        if (j == comm->rank)
+          r = message(fn, call_kind::send, sendbuff, nullptr, count, datatype, root, comm, stream, "root");
+        if (r == ncclSuccess && comm->rank == root)
+          r = message(fn, call_kind::recv, nullptr, at(recvbuff, j * bytes), count, datatype, j, comm, stream, "root");
+        return r;
+      });
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclGather, const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+
+// Block r of the root's sendbuff into rank r's recvbuff (count elements).
+MDRING_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                            int root, ncclComm_t comm, cudaStream_t stream) {
+  constexpr const char* fn = "ncclScatter";
+  if (comm && count && !recvbuff) return refused(check_buffer(fn, "recvbuff", nullptr, count));
+  if (comm && count && comm->rank == root && !sendbuff)
+    return refused(check_buffer(fn, "sendbuff (at the root)", nullptr, count));
+  return as_group(
+      fn, comm, datatype, count, comm ? std::size_t(comm->size) : 1, root, true, [&](int j, std::size_t bytes) {
+        ncclResult_t r = ncclSuccess;
+        if (comm->rank == root)
+          r = message(fn, call_kind::send, at(sendbuff, j * bytes), nullptr, count, datatype, j, comm, stream, "root");
+        if (r == ncclSuccess && j == comm->rank)
+          r = message(fn, call_kind::recv, nullptr, recvbuff, count, datatype, root, comm, stream, "root");
+        return r;
+      });
+}
+MDRING_NCCL_TWIN(ncclResult_t, ncclScatter, const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
 
 // ---- groups ------------------------------------------------------------------------------
 
@@ -500,15 +604,29 @@ MDRING_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
     if (auto r = group().end(batches); r != ncclSuccess) return r;
     std::vector<std::pair<ncclResult_t, std::string>> results(batches.size(), {ncclSuccess, std::string()});
     auto run = [&](std::size_t i) noexcept {
-      for (const auto& c : batches[i].collectives)
-        if (auto r = issue_checked(c); r != ncclSuccess) {
-          try {
-            results[i] = {r, last_error()};
-          } catch (...) {
-            results[i].first = r;
-          }
-          return;
+      auto failed = [&](ncclResult_t r) {
+        try {
+          results[i] = {r, last_error()};
+        } catch (...) {
+          results[i].first = r;
         }
+      };
+      for (const auto& c : batches[i].collectives)
+        if (auto r = issue_checked(c); r != ncclSuccess) return failed(r);
+      // Then its messages, all together (each peer's in call order).
+      std::vector<nccl_call> p2p;
+      try {
+        for (auto& [peer, lists] : batches[i].p2p) {
+          p2p.insert(p2p.end(), lists.first.begin(), lists.first.end());
+          p2p.insert(p2p.end(), lists.second.begin(), lists.second.end());
+        }
+      } catch (...) {
+        return failed(from_exception("ncclGroupEnd"));
+      }
+      if (p2p.empty()) return;
+      auto& comm = *const_cast<ncclComm*>(static_cast<const ncclComm*>(batches[i].comm));
+      if (auto r = issue_guarded(comm, p2p.front().function, [&] { issue_p2p(comm, p2p); }); r != ncclSuccess)
+        failed(r);
     };
     std::vector<std::thread> threads;
     std::size_t next = 0;

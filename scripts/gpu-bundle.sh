@@ -27,8 +27,8 @@ targets=(test_gpu_fold test_gpu_all_reduce test_gpu_ipc_store mdring-gpu-bench m
 # writer's broken pipe failed the test, so these were never bundled)
 help=$(cmake --build "$build" --target help)
 grep -q "test_gpu_mpi$" <<<"$help" && targets+=(test_gpu_mpi test_gpu_ipc)
-# NCCL's API on mdring (docs/NCCL.md) and its C check, where nccl.h is found.
-grep -q "mdring_nccl_api$" <<<"$help" && targets+=(nccl_api_check)
+# NCCL's API on mdring (docs/NCCL.md), its C check and its point-to-point check, where nccl.h is found.
+grep -q "mdring_nccl_api$" <<<"$help" && targets+=(nccl_api_check nccl_p2p_check)
 cmake --build "$build" -j "$(mdring_jobs)" --target "${targets[@]}"
 mkdir -p "$dest"
 for t in "${targets[@]}"; do

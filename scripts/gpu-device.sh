@@ -8,9 +8,10 @@
 # Phases (default: env nccl ipc torch bench extra cxx):
 #   env       the GPU, driver, CUDA, PyTorch and MPI found
 #   nccl      libmdring-nccl.so (docs/NCCL.md): tests/nccl/nccl_api_check.c on a one-rank
-#             communicator, then PyTorch's own nccl backend on it (LD_PRELOAD) under
+#             communicator, tests/nccl/nccl_p2p_check.cpp with 2, 3 and 4 forked ranks
+#             (point to point), then PyTorch's own nccl backend on it (LD_PRELOAD) under
 #             torchrun, 2 and 4 processes sharing the GPU (tests/nccl/torch_nccl.py: every
-#             collective exact, 10 DDP steps), the same on gloo (CPU) and, with the torch
+#             collective and point-to-point call exact, 10 DDP steps), the same on gloo (CPU) and, with the torch
 #             phase's build, on mdring's backend: the parameters compared
 #   ipc       test_gpu_ipc_store under mdring-run with 2, 3 and 4 processes (the
 #             ipc transport between processes sharing the GPU; no MPI)
@@ -121,6 +122,11 @@ if want nccl; then
     dropin=/tmp/mdring-nccl-drop-in  # the library as libnccl.so.2, first on the library path
     mkdir -p "$dropin" && ln -sf "$bin/libmdring-nccl.so" "$dropin/libnccl.so.2"
     step "nccl_api_check (1 rank)" 60 env LD_LIBRARY_PATH="$dropin:$LD_LIBRARY_PATH" "$bin/nccl_api_check"
+    if [ -x "$bin/nccl_p2p_check" ]; then  # point to point between forked ranks sharing the GPU
+      for np in 2 3 4; do
+        step "nccl_p2p_check np$np" 120 env LD_LIBRARY_PATH="$dropin:$LD_LIBRARY_PATH" "$bin/nccl_p2p_check" "$np"
+      done
+    fi
     for np in ${MDRING_DEVICE_NCCL_NP:-2 4}; do
       step "torch nccl on mdring np$np" 240 env LD_PRELOAD="$bin/libmdring-nccl.so" MDRING_REPORT=1 \
         "${tr[@]}" --nproc_per_node "$np" tests/nccl/torch_nccl.py "$out/params_nccl_np$np.pt"
@@ -128,7 +134,7 @@ if want nccl; then
         tee -a "$out/summary.txt"
     done
     if [ -x "$bin/nccl-tests/all_reduce_perf" ]; then  # NCCL's own benchmark programs, one rank
-      for t in all_reduce broadcast reduce all_gather reduce_scatter; do
+      for t in all_reduce broadcast reduce all_gather reduce_scatter sendrecv alltoall gather scatter hypercube; do
         step "nccl-tests ${t}_perf" 60 env LD_LIBRARY_PATH="$dropin:$LD_LIBRARY_PATH" \
           "$bin/nccl-tests/${t}_perf" -b 8 -e 64M -f 8 -g 1 -c 1
         grep -E "Avg bus|wrong|Out of bounds" "$logs/nccl-tests_${t}_perf.log" | sed 's/^/    /' | tee -a "$out/summary.txt"

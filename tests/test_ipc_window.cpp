@@ -12,6 +12,8 @@
 #include <doctest/doctest.h>
 #include <mdring/transport/ipc_window.hpp>
 
+#include "node_threads.hpp"
+
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -25,35 +27,9 @@ namespace mdd = mdring::detail;
 
 namespace {
 
-// all_gather among threads (the Exchange of node_window / ipc_window).
-struct thread_exchange {
-  std::size_t p;
-  std::vector<std::vector<unsigned char>> cells;
-  std::barrier<> sync;
-  explicit thread_exchange(std::size_t n) : p(n), cells(n), sync(std::ptrdiff_t(n)) {}
-  struct member {
-    thread_exchange* x;
-    std::size_t me;
-    void all_gather(const void* mine, std::size_t bytes, void* all) {
-      x->cells[me].assign(static_cast<const unsigned char*>(mine), static_cast<const unsigned char*>(mine) + bytes);
-      x->sync.arrive_and_wait();
-      for (std::size_t j = 0; j < x->p; ++j)
-        std::memcpy(static_cast<char*>(all) + j * bytes, x->cells[j].data(), bytes);
-      x->sync.arrive_and_wait();
-    }
-  };
-};
-
-template <class F>
-void on_threads(std::size_t p, F&& f) {
-  std::vector<std::thread> ts;
-  for (std::size_t r = 0; r < p; ++r) ts.emplace_back([&, r] { f(r); });
-  for (auto& t : ts) t.join();
-}
-
-md::deadline_clock::time_point in(double seconds) {
-  return md::deadline_clock::now() + std::chrono::microseconds(long(seconds * 1e6));
-}
+using node_threads::in;
+using node_threads::on_threads;
+using thread_exchange = node_threads::exchange;
 
 }  // namespace
 

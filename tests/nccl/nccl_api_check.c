@@ -7,7 +7,9 @@
  * ncclGetLastError() text expected; groups nest and a failed call discards its
  * group. Without a GPU: ncclCommInitRank fails with ncclUnhandledCudaError naming
  * cudaGetDevice, nothing hangs. With one: a one-rank communicator all-reduces,
- * broadcasts and all-gathers exactly, PreMulSum included. Exits 0 when all hold. */
+ * broadcasts and all-gathers exactly, PreMulSum included, sends to itself in a
+ * group, all-to-alls, gathers and scatters exactly, and refuses a send to itself
+ * without its receive and a receive of another size. Exits 0 when all hold. */
 #include <nccl.h>
 
 #include <cuda_runtime.h>
@@ -79,7 +81,11 @@ static void without_a_communicator(void) {
   EXPECT_FAIL(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, NULL, 0), ncclInvalidArgument,
               "ncclAllReduce: comm is NULL");
   EXPECT_FAIL(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart before it on this thread");
-  EXPECT_FAIL(ncclSend(&x, 1, ncclFloat, 0, NULL, 0), ncclInvalidUsage, "ncclSend: not supported by mdring's NCCL");
+  EXPECT_FAIL(ncclSend(&x, 1, ncclFloat, 0, NULL, 0), ncclInvalidArgument, "ncclSend: comm is NULL");
+  EXPECT_FAIL(ncclRecv(&x, 1, ncclFloat, 0, NULL, 0), ncclInvalidArgument, "ncclRecv: comm is NULL");
+  EXPECT_FAIL(ncclAlltoAll(&x, &x, 1, ncclFloat, NULL, 0), ncclInvalidArgument, "ncclAlltoAll: comm is NULL");
+  EXPECT_FAIL(ncclGather(&x, &x, 1, ncclFloat, 0, NULL, 0), ncclInvalidArgument, "ncclGather: comm is NULL");
+  EXPECT_FAIL(ncclScatter(&x, &x, 1, ncclFloat, 0, NULL, 0), ncclInvalidArgument, "ncclScatter: comm is NULL");
   EXPECT_FAIL(ncclCommShrink(NULL, NULL, 0, NULL, NULL, 0), ncclInvalidUsage,
               "ncclCommShrink: not supported by mdring's NCCL library");
   EXPECT_FAIL(ncclCommInitAll(&comm, 2, NULL), ncclInvalidUsage, "ncclCommInitAll: not supported");
@@ -94,6 +100,11 @@ static void without_a_communicator(void) {
               "ncclAllReduce: comm is NULL");
   EXPECT(ncclGroupStart() == ncclSuccess);
   EXPECT(ncclGroupEnd() == ncclSuccess); /* the next group is clean */
+  EXPECT(ncclGroupStart() == ncclSuccess);
+  EXPECT(ncclRecv(&x, 1, ncclFloat, 0, NULL, 0) == ncclInvalidArgument);
+  EXPECT_FAIL(ncclGroupEnd(), ncclInvalidArgument,
+              "ncclGroupEnd: the group was discarded (0 calls not issued) because a call in it failed: "
+              "ncclRecv: comm is NULL");
 
   void* p = (void*)&x;
   EXPECT(ncclMemFree(NULL) == ncclSuccess);
@@ -147,6 +158,38 @@ static void on_a_gpu(void) {
                 "ncclAllReduce: datatype ncclFloat8e4m3: fp8 is not supported by mdring");
   EXPECT_FAIL(ncclAllReduce(d, e, 8, ncclFloat, (ncclRedOp_t)9, comm, 0), ncclInvalidArgument,
               "ncclAllReduce: op 9 is not a live PreMulSum op of this communicator");
+
+  /* Point to point on one rank: to itself, in a group; the collectives made of it. */
+  cudaMemset(e, 0, sizeof host);
+  EXPECT(ncclGroupStart() == ncclSuccess);
+  EXPECT(ncclRecv(e, 8, ncclFloat, 0, comm, 0) == ncclSuccess);
+  EXPECT(ncclSend(d, 8, ncclFloat, 0, comm, 0) == ncclSuccess);
+  EXPECT(ncclGroupEnd() == ncclSuccess);
+  cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
+  cudaMemset(e, 0, sizeof host);
+  EXPECT(ncclAlltoAll(d, e, 8, ncclFloat, comm, 0) == ncclSuccess);
+  cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
+  cudaMemset(e, 0, sizeof host);
+  EXPECT(ncclGather(d, e, 8, ncclFloat, 0, comm, 0) == ncclSuccess);
+  cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
+  cudaMemset(e, 0, sizeof host);
+  EXPECT(ncclScatter(d, e, 8, ncclFloat, 0, comm, 0) == ncclSuccess);
+  cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
+  EXPECT_FAIL(ncclSend(d, 8, ncclFloat, 1, comm, 0), ncclInvalidArgument,
+              "ncclSend: peer 1 is not a rank of this communicator (0 to 0)");
+  EXPECT_FAIL(ncclSend(d, 8, ncclFloat, 0, comm, 0), ncclInvalidArgument,
+              "ncclSend: rank 0 sends to itself 1 times but receives from itself 0 times");
+  /* A receive of another size: refused, and the communicator is then broken. */
+  EXPECT(ncclGroupStart() == ncclSuccess);
+  EXPECT(ncclSend(d, 8, ncclFloat, 0, comm, 0) == ncclSuccess);
+  EXPECT(ncclRecv(e, 4, ncclFloat, 0, comm, 0) == ncclSuccess);
+  EXPECT_FAIL(ncclGroupEnd(), ncclInvalidArgument, "ncclSend: point to point on rank 0: rank 0 sends 32 bytes where");
+  ncclResult_t async_error = ncclSuccess;
+  EXPECT(ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error == ncclInvalidArgument);
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
   cudaFree(d);
   cudaFree(e);

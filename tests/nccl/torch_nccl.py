@@ -6,7 +6,11 @@ torchrun with the library preloaded, every process on the one GPU or one each:
 1. dist's collectives on CUDA tensors, exact: all_reduce (SUM, AVG, MIN, MAX, PRODUCT;
    float32, float16, bfloat16, float64, int32, int64, uint8, int8), broadcast from each
    rank, all_gather_into_tensor, reduce_scatter_tensor, reduce; sizes 0 to 1 Mi + 3.
-2. DDP, 10 SGD steps of a Linear/BatchNorm model, each rank its own data: its final
+2. Point to point (not under --backend mdring, whose backend has none): a ring of
+   batch_isend_irecv, send/recv between pairs, all_to_all_single (even and uneven
+   splits), gather and scatter to and from each rank; float32, bfloat16, int64, sizes
+   0 to 4099, exact.
+3. DDP, 10 SGD steps of a Linear/BatchNorm model, each rank its own data: its final
    parameters go to OUT.pt (rank 0), for the comparison with the same script under
    mdring's own backend or gloo (--backend; tests/nccl/compare_params.py).
 
@@ -103,6 +107,59 @@ for dtype in TYPES:
         if rank == 0:
             check(f"reduce {dtype} n={n}", t, torch.stack([value(r, n, dtype) for r in range(size)]).to(
                 torch.int64).sum(0).to(dtype))
+
+# Point to point, and the collectives torch builds from it (ncclSend/ncclRecv in groups).
+P2P_TYPES = [torch.float32, torch.int64] + ([] if args.backend == "gloo" else [torch.bfloat16])
+for dtype in P2P_TYPES if args.backend != "mdring" else []:
+    for n in SIZES[:4]:
+        # a ring: each rank sends to the next and receives from the one before, in one batch
+        nxt, prv = (rank + 1) % size, (rank - 1) % size
+        out = torch.zeros(n, dtype=dtype, device=dev)
+        ops = [dist.P2POp(dist.isend, value(rank, n, dtype).to(dev), nxt), dist.P2POp(dist.irecv, out, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        check(f"batch_isend_irecv ring {dtype} n={n}", out, value(prv, n, dtype))
+        # pairs: even ranks send to the next odd one, which answers with its own
+        if rank % 2 == 0 and rank + 1 < size:
+            dist.send(value(rank, n, dtype).to(dev), dst=rank + 1)
+            back = torch.zeros(n, dtype=dtype, device=dev)
+            dist.recv(back, src=rank + 1)
+            check(f"send/recv answer {dtype} n={n}", back, value(rank + 1, n, dtype))
+        elif rank % 2 == 1:
+            got = torch.zeros(n, dtype=dtype, device=dev)
+            dist.recv(got, src=rank - 1)
+            check(f"send/recv {dtype} n={n}", got, value(rank - 1, n, dtype))
+            dist.send(value(rank, n, dtype).to(dev), dst=rank - 1)
+        # all_to_all_single: block j of rank r's input (n elements of value(r, size * n)) goes to rank j
+        full = [value(r, size * n, dtype) for r in range(size)]
+        out = torch.zeros(size * n, dtype=dtype, device=dev)
+        dist.all_to_all_single(out, full[rank].to(dev))
+        check(f"all_to_all_single {dtype} n={n}", out, torch.cat([full[r][rank * n:(rank + 1) * n]
+                                                                 for r in range(size)]))
+        # uneven: rank r sends j + r + (n % 3) elements to rank j
+        if args.backend != "gloo" or n:
+            sizes_to = [j + rank + n % 3 for j in range(size)]
+            sizes_from = [rank + j + n % 3 for j in range(size)]
+            src = value(rank, sum(sizes_to), dtype).to(dev)
+            out = torch.zeros(sum(sizes_from), dtype=dtype, device=dev)
+            dist.all_to_all_single(out, src, output_split_sizes=sizes_from, input_split_sizes=sizes_to)
+            want = []
+            for r in range(size):
+                theirs = value(r, sum(j + r + n % 3 for j in range(size)), dtype)
+                start = sum(j + r + n % 3 for j in range(rank))
+                want.append(theirs[start:start + rank + r + n % 3])
+            check(f"all_to_all_single uneven {dtype} n={n}", out, torch.cat(want))
+        for root in range(size):
+            mine = value(rank, n, dtype).to(dev)
+            gathered = [torch.zeros(n, dtype=dtype, device=dev) for _ in range(size)] if rank == root else None
+            dist.gather(mine, gather_list=gathered, dst=root)
+            if rank == root:
+                check(f"gather {dtype} n={n} root={root}", torch.cat(gathered),
+                      torch.cat([value(r, n, dtype) for r in range(size)]))
+            got = torch.zeros(n, dtype=dtype, device=dev)
+            parts = [value(root * size + r, n, dtype).to(dev) for r in range(size)] if rank == root else None
+            dist.scatter(got, scatter_list=parts, src=root)
+            check(f"scatter {dtype} n={n} root={root}", got, value(root * size + rank, n, dtype))
 
 # DDP: the same model and data as under any other backend.
 torch.manual_seed(0)

@@ -56,9 +56,11 @@ struct step_context {
   std::size_t step = 0;                   ///< step within the stage
   std::size_t rank = 0;                   ///< this rank
   deadline_clock::time_point deadline{};  ///< the step's deadline
+  const char* label = nullptr;            ///< instead of the above in where() (point to point: "ncclSend")
 
   /// `mdring::cuda::<collective>: dimension d (link), <phase> step s on rank r`, for error messages.
   std::string where() const {
+    if (label) return std::string(label) + " on rank " + std::to_string(rank);
     return std::string("mdring::cuda::") + collective + ": dimension " + std::to_string(dim) + " (" + link + "), " +
            std::string(to_string(ph)) + " step " + std::to_string(step) + " on rank " + std::to_string(rank);
   }

@@ -29,6 +29,9 @@
 //     second barrier before anyone touches those buffers again.
 // All of it is enqueued: the call returns once its work is on the stream, and it
 // can be captured into a CUDA graph (the flags' values are the same every call).
+// Point-to-point messages (p2p(), NCCL's send and receive) are pulled the same way,
+// pair by pair: a mailbox note says where the data lie, flag words when they are
+// ready and when read (transport/p2p_mailbox.hpp).
 // A buffer that CUDA IPC cannot share (cudaMallocAsync pools, managed memory,
 // VMM allocations made without an IPC handle type) is refused with
 // invalid_argument naming the collective.
@@ -62,10 +65,25 @@ namespace cuda {
 
 namespace detail {
 
-// The layout of a rank's control block: [2][p] flag words, then two staging buffers.
-inline std::size_t ipc_flags_bytes(std::size_t p) { return (2 * p * sizeof(std::uint32_t) + 255) / 256 * 256; }
+// The layout of a rank's control block: the flag words (the barriers' [2][p], then
+// point to point's ready[p] and done[p]: transport/p2p_mailbox.hpp), then two
+// staging buffers.
+inline std::size_t ipc_flags_bytes(std::size_t p) {
+  return (mdring::detail::p2p_flag_words(p) * sizeof(std::uint32_t) + 255) / 256 * 256;
+}
 
 }  // namespace detail
+
+/// A message of ipc_link::p2p: `bytes` at `ptr` to (send) or from (recv) member `peer`, on `stream`.
+template <class Pointer>
+struct p2p_message {
+  Pointer ptr = nullptr;          ///< the data (device memory CUDA IPC can share, for a send)
+  std::size_t bytes = 0;          ///< their size
+  std::size_t peer = 0;           ///< the member sent to or received from
+  cudaStream_t stream = nullptr;  ///< where the message's work is enqueued
+};
+using p2p_send = p2p_message<const void*>;  ///< a send of ipc_link::p2p
+using p2p_recv = p2p_message<void*>;        ///< a receive of ipc_link::p2p
 
 /// The link of one dimension whose ranks are processes of one node: CUDA IPC (see the top).
 class ipc_link {
@@ -87,13 +105,14 @@ public:
   /// coordinate; staging_bytes: each staging buffer's size. Returns a link that is
   /// not open() on every rank when they are not all on this node, or when CUDA IPC
   /// does not work between them (any rank's failure makes every rank's answer no).
+  /// p2p: with the mailboxes of point-to-point messages (p2p()).
   template <class Exchange>
   static ipc_link open(Exchange& ex, std::span<const std::size_t> members, std::size_t me, std::size_t staging_bytes,
-                       std::string* why_not = nullptr) {
+                       std::string* why_not = nullptr, bool p2p = false) {
     ipc_link l;
     auto st = std::make_unique<state>();
     const std::size_t p = members.size();
-    if (!st->window.open(ex, p, me)) {
+    if (!st->window.open(ex, p, me, p2p)) {
       if (why_not) *why_not = "its ranks are not processes of one node";
       return l;
     }
@@ -191,6 +210,29 @@ public:
       detail::check(cudaMemcpyAsync(m.ptr, from, m.bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
     }
     barrier(stream);  // every peer has read what this rank sent
+  }
+
+  // ---- point to point: transport/p2p_mailbox.hpp ------------------------------------------
+  /// One rank's part of a group of point-to-point messages, each on its own stream:
+  /// the k-th send to a peer meets that peer's k-th receive from this rank (in this
+  /// group or a later one). Returns once they are enqueued, having waited on the host
+  /// only for the notes of what it receives (and for a receiver that has not taken
+  /// p2p_depth earlier sends). A size that differs from the send's is invalid_argument
+  /// naming "count" on the receiver (the sender's stream is still released). Any
+  /// failure is announced to the peers (their waits on this rank end), then thrown.
+  void p2p(std::span<const p2p_send> sends, std::span<const p2p_recv> recvs, const step_context& cx) {
+    if (!s_->window.has_p2p())
+      throw communicator_error(cx.where() + ": this link was opened without point-to-point mailboxes");
+    std::vector<std::uint32_t> to(sends.size()), from(recvs.size());
+    for (std::size_t i = 0; i < sends.size(); ++i) to[i] = std::uint32_t(sends[i].peer);
+    for (std::size_t i = 0; i < recvs.size(); ++i) from[i] = std::uint32_t(recvs[i].peer);
+    const auto plan = mdring::detail::p2p_schedule(s_->p, s_->me, to, from);  // (refused: nothing enqueued)
+    try {
+      enqueue_p2p(plan, sends, recvs, cx);
+    } catch (const std::exception& e) {
+      s_->window.fail(e.what());
+      throw;
+    }
   }
 
   // ---- shared access --------------------------------------------------------------------
@@ -296,6 +338,51 @@ private:
     }
   };
 
+  void enqueue_p2p(const std::vector<mdring::detail::p2p_action>& plan, std::span<const p2p_send> sends,
+                   std::span<const p2p_recv> recvs, const step_context& cx) {
+    state& s = *s_;
+    using act = mdring::detail::p2p_action;
+    for (const act& a : plan) {
+      s.ops.clear();
+      if (a.kind == act::post) {
+        const p2p_send& m = sends[a.send];
+        mdring::detail::p2p_note n;
+        if (m.bytes) n.alloc = s.exports.find(m.ptr, n.offset, "sendbuff");
+        n.bytes = m.bytes;
+        wait_done(s.window.post(a.peer, n, cx.deadline), cx, a.peer, "to take this rank's earlier messages");
+        mdring::detail::p2p_post_ops(s.p, s.me, a.peer, s.ops);
+        run_ops(m.stream);
+      } else if (a.kind == act::receive) {
+        const p2p_recv& m = recvs[a.recv];
+        mdring::detail::p2p_note n;
+        wait_done(s.window.take(a.peer, n, cx.deadline), cx, a.peer, "to send the message this rank receives");
+        mdring::detail::p2p_before_copy_ops(s.p, a.peer, s.ops);
+        run_ops(m.stream);
+        const bool fits = n.bytes == m.bytes;
+        if (fits && m.bytes)
+          detail::check(cudaMemcpyAsync(m.ptr, s.maps.map(s.window.pid(a.peer), n.alloc) + n.offset, m.bytes,
+                                        cudaMemcpyDeviceToDevice, m.stream),
+                        "cudaMemcpyAsync (a received message)");
+        s.ops.clear();
+        mdring::detail::p2p_after_copy_ops(s.p, s.me, a.peer, s.ops);  // also on a mismatch: the sender goes on
+        run_ops(m.stream);
+        if (!fits) throw size_mismatch(cx, a.peer, n.bytes, m.bytes);
+      } else if (a.kind == act::complete) {
+        mdring::detail::p2p_complete_ops(s.p, a.peer, s.ops);
+        run_ops(sends[a.send].stream);
+      } else {  // to itself: a copy, ordered after the send's stream and before its later work
+        const p2p_send& x = sends[a.send];
+        const p2p_recv& y = recvs[a.recv];
+        if (x.bytes != y.bytes) throw size_mismatch(cx, s.me, x.bytes, y.bytes);
+        join(x.stream, y.stream);
+        if (y.bytes)
+          detail::check(cudaMemcpyAsync(y.ptr, x.ptr, y.bytes, cudaMemcpyDeviceToDevice, y.stream),
+                        "cudaMemcpyAsync (a message to itself)");
+        join(y.stream, x.stream);
+      }
+    }
+  }
+
   void* staging_of(std::size_t j, std::size_t arrive) const {
     return s_->peer_block[j] + detail::ipc_flags_bytes(s_->p) + (arrive % 2) * s_->staging;
   }
@@ -306,6 +393,11 @@ private:
     state& s = *s_;
     s.ops.clear();
     mdring::detail::barrier_ops(s.p, s.me, s.barriers++, s.ops);
+    run_ops(stream);
+  }
+  // Enqueues s.ops on the stream.
+  void run_ops(cudaStream_t stream) {
+    state& s = *s_;
     for (const auto& op : s.ops) {
       if (op.kind == mdring::detail::flag_op::write_peer)
         detail::stream_write(stream, flag(op.peer, op.index), op.value);
@@ -317,7 +409,12 @@ private:
   void publish_and_wait(const step_context& cx) {
     state& s = *s_;
     s.window.publish();
-    const wait_status st = s.window.wait(cx.deadline);
+    wait_done(s.window.wait(cx.deadline), cx, std::size_t(-1), "to reach the same step");
+  }
+  // Throws what a host wait that did not end done means: a peer's failure, or the
+  // deadline, naming member `peer` (-1: the one the wait names) and what it waited for.
+  void wait_done(const wait_status& st, const step_context& cx, std::size_t peer, const char* what) {
+    state& s = *s_;
     if (st.kind == wait_status::done) return;
     if (st.kind == wait_status::peer_failed) {
       // The window names a member; a relayed failure names the global rank that failed first.
@@ -326,9 +423,25 @@ private:
           cx.where() + ": rank " + std::to_string(g.failed_rank) + " failed, so this rank stopped waiting: " + g.reason,
           g.failed_rank);
     }
-    throw timeout_error(cx.where() + ": timed out waiting for rank " + std::to_string(s.members[st.index]) +
-                            " to reach the same step (ipc transport)",
-                        cx.collective, cx.dim, std::string(to_string(cx.ph)), cx.step, s.members[st.index]);
+    const std::size_t who = s.members[peer == std::size_t(-1) ? st.index : peer];
+    throw timeout_error(
+        cx.where() + ": timed out waiting for rank " + std::to_string(who) + " " + what + " (ipc transport)",
+        cx.collective, cx.dim, std::string(to_string(cx.ph)), cx.step, who);
+  }
+  invalid_argument size_mismatch(const step_context& cx, std::size_t peer, std::size_t sent, std::size_t expected) {
+    return invalid_argument("count", cx.where() + ": rank " + std::to_string(s_->members[peer]) + " sends " +
+                                         std::to_string(sent) + " bytes where this rank receives " +
+                                         std::to_string(expected) + " (different counts or types?)");
+  }
+  // Later work on `after` waits for what `before` has enqueued so far (nothing when they are one stream).
+  static void join(cudaStream_t before, cudaStream_t after) {
+    if (before == after) return;
+    cudaEvent_t e = nullptr;
+    detail::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cudaError_t r = cudaEventRecord(e, before);
+    if (r == cudaSuccess) r = cudaStreamWaitEvent(after, e, 0);
+    (void)cudaEventDestroy(e);
+    detail::check(r, "cudaEventRecord / cudaStreamWaitEvent (a message to itself on another stream)");
   }
   char* resolve(std::size_t j, const mdring::detail::ipc_publication& e, const mdring::detail::ipc_pointer& at,
                 bool capturing) {
@@ -340,54 +453,6 @@ private:
 
   std::unique_ptr<state> s_;
 };
-
-namespace detail {
-
-// The executed dimensions that may run the ipc transport (a GPU link, more than
-// one rank, and automatic or ipc asked for), each tried: its ipc link, open when
-// its ranks are processes of one node and CUDA IPC works between them. `channel(d)`
-// makes dimension d's exchange (collective, in dimension order on every rank).
-template <class Topology, class Channel>
-std::vector<ipc_link> open_ipc_links(const Topology& topo, std::size_t size, std::size_t rank, const options& opts,
-                                     device_transport_support& support, Channel&& channel) {
-  options o = opts;  // the bind the communicator will make (plan/bound_layout.hpp), ahead of it
-  const bound_layout L = bind_layout(mdring::detail::to_runtime(topo), size, rank, o, bind_path::device, "cuda::bind");
-  const runtime_topology& ex = L.executed();
-  const merged_dimensions& m = L.merged;
-  std::vector<ipc_link> links(ex.ndims());
-  support.ipc.assign(ex.ndims(), false);
-  const auto& coords = L.coords;
-  for (std::size_t d = 0; d < ex.ndims(); ++d) {
-    if (ex.extent(d) < 2 || ex.dim(d).link.space != memory_space::device) continue;
-    bool wanted = true;
-    for (std::size_t u = 0; u < opts.device_transports.size() && u < m.of_user.size(); ++u)
-      if (m.of_user[u] == d && opts.device_transports[u] != device_transport::automatic &&
-          opts.device_transports[u] != device_transport::ipc)
-        wanted = false;
-    if (!wanted) continue;
-    const auto& members = L.dims[d].members;
-    auto xch = channel(d, members, coords[d]);
-    std::string why;
-    links[d] = ipc_link::open(xch, members, coords[d], opts.tune.ipc_staging_bytes, &why);
-    support.ipc[d] = links[d].is_open();
-    if (!links[d].is_open() && support.ipc_unavailable.empty())
-      support.ipc_unavailable = "dimension " + std::to_string(d) + ": " + why;
-  }
-  return links;
-}
-
-// Installs the ipc links of the dimensions that chose ipc (the others' are dropped).
-template <class Comm>
-void install_ipc_links(Comm& c, std::vector<ipc_link>& links) {
-  for (std::size_t d = 0; d < c.executed_extents().size() && d < links.size(); ++d) {
-    if (c.executed_transports()[d] != device_transport::ipc || c.executed_extents()[d] < 2) continue;
-    const std::size_t p = c.executed_extents()[d];
-    c.set_shared(d, ipc_staging_bytes(c.executed_topology().dim(d).link, p, c.get_options().tune));
-    c.set_link(d, std::move(links[d]));
-  }
-}
-
-}  // namespace detail
 
 }  // namespace cuda
 

@@ -40,6 +40,7 @@
 #include "collectives.cuh"
 #include "config.cuh"
 #include "engine.cuh"
+#include "ipc_bind.cuh"
 #include "ipc.cuh"
 #include "mpi_host.cuh"
 

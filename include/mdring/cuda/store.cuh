@@ -26,6 +26,7 @@
 #include "../transport/node_window.hpp"
 #include "collectives.cuh"
 #include "config.cuh"
+#include "ipc_bind.cuh"
 #include "ipc.cuh"
 
 // NCCL for the dimensions that are not node-local, where it is there (link

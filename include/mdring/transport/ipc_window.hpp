@@ -42,6 +42,7 @@
 #include "../config.hpp"
 #include "../error.hpp"
 #include "node_window.hpp"
+#include "p2p_mailbox.hpp"
 #include "shared_access.hpp"
 #include "transport.hpp"
 
@@ -176,7 +177,11 @@ private:
   ipc_publication& p_;
 };
 
-// The node segment of one dimension: a slot per member.
+using p2p_note = p2p_note_of<ipc_allocation>;
+using p2p_box = p2p_box_of<p2p_note>;
+
+// The node segment of one dimension: a slot per member, and with p2p a mailbox
+// per ordered pair of members (p2p_mailbox.hpp).
 class ipc_window {
 public:
   ipc_window() = default;
@@ -185,21 +190,26 @@ public:
 
   // Collective over the members (ex.all_gather, as node_window's). Returns false
   // on every member when they do not all run on this node or the segment could
-  // not be made (then nothing is left behind).
+  // not be made (then nothing is left behind). p2p: with the mailboxes.
   template <class Exchange>
-  bool open(Exchange& ex, std::size_t p, std::size_t me) {
+  bool open(Exchange& ex, std::size_t p, std::size_t me, bool p2p = false) {
     if (p == 0 || p > ipc_max_ranks || me >= p) return false;
     auto pids = node_pids(ex, p);
     if (!pids) return false;
-    int ok = segment_.open(ex, p, me, p * sizeof(ipc_slot));
-    if (ok) make_slot(slot_at(me))->pid = (*pids)[me];
+    int ok = segment_.open(ex, p, me, p * sizeof(ipc_slot) + (p2p ? p * p * sizeof(p2p_box) : 0));
+    if (ok) {
+      make_slot(slot_at(me))->pid = (*pids)[me];
+      for (std::size_t j = 0; j < p && p2p; ++j) make_box(box_at(p, j, me));  // the boxes this rank receives in
+    }
     std::vector<int> all(p);
     ex.all_gather(&ok, sizeof ok, all.data());
     for (int v : all)
       if (!v) return segment_.close(), false;
     segment_.unlink();
-    p_ = p, me_ = me, seq_ = 0;
+    p_ = p, me_ = me, seq_ = 0, p2p_ = p2p;
     pids_ = std::move(*pids);
+    posted_.assign(p2p ? p : 0, 0);
+    taken_.assign(p2p ? p : 0, 0);
     return true;
   }
   bool is_open() const noexcept { return segment_.data() != nullptr; }
@@ -225,21 +235,36 @@ public:
     for (std::size_t j = 0; j < p_; ++j) {
       if (j == me_) continue;
       const ipc_slot& s = *slot_at(j);
-      unsigned spins = 0;
-      while (!reached(s.published.load(std::memory_order_acquire), seq_)) {
-        if (++spins < 512) {
-          MDRING_CPU_RELAX();
-          continue;
-        }
-        if ((spins & 63) == 0) {
-          if (auto st = failure(); st.kind != wait_status::done) return st;
-          if (deadline_clock::now() >= deadline) return wait_status{wait_status::timeout, j, 0, {}};
-        }
-        if (spins < 4096) std::this_thread::yield();
-        else std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      const wait_status st =
+          wait_until(j, deadline, [&] { return reached(s.published.load(std::memory_order_acquire), seq_); });
+      if (st.kind != wait_status::done) return st;
     }
     return wait_status::ok();
+  }
+
+  // ---- point to point (open with p2p; p2p_mailbox.hpp) ----------------------------------
+  bool has_p2p() const noexcept { return p2p_; }
+  // Posts the next note to member `to` (waits while p2p_depth notes are not taken:
+  // timeout or peer_failed as wait()).
+  wait_status post(std::size_t to, const p2p_note& n, deadline_clock::time_point deadline) {
+    p2p_box& b = *box_at(p_, me_, to);
+    const std::uint32_t k = posted_[to];
+    const wait_status st = wait_until(
+        to, deadline, [&] { return std::uint32_t(k - b.taken.load(std::memory_order_acquire)) < p2p_depth; });
+    if (st.kind != wait_status::done) return st;
+    b.note[k % p2p_depth] = n;
+    b.posted.store(posted_[to] = k + 1, std::memory_order_release);
+    return st;
+  }
+  // Takes the next note from member `from` into n (waits until it is posted).
+  wait_status take(std::size_t from, p2p_note& n, deadline_clock::time_point deadline) {
+    p2p_box& b = *box_at(p_, from, me_);
+    const std::uint32_t k = taken_[from];
+    const wait_status st = wait_until(from, deadline, [&] { return b.posted.load(std::memory_order_acquire) != k; });
+    if (st.kind != wait_status::done) return st;
+    n = b.note[k % p2p_depth];
+    b.taken.store(taken_[from] = k + 1, std::memory_order_release);
+    return st;
   }
 
   // A peer that said it failed, or whose process ended; else done.
@@ -265,15 +290,42 @@ public:
   }
 
 private:
+  // Spins, then yields, then sleeps until ready(); member j is the one waited for
+  // (named at the deadline); any peer's failure ends the wait.
+  template <class Ready>
+  wait_status wait_until(std::size_t j, deadline_clock::time_point deadline, Ready&& ready) const {
+    unsigned spins = 0;
+    while (!ready()) {
+      if (++spins < 512) {
+        MDRING_CPU_RELAX();
+        continue;
+      }
+      if ((spins & 63) == 0) {
+        if (auto st = failure(); st.kind != wait_status::done) return st;
+        if (deadline_clock::now() >= deadline) return wait_status{wait_status::timeout, j, 0, {}};
+      }
+      if (spins < 4096) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return wait_status::ok();
+  }
   // Outside the template open() (nvcc and placement new of an over-aligned type).
   static ipc_slot* make_slot(void* where) { return new (where) ipc_slot{}; }
+  static p2p_box* make_box(void* where) { return new (where) p2p_box{}; }
   ipc_slot* slot_at(std::size_t j) const noexcept {
     return reinterpret_cast<ipc_slot*>(static_cast<char*>(segment_.data()) + j * sizeof(ipc_slot));
+  }
+  // The mailbox (from -> to), after the p slots.
+  p2p_box* box_at(std::size_t p, std::size_t from, std::size_t to) const noexcept {
+    return reinterpret_cast<p2p_box*>(static_cast<char*>(segment_.data()) + p * sizeof(ipc_slot) +
+                                      (from * p + to) * sizeof(p2p_box));
   }
   shared_segment segment_;
   std::size_t p_ = 0, me_ = 0;
   std::uint32_t seq_ = 0;
+  bool p2p_ = false;
   std::vector<long> pids_;
+  std::vector<std::uint32_t> posted_, taken_;  // this rank's counts per peer (p2p)
 };
 
 }  // namespace detail
