@@ -24,7 +24,10 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <random>
 #include <thread>
 #include <vector>
@@ -225,10 +228,61 @@ TEST_CASE("p2p: a failed peer and a deadline end mailbox waits, naming the peer"
   CHECK(t.index == 1);
 }
 
+// A rank's "device" for p2p_enqueue: flag words as host atomics (every rank's,
+// shared), streams as fake_streams, copies as memcpy, allocations as addresses.
+struct host_device {
+  std::size_t me;
+  std::vector<std::vector<std::atomic<std::uint32_t>>>& flag_words;
+  std::atomic<int>& stuck;
+  mdd::ipc_allocation export_of(const void* p, std::uint64_t& offset) {
+    offset = 0;
+    mdd::ipc_allocation a;
+    a.base = reinterpret_cast<std::uintptr_t>(p);
+    return a;
+  }
+  char* map(std::size_t, const mdd::ipc_allocation& a) { return reinterpret_cast<char*>(a.base); }
+  void flags(fake_stream* s, const std::vector<mdd::flag_op>& ops) {
+    s->enqueue([this, ops] {
+      for (const auto& op : ops) {
+        if (op.kind == mdd::flag_op::write_peer) flag_words[op.peer][op.index].store(op.value);
+        else if (op.kind == mdd::flag_op::write_own) flag_words[me][op.index].store(op.value);
+        else {
+          const auto until = in(10);
+          while (flag_words[me][op.index].load() != op.value) {
+            if (stuck || md::deadline_clock::now() > until) return void(++stuck);  // (one stuck wait ends all)
+            std::this_thread::yield();
+          }
+        }
+      }
+    });
+  }
+  void copy(void* dst, const void* src, std::size_t bytes, fake_stream* s) {
+    s->enqueue([=] { std::memcpy(dst, src, bytes); });
+  }
+  void join(fake_stream* before, fake_stream* after) {
+    if (before == after) return;
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    before->enqueue([done] { done->store(true); });
+    after->enqueue([done] {
+      while (!done->load()) std::this_thread::yield();
+    });
+  }
+  void waited(const md::wait_status& st, std::size_t peer, const char* what) {
+    if (st.kind != md::wait_status::done)
+      throw std::runtime_error("rank " + std::to_string(me) + " waited for rank " + std::to_string(peer) + " " + what);
+  }
+  [[noreturn]] void mismatch(std::size_t peer, std::size_t sent, std::size_t expected) {
+    throw std::length_error("rank " + std::to_string(peer) + " sends " + std::to_string(sent) + " bytes, " +
+                            std::to_string(expected) + " expected");
+  }
+};
+using host_send = mdd::p2p_message<const void*, fake_stream*>;
+using host_recv = mdd::p2p_message<void*, fake_stream*>;
+
 // The random groups' buffers: a send and a receive region per call of a group, ints each.
 constexpr std::size_t slots = 32, ints = 17;
 
-TEST_CASE("p2p: random groups through mailboxes and flags, streams on threads, replayed") {
+TEST_CASE("p2p: random groups through p2p_enqueue, streams on threads, replayed") {
   for (std::size_t p : {2u, 3u, 5u}) {
     CAPTURE(p);
     thread_exchange x(p);
@@ -255,113 +309,107 @@ TEST_CASE("p2p: random groups through mailboxes and flags, streams on threads, r
     on_threads(p, [&](std::size_t me) {
       thread_exchange::member ex{&x, me};
       REQUIRE(w[me].open(ex, p, me, true));
-      fake_stream stream;
+      // Odd ranks receive on a second stream (sends to themselves then join the two).
+      fake_stream streams[2];
+      fake_stream* const send_stream = &streams[0];
+      fake_stream* const recv_stream = &streams[me % 2];
+      host_device dev{me, flags, stuck};
       std::mt19937 rng(unsigned(me * 7 + 3));
-      auto run_ops = [&](std::vector<mdd::flag_op> ops) {
-        stream.enqueue([&, me, ops = std::move(ops)] {
-          for (const auto& op : ops) {
-            if (op.kind == mdd::flag_op::write_peer) flags[op.peer][op.index].store(op.value);
-            else if (op.kind == mdd::flag_op::write_own) flags[me][op.index].store(op.value);
-            else {
-              const auto until = in(10);
-              while (flags[me][op.index].load() != op.value) {
-                if (stuck || md::deadline_clock::now() > until) return void(++stuck);  // (one stuck wait ends all)
-                std::this_thread::yield();
-              }
-            }
-          }
-        });
-      };
       for (std::size_t gi = 0; gi < groups; ++gi) {
         // This rank's calls: its sends and receives in pair order, then shuffled
         // across pairs (each pair's own order kept), as a user may call them.
         struct call {
           bool send;
-          std::size_t peer, slot, serial;  // serial: the message's index in the group
+          std::size_t peer, serial;  // serial: the message's index in the group
         };
         std::vector<call> mine;
         for (std::size_t m = 0; m < plan[gi].size(); ++m) {
           const auto& msg = plan[gi][m];
-          if (msg.from == me) mine.push_back({true, msg.to, 0, m});
-          if (msg.to == me) mine.push_back({false, msg.from, 0, m});
+          if (msg.from == me) mine.push_back({true, msg.to, m});
+          if (msg.to == me) mine.push_back({false, msg.from, m});
         }
         for (std::size_t i = 1; i < mine.size(); ++i) {  // random adjacent swaps of different pairs
           const std::size_t k = rng() % i;
           if (mine[k].send != mine[k + 1].send || mine[k].peer != mine[k + 1].peer) std::swap(mine[k], mine[k + 1]);
         }
-        std::vector<std::uint32_t> to, from;
-        std::vector<std::size_t> send_slot, recv_slot, recv_serial;
+        std::vector<host_send> sends;
+        std::vector<host_recv> recvs;
+        std::vector<std::size_t> to, from, recv_serial;
         for (std::size_t i = 0; i < mine.size(); ++i) {
-          auto& c = mine[i];
-          c.slot = i % slots;
+          const call& c = mine[i];
+          const std::size_t slot = i % slots;
           if (c.send) {
-            to.push_back(std::uint32_t(c.peer));
-            send_slot.push_back(c.slot);
+            int* data = sendbuf[me].data() + slot * ints;
+            // The data, written on the stream: it overwrites the last group's, which
+            // must have been read by then.
+            send_stream->enqueue([data, gi, serial = c.serial] {
+              for (std::size_t e = 0; e < ints; ++e) data[e] = int(gi * 100000 + serial * 100 + e);
+            });
+            sends.push_back({data, ints * sizeof(int), c.peer, send_stream});
+            to.push_back(c.peer);
           } else {
-            from.push_back(std::uint32_t(c.peer));
-            recv_slot.push_back(c.slot);
+            recvs.push_back({recvbuf[me].data() + slot * ints, ints * sizeof(int), c.peer, recv_stream});
+            from.push_back(c.peer);
             recv_serial.push_back(c.serial);
           }
         }
-        // The send data, written on the stream (it overwrites the last group's,
-        // which must have been read by then): group, message and index.
-        for (std::size_t i = 0; i < mine.size(); ++i)
-          if (mine[i].send)
-            stream.enqueue([&, me, gi, s = mine[i].slot, serial = mine[i].serial] {
-              for (std::size_t e = 0; e < ints; ++e) sendbuf[me][s * ints + e] = int(gi * 100000 + serial * 100 + e);
-            });
-        for (const action& a : mdd::p2p_schedule(p, me, to, from)) {
-          if (rng() % 8 == 0) std::this_thread::yield();
-          std::vector<mdd::flag_op> ops;
-          switch (a.kind) {
-            case action::post: {
-              mdd::p2p_note n;
-              n.alloc.base = reinterpret_cast<std::uintptr_t>(sendbuf[me].data());
-              n.offset = send_slot[a.send] * ints * sizeof(int);
-              n.bytes = ints * sizeof(int);
-              if (w[me].post(a.peer, n, in(30)).kind != md::wait_status::done) return void(++bad);
-              mdd::p2p_post_ops(p, me, a.peer, ops);
-              run_ops(std::move(ops));
-              break;
-            }
-            case action::receive: {
-              mdd::p2p_note n;
-              if (w[me].take(a.peer, n, in(30)).kind != md::wait_status::done) return void(++bad);
-              if (n.bytes != ints * sizeof(int)) ++bad;
-              mdd::p2p_before_copy_ops(p, a.peer, ops);
-              run_ops(std::move(ops));
-              int* dst = recvbuf[me].data() + recv_slot[a.recv] * ints;
-              const char* src = reinterpret_cast<const char*>(n.alloc.base) + n.offset;
-              stream.enqueue([dst, src, bytes = n.bytes] { std::memcpy(dst, src, bytes); });
-              std::vector<mdd::flag_op> after;
-              mdd::p2p_after_copy_ops(p, me, a.peer, after);
-              run_ops(std::move(after));
-              break;
-            }
-            case action::complete:
-              mdd::p2p_complete_ops(p, a.peer, ops);
-              run_ops(std::move(ops));
-              break;
-            case action::self_copy: {
-              int* dst = recvbuf[me].data() + recv_slot[a.recv] * ints;
-              const int* src = sendbuf[me].data() + send_slot[a.send] * ints;
-              stream.enqueue([dst, src] { std::memcpy(dst, src, ints * sizeof(int)); });
-              break;
-            }
-          }
+        std::vector<std::uint32_t> to32(to.begin(), to.end()), from32(from.begin(), from.end());
+        try {
+          mdd::p2p_enqueue<mdd::flag_op>(w[me], p, me, mdd::p2p_schedule(p, me, to32, from32),
+                                         std::span<const host_send>(sends), std::span<const host_recv>(recvs), in(30),
+                                         dev);
+        } catch (const std::exception&) {
+          return void(++bad);
         }
         // Check the received data on the stream, without waiting for it here.
-        for (std::size_t i = 0; i < from.size(); ++i)
-          stream.enqueue([&, me, gi, s = recv_slot[i], serial = recv_serial[i]] {
+        for (std::size_t i = 0; i < recvs.size(); ++i)
+          recv_stream->enqueue([&bad, data = static_cast<int*>(recvs[i].ptr), gi, serial = recv_serial[i]] {
             for (std::size_t e = 0; e < ints; ++e)
-              if (recvbuf[me][s * ints + e] != int(gi * 100000 + serial * 100 + e)) ++bad;
+              if (data[e] != int(gi * 100000 + serial * 100 + e)) ++bad;
           });
       }
-      stream.synchronize();
+      for (auto& s : streams) s.synchronize();
     });
     CHECK(stuck == 0);
     CHECK(bad == 0);
     for (auto& f : flags)
       for (auto& v : f) CHECK(v.load() == 0);
   }
+}
+
+TEST_CASE("p2p: a receive of another size fails on the receiver, and the sender's stream goes on") {
+  constexpr std::size_t p = 2;
+  thread_exchange x(p);
+  std::vector<mdd::ipc_window> w(p);
+  std::vector<std::vector<std::atomic<std::uint32_t>>> flags(p);
+  for (auto& f : flags) f = std::vector<std::atomic<std::uint32_t>>(mdd::p2p_flag_words(p));
+  std::atomic<int> stuck{0};
+  std::string error;
+  int data[4] = {1, 2, 3, 4}, got[4] = {};
+  on_threads(p, [&](std::size_t me) {
+    thread_exchange::member ex{&x, me};
+    REQUIRE(w[me].open(ex, p, me, true));
+    fake_stream s;
+    host_device dev{me, flags, stuck};
+    const std::vector<std::uint32_t> peer{std::uint32_t(1 - me)};
+    if (me == 0) {
+      const host_send m{data, sizeof data, 1, &s};
+      mdd::p2p_enqueue<mdd::flag_op>(w[me], p, me, mdd::p2p_schedule(p, me, peer, {}),
+                                     std::span<const host_send>(&m, 1), std::span<const host_recv>(), in(30), dev);
+    } else {
+      const host_recv m{got, 2 * sizeof(int), 0, &s};
+      try {
+        mdd::p2p_enqueue<mdd::flag_op>(w[me], p, me, mdd::p2p_schedule(p, me, {}, peer), std::span<const host_send>(),
+                                       std::span<const host_recv>(&m, 1), in(30), dev);
+      } catch (const std::length_error& e) {
+        error = e.what();
+      }
+    }
+    s.synchronize();  // the sender's stream too: the receiver released it
+  });
+  CHECK(error == "rank 0 sends 16 bytes, 8 expected");
+  CHECK(stuck == 0);
+  CHECK(got[0] == 0);  // nothing copied
+  for (auto& f : flags)
+    for (auto& v : f) CHECK(v.load() == 0);
 }

@@ -74,16 +74,12 @@ inline std::size_t ipc_flags_bytes(std::size_t p) {
 
 }  // namespace detail
 
-/// A message of ipc_link::p2p: `bytes` at `ptr` to (send) or from (recv) member `peer`, on `stream`.
-template <class Pointer>
-struct p2p_message {
-  Pointer ptr = nullptr;          ///< the data (device memory CUDA IPC can share, for a send)
-  std::size_t bytes = 0;          ///< their size
-  std::size_t peer = 0;           ///< the member sent to or received from
-  cudaStream_t stream = nullptr;  ///< where the message's work is enqueued
-};
-using p2p_send = p2p_message<const void*>;  ///< a send of ipc_link::p2p
-using p2p_recv = p2p_message<void*>;        ///< a receive of ipc_link::p2p
+/// A message of ipc_link::p2p (transport/p2p_mailbox.hpp): `bytes` at `ptr` to (a send) or from (a receive)
+/// member `peer`, enqueued on `stream`.
+///@{
+using p2p_send = mdring::detail::p2p_message<const void*, cudaStream_t>;
+using p2p_recv = mdring::detail::p2p_message<void*, cudaStream_t>;
+///@}
 
 /// The link of one dimension whose ranks are processes of one node: CUDA IPC (see the top).
 class ipc_link {
@@ -338,49 +334,34 @@ private:
     }
   };
 
+  // p2p_enqueue's device: CUDA's (transport/p2p_mailbox.hpp).
+  struct p2p_device {
+    ipc_link& l;
+    const step_context& cx;
+    mdring::detail::ipc_allocation export_of(const void* p, std::uint64_t& offset) {
+      return l.s_->exports.find(p, offset, "sendbuff");
+    }
+    char* map(std::size_t peer, const mdring::detail::ipc_allocation& a) {
+      return l.s_->maps.map(l.s_->window.pid(peer), a);
+    }
+    void flags(cudaStream_t s, const std::vector<mdring::detail::flag_op>& ops) {
+      l.s_->ops = ops;
+      l.run_ops(s);
+    }
+    void copy(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
+      detail::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync (a message)");
+    }
+    void join(cudaStream_t before, cudaStream_t after) { ipc_link::join(before, after); }
+    void waited(const wait_status& st, std::size_t peer, const char* what) { l.wait_done(st, cx, peer, what); }
+    [[noreturn]] void mismatch(std::size_t peer, std::size_t sent, std::size_t expected) {
+      throw l.size_mismatch(cx, peer, sent, expected);
+    }
+  };
   void enqueue_p2p(const std::vector<mdring::detail::p2p_action>& plan, std::span<const p2p_send> sends,
                    std::span<const p2p_recv> recvs, const step_context& cx) {
-    state& s = *s_;
-    using act = mdring::detail::p2p_action;
-    for (const act& a : plan) {
-      s.ops.clear();
-      if (a.kind == act::post) {
-        const p2p_send& m = sends[a.send];
-        mdring::detail::p2p_note n;
-        if (m.bytes) n.alloc = s.exports.find(m.ptr, n.offset, "sendbuff");
-        n.bytes = m.bytes;
-        wait_done(s.window.post(a.peer, n, cx.deadline), cx, a.peer, "to take this rank's earlier messages");
-        mdring::detail::p2p_post_ops(s.p, s.me, a.peer, s.ops);
-        run_ops(m.stream);
-      } else if (a.kind == act::receive) {
-        const p2p_recv& m = recvs[a.recv];
-        mdring::detail::p2p_note n;
-        wait_done(s.window.take(a.peer, n, cx.deadline), cx, a.peer, "to send the message this rank receives");
-        mdring::detail::p2p_before_copy_ops(s.p, a.peer, s.ops);
-        run_ops(m.stream);
-        const bool fits = n.bytes == m.bytes;
-        if (fits && m.bytes)
-          detail::check(cudaMemcpyAsync(m.ptr, s.maps.map(s.window.pid(a.peer), n.alloc) + n.offset, m.bytes,
-                                        cudaMemcpyDeviceToDevice, m.stream),
-                        "cudaMemcpyAsync (a received message)");
-        s.ops.clear();
-        mdring::detail::p2p_after_copy_ops(s.p, s.me, a.peer, s.ops);  // also on a mismatch: the sender goes on
-        run_ops(m.stream);
-        if (!fits) throw size_mismatch(cx, a.peer, n.bytes, m.bytes);
-      } else if (a.kind == act::complete) {
-        mdring::detail::p2p_complete_ops(s.p, a.peer, s.ops);
-        run_ops(sends[a.send].stream);
-      } else {  // to itself: a copy, ordered after the send's stream and before its later work
-        const p2p_send& x = sends[a.send];
-        const p2p_recv& y = recvs[a.recv];
-        if (x.bytes != y.bytes) throw size_mismatch(cx, s.me, x.bytes, y.bytes);
-        join(x.stream, y.stream);
-        if (y.bytes)
-          detail::check(cudaMemcpyAsync(y.ptr, x.ptr, y.bytes, cudaMemcpyDeviceToDevice, y.stream),
-                        "cudaMemcpyAsync (a message to itself)");
-        join(y.stream, x.stream);
-      }
-    }
+    p2p_device dev{*this, cx};
+    mdring::detail::p2p_enqueue<mdring::detail::flag_op>(s_->window, s_->p, s_->me, plan, sends, recvs, cx.deadline,
+                                                         dev);
   }
 
   void* staging_of(std::size_t j, std::size_t arrive) const {

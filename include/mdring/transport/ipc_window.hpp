@@ -184,6 +184,7 @@ using p2p_box = p2p_box_of<p2p_note>;
 // per ordered pair of members (p2p_mailbox.hpp).
 class ipc_window {
 public:
+  using note_type = p2p_note;  ///< what post() and take() carry
   ipc_window() = default;
   ipc_window(ipc_window&&) noexcept = default;
   ipc_window& operator=(ipc_window&&) noexcept = default;

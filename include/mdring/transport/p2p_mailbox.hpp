@@ -33,12 +33,15 @@
 // k-th receive from it never deadlocks, however its calls are ordered (two ranks
 // that each send to the other and then receive, in one group, included). A send
 // to this rank itself meets its receive from itself in the same round: a copy.
-// Tests: tests/test_p2p_mailbox.cpp (the mailbox, the schedule, and the flags run on
-// host threads standing in for streams, replayed like graphs).
+// p2p_enqueue walks a group's rounds against a Device (what touches memory and
+// streams): cuda/ipc.cuh gives it CUDA's, the tests one of host threads.
+// Tests: tests/test_p2p_mailbox.cpp (the mailbox, the schedule, and p2p_enqueue on
+// host threads standing in for processes and streams, replayed like graphs).
 #pragma once
 
 #include "../config.hpp"
 #include "../error.hpp"
+#include "transport.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -154,6 +157,75 @@ inline std::vector<p2p_action> p2p_schedule(std::size_t p, std::size_t me, std::
       if (j != me && i < sends[j].size()) out.push_back({p2p_action::complete, std::uint32_t(j), sends[j][i], 0});
   }
   return out;
+}
+
+// One message of a group: `bytes` at `ptr` to (a send) or from (a receive) member
+// `peer`, its work enqueued on `stream`.
+template <class Pointer, class Stream>
+struct p2p_message {
+  Pointer ptr = nullptr;  ///< the data (for a send: memory its peers can map)
+  std::size_t bytes = 0;  ///< their size
+  std::size_t peer = 0;   ///< the member sent to or received from
+  Stream stream{};        ///< where the message's work is enqueued
+};
+
+// Enqueues member me's part of a group (plan: p2p_schedule of its sends and recvs)
+// through mailboxes `w` (ipc_window's post and take) and `dev`, which provides:
+//   dev.export_of(ptr, offset&) -> the allocation a send's data lie in (its offset set)
+//   dev.map(peer, allocation)   -> where a peer's allocation is mapped here (char*)
+//   dev.flags(stream, ops)      -> enqueues flag operations (FlagOp: ipc_window's flag_op)
+//   dev.copy(dst, src, bytes, stream), dev.join(before, after): later work on `after`
+//                                  waits for what `before` has so far
+//   dev.waited(status, peer, what): throws unless the host wait ended done
+//   dev.mismatch(peer, sent, expected): throws (a receive whose size is not the send's;
+//                                  called once the sender's stream has been released)
+template <class FlagOp, class Window, class Send, class Recv, class Device>
+void p2p_enqueue(Window& w, std::size_t p, std::size_t me, const std::vector<p2p_action>& plan,
+                 std::span<const Send> sends, std::span<const Recv> recvs, deadline_clock::time_point deadline,
+                 Device& dev) {
+  std::vector<FlagOp> ops;
+  for (const p2p_action& a : plan) {
+    ops.clear();
+    switch (a.kind) {
+      case p2p_action::post: {
+        const Send& m = sends[a.send];
+        typename Window::note_type n;
+        if (m.bytes) n.alloc = dev.export_of(m.ptr, n.offset);
+        n.bytes = m.bytes;
+        dev.waited(w.post(a.peer, n, deadline), a.peer, "to take this rank's earlier messages");
+        p2p_post_ops(p, me, a.peer, ops);
+        dev.flags(m.stream, ops);
+        break;
+      }
+      case p2p_action::receive: {
+        const Recv& m = recvs[a.recv];
+        typename Window::note_type n;
+        dev.waited(w.take(a.peer, n, deadline), a.peer, "to send the message this rank receives");
+        p2p_before_copy_ops(p, a.peer, ops);
+        dev.flags(m.stream, ops);
+        const bool fits = n.bytes == m.bytes;
+        if (fits && m.bytes) dev.copy(m.ptr, dev.map(a.peer, n.alloc) + n.offset, m.bytes, m.stream);
+        ops.clear();
+        p2p_after_copy_ops(p, me, a.peer, ops);  // also on a mismatch: the sender goes on
+        dev.flags(m.stream, ops);
+        if (!fits) dev.mismatch(a.peer, n.bytes, m.bytes);
+        break;
+      }
+      case p2p_action::complete:
+        p2p_complete_ops(p, a.peer, ops);
+        dev.flags(sends[a.send].stream, ops);
+        break;
+      case p2p_action::self_copy: {  // ordered after the send's stream, and before its later work
+        const Send& x = sends[a.send];
+        const Recv& y = recvs[a.recv];
+        if (x.bytes != y.bytes) dev.mismatch(me, x.bytes, y.bytes);
+        dev.join(x.stream, y.stream);
+        if (y.bytes) dev.copy(y.ptr, x.ptr, y.bytes, y.stream);
+        dev.join(y.stream, x.stream);
+        break;
+      }
+    }
+  }
 }
 
 }  // namespace detail
