@@ -4,7 +4,7 @@
 //
 //   mdring-run -n 6 --on-failure shrink --replace ./ucx_shrink   # rank 5 dies at step 5, is replaced
 //   mdring-run -n 6 --on-failure shrink ./ucx_shrink             # no replacement: 4 ranks go on
-//   mdring-run -n 6 --on-failure shrink ./ucx_shrink 0 3         # rank 0 (the store's host) dies at step 3
+//   mdring-run -n 6 --on-failure shrink --replace ./ucx_shrink 0 3   # rank 0 dies at step 3, is replaced
 //
 // The job is "shm:2 x ethernet:*" (pairs of processes as nodes). When a call
 // fails, every survivor calls shrink: they agree on who failed, and the dead
@@ -15,7 +15,9 @@
 // Rank 0 hands the joiners the step to redo (a trainer would hand them its
 // weights the same way), and the step is done again. Without --on-failure shrink,
 // mdring-run would stop the others after the first death. Growing needs the
-// job's store: when rank 0, its host, is gone, the survivors go on smaller.
+// job's store, which mdring-run hosts in a process of its own: the job grows back
+// after losing rank 0 too (with MDRING_RUN_STORE=rank0, rank 0 hosts it, and the
+// survivors of its death go on smaller).
 #include <mdring/ucx.hpp>
 
 #include <chrono>

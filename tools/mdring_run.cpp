@@ -29,6 +29,12 @@
 // asks the kernel for SIGKILL when mdring-run dies (PR_SET_PDEATHSIG), so not even
 // a SIGKILL of mdring-run leaves them running.
 //
+// The job's store: mdring-run hosts it (MASTER_ADDR:MASTER_PORT, with the secret) in a
+// process of its own, forked before the ranks (on the host of rank 0, across hosts),
+// and tells rank 0 so (MDRING_STORE_HOSTED=1), so that the store outlives every rank:
+// a job that loses rank 0 can still grow back (mdring::grow, --replace).
+// MDRING_RUN_STORE=rank0 leaves it to rank 0, as torchrun's processes do.
+//
 // Hang report: the processes get MDRING_STATE_DIR (a fresh directory, unless the
 // environment names one), where mdring writes each process's state lines
 // (mdring/executor/state.hpp). When the job fails, and when mdring-run gets the
@@ -43,9 +49,10 @@
 // its own that tests/fuzz/fuzz_run_args.cpp links too.
 //
 // Plain C++20 and POSIX (plus Linux's prctl, getrandom and sched_setaffinity), and
-// two headers of mdring's: no other dependency.
-#include <mdring/executor/state.hpp>       // the hang report's signal (no other part of mdring)
-#include <mdring/executor/state_line.hpp>  // the hang report's lines, read back
+// three headers of mdring's: no other dependency.
+#include <mdring/executor/state.hpp>        // the hang report's signal (no other part of mdring)
+#include <mdring/executor/state_line.hpp>   // the hang report's lines, read back
+#include <mdring/rendezvous/tcp_store.hpp>  // the job's store, hosted here
 
 #include "run_args.hpp"
 
@@ -416,6 +423,14 @@ public:
   }
 
   int run() {
+    start_store();  // (first: its process is forked before any signal handling or thread)
+    const int rc = run_ranks();
+    stop_store();
+    return rc;
+  }
+
+private:
+  int run_ranks() {
     if (o_.bind_core) find_cpus();
     setup_state();
     setup_signals();
@@ -442,7 +457,53 @@ public:
     return WIFEXITED(first_status_) ? WEXITSTATUS(first_status_) : 128 + WTERMSIG(first_status_);
   }
 
-private:
+  // The job's store (see the top), where this launcher starts rank 0 of a job of
+  // several: a process that serves it until mdring-run ends. When it cannot listen,
+  // rank 0 hosts the store as without it (said on stderr).
+  void start_store() {
+    if (where_.first != 0 || where_.world < 2) return;
+    if (const char* v = std::getenv("MDRING_RUN_STORE"); v && std::string_view(v) == "rank0") return;
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) return;
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // it ends with mdring-run, whatever ends it
+      if (getppid() != parent) _exit(1);
+      signal(SIGINT, SIG_IGN), signal(SIGTERM, SIG_IGN), signal(SIGHUP, SIG_IGN), signal(SIGQUIT, SIG_IGN);
+      close(ready[0]);
+      char ok = 0;
+      try {
+        mdring::rendezvous::tcp_store_options so;
+        so.host = o_.addr;
+        so.port = std::uint16_t(std::strtol(port_.c_str(), nullptr, 10));
+        so.secret = secret_;
+        mdring::rendezvous::detail::store_server server(so);
+        ok = 1;
+        if (write(ready[1], &ok, 1) != 1) _exit(1);
+        for (;;) pause();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "mdring-run: cannot host the job's store on %s:%s%s (%s); rank 0 hosts it\n",
+                     o_.addr.c_str(), port_.c_str(), on_host().c_str(), e.what());
+      }
+      if (write(ready[1], &ok, 1) != 1) _exit(1);
+      _exit(1);
+    }
+    close(ready[1]);
+    char got = 0;
+    ssize_t n = -1;
+    while (pid > 0 && (n = read(ready[0], &got, 1)) < 0 && errno == EINTR) {}
+    close(ready[0]);
+    if (pid > 0 && n == 1 && got == 1) store_ = pid;
+    else if (pid > 0) waitpid(pid, nullptr, 0);
+  }
+  void stop_store() {
+    if (store_ <= 0) return;
+    kill(store_, SIGKILL);
+    while (waitpid(store_, nullptr, 0) < 0 && errno == EINTR) {}
+    store_ = 0;
+  }
+
   // --bind-to core: the CPUs this process may run on, in order.
   void find_cpus() {
     cpu_set_t set;
@@ -565,6 +626,7 @@ private:
     };
     for (const auto& [name, value] : vars) setenv(name, value->c_str(), 1);
     if (!state_dir_.empty()) setenv("MDRING_STATE_DIR", state_dir_.c_str(), 1);
+    if (store_ > 0) setenv("MDRING_STORE_HOSTED", "1", 1);  // rank 0 is a client of it, like the others
     if (joining_) setenv("MDRING_JOIN", "1", 1), setenv("MDRING_REPLACES", rank.c_str(), 1);  // --replace
     execvp(program_[0], program_.data());
     const int e = errno;
@@ -876,6 +938,7 @@ private:
   clk::time_point deadline_{};
   std::array<bool, 3> broken_{};
   const std::string port_, secret_;
+  pid_t store_ = 0;        // the process that hosts the job's store (start_store), or 0
   std::vector<int> cpus_;  // --bind-to core: the CPUs to bind to, in order
   placement where_;
   const std::string role_ = "default";

@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
                             "MDRING_WORLD_SIZE",
                             "MDRING_LOCAL_RANK",
                             "MDRING_LOCAL_WORLD_SIZE",
+                            "MDRING_STORE_HOSTED",
                             "LAUNCHER_TEST_INHERITED",
                             "LAUNCHER_TEST_HOST",
                             "LAUNCHER_TEST_X",

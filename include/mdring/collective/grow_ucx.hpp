@@ -146,9 +146,11 @@ communicator<runtime_topology, ucx::transport> grow(communicator<Topology, ucx::
     }
   broadcast(comm, &gen, 1, 0);  // (every member learns it, so none waits for the others)
   if (gen < 0)
-    throw transport_error(fn + ": the job's store cannot be reached (" + unreachable +
-                              "); growing needs it (under mdring-run it lives in the job's first rank 0's process)",
-                          0);
+    throw transport_error(
+        fn + ": the job's store cannot be reached (" + unreachable +
+            "); growing needs it (mdring-run hosts it in a process of its own unless MDRING_RUN_STORE=rank0; under "
+            "torchrun or another launcher it lives in the job's first rank 0's process)",
+        0);
   const std::string G = "mdring/grow/" + std::to_string(gen) + "/";
   st.set(G + "member/" + std::to_string(me), ucx::world::self_description());
   if (me == 0) {

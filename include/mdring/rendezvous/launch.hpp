@@ -4,7 +4,7 @@
 //   auto job = mdring::rendezvous::launched_job::from_env("my_program");
 //   auto comm = mdring::cuda::bind(topo, mdring::cuda::store_world{*job.store, job.rank, job.size});
 //   ...
-//   job.leave();   // at the end, every rank: rank 0 hosts the store and goes last
+//   job.leave();   // at the end, every rank: rank 0, where it hosts the store, goes last
 //
 // from_env() reads, as torchrun sets them (MDRING_* names take precedence):
 //   RANK, WORLD_SIZE                  this process and the job's size
@@ -13,6 +13,9 @@
 //                                     overrides the port: torch's own store may hold it)
 //   MDRING_SECRET                     the job's secret, which every connection to the
 //                                     store must present (mdring-run generates one)
+//   MDRING_STORE_HOSTED=1             the launcher hosts the store (mdring-run does):
+//                                     rank 0 is a client of it like the others, so the
+//                                     store outlives rank 0
 // A single process (WORLD_SIZE 1 or unset) needs none of them and gets a store in
 // its own memory. Errors name the variable (invalid_argument).
 #pragma once
@@ -94,7 +97,8 @@ struct launched_job {
   ///@{
   std::size_t rank = 0, size = 1, local_size = 0;
   ///@}
-  std::unique_ptr<store> job_store;  ///< rank 0 serves it (tcp_store), or in memory for a job of one
+  std::unique_ptr<store> job_store;  ///< rank 0 or the launcher serves it (tcp_store), or in memory for a job of one
+  bool store_hosted = false;         ///< the launcher hosts the store (MDRING_STORE_HOSTED=1), not rank 0
   store* store_ptr() const noexcept { return job_store.get(); }  ///< job_store, or nullptr
 
   /// From the launcher's environment (see the top); `fn` names the caller in errors.
@@ -113,7 +117,10 @@ struct launched_job {
       j.job_store = std::make_unique<memory_store>();
       return j;
     }
-    j.job_store = std::make_unique<tcp_store>(j.rank == 0, store_options_from_env(fn, timeout, j.size));
+    const char* hosted = std::getenv("MDRING_STORE_HOSTED");
+    j.store_hosted = hosted && std::string(hosted) == "1";
+    j.job_store =
+        std::make_unique<tcp_store>(j.rank == 0 && !j.store_hosted, store_options_from_env(fn, timeout, j.size));
     return j;
   }
 
@@ -153,12 +160,13 @@ private:
   }
 
 public:
-  /// Every rank, at the end: rank 0 hosts the store, so it returns only once every
+  /// Every rank, at the end: where rank 0 hosts the store, it returns only once every
   /// other rank has said it is done with it (else a rank still reading the last
-  /// keys loses its connection when rank 0's process ends).
+  /// keys loses its connection when rank 0's process ends); where the launcher hosts
+  /// it, at once.
   void leave(const std::string& tag = "mdring/leave",
              std::chrono::milliseconds timeout = std::chrono::minutes(1)) const {
-    if (size <= 1 || !job_store) return;
+    if (size <= 1 || !job_store || store_hosted) return;
     const auto deadline = clock::now() + timeout;
     if (rank != 0) return job_store->set(tag + "/" + std::to_string(rank), "1");
     for (std::size_t r = 1; r < size; ++r) (void)job_store->get(tag + "/" + std::to_string(r), deadline);
