@@ -159,6 +159,7 @@ inline void issue_p2p(ncclComm& comm, std::span<const nccl_call> calls) {
   mdring::cuda::detail::device_guard g(comm.device);
   mdring::cuda::step_context cx;
   cx.label = "point to point";
+  cx.collective = function;
   cx.rank = std::size_t(comm.rank);
   cx.deadline = mdring::deadline_clock::now() + comm.comm->get_options().timeout;
   try {
@@ -250,13 +251,11 @@ ncclResult_t issue_guarded(ncclComm& comm, const char* function, F&& f) {
     // A bad argument found before the enqueue leaves the communicator usable; one
     // found during it (a buffer CUDA IPC cannot share, ranks that disagree) does not.
     if (r != ncclInvalidArgument || !comm.comm->usable()) comm.set_state(int(r), last_error());
-    if (comm.state.load() != ncclSuccess) {
+    if (comm.state.load() != ncclSuccess) {  // every link says so (a second time is harmless)
       const std::string why = last_error();
       if (comm.p2p) comm.p2p->abort(why);
-      if (comm.comm->usable()) {
-        mdring::cuda::detail::device_peers<device_comm>{*comm.comm}.failed_here(why);
-        mark_broken(*comm.comm, why);
-      }
+      mdring::cuda::detail::device_peers<device_comm>{*comm.comm}.failed_here(why);
+      if (comm.comm->usable()) mark_broken(*comm.comm, why);
     }
     return r;
   }

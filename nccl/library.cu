@@ -483,6 +483,8 @@ ncclResult_t message(const char* function, call_kind kind, const void* send, voi
                      ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream, const char* peer_name) {
   nccl_call c{comm, kind, peer, function, send, recv, count, {}, {}, 0, stream};
   ncclResult_t r = usable(function, comm);
+  if (r == ncclSuccess && !comm->p2p)  // refused, the communicator unharmed
+    r = fail(ncclInvalidUsage, function, comm->p2p_unavailable);
   if (r == ncclSuccess) r = describe_type(function, datatype, c.type);
   if (r == ncclSuccess) r = check_rank(function, peer_name, peer, comm->size);
   if (r == ncclSuccess) r = check_count(function, "count", count, c.type.bytes);
@@ -611,6 +613,24 @@ MDRING_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
           results[i].first = r;
         }
       };
+      auto& comm = *const_cast<ncclComm*>(static_cast<const ncclComm*>(batches[i].comm));
+      // Sends to itself without their receives: refused before anything is issued
+      // (and, when the group holds other work its peers wait on, announced to them).
+      std::size_t to_self = 0, from_self = 0;
+      bool others = !batches[i].collectives.empty();
+      for (const auto& [peer, lists] : batches[i].p2p)
+        if (peer == comm.rank) to_self = lists.first.size(), from_self = lists.second.size();
+        else others = true;
+      if (to_self != from_self) {
+        const char* fn = (to_self ? batches[i].p2p[comm.rank].first : batches[i].p2p[comm.rank].second)[0].function;
+        return failed(issue_guarded(comm, fn, [&] {
+          const std::string why = "rank " + std::to_string(comm.rank) + " sends to itself " + std::to_string(to_self) +
+                                  " times but receives from itself " + std::to_string(from_self) +
+                                  " times in one group (a send to itself needs its receive in the same group)";
+          if (others) mark_broken(*comm.comm, why);
+          throw mdring::invalid_argument("peer", why);
+        }));
+      }
       for (const auto& c : batches[i].collectives)
         if (auto r = issue_checked(c); r != ncclSuccess) return failed(r);
       // Then its messages, all together (each peer's in call order).
@@ -624,7 +644,6 @@ MDRING_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
         return failed(from_exception("ncclGroupEnd"));
       }
       if (p2p.empty()) return;
-      auto& comm = *const_cast<ncclComm*>(static_cast<const ncclComm*>(batches[i].comm));
       if (auto r = issue_guarded(comm, p2p.front().function, [&] { issue_p2p(comm, p2p); }); r != ncclSuccess)
         failed(r);
     };

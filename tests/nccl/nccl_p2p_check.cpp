@@ -9,7 +9,8 @@
 //      outside any group;
 //   4. pairs outside a group: even ranks send then receive, odd ranks the reverse;
 //   5. ncclAlltoAll, ncclGather and ncclScatter from every root;
-//   6. a send and its receive on different streams of one group;
+//   6. a send and its receive on different streams of one group, and one pair's
+//      messages in consecutive groups on different streams, with no host sync;
 //   7. a ring group captured into a CUDA graph, replayed 3 times with new inputs,
 //      between eager calls;
 //   8. ncclCommAbort on rank 0 while rank 1 waits in ncclRecv from it: rank 1's call
@@ -58,11 +59,17 @@ struct dev {
   explicit dev(std::size_t count) : n(count) {
     if (n) cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T));
     if (n) cudaMemset(p, 0xff, n * sizeof(T));
+    cudaDeviceSynchronize();  // (the library's work runs on non-blocking streams)
   }
   dev(const dev&) = delete;
   ~dev() { cudaFree(p); }
   void put(const std::vector<T>& v) {
     if (n) cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+  }
+  void clear() {
+    if (n) cudaMemset(p, 0, n * sizeof(T));
+    cudaDeviceSynchronize();
   }
   std::vector<T> get() const {
     std::vector<T> v(n);
@@ -210,6 +217,25 @@ void two_streams(ncclComm_t c, cudaStream_t s) {
   CUDA_OK(cudaStreamSynchronize(s));
   CUDA_OK(cudaStreamSynchronize(t));
   EXPECT(out.get() == payload<float>(prev, me, 6, n), "send on one stream, receive on another");
+  // Ranks 0 and 1: two messages, each alone, the first on s and the second on t at
+  // the sender, the other way round at the receiver.
+  if (me < 2) {
+    dev<float> a(n), b(n);
+    if (me == 0) a.put(payload<float>(0, 1, 11, n)), b.put(payload<float>(0, 1, 12, n));
+    if (me == 0) {
+      NCCL_OK(ncclSend(a.p, n, ncclFloat, 1, c, s));
+      NCCL_OK(ncclSend(b.p, n, ncclFloat, 1, c, t));
+    } else {
+      NCCL_OK(ncclRecv(a.p, n, ncclFloat, 0, c, t));
+      NCCL_OK(ncclRecv(b.p, n, ncclFloat, 0, c, s));
+    }
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaStreamSynchronize(t));
+    if (me == 1) {
+      EXPECT(a.get() == payload<float>(0, 1, 11, n), "a pair's first message, on two streams");
+      EXPECT(b.get() == payload<float>(0, 1, 12, n), "a pair's second message, on two streams");
+    }
+  }
   cudaStreamDestroy(t);
 }
 
@@ -237,6 +263,7 @@ void graph(ncclComm_t c, cudaStream_t s) {
     CUDA_OK(cudaGraphLaunch(x, s));
     CUDA_OK(cudaStreamSynchronize(s));
     EXPECT(out.get() == payload<float>(prev, me, k, n), "graph replay %d", k - 8);
+    out.clear();
     ring_once();  // an eager call between replays
     CUDA_OK(cudaStreamSynchronize(s));
     EXPECT(out.get() == payload<float>(prev, me, k, n), "eager call after replay %d", k - 8);
@@ -292,6 +319,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nccl_p2p_check: expected at least 2 ranks (argv[1])\n");
     return 2;
   }
+  setenv("MDRING_TIMEOUT", "60", 0);  // a host wait that times out says so, before alarm() below
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) {  // (touches no GPU: the store starts here)
     std::fprintf(stderr, "nccl_p2p_check: ncclGetUniqueId: %s\n", ncclGetLastError(nullptr));

@@ -320,17 +320,19 @@ private:
     std::size_t arrived = 0, barriers = 0;
     bool pending_staged = false, pending_leave = false;
     std::vector<mdring::detail::flag_op> ops;
+    cudaEvent_t p2p_done = nullptr;  // the end of the last point-to-point group (p2p_device)
+    cudaStream_t p2p_last = nullptr;
+    bool p2p_marked = false;
 
     state() = default;
     state(const state&) = delete;
     state& operator=(const state&) = delete;
     ~state() {
+      if (own) cudaDeviceSynchronize();  // no work of ours still writes the peers' flags or reads ours
       for (std::size_t j = 0; j < peer_block.size(); ++j)
         if (j != me && peer_block[j]) cudaIpcCloseMemHandle(peer_block[j]);
-      if (own) {
-        cudaDeviceSynchronize();  // no work of ours still uses it
-        cudaFree(own);
-      }
+      if (p2p_done) cudaEventDestroy(p2p_done);
+      if (own) cudaFree(own);
     }
   };
 
@@ -352,6 +354,22 @@ private:
       detail::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync (a message)");
     }
     void join(cudaStream_t before, cudaStream_t after) { ipc_link::join(before, after); }
+    // The previous group's end, as an event (its stream may be gone by now); none
+    // across a capture (an event recorded outside it cannot be waited on inside).
+    void begin_group(cudaStream_t g) {
+      state& s = *l.s_;
+      if (s.p2p_marked && s.p2p_last != g && !detail::capturing(g))
+        detail::check(cudaStreamWaitEvent(g, s.p2p_done, 0), "cudaStreamWaitEvent (the previous point-to-point group)");
+    }
+    void end_group(cudaStream_t g) {
+      state& s = *l.s_;
+      s.p2p_marked = false;
+      if (detail::capturing(g)) return;
+      if (!s.p2p_done)
+        detail::check(cudaEventCreateWithFlags(&s.p2p_done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+      detail::check(cudaEventRecord(s.p2p_done, g), "cudaEventRecord (a point-to-point group)");
+      s.p2p_last = g, s.p2p_marked = true;
+    }
     void waited(const wait_status& st, std::size_t peer, const char* what) { l.wait_done(st, cx, peer, what); }
     [[noreturn]] void mismatch(std::size_t peer, std::size_t sent, std::size_t expected) {
       throw l.size_mismatch(cx, peer, sent, expected);

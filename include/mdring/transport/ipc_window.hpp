@@ -292,7 +292,8 @@ public:
 
 private:
   // Spins, then yields, then sleeps until ready(); member j is the one waited for
-  // (named at the deadline); any peer's failure ends the wait.
+  // (named at the deadline); any peer's failure ends the wait, and so does this
+  // rank's own (fail() from another thread: an abort).
   template <class Ready>
   wait_status wait_until(std::size_t j, deadline_clock::time_point deadline, Ready&& ready) const {
     unsigned spins = 0;
@@ -303,6 +304,9 @@ private:
       }
       if ((spins & 63) == 0) {
         if (auto st = failure(); st.kind != wait_status::done) return st;
+        if (const ipc_slot& own = *slot_at(me_); own.failed.load(std::memory_order_acquire))  // (an abort elsewhere)
+          return wait_status{wait_status::peer_failed, 0, me_,
+                             std::string(own.reason, strnlen(own.reason, sizeof own.reason))};
         if (deadline_clock::now() >= deadline) return wait_status{wait_status::timeout, j, 0, {}};
       }
       if (spins < 4096) std::this_thread::yield();

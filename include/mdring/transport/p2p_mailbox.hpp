@@ -23,7 +23,9 @@
 //      Fixed values (1, then 0), so that a captured CUDA graph replays correctly.
 //      It is safe because a pair has one message in flight at a time: s posts
 //      again only after its complete, which follows r's reset of ready[s]; r waits
-//      on ready[s] again only after it reset it.
+//      on ready[s] again only after it reset it. That needs each rank's messages in
+//      order on one stream: p2p_enqueue runs a group on one stream and each group
+//      after the previous one.
 //
 // A group of sends and receives (ncclGroupStart/End) runs in rounds (p2p_schedule):
 // round i posts the i-th send to every peer, then receives the i-th message from
@@ -176,56 +178,78 @@ struct p2p_message {
 //   dev.flags(stream, ops)      -> enqueues flag operations (FlagOp: ipc_window's flag_op)
 //   dev.copy(dst, src, bytes, stream), dev.join(before, after): later work on `after`
 //                                  waits for what `before` has so far
+//   dev.begin_group(stream), dev.end_group(stream): the stream waits for the link's
+//                                  previous group (what end_group marked) / marks this one
 //   dev.waited(status, peer, what): throws unless the host wait ended done
-//   dev.mismatch(peer, sent, expected): throws (a receive whose size is not the send's;
-//                                  called once the sender's stream has been released)
+//   dev.mismatch(peer, sent, expected): throws (a receive whose size is not the send's)
+// The whole group runs on one stream, its first message's: the others' work so far
+// joins it first and they wait for it after, as NCCL's groups join their streams;
+// and it follows the link's previous group. So one pair's messages never run on two
+// streams at once, which the flags' fixed values need (see the top). Every send's
+// buffer is exported before anything is posted, and a receive of another size is
+// thrown only once the whole group is enqueued (its copy left out), so that no
+// peer's stream waits for ever on a message this rank gave up on.
 template <class FlagOp, class Window, class Send, class Recv, class Device>
 void p2p_enqueue(Window& w, std::size_t p, std::size_t me, const std::vector<p2p_action>& plan,
                  std::span<const Send> sends, std::span<const Recv> recvs, deadline_clock::time_point deadline,
                  Device& dev) {
+  if (sends.empty() && recvs.empty()) return;
+  const auto g = sends.empty() ? recvs[0].stream : sends[0].stream;
+  std::vector<decltype(sends[0].stream)> others;
+  auto other = [&](auto s) {
+    if (s != g && std::find(others.begin(), others.end(), s) == others.end()) others.push_back(s);
+  };
+  for (const Send& m : sends) other(m.stream);
+  for (const Recv& m : recvs) other(m.stream);
+  std::vector<typename Window::note_type> notes(sends.size());
+  for (std::size_t i = 0; i < sends.size(); ++i) {
+    if (sends[i].bytes) notes[i].alloc = dev.export_of(sends[i].ptr, notes[i].offset);
+    notes[i].bytes = sends[i].bytes;
+  }
+  dev.begin_group(g);
+  for (const auto& s : others) dev.join(s, g);
+  struct bad_size {
+    std::size_t peer = 0, sent = 0, expected = 0;
+    bool seen = false;
+  } bad;
   std::vector<FlagOp> ops;
   for (const p2p_action& a : plan) {
     ops.clear();
     switch (a.kind) {
-      case p2p_action::post: {
-        const Send& m = sends[a.send];
-        typename Window::note_type n;
-        if (m.bytes) n.alloc = dev.export_of(m.ptr, n.offset);
-        n.bytes = m.bytes;
-        dev.waited(w.post(a.peer, n, deadline), a.peer, "to take this rank's earlier messages");
+      case p2p_action::post:
+        dev.waited(w.post(a.peer, notes[a.send], deadline), a.peer, "to take this rank's earlier messages");
         p2p_post_ops(p, me, a.peer, ops);
-        dev.flags(m.stream, ops);
+        dev.flags(g, ops);
         break;
-      }
       case p2p_action::receive: {
         const Recv& m = recvs[a.recv];
         typename Window::note_type n;
         dev.waited(w.take(a.peer, n, deadline), a.peer, "to send the message this rank receives");
         p2p_before_copy_ops(p, a.peer, ops);
-        dev.flags(m.stream, ops);
-        const bool fits = n.bytes == m.bytes;
-        if (fits && m.bytes) dev.copy(m.ptr, dev.map(a.peer, n.alloc) + n.offset, m.bytes, m.stream);
+        dev.flags(g, ops);
+        if (n.bytes == m.bytes && m.bytes) dev.copy(m.ptr, dev.map(a.peer, n.alloc) + n.offset, m.bytes, g);
+        if (n.bytes != m.bytes && !bad.seen) bad = {a.peer, std::size_t(n.bytes), m.bytes, true};
         ops.clear();
         p2p_after_copy_ops(p, me, a.peer, ops);  // also on a mismatch: the sender goes on
-        dev.flags(m.stream, ops);
-        if (!fits) dev.mismatch(a.peer, n.bytes, m.bytes);
+        dev.flags(g, ops);
         break;
       }
       case p2p_action::complete:
         p2p_complete_ops(p, a.peer, ops);
-        dev.flags(sends[a.send].stream, ops);
+        dev.flags(g, ops);
         break;
-      case p2p_action::self_copy: {  // ordered after the send's stream, and before its later work
+      case p2p_action::self_copy: {
         const Send& x = sends[a.send];
         const Recv& y = recvs[a.recv];
-        if (x.bytes != y.bytes) dev.mismatch(me, x.bytes, y.bytes);
-        dev.join(x.stream, y.stream);
-        if (y.bytes) dev.copy(y.ptr, x.ptr, y.bytes, y.stream);
-        dev.join(y.stream, x.stream);
+        if (x.bytes == y.bytes && y.bytes) dev.copy(y.ptr, x.ptr, y.bytes, g);
+        if (x.bytes != y.bytes && !bad.seen) bad = {me, x.bytes, y.bytes, true};
         break;
       }
     }
   }
+  dev.end_group(g);
+  for (const auto& s : others) dev.join(g, s);
+  if (bad.seen) dev.mismatch(bad.peer, bad.sent, bad.expected);
 }
 
 }  // namespace detail
