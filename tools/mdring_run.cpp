@@ -29,11 +29,13 @@
 // asks the kernel for SIGKILL when mdring-run dies (PR_SET_PDEATHSIG), so not even
 // a SIGKILL of mdring-run leaves them running.
 //
-// The job's store: mdring-run hosts it (MASTER_ADDR:MASTER_PORT, with the secret) in a
-// process of its own, forked before the ranks (on the host of rank 0, across hosts),
-// and tells rank 0 so (MDRING_STORE_HOSTED=1), so that the store outlives every rank:
-// a job that loses rank 0 can still grow back (mdring::grow, --replace).
-// MDRING_RUN_STORE=rank0 leaves it to rank 0, as torchrun's processes do.
+// The job's store: mdring-run hosts it (on MASTER_ADDR, port MDRING_STORE_PORT: a
+// second free port, so that MASTER_PORT stays free for the program's own store, as
+// PyTorch's; with the secret) in a process of its own, forked before the ranks (on
+// the host of rank 0, across hosts), and tells rank 0 so (MDRING_STORE_HOSTED=1), so
+// that the store outlives every rank: a job that loses rank 0 can still grow back
+// (mdring::grow, --replace). MDRING_RUN_STORE=rank0 leaves it to rank 0, as
+// torchrun's processes do. A MDRING_STORE_PORT set here is kept.
 //
 // Hang report: the processes get MDRING_STATE_DIR (a fresh directory, unless the
 // environment names one), where mdring writes each process's state lines
@@ -470,13 +472,15 @@ private:
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // it ends with mdring-run, whatever ends it
       if (getppid() != parent) _exit(1);
-      signal(SIGINT, SIG_IGN), signal(SIGTERM, SIG_IGN), signal(SIGHUP, SIG_IGN), signal(SIGQUIT, SIG_IGN);
+      setpgid(0, 0);  // no signal sent to the job's process group reaches it
+      for (int sig = 1; sig < 32; ++sig)
+        if (sig != SIGKILL && sig != SIGSTOP && sig != SIGCHLD) signal(sig, SIG_IGN);
       close(ready[0]);
       char ok = 0;
       try {
         mdring::rendezvous::tcp_store_options so;
         so.host = o_.addr;
-        so.port = std::uint16_t(std::strtol(port_.c_str(), nullptr, 10));
+        so.port = std::uint16_t(std::strtol(store_port().c_str(), nullptr, 10));
         so.secret = secret_;
         mdring::rendezvous::detail::store_server server(so);
         ok = 1;
@@ -484,7 +488,7 @@ private:
         for (;;) pause();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "mdring-run: cannot host the job's store on %s:%s%s (%s); rank 0 hosts it\n",
-                     o_.addr.c_str(), port_.c_str(), on_host().c_str(), e.what());
+                     o_.addr.c_str(), store_port().c_str(), on_host().c_str(), e.what());
       }
       if (write(ready[1], &ok, 1) != 1) _exit(1);
       _exit(1);
@@ -496,6 +500,13 @@ private:
     close(ready[0]);
     if (pid > 0 && n == 1 && got == 1) store_ = pid;
     else if (pid > 0) waitpid(pid, nullptr, 0);
+  }
+  // The store's port: MDRING_STORE_PORT as the processes get it, else MASTER_PORT.
+  std::string store_port() const {
+    for (const auto& [name, value] : where_.env)
+      if (name == "MDRING_STORE_PORT") return value;
+    if (const char* given = std::getenv("MDRING_STORE_PORT"); given && *given) return given;
+    return port_;
   }
   void stop_store() {
     if (store_ <= 0) return;
@@ -1058,8 +1069,8 @@ std::vector<std::pair<std::string, std::string>> exported_env(const options& o) 
 
 class cluster {
 public:
-  cluster(const options& o, char** argv, long port, std::string secret)
-      : o_(o), argv_(argv), port_(port), secret_(std::move(secret)) {}
+  cluster(const options& o, char** argv, long port, long store_port, std::string secret)
+      : o_(o), argv_(argv), port_(port), store_port_(store_port), secret_(std::move(secret)) {}
 
   int run() {
     const std::string remote = o_.remote_self.empty() ? self_path() : o_.remote_self;
@@ -1078,7 +1089,9 @@ public:
     long first = 0;
     char cwd[4096] = {};
     if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
-    const auto env = exported_env(o_);
+    auto env = exported_env(o_);
+    if (store_port_ > 0 && !std::getenv("MDRING_STORE_PORT"))
+      env.emplace_back("MDRING_STORE_PORT", std::to_string(store_port_));
     for (std::size_t i = 0; i < o_.hosts.size() && first < o_.n; ++i) {
       node n;
       n.host = i;
@@ -1296,7 +1309,7 @@ private:
 
   const options& o_;
   char** argv_;
-  const long port_;
+  const long port_, store_port_;
   const std::string secret_;
   std::vector<node> nodes_;
   long live_ = 0;
@@ -1395,8 +1408,9 @@ int run_main(int argc, char** argv) {
   const char* given = std::getenv("MDRING_SECRET");
   std::string secret = given && *given ? std::string(given) : random_secret();
   if (!o.hosts.empty()) {
-    long port = o.port;
-    if (port == 0) {  // a free port on the first host, where rank 0 hosts the store
+    // Free ports on the first host, where the job's store and rank 0 run: MASTER_PORT
+    // (unless given) and the store's (a different one).
+    auto free_on_first_host = [&](long& port) {
       auto words = agent_words(o, 0);
       words.push_back(o.remote_self.empty() ? self_path() : o.remote_self);
       words.push_back("--free-port");
@@ -1404,21 +1418,30 @@ int run_main(int argc, char** argv) {
       int status = 0;
       const std::string text = capture(words, &status);
       port = std::strtol(text.c_str(), nullptr, 10);
-      if (status != 0 || port < 1 || port > 65535) {
-        std::fprintf(stderr,
-                     "mdring-run: cannot find a free port on host %s through the agent (\"%s\" exited with %d, "
-                     "printed \"%s\"): check --agent and --master-addr, or give --master-port\n",
-                     o.hosts.front().name.c_str(), agent_text(words).c_str(),
-                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), text.c_str());
-        return 1;
-      }
-    }
-    cluster c(o, argv, port, std::move(secret));
+      if (status == 0 && port >= 1 && port <= 65535) return true;
+      std::fprintf(stderr,
+                   "mdring-run: cannot find a free port on host %s through the agent (\"%s\" exited with %d, "
+                   "printed \"%s\"): check --agent and --master-addr, or give --master-port\n",
+                   o.hosts.front().name.c_str(), agent_text(words).c_str(),
+                   WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), text.c_str());
+      return false;
+    };
+    long port = o.port, store_port = 0;
+    if (port == 0 && !free_on_first_host(port)) return 1;
+    for (int tries = 0; o.n > 1 && tries < 8 && (store_port == 0 || store_port == port); ++tries)
+      if (!free_on_first_host(store_port)) return 1;  // (a job of one needs no store)
+    cluster c(o, argv, port, store_port, std::move(secret));
     return c.run();
   }
   const long port = o.port != 0 ? o.port : free_port(o.addr);
   std::vector<char*> program(argv + o.program, argv + argc);
-  launcher l(o, std::move(program), port, std::move(secret), placement{});
+  placement where;
+  if (!std::getenv("MDRING_STORE_PORT")) {  // the store's own port (see the top)
+    long store_port = 0;
+    for (int tries = 0; tries < 8 && (store_port <= 0 || store_port == port); ++tries) store_port = free_port(o.addr);
+    where.env.emplace_back("MDRING_STORE_PORT", std::to_string(store_port));
+  }
+  launcher l(o, std::move(program), port, std::move(secret), std::move(where));
   return l.run();
 }
 

@@ -91,8 +91,8 @@ echo "ranks killed: exit $rc, $took s after the kill"
 
 # 5. the store's host (node 0, rank 0's) unreachable while node 1's ranks rendezvous.
 "${cluster[@]}" uplink down 10.213.0.1
-out=$(MDRING_TIMEOUT=3 timeout 60 "$run" --hosts "$hosts" --master-port 29611 --grace 8 --agent "$agent" \
-  "$probe" check 2>&1)
+out=$(MDRING_TIMEOUT=3 MDRING_STORE_PORT=29611 timeout 60 "$run" --hosts "$hosts" --master-port 29610 --grace 8 \
+  --agent "$agent" "$probe" check 2>&1)
 rc=$?
 echo "$out" | grep -v "^\[" | head -6
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "store unreachable: exited $rc (124: it hung)"

@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
                             "MDRING_LOCAL_RANK",
                             "MDRING_LOCAL_WORLD_SIZE",
                             "MDRING_STORE_HOSTED",
+                            "MDRING_STORE_PORT",
                             "LAUNCHER_TEST_INHERITED",
                             "LAUNCHER_TEST_HOST",
                             "LAUNCHER_TEST_X",

@@ -37,7 +37,9 @@ TEST_CASE("env: each rank sees torchrun's variables, once each, and the job's po
     CHECK(e.at("MASTER_PORT") == envs[0].at("MASTER_PORT"));
     CHECK(e.at("MDRING_SECRET") == envs[0].at("MDRING_SECRET"));
     CHECK(e.at("LAUNCHER_TEST_INHERITED") == "kept as is");
-    CHECK(e.at("MDRING_STORE_HOSTED") == "1");  // mdring-run hosts the store, not rank 0
+    CHECK(e.at("MDRING_STORE_HOSTED") == "1");                            // mdring-run hosts the store, not rank 0,
+    CHECK(e.at("MDRING_STORE_PORT") == envs[0].at("MDRING_STORE_PORT"));  // on a port of its own
+    CHECK(e.at("MDRING_STORE_PORT") != e.at("MASTER_PORT"));
   }
   CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
   const long port = std::stol(envs[0].at("MASTER_PORT"));

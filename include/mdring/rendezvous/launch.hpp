@@ -13,7 +13,8 @@
 //                                     overrides the port: torch's own store may hold it)
 //   MDRING_SECRET                     the job's secret, which every connection to the
 //                                     store must present (mdring-run generates one)
-//   MDRING_STORE_HOSTED=1             the launcher hosts the store (mdring-run does):
+//   MDRING_STORE_HOSTED=1             the launcher hosts the store (mdring-run does, on
+//                                     MDRING_STORE_PORT):
 //                                     rank 0 is a client of it like the others, so the
 //                                     store outlives rank 0
 // A single process (WORLD_SIZE 1 or unset) needs none of them and gets a store in

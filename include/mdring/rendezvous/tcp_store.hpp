@@ -270,10 +270,12 @@ private:
             err == ECONNREFUSED ? "nothing listens there"
             : err == ETIMEDOUT ? "no answer from that host within " + std::to_string(o_.connect_timeout.count()) + " ms"
                                : std::strerror(err);
-        throw transport_error("mdring::rendezvous::tcp_store: no store at " + where() + " (" + why +
-                                  "; is rank 0 running, with the same MASTER_ADDR and MASTER_PORT, and can this "
-                                  "host reach it?)",
-                              err);
+        throw transport_error(
+            "mdring::rendezvous::tcp_store: no store at " + where() + " (" + why +
+                "; is its host running (mdring-run's store process, or rank 0), with the same MASTER_ADDR and "
+                "MDRING_STORE_PORT or MASTER_PORT, and can this "
+                "host reach it?)",
+            err);
       }
       std::this_thread::sleep_for(pause);
     }
@@ -329,9 +331,9 @@ private:
 
   [[noreturn]] void lost() {
     s_.reset();
-    throw transport_error(
-        "mdring::rendezvous::tcp_store: lost the connection to the store at " + where() + " (rank 0's process ended?)",
-        0);
+    throw transport_error("mdring::rendezvous::tcp_store: lost the connection to the store at " + where() +
+                              " (its host ended: rank 0's process, or mdring-run's?)",
+                          0);
   }
 
   tcp_store_options o_;
