@@ -35,6 +35,23 @@ struct comm_batch {
   std::map<int, std::pair<std::vector<Call>, std::vector<Call>>> p2p;  // peer -> (sends, recvs), call order
 };
 
+// A batch's sends to rank `me` itself that its receives from itself do not match one
+// for one: why (a send to itself needs its receive in the same group), else empty;
+// `others`: whether the batch holds other work (collectives, messages to peers),
+// which its peers then wait on.
+template <class Call>
+std::string unmatched_self(const comm_batch<Call>& b, int me, bool& others) {
+  std::size_t to_self = 0, from_self = 0;
+  others = !b.collectives.empty();
+  for (const auto& [peer, lists] : b.p2p)
+    if (peer == me) to_self = lists.first.size(), from_self = lists.second.size();
+    else others = true;
+  if (to_self == from_self) return {};
+  return "rank " + std::to_string(me) + " sends to itself " + std::to_string(to_self) +
+         " times but receives from itself " + std::to_string(from_self) +
+         " times in one group (a send to itself needs its receive in the same group)";
+}
+
 // Call: anything with `const void* comm`, `call_kind kind` and `int peer` (send, recv).
 template <class Call>
 class group_queue {

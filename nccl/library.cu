@@ -616,17 +616,11 @@ MDRING_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
       auto& comm = *const_cast<ncclComm*>(static_cast<const ncclComm*>(batches[i].comm));
       // Sends to itself without their receives: refused before anything is issued
       // (and, when the group holds other work its peers wait on, announced to them).
-      std::size_t to_self = 0, from_self = 0;
-      bool others = !batches[i].collectives.empty();
-      for (const auto& [peer, lists] : batches[i].p2p)
-        if (peer == comm.rank) to_self = lists.first.size(), from_self = lists.second.size();
-        else others = true;
-      if (to_self != from_self) {
-        const char* fn = (to_self ? batches[i].p2p[comm.rank].first : batches[i].p2p[comm.rank].second)[0].function;
+      bool others = false;
+      if (std::string why = unmatched_self(batches[i], comm.rank, others); !why.empty()) {
+        const auto& self = batches[i].p2p[comm.rank];
+        const char* fn = (self.first.empty() ? self.second : self.first)[0].function;
         return failed(issue_guarded(comm, fn, [&] {
-          const std::string why = "rank " + std::to_string(comm.rank) + " sends to itself " + std::to_string(to_self) +
-                                  " times but receives from itself " + std::to_string(from_self) +
-                                  " times in one group (a send to itself needs its receive in the same group)";
           if (others) mark_broken(*comm.comm, why);
           throw mdring::invalid_argument("peer", why);
         }));

@@ -226,6 +226,33 @@ TEST_CASE("groups: nested, issued at the outermost end by communicator; sends an
   CHECK(out[1].collectives[1].tag == 6);
 }
 
+TEST_CASE("groups: sends to itself that its receives from itself do not match are found before issuing") {
+  int A = 0;
+  comm_batch<call> b;
+  b.comm = &A;
+  bool others = true;
+  CHECK(unmatched_self(b, 0, others).empty());
+  CHECK_FALSE(others);
+  b.p2p[0].first.push_back({&A, call_kind::send, 0, 0});
+  b.p2p[0].second.push_back({&A, call_kind::recv, 0, 1});
+  CHECK(unmatched_self(b, 0, others).empty());  // one for one
+  b.p2p[0].first.push_back({&A, call_kind::send, 0, 2});
+  CHECK(unmatched_self(b, 0, others) ==
+        "rank 0 sends to itself 2 times but receives from itself 1 times in one group (a send to itself needs its "
+        "receive in the same group)");
+  CHECK_FALSE(others);  // nothing else in the group: no peer waits on it
+  b.p2p[1].second.push_back({&A, call_kind::recv, 1, 3});
+  CHECK_FALSE(unmatched_self(b, 0, others).empty());
+  CHECK(others);  // a receive from rank 1: rank 1 waits on this group
+  comm_batch<call> c;
+  c.collectives.push_back({&A, call_kind::all_reduce, -1, 4});
+  c.p2p[2].second.push_back({&A, call_kind::recv, 2, 5});
+  CHECK(unmatched_self(c, 2, others) ==
+        "rank 2 sends to itself 0 times but receives from itself 1 times in one group (a send to itself needs its "
+        "receive in the same group)");
+  CHECK(others);
+}
+
 TEST_CASE("groups: a call that failed inside discards the whole group; the next group is clean") {
   group_queue<call> g;
   std::vector<comm_batch<call>> out;
