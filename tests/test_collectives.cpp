@@ -398,6 +398,7 @@ TEST_CASE("collectives: scratch comes from options.memory; repeated and reserved
                counting_resource mem;
                auto o = opts_with(s.algos);
                o.memory = &mem;
+               o.tune.one_shot_stream_max_bytes = 0;  // the reduce's program (streamed it uses no scratch)
                md::threads::endpoint ep{&c0.get_transport().get_world(), c0.rank()};
                const auto fsum = bspec<float>(md::sum, opk::sum);
                {

@@ -149,7 +149,8 @@ TEST_CASE("explain: a communicator's plan and the free explain() show what its c
     std::mutex m;
     std::set<std::string> seen;  // the algorithms the calls ran, over every size
     md::options o;
-    o.tune.one_shot_max_bytes = 256;  // 1 and 64 floats one-shot, the larger calls their programs
+    o.tune.one_shot_max_bytes = 256;       // 1 and 64 floats one-shot, the larger calls their programs
+    o.tune.one_shot_stream_max_bytes = 0;  // (broadcasts too: test_one_shot.cpp streams them)
     md::threads::run(topo.size(), [&](md::threads::endpoint ep) {
       auto comm = md::bind(topo, ep, o);
       for (std::size_t n :

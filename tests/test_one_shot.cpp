@@ -262,6 +262,183 @@ TEST_CASE("one-shot: nonblocking calls in flight, program calls between, in orde
   CHECK(fails.empty());
 }
 
+TEST_CASE("one-shot, streamed: broadcast and reduce above the cap run in steps over node memory, exact") {
+  // A cap of 64 B (16 floats: each step in a slot of the ring) and a stream limit of
+  // 4 KiB: 17 to 1024 floats are streamed in ceil(n / 16) steps, 1025 run the program.
+  using md::collective;
+  const auto steps_of = [](auto& comm) {
+    return md::detail::workspace_of(md::detail::core_of(comm)).one_shot_stages();
+  };
+  for (int mode = 0; mode < 4; ++mode) {
+    md::options o;
+    o.tune.one_shot_max_bytes = 64;
+    o.tune.one_shot_stream_max_bytes = 4096;
+    o.eager_rooted = mode == 1;
+    if (mode == 2) o.checks = md::check_level::collective;
+    o.reproducible = mode == 3;
+    for (const char* topo : {"shm:2", "shm:3", "shm:2 x ethernet:2"}) {
+      INFO("mode " << mode << " " << topo);
+      const auto fails = on_threads(topo, o, [&](auto& comm, std::vector<std::string>& f) {
+        const std::size_t P = comm.size(), r = comm.rank();
+        // (under collective checks the agreement's all_reduce carries more than 64 B: its
+        // program, not a stage of the flat channel)
+        const std::size_t agreement = 0;
+        for (std::size_t n : {17u, 32u, 33u, 100u, 1000u, 1024u, 1025u}) {
+          const bool streamed = n <= 1024;
+          if (comm.runs_one_shot(collective::broadcast, n, 4) != streamed)
+            f.push_back("runs_one_shot n=" + std::to_string(n));
+          for (std::size_t root = 0; root < P; ++root) {
+            // broadcast of floats
+            std::vector<float> b(n);
+            for (std::size_t i = 0; i < n; ++i) b[i] = r == root ? float(i % 1000) + 0.5f : -1.0f;
+            std::uint64_t calls = one_shot_calls(comm), stages = steps_of(comm);
+            md::broadcast(comm, b.data(), n, root);
+            for (std::size_t i = 0; i < n; ++i)
+              if (b[i] != float(i % 1000) + 0.5f) {
+                f.push_back("broadcast n=" + std::to_string(n) + " root " + std::to_string(root) + " [" +
+                            std::to_string(i) + "] " + std::to_string(b[i]));
+                break;
+              }
+            const std::uint64_t want_steps = streamed ? (n + 15) / 16 : 0;
+            if (one_shot_calls(comm) - calls != (streamed ? 1 + agreement : agreement) ||
+                steps_of(comm) - stages != want_steps + agreement)
+              f.push_back("broadcast n=" + std::to_string(n) + ": one-shot calls " +
+                          std::to_string(one_shot_calls(comm) - calls) + ", stages " +
+                          std::to_string(steps_of(comm) - stages) + ", want " + std::to_string(want_steps) + " steps");
+            // reduce of int64 (sum, prod, min) and double max, out of place and in place
+            std::vector<std::int64_t> x(n), y(n, -7), p(n), mn(n);
+            for (std::size_t i = 0; i < n; ++i) {
+              x[i] = std::int64_t(i * 3 + r);
+              p[i] = std::int64_t((i + r) % 3) + 1;
+              mn[i] = std::int64_t(i) - std::int64_t(r);
+            }
+            md::reduce(comm, x.data(), y.data(), n, root, md::sum);
+            md::reduce(comm, p.data(), p.data(), n, root, md::prod);
+            md::reduce(comm, mn.data(), mn.data(), n, root, md::min);
+            std::vector<double> d(n);
+            for (std::size_t i = 0; i < n; ++i) d[i] = double(i) * 0.25 + double(r);
+            md::reduce(comm, d.data(), d.data(), n, root, md::max);
+            if (r != root) continue;
+            for (std::size_t i = 0; i < n; ++i) {
+              std::int64_t want_p = 1;
+              for (std::size_t q = 0; q < P; ++q) want_p *= std::int64_t((i + q) % 3) + 1;
+              const std::int64_t want_sum = std::int64_t(P * i * 3 + P * (P - 1) / 2);
+              if (y[i] != want_sum || p[i] != want_p || mn[i] != std::int64_t(i) - std::int64_t(P - 1) ||
+                  d[i] != double(i) * 0.25 + double(P - 1)) {
+                f.push_back("reduce n=" + std::to_string(n) + " root " + std::to_string(root) + " [" +
+                            std::to_string(i) + "]: " + std::to_string(y[i]) + " " + std::to_string(p[i]) + " " +
+                            std::to_string(mn[i]) + " " + std::to_string(d[i]));
+                break;
+              }
+            }
+          }
+        }
+      });
+      for (auto& f : fails) FAIL_CHECK(f);
+      CHECK(fails.empty());
+    }
+  }
+}
+
+TEST_CASE("one-shot, streamed: the default limits, explain(), in flight with other calls, errors") {
+  using namespace std::chrono_literals;
+  using md::collective;
+  SUBCASE("64 KiB streamed in steps of 8 KiB by default; above it the program; all_reduce never") {
+    const auto fails = on_threads("shm:2 x shm:2", md::options{}, [&](auto& comm, std::vector<std::string>& f) {
+      const std::pair<bool, bool> asked[] = {{comm.runs_one_shot(collective::broadcast, 16384, 4), true},
+                                             {comm.runs_one_shot(collective::broadcast, 16385, 4), false},
+                                             {comm.runs_one_shot(collective::reduce, 8192, 8), true},
+                                             {comm.runs_one_shot(collective::reduce, 8193, 8), false},
+                                             {comm.runs_one_shot(collective::all_reduce, 2049, 4), false},
+                                             {comm.runs_one_shot(collective::all_gather, 2049, 4), false}};
+      for (std::size_t i = 0; i < std::size(asked); ++i)
+        if (asked[i].first != asked[i].second) f.push_back("runs_one_shot case " + std::to_string(i));
+      const std::string e = comm.template explain<float>(16384, collective::broadcast);
+      if (e.find("one-shot: this call runs over node memory in 8 steps of at most 8192 B") == std::string::npos)
+        f.push_back("explain(16384 floats, broadcast):\n" + e);
+      if (comm.template explain<float>(16385, collective::broadcast).find("one-shot") != std::string::npos)
+        f.push_back("explain(16385 floats, broadcast) says one-shot");
+      const std::size_t r = comm.rank();
+      std::vector<float> v(16384, float(r + 1)), out(16384, 0.0f);
+      const std::uint64_t before = one_shot_calls(comm);
+      md::reduce(comm, v.data(), out.data(), v.size(), 3);
+      if (one_shot_calls(comm) != before + 1) f.push_back("the 64 KiB reduce was not one-shot");
+      if (r == 3 && (out[0] != 10.0f || out[16383] != 10.0f || out[8191] != 10.0f)) f.push_back("64 KiB reduce");
+    });
+    for (auto& f : fails) FAIL_CHECK(f);
+    CHECK(fails.empty());
+  }
+  SUBCASE("nonblocking streamed calls in flight, behind a program and a small call, in order") {
+    const auto fails = on_threads("shm:3", md::options{}, [&](auto& comm, std::vector<std::string>& f) {
+      const std::size_t r = comm.rank(), n = 10000;  // 40000 B: 5 steps
+      std::vector<float> big(100000, 1.0f), a(n), b(n, float(r)), c(n), s(4, 1.0f);
+      for (std::size_t i = 0; i < n; ++i) a[i] = r == 1 ? float(i) : -1.0f;
+      md::request q1 = md::iall_reduce(comm, big.data(), big.size());  // its program
+      md::request q2 = md::ibroadcast(comm, a.data(), n, 1);           // streamed behind it
+      md::request q3 = md::iall_reduce(comm, s.data(), 4);             // one-shot behind that
+      md::request q4 = md::ireduce(comm, b.data(), c.data(), n, 0);    // streamed
+      q4.wait(), q3.wait(), q2.wait(), q1.wait();
+      if (big[99999] != 3.0f) f.push_back("big all_reduce");
+      for (std::size_t i = 0; i < n; ++i)
+        if (a[i] != float(i)) {
+          f.push_back("ibroadcast [" + std::to_string(i) + "] " + std::to_string(a[i]));
+          break;
+        }
+      if (s[3] != 3.0f) f.push_back("small all_reduce");
+      if (r == 0 && (c[0] != 3.0f || c[n - 1] != 3.0f)) f.push_back("ireduce " + std::to_string(c[0]));
+      if (one_shot_calls(comm) != 3) f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm)));
+    });
+    for (auto& f : fails) FAIL_CHECK(f);
+    CHECK(fails.empty());
+  }
+  SUBCASE("different counts: every rank throws at the first step, naming the whole counts") {
+    md::options o;
+    o.timeout = 2s;
+    std::vector<std::string> what(3);
+    md::threads::run(3, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(md::parse_topology("shm:3"), ep, o);
+      std::vector<float> v(12000, 1.0f);
+      try {
+        md::broadcast(comm, v.data(), ep.rank == 1 ? 12000 : 10000, 0);
+      } catch (const md::error& e) {
+        what[ep.rank] = e.what();
+      }
+    });
+    for (std::size_t r = 0; r < 3; ++r) {
+      INFO("rank " << r << ": " << what[r]);
+      CHECK(what[r].find("different counts, types or roots") != std::string::npos);
+      // (a rank may stop first because a peer that found the mismatch broke: its text is quoted)
+      CHECK(what[r].find("works on 12000") != std::string::npos);
+      CHECK(what[r].find("works on 10000") != std::string::npos);
+    }
+  }
+  SUBCASE("eager_rooted: a root two steps ahead of an absent reader waits at step 2 and names it") {
+    md::options o;
+    o.timeout = 300ms;
+    o.eager_rooted = true;
+    std::string what;
+    std::size_t peer = 99, step = 99;
+    std::latch done(2);
+    md::threads::run(2, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(md::parse_topology("shm:2"), ep, o);
+      if (ep.rank == 0) {
+        std::vector<float> v(16384, 2.0f);  // 8 steps of 8 KiB, in the two data buffers
+        try {
+          md::broadcast(comm, v.data(), v.size(), 0);
+        } catch (const md::timeout_error& e) {
+          what = e.what(), peer = e.peer(), step = e.step();
+        }
+      }
+      done.arrive_and_wait();
+    });
+    INFO(what);
+    CHECK(peer == 1);
+    CHECK(step == 2);
+    CHECK(what.find("broadcast step 2, waiting for rank 1 to read the data of an earlier call of rank 0") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("one-shot, eager_rooted: a broadcast's root and a reduce's leaves return once their data is in node memory") {
   // Rooted calls with options::eager_rooted: a rank that only gives data does not wait
   // for the others; it waits only before writing a slot or buffer that a rank has not
@@ -341,19 +518,27 @@ TEST_CASE("one-shot: rooted calls in a long random loop with slow readers stay e
   CHECK(small.ring == 8);
   CHECK(small.slot_lines == 2);
   CHECK(small.data == 2496);
-  for (int mode = 0; mode < 4; ++mode) {
+  // Modes 4 to 6 stream the larger rooted calls (plan/one_shot.hpp): eager_rooted in
+  // steps of 1 KiB through the data buffers of that small staging, eager_rooted and
+  // the default in steps of 256 B through the ring's slots.
+  for (int mode = 0; mode < 7; ++mode) {
     INFO("mode " << mode);
     md::options o;
-    o.eager_rooted = mode > 0;
+    o.eager_rooted = mode > 0 && mode < 6;
     if (mode == 2) o.checks = md::check_level::collective;
-    if (mode == 3) o.tune.shared_staging_bytes = 3000;
+    if (mode == 3 || mode == 4) o.tune.shared_staging_bytes = 3000;
+    if (mode == 4) o.tune.one_shot_max_bytes = 1024;
+    if (mode >= 5) o.tune.one_shot_max_bytes = 256;
+    const std::size_t largest = mode >= 4 ? 1000 : 200;
     const auto fails = on_threads("shm:4", o, [&](auto& comm, std::vector<std::string>& f) {
       const std::size_t r = comm.rank(), P = comm.size();
       std::mt19937_64 pause(r + 100), rng(5);
+      std::uint64_t want_one_shot = 0;
       for (std::size_t c = 0; c < 3000 && f.size() < 5; ++c) {
         if (pause() % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(pause() % 200));
-        const std::size_t n = rng() % 3 == 0 ? 1 + rng() % 200 : 1 + rng() % 12, root = rng() % P;
+        const std::size_t n = rng() % 3 == 0 ? 1 + rng() % largest : 1 + rng() % 12, root = rng() % P;
         const int kind = int(rng() % 5);
+        want_one_shot += kind <= 3 || n * 4 <= o.tune.one_shot_max_bytes;
         std::vector<std::int32_t> v(n), out(n, -1);
         for (std::size_t i = 0; i < n; ++i) v[i] = std::int32_t(c * 13 + r * 5 + i);
         auto want_sum = [&](std::size_t i) {
@@ -376,7 +561,9 @@ TEST_CASE("one-shot: rooted calls in a long random loop with slow readers stay e
             if (v[i] != want_sum(i)) f.push_back("all_reduce " + std::to_string(c));
         }
       }
-      if (one_shot_calls(comm) < 3000) f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm)));
+      if (one_shot_calls(comm) < want_one_shot)
+        f.push_back("one-shot calls " + std::to_string(one_shot_calls(comm)) + ", want " +
+                    std::to_string(want_one_shot) + " at least");
     });
     for (auto& f : fails) FAIL_CHECK(f);
     CHECK(fails.empty());

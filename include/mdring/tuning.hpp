@@ -44,6 +44,18 @@ struct tuning {
   /// processes of a 2-core EPYC against the programs: 0.5 to 0.9 x their time up to
   /// 8 KiB, about 1.05 x at 16 KiB for all_reduce and all_gather. 0: never.
   std::size_t one_shot_max_bytes = std::size_t(8) << 10;
+  /// A broadcast or reduce larger than that, up to this many bytes, also runs over
+  /// the one-shot path, streamed: in steps of the one-shot cap (one_shot_max_bytes,
+  /// or a data buffer if smaller), the giving ranks writing step k + 1 into their
+  /// other data buffer while the others read step k. No program and no message;
+  /// the call's stages are the steps. Measured on 2 processes of a 2-core Xeon
+  /// against Open MPI's shared-memory path and mdring's programs in one run
+  /// (docs/perf/latency.md): broadcast 32 to 64 KiB 0.2 to 0.3 x Open MPI's time
+  /// (the programs: 1.1 to 1.2 x), reduce 0.5 to 0.6 x (the programs: 1.5 x); on 4
+  /// processes sharing the 2 cores 0.7 to 0.9 x at 32 KiB, where from 256 KiB the
+  /// programs do better. Larger calls on 2 processes gain too (reduce of 2 MiB:
+  /// 0.76 x against the programs' 1.1 x). 0: never.
+  std::size_t one_shot_stream_max_bytes = std::size_t(64) << 10;
   ///@{
   /// Shared access between processes, buffers the peers cannot map (not from
   /// node_alloc: the heap, a PyTorch tensor, an MPI program's malloc): seconds per

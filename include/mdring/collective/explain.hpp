@@ -104,7 +104,7 @@ plan plan_of_call(const bound_layout& L, const options& o, collective kind, std:
                         m ? m->segments : 0, d.trees, last < L.ndims() && cp.dims[last].shared);
   pl.accumulation = at.note;
   if (one_shot_applies({kind, count, at.size, L.size, root}, o, one_shot_staging, L.written_extents))
-    pl.one_shot = one_shot_text({kind, count, at.size, L.size, root}, o.tune.one_shot_max_bytes);
+    pl.one_shot = one_shot_text({kind, count, at.size, L.size, root}, o, one_shot_staging);
   for (auto& st : pl.stages)
     st.shared_access = (st.ph == phase::reduce_scatter || st.ph == phase::all_gather ||
                         ((st.ph == phase::broadcast || st.ph == phase::reduce) && !d.trees)) &&

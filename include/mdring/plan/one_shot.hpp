@@ -15,6 +15,11 @@
 //   all_gather      every rank publishes its block, every rank copies all of them
 //   reduce_scatter  every rank publishes its whole sendbuf, every rank folds its block
 //
+// A broadcast or reduce above the cap, up to tune.one_shot_stream_max_bytes, is
+// streamed: it runs as consecutive steps of the cap, each one such synchronization,
+// the givers writing a step into one data buffer while the others read the last one
+// from the other (one_shot_streamed).
+//
 // It runs where every dimension's algorithm is automatic (a requested algorithm
 // is run as asked), the call has elements, and what a rank publishes fits in
 // tuning::one_shot_max_bytes and in a data buffer of the executor's layout of the
@@ -52,6 +57,22 @@ constexpr std::size_t one_shot_bytes(const one_shot_call& c) noexcept {
   return (c.kind == collective::reduce_scatter ? c.count * c.ranks : c.count) * c.elem_size;
 }
 
+/// The bytes one step of the one-shot path can publish per rank under options o,
+/// with data buffers of `staging` bytes: tune.one_shot_max_bytes, capped by them.
+constexpr std::size_t one_shot_cap(const options& o, std::size_t staging) noexcept {
+  return o.tune.one_shot_max_bytes < staging ? o.tune.one_shot_max_bytes : staging;
+}
+
+/// Whether call c, a broadcast or reduce too large for one step of the one-shot
+/// path but within tune.one_shot_stream_max_bytes, runs over it streamed, in steps
+/// of the cap (one_shot_steps); only where one_shot_applies.
+constexpr bool one_shot_streamed(const one_shot_call& c, const options& o, std::size_t staging) noexcept {
+  if (c.kind != collective::broadcast && c.kind != collective::reduce) return false;
+  const std::size_t cap = one_shot_cap(o, staging);
+  if (c.elem_size == 0 || cap < c.elem_size || c.count <= cap / c.elem_size) return false;
+  return c.count <= o.tune.one_shot_stream_max_bytes / c.elem_size;
+}
+
 /// Whether call c runs by the one-shot path under options o, where the whole
 /// communicator shares a node window whose staging buffers hold `staging` bytes of
 /// data; `written`: the topology's extents as written (under options.reproducible
@@ -67,15 +88,23 @@ constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::s
   if (c.elem_size == 2 && o.accumulation != accumulation::float32)
     for (accumulation a : o.dimension_accumulation)
       if (a == accumulation::float32) return false;
-  const std::size_t cap = o.tune.one_shot_max_bytes < staging ? o.tune.one_shot_max_bytes : staging;
+  const std::size_t cap = one_shot_cap(o, staging);
+  if (one_shot_streamed(c, o, staging)) return true;
   // one_shot_bytes(c) <= cap, without a product that could overflow
   if (c.elem_size == 0 || c.count > cap / c.elem_size) return false;
   const std::size_t bytes = c.count * c.elem_size;
   return c.kind != collective::reduce_scatter || bytes <= cap / c.ranks;
 }
 
-/// What explain() says of a call that runs one-shot (plan::one_shot).
-inline std::string one_shot_text(const one_shot_call& c, std::size_t max_bytes) {
+/// The elements of call c that one step of the one-shot path carries: all of them,
+/// or when streamed, as many as the cap holds (the last step the rest).
+constexpr std::size_t one_shot_step_count(const one_shot_call& c, const options& o, std::size_t staging) noexcept {
+  return one_shot_streamed(c, o, staging) ? one_shot_cap(o, staging) / c.elem_size : c.count;
+}
+
+/// What explain() says of a call that runs one-shot (plan::one_shot); `staging`
+/// as for one_shot_applies.
+inline std::string one_shot_text(const one_shot_call& c, const options& o, std::size_t staging) {
   const std::string b = std::to_string(one_shot_bytes(c)) + " B";
   const char* what =
       c.kind == collective::broadcast ? "the root copies its buffer into its staging buffer, the others copy it out"
@@ -86,9 +115,18 @@ inline std::string one_shot_text(const one_shot_call& c, std::size_t max_bytes) 
       : c.kind == collective::reduce_scatter
           ? "each rank copies its whole sendbuf into its staging buffer and folds its block from all of them"
           : "each rank copies its sendbuf into its staging buffer and every rank folds all of them";
-  return "this call runs in one step over node memory instead of the stages below (all " + std::to_string(c.ranks) +
-         " ranks share a node; " + b + " per rank, at most tune.one_shot_max_bytes = " + std::to_string(max_bytes) +
-         " B): " + what + ", in rank order; no messages";
+  const std::string ranks = "all " + std::to_string(c.ranks) + " ranks share a node; ";
+  if (one_shot_streamed(c, o, staging)) {
+    const std::size_t step = one_shot_step_count(c, o, staging), steps = (c.count + step - 1) / step;
+    return "this call runs over node memory in " + std::to_string(steps) + " steps of at most " +
+           std::to_string(step * c.elem_size) + " B instead of the stages below (" + ranks + b +
+           ", above the one-shot cap and at most tune.one_shot_stream_max_bytes = " +
+           std::to_string(o.tune.one_shot_stream_max_bytes) + " B): in each, " + what +
+           ", in rank order, while the next step is written into the other buffer; no messages";
+  }
+  return "this call runs in one step over node memory instead of the stages below (" + ranks + b +
+         " per rank, at most tune.one_shot_max_bytes = " + std::to_string(o.tune.one_shot_max_bytes) + " B): " + what +
+         ", in rank order; no messages";
 }
 
 MDRING_NAMESPACE_END

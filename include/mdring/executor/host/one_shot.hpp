@@ -22,6 +22,12 @@
 //      the root's (the root reads none); reduce: the root every other rank's (the
 //      others read none).
 //
+// A streamed broadcast or reduce (plan/one_shot.hpp: above the cap, up to
+// tune.one_shot_stream_max_bytes) is a run of such stages s, s + 1, ..., each
+// carrying the next cap's worth of elements under the whole call's signature: a
+// giver writes step k + 1 into its other data buffer while the readers read step k
+// (step 0 makes it wait until they have), so the two copies overlap.
+//
 // By default every rank waits for every rank's line, rooted calls too, so that a
 // peer that failed or passed other arguments reaches every rank in the call, as with
 // the programs. With options::eager_rooted (and local checks) the root of a
@@ -151,20 +157,25 @@ public:
   // Moves the call on: to its end when block, else as far as it goes without
   // waiting; true once done. Throws what a failed wait or a mismatch means.
   bool run(bool block) {
-    if (step_ == 0) {
-      if (!free_to_write(block)) return false;
-      publish();
-      step_ = 1;
+    for (;;) {
+      if (step_ == 0) {
+        if (!free_to_write(block)) return false;
+        publish();
+        step_ = 1;
+      }
+      if (step_ == 1) {
+        if (!arrivals(block)) return false;
+        finish();
+        step_ = 2;
+        b_.board.step_done(bytes_);
+        ++steps_done_;
+      }
+      if (done_ + n_ == count_) return true;
+      done_ += n_;  // streamed: the next step
+      begin_step();
     }
-    if (step_ == 1) {
-      if (!arrivals(block)) return false;
-      finish();
-      step_ = 2;
-      b_.board.step_done(bytes_);
-    }
-    return true;
   }
-  std::uint64_t progress() const noexcept { return step_; }
+  std::uint64_t progress() const noexcept { return 2 * steps_done_ + std::uint64_t(step_); }
 
 private:
   access_group& group() const noexcept { return b_.transport.group(*b_.flat); }
@@ -173,18 +184,35 @@ private:
 
   void take(collective kind, const void* send, void* recv, std::size_t count, std::size_t root) {
     kind_ = kind, send_ = send, recv_ = recv, count_ = count, root_ = root;
+    done_ = 0, steps_done_ = 0;
     if (!available(b_)) return;
     layout_ = one_shot_layout(group().staging_bytes());
-    taken_ = one_shot_applies({kind, count, elem_, ranks(), root}, b_.opts, layout_.data, b_.layout.written_extents);
+    const one_shot_call c{kind, count, elem_, ranks(), root};
+    taken_ = one_shot_applies(c, b_.opts, layout_.data, b_.layout.written_extents);
     b_.workspace.note_one_shot(taken_);
     if (!taken_) return;
-    bytes_ = one_shot_bytes({kind, count, elem_, ranks(), root});
-    s_ = group().sequence() + 1;
-    first_line_ = (s_ & (layout_.ring - 1)) * layout_.slot_lines;
+    step_count_ = one_shot_step_count(c, b_.opts, layout_.data);
     waits_all_ = !b_.opts.eager_rooted || b_.opts.checks == check_level::collective ||
                  (kind != collective::broadcast && kind != collective::reduce);
-    b_.board.begin_program(1);
+    b_.board.begin_program((count + step_count_ - 1) / step_count_);
+    begin_step();
   }
+
+  // The next step of the call (the only one unless streamed: plan/one_shot.hpp):
+  // elements [done_, done_ + n_), stage s of the flat channel.
+  void begin_step() noexcept {
+    n_ = count_ - done_ < step_count_ ? count_ - done_ : step_count_;
+    bytes_ = one_shot_bytes({kind_, n_, elem_, ranks(), root_});
+    s_ = group().sequence() + 1;
+    first_line_ = (s_ & (layout_.ring - 1)) * layout_.slot_lines;
+    b_.workspace.note_one_shot_stage();
+    step_ = 0;
+    deadline_ = {};  // (each step's waits have the whole timeout, as a program's steps do)
+    waits_on_ = std::size_t(-1);
+  }
+  // This step's part of the caller's buffers (a step's elements are the call's at done_).
+  const void* send_part() const noexcept { return static_cast<const char*>(send_) + done_ * elem_; }
+  void* recv_part() const noexcept { return static_cast<char*>(recv_) + done_ * elem_; }
 
   // Whether this rank gives data in this call, and reads rank j's.
   bool gives() const noexcept {
@@ -206,9 +234,9 @@ private:
   // arrive word is read (and waited for).
   bool free_to_write(bool block) {
     auto& ws = b_.workspace;
-    // (the first ring stages find their lines unwritten: one_shot_calls counts this one)
+    // (the first ring stages find their lines unwritten: one_shot_stages counts this one)
     std::uint32_t need =
-        ws.one_shot_calls() > layout_.ring ? s_ - std::uint32_t(layout_.ring - 1) : ws.one_shot_peers();
+        ws.one_shot_stages() > layout_.ring ? s_ - std::uint32_t(layout_.ring - 1) : ws.one_shot_peers();
     if (!in_line() && gives())
       if (const std::uint32_t last = ws.one_shot_buffer(s_ % 2); last != 0 && !reached(need, last + 1)) need = last + 1;
     if (reached(ws.one_shot_peers(), need)) return true;
@@ -279,7 +307,7 @@ private:
     auto started = [&]() -> deadline_clock::time_point {  // the deadline runs from the first wait
       if (deadline_ == deadline_clock::time_point{}) deadline_ = deadline_clock::now() + b_.opts.timeout;
       if (waits_on_ != j) {  // the hang report names the rank waited for now
-        b_.board.waiting(0, int(phase_of()), 0, (long long)j, state_board::dir::group, bytes_, deadline_);
+        b_.board.waiting(0, int(phase_of()), steps_done_, (long long)j, state_board::dir::group, bytes_, deadline_);
         waits_on_ = j;
       }
       return deadline_;
@@ -300,7 +328,7 @@ private:
     access_group& g = group();
     one_shot_line& l = line(me());
     if (gives()) {
-      std::memcpy(data_of(me()), send_, bytes_);
+      std::memcpy(data_of(me()), send_part(), bytes_);
       if (!in_line()) b_.workspace.note_one_shot_buffer(s_ % 2, s_);
     }
     l.signature = signature();
@@ -310,13 +338,14 @@ private:
 
   // Step 3: read the givers' buffers.
   void finish() {
-    const std::size_t p = ranks(), n = count_, e = elem_;
+    const std::size_t p = ranks(), n = n_, e = elem_;
+    void* const recv = recv_part();
     switch (kind_) {
       case collective::broadcast:
-        if (me() != root_) std::memcpy(recv_, data_of(root_), n * e);
+        if (me() != root_) std::memcpy(recv, data_of(root_), n * e);
         return;
       case collective::all_gather:
-        for (std::size_t j = 0; j < p; ++j) std::memcpy(static_cast<char*>(recv_) + j * n * e, data_of(j), n * e);
+        for (std::size_t j = 0; j < p; ++j) std::memcpy(static_cast<char*>(recv) + j * n * e, data_of(j), n * e);
         return;
       case collective::all_reduce:
       case collective::reduce_scatter:
@@ -325,8 +354,8 @@ private:
         const void* in[access_group::max_ranks];
         const std::size_t off = kind_ == collective::reduce_scatter ? me() * n * e : 0;
         for (std::size_t j = 0; j < p; ++j)
-          in[j] = j == me() && kind_ == collective::reduce ? send_ : static_cast<const char*>(data_of(j)) + off;
-        ops_.fold_all(recv_, in, p, n, nest());
+          in[j] = j == me() && kind_ == collective::reduce ? send_part() : static_cast<const char*>(data_of(j)) + off;
+        ops_.fold_all(recv, in, p, n, nest());
         return;
       }
     }
@@ -360,14 +389,15 @@ private:
 
   // Throws what a failed wait on rank j means (as the engine does: core.hpp raise).
   // The words are the engine's (dimension, phase, step): a one-shot call is step 0
-  // of dimension 0 as the hang report shows it, over every rank of the node.
+  // (a streamed one's step k from 0) of dimension 0 as the hang report shows it, over
+  // every rank of the node.
   [[noreturn]] MDRING_COLD void raise(const wait_status& st, std::size_t j, const char* waiting_for) {
     if (deadline_ == deadline_clock::time_point{}) {  // failed before any wait (a peer's line said so)
       deadline_ = deadline_clock::now() + b_.opts.timeout;
-      b_.board.waiting(0, int(phase_of()), 0, (long long)j, state_board::dir::group, bytes_, deadline_);
+      b_.board.waiting(0, int(phase_of()), steps_done_, (long long)j, state_board::dir::group, bytes_, deadline_);
     }
     const std::string where = " in dimension 0 (one-shot over node memory, all " + std::to_string(ranks()) +
-                              " ranks), " + std::string(to_string(phase_of())) + " step 0";
+                              " ranks), " + std::string(to_string(phase_of())) + " step " + std::to_string(steps_done_);
     if (st.kind == wait_status::timeout) {
       b_.board.waiting_on((long long)j, state_board::dir::group);
       char secs[32];
@@ -375,7 +405,7 @@ private:
       throw timeout_error(std::string("mdring::") + name_ + ": timed out after " + secs + " s" + where +
                               ", waiting for rank " + std::to_string(j) + waiting_for + std::to_string(me()) + " (" +
                               b_.transport.name() + " transport)",
-                          name_, 0, std::string(to_string(phase_of())), 0, j);
+                          name_, 0, std::string(to_string(phase_of())), steps_done_, j);
     }
     throw remote_error(std::string("mdring::") + name_ + ": rank " + std::to_string(st.failed_rank) +
                            " failed, so rank " + std::to_string(me()) + " stopped waiting" + where + ": " + st.reason,
@@ -411,6 +441,10 @@ private:
   const void* send_ = nullptr;
   void* recv_ = nullptr;
   std::size_t count_ = 0, root_ = 0, bytes_ = 0;
+  // Streamed (plan/one_shot.hpp): the elements a step carries, the elements of the
+  // step under way, and those of the steps before it; steps completed.
+  std::size_t step_count_ = 0, n_ = 0, done_ = 0;
+  std::uint64_t steps_done_ = 0;
   std::uint32_t s_ = 0;
   one_shot_layout layout_{0};
   std::size_t first_line_ = 0;  // the line of slot s % ring in a rank's region

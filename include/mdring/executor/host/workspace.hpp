@@ -106,6 +106,10 @@ public:
     one_shot_calls_ += taken;
     last_one_shot_ = taken;
   }
+  // Stages of the flat channel this rank has begun (a streamed call takes several:
+  // one_shot.hpp), this one included.
+  std::uint64_t one_shot_stages() const noexcept { return one_shot_stages_; }
+  void note_one_shot_stage() noexcept { ++one_shot_stages_; }
   // The one-shot path's view of its peers: every other rank has arrived at least at
   // this stage of the flat channel (as last seen; one_shot.hpp reads their words again
   // only when it needs a later stage).
@@ -140,7 +144,7 @@ private:
   std::shared_ptr<block_pool> blocks_;
   wisdom wisdom_;
   measuring_state measuring_;
-  std::uint64_t one_shot_calls_ = 0;
+  std::uint64_t one_shot_calls_ = 0, one_shot_stages_ = 0;
   bool last_one_shot_ = false;
   std::uint32_t one_shot_peers_ = 0;
   std::uint32_t one_shot_buffer_[2] = {0, 0};
