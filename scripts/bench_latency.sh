@@ -57,7 +57,9 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "rounds' (max - min).", "",
        "Up to `tune.one_shot_max_bytes` (8 KiB per rank) every call here runs one-shot over node memory "
        "(docs/USAGE.md, \"Small calls, one-shot\"): each rank copies what it gives into its staging buffer, "
-       "arrives, waits for every rank and reads; larger calls run their programs. Rooted calls wait for every "
+       "arrives, waits for every rank and reads. Broadcast and reduce up to `tune.one_shot_stream_max_bytes` "
+       "(64 KiB) run there too, streamed in steps of 8 KiB (docs/DESIGN.md, \"Streamed rooted calls\"); other "
+       "larger calls run their programs. Rooted calls wait for every "
        "rank too (so that a failure or a mismatch reaches every rank in the same call). The *eager* column: "
        "broadcast and reduce on a communicator bound with `options.eager_rooted`, whose root (leaves) read "
        "nothing and return once their data is in node memory, up to 15 calls ahead of their slowest reader "
