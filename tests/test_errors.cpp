@@ -77,6 +77,34 @@ TEST_CASE("null buffers with count > 0 are rejected on every rank, naming the bu
   }
 }
 
+TEST_CASE("reduce: a null recvbuf at the root is rejected there, the others hear of it") {
+  auto rec = on_ranks(4, [&](md::threads::endpoint ep, rank_record& r) {
+    auto comm = md::bind(t22, ep, local_opts());
+    std::vector<int> b(16, 1), out(16, 0);
+    const auto t0 = steady::now();
+    r.first = thrown([&] { md::reduce(comm, b.data(), comm.rank() == 2 ? nullptr : out.data(), 16, 2); });
+    r.seconds = seconds_since(t0);
+  });
+  expect_arg_error<md::invalid_argument>(rec[2].first, "recvbuf", {"mdring::reduce", "recvbuf is null", "count = 16"},
+                                         "reduce root 2");
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (i == 2) continue;
+    INFO("rank " << i << ": " << describe(rec[i].first));
+    CHECK(as<md::remote_error>(rec[i].first) != nullptr);
+    CHECK(rec[i].seconds < 5.0);
+  }
+}
+
+TEST_CASE("several bad arguments: the first in the call's order is named") {
+  std::vector<int> a(64, 1);
+  all_ranks_reject([&](auto& c) { md::all_reduce(c, static_cast<const int*>(nullptr), static_cast<int*>(nullptr), 5); },
+                   "sendbuf", {"mdring::all_reduce", "sendbuf is null"}, "all_reduce both null");
+  all_ranks_reject([&](auto& c) { md::broadcast(c, static_cast<int*>(nullptr), 5, 9); }, "root",
+                   {"mdring::broadcast", "root 9"}, "broadcast root 9 and buf null");
+  all_ranks_reject([&](auto& c) { md::reduce(c, static_cast<const int*>(nullptr), a.data(), 5, 8); }, "root",
+                   {"mdring::reduce", "root 8"}, "reduce root 8 and sendbuf null");
+}
+
 TEST_CASE("null buffers with count 0 are fine, and reduce ignores recvbuf off the root") {
   std::atomic<int> ok{0};
   auto rec = on_ranks(4, [&](md::threads::endpoint ep, rank_record& r) {

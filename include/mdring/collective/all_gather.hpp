@@ -26,8 +26,9 @@ template <bool Async, transport Tr, class T>
 auto all_gather_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::size_t sendcount,
                    std::optional<arg_error> pre) {
   constexpr const char* name = "all_gather";
-  auto err = detail::first_error(
-      std::move(pre), all_gather_buffers(name, comm.rank(), comm.size(), sendbuf, recvbuf, sendcount, sizeof(T)));
+  std::optional<arg_error> err =
+      all_gather_buffers(name, comm.rank(), comm.size(), sendbuf, recvbuf, sendcount, sizeof(T));
+  if (pre) err = std::move(pre);  // (an error found before this one comes first)
   return detail::launch<Async, T>(comm, name, sum_t{}, std::move(err), sendcount, 0,
                                   [=](auto& e) { e.start_all_gather(sendbuf, recvbuf, sendcount); });
 }

@@ -28,7 +28,8 @@ template <bool Async, transport Tr, class T, class Op>
 auto all_reduce_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::size_t count, Op op,
                    std::optional<arg_error> pre) {
   constexpr const char* name = "all_reduce";
-  auto err = detail::first_error(std::move(pre), all_reduce_buffers(name, sendbuf, recvbuf, count, sizeof(T)));
+  std::optional<arg_error> err = all_reduce_buffers(name, sendbuf, recvbuf, count, sizeof(T));
+  if (pre) err = std::move(pre);  // (an error found before this one comes first)
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // in place on the float32 copy
       return detail::launch_widened<Async>(comm, name, op, std::move(err), count, 0, count, sendbuf, count, recvbuf, 0,

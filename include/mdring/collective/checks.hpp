@@ -8,6 +8,12 @@
 //      overlap at all; root is a rank; the op fits the chosen algorithms
 //      (check_null, check_overlap, check_root, check_op; first_error keeps the first).
 //
+// Arguments that pass cost a few compares: each collective's buffer check
+// (all_reduce_buffers, ...) asks the predicates (holds, apart, is_rank) first and
+// builds no std::optional<arg_error> and no message unless one fails (the messages
+// are built out of line). Building them on every call was a measured part of a small
+// call (docs/DESIGN.md, "The call's machinery").
+//
 // A failed check is an arg_error: the argument's name and what is wrong with it, which
 // the caller throws as invalid_argument (after the ranks' agreement under
 // check_level::collective: collective/agreement.hpp).
@@ -116,36 +122,56 @@ inline std::optional<arg_error> check_op(const communicator_base& comm, bool com
 // The local checks shared by the collectives.
 // `count` elements must be readable/writable at p. `count_text` says where that
 // count comes from when it is not the count argument itself.
+inline bool holds(const void* p, std::size_t count) noexcept { return count == 0 || p != nullptr; }
+MDRING_COLD inline arg_error null_error(const char* name, const char* arg, std::size_t count, const char* count_text) {
+  return arg_error{arg, std::string("mdring::") + name + ": " + arg + " is null but must hold " + count_text + " = " +
+                            std::to_string(count) + " elements"};
+}
 inline std::optional<arg_error> check_null(const char* name, const char* arg, const void* p, std::size_t count,
                                            const char* count_text = "count") {
-  if (count > 0 && p == nullptr)
-    return arg_error{arg, std::string("mdring::") + name + ": " + arg + " is null but must hold " + count_text + " = " +
-                              std::to_string(count) + " elements"};
-  return std::nullopt;
+  if (holds(p, count)) return std::nullopt;
+  return null_error(name, arg, count, count_text);
 }
 
+inline bool is_rank(std::size_t root, std::size_t size) noexcept { return root < size; }
+MDRING_COLD inline arg_error root_error(const char* name, std::size_t root, std::size_t size) {
+  return arg_error{"root", std::string("mdring::") + name + ": root " + std::to_string(root) +
+                               " is not a rank of this communicator (size " + std::to_string(size) + ")"};
+}
 inline std::optional<arg_error> check_root(const char* name, std::size_t root, std::size_t size) {
-  if (root >= size)
-    return arg_error{"root", std::string("mdring::") + name + ": root " + std::to_string(root) +
-                                 " is not a rank of this communicator (size " + std::to_string(size) + ")"};
-  return std::nullopt;
+  if (is_rank(root, size)) return std::nullopt;
+  return root_error(name, root, size);
 }
 
 // send [s, s+sn) and recv [r, r+rn) (bytes) must coincide as described by
 // `in_place_ok` or not overlap at all.
-inline std::optional<arg_error> check_overlap(const char* name, const void* s, std::size_t sn, const void* r,
-                                              std::size_t rn, bool in_place, const char* in_place_rule) {
-  if (in_place || !overlaps(s, sn, r, rn)) return std::nullopt;
+inline bool apart(const void* s, std::size_t sn, const void* r, std::size_t rn, bool in_place) noexcept {
+  return in_place || !overlaps(s, sn, r, rn);
+}
+MDRING_COLD inline arg_error overlap_error(const char* name, const void* s, std::size_t sn, const void* r,
+                                           std::size_t rn, const char* in_place_rule) {
   return arg_error{"recvbuf", std::string("mdring::") + name + ": sendbuf [" + ptr_string(s) + ", +" +
                                   std::to_string(sn) + " bytes) and recvbuf [" + ptr_string(r) + ", +" +
                                   std::to_string(rn) + " bytes) overlap partially; for in place " + in_place_rule};
 }
+inline std::optional<arg_error> check_overlap(const char* name, const void* s, std::size_t sn, const void* r,
+                                              std::size_t rn, bool in_place, const char* in_place_rule) {
+  if (apart(s, sn, r, rn, in_place)) return std::nullopt;
+  return overlap_error(name, s, sn, r, rn, in_place_rule);
+}
 
+// The first of the errors that is there.
+inline std::optional<arg_error> first_error(std::optional<arg_error>&& e) { return std::move(e); }
 template <class... E>
-std::optional<arg_error> first_error(E&&... e) {
-  std::optional<arg_error> out;
-  ((out ? void() : void(out = std::move(e))), ...);
-  return out;
+std::optional<arg_error> first_error(std::optional<arg_error>&& e, E&&... rest) {
+  if (e) return std::move(e);
+  return first_error(std::forward<E>(rest)...);
+}
+// f(): the errors of arguments that failed a predicate, built out of line (the
+// buffer checks below return at once when every predicate holds).
+template <class F>
+MDRING_COLD std::optional<arg_error> errors_of(F&& f) {
+  return f();
 }
 
 // Each collective's buffer checks (null buffers, partial overlap, in-place rules),
@@ -154,32 +180,44 @@ std::optional<arg_error> first_error(E&&... e) {
 inline std::optional<arg_error> all_reduce_buffers(const char* name, const void* send, const void* recv,
                                                    std::size_t count, std::size_t bytes) {
   const std::size_t n = count * bytes;
-  return first_error(check_null(name, "sendbuf", send, count), check_null(name, "recvbuf", recv, count),
-                     check_overlap(name, send, n, recv, n, send == recv, "pass the same pointer twice"));
+  if (holds(send, count) && holds(recv, count) && apart(send, n, recv, n, send == recv)) return std::nullopt;
+  return errors_of([&] {
+    return first_error(check_null(name, "sendbuf", send, count), check_null(name, "recvbuf", recv, count),
+                       check_overlap(name, send, n, recv, n, send == recv, "pass the same pointer twice"));
+  });
 }
 inline std::optional<arg_error> reduce_scatter_buffers(const char* name, std::size_t rank, std::size_t size,
                                                        const void* send, const void* recv, std::size_t recvcount,
                                                        std::size_t bytes) {
   const std::size_t total = recvcount * size;
   const bool in_place = addr(recv) == addr(send) + rank * recvcount * bytes;
-  return first_error(check_null(name, "sendbuf", send, total, "size() * recvcount"),
-                     check_null(name, "recvbuf", recv, recvcount, "recvcount"),
-                     check_overlap(name, send, total * bytes, recv, recvcount * bytes, in_place,
-                                   "recvbuf must be sendbuf + rank() * recvcount"));
+  if (holds(send, total) && holds(recv, recvcount) && apart(send, total * bytes, recv, recvcount * bytes, in_place))
+    return std::nullopt;
+  return errors_of([&] {
+    return first_error(check_null(name, "sendbuf", send, total, "size() * recvcount"),
+                       check_null(name, "recvbuf", recv, recvcount, "recvcount"),
+                       check_overlap(name, send, total * bytes, recv, recvcount * bytes, in_place,
+                                     "recvbuf must be sendbuf + rank() * recvcount"));
+  });
 }
 inline std::optional<arg_error> all_gather_buffers(const char* name, std::size_t rank, std::size_t size,
                                                    const void* send, const void* recv, std::size_t sendcount,
                                                    std::size_t bytes) {
   const std::size_t total = sendcount * size;
   const bool in_place = addr(send) == addr(recv) + rank * sendcount * bytes;
-  return first_error(check_null(name, "sendbuf", send, sendcount, "sendcount"),
-                     check_null(name, "recvbuf", recv, total, "size() * sendcount"),
-                     check_overlap(name, send, sendcount * bytes, recv, total * bytes, in_place,
-                                   "sendbuf must be recvbuf + rank() * sendcount"));
+  if (holds(send, sendcount) && holds(recv, total) && apart(send, sendcount * bytes, recv, total * bytes, in_place))
+    return std::nullopt;
+  return errors_of([&] {
+    return first_error(check_null(name, "sendbuf", send, sendcount, "sendcount"),
+                       check_null(name, "recvbuf", recv, total, "size() * sendcount"),
+                       check_overlap(name, send, sendcount * bytes, recv, total * bytes, in_place,
+                                     "sendbuf must be recvbuf + rank() * sendcount"));
+  });
 }
 inline std::optional<arg_error> broadcast_buffers(const char* name, std::size_t root, std::size_t size, const void* buf,
                                                   std::size_t count) {
-  return first_error(check_root(name, root, size), check_null(name, "buf", buf, count));
+  if (is_rank(root, size) && holds(buf, count)) return std::nullopt;
+  return errors_of([&] { return first_error(check_root(name, root, size), check_null(name, "buf", buf, count)); });
 }
 // recvbuf counts at the root only.
 inline std::optional<arg_error> reduce_buffers(const char* name, std::size_t root, std::size_t rank, std::size_t size,
@@ -187,10 +225,15 @@ inline std::optional<arg_error> reduce_buffers(const char* name, std::size_t roo
                                                std::size_t bytes) {
   const bool is_root = rank == root;
   const std::size_t n = count * bytes;
-  return first_error(
-      check_root(name, root, size), check_null(name, "sendbuf", send, count),
-      is_root ? check_null(name, "recvbuf", recv, count) : std::nullopt,
-      is_root ? check_overlap(name, send, n, recv, n, send == recv, "pass the same pointer twice") : std::nullopt);
+  if (is_rank(root, size) && holds(send, count) &&
+      (!is_root || (holds(recv, count) && apart(send, n, recv, n, send == recv))))
+    return std::nullopt;
+  return errors_of([&] {
+    return first_error(
+        check_root(name, root, size), check_null(name, "sendbuf", send, count),
+        is_root ? check_null(name, "recvbuf", recv, count) : std::nullopt,
+        is_root ? check_overlap(name, send, n, recv, n, send == recv, "pass the same pointer twice") : std::nullopt);
+  });
 }
 
 }  // namespace detail

@@ -51,6 +51,7 @@ template <transport Transport>
 std::optional<arg_error> issue_checks(communicator_core<Transport>& comm, const char* name, bool commutative,
                                       std::optional<arg_error> err) {
   if (!comm.usable()) throw_unusable(name, comm.failure());
+  if (!err && commutative) return err;  // (check_op passes every commutative op)
   if (!err) err = check_op(comm, commutative, name);
   if (err && comm.get_options().checks != check_level::collective) {
     executor_of(comm)->drain();

@@ -27,8 +27,9 @@ auto reduce_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf, std::s
                std::optional<arg_error> pre) {
   constexpr const char* name = "reduce";
   const bool is_root = comm.rank() == root;
-  auto err = detail::first_error(
-      std::move(pre), reduce_buffers(name, root, comm.rank(), comm.size(), sendbuf, recvbuf, count, sizeof(T)));
+  std::optional<arg_error> err =
+      reduce_buffers(name, root, comm.rank(), comm.size(), sendbuf, recvbuf, count, sizeof(T));
+  if (pre) err = std::move(pre);  // (an error found before this one comes first)
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // in place on the float32 copy
       return detail::launch_widened<Async>(comm, name, op, std::move(err), count, root, count, sendbuf, count, recvbuf,

@@ -30,8 +30,9 @@ auto reduce_scatter_on(communicator_core<Tr>& comm, const T* sendbuf, T* recvbuf
                        std::optional<arg_error> pre) {
   constexpr const char* name = "reduce_scatter";
   const std::size_t total = recvcount * comm.size();
-  auto err = detail::first_error(
-      std::move(pre), reduce_scatter_buffers(name, comm.rank(), comm.size(), sendbuf, recvbuf, recvcount, sizeof(T)));
+  std::optional<arg_error> err =
+      reduce_scatter_buffers(name, comm.rank(), comm.size(), sendbuf, recvbuf, recvcount, sizeof(T));
+  if (pre) err = std::move(pre);  // (an error found before this one comes first)
   if constexpr (widens<T, Op>)
     if (comm.get_options().accumulation == accumulation::float32)  // float32 copy, then its block
       return detail::launch_widened<Async>(comm, name, op, std::move(err), recvcount, 0, total + recvcount, sendbuf,
