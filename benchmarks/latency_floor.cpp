@@ -11,7 +11,9 @@
 //    reduces: all_reduce, broadcast, reduce, all_gather, reduce_scatter, native MPI
 //    and mdring (bound once, `shm:*`) back to back in every round, --iters calls each;
 //    broadcast and reduce also on a communicator bound with options::eager_rooted
-//    (the root, the leaves, return once their data is in node memory: "eager").
+//    (the root, the leaves, return once their data is in node memory: "eager"),
+//    and above the one-shot cap on one bound with tune.one_shot_stream_max_bytes =
+//    64 KiB (streamed over node memory in steps of the cap, off by default: "streamed").
 //    Per size the medians over the rounds, mdring / native and each / the floor.
 // Every rank's results are checked once per size (exact: small integers).
 // Oversubscribed (more ranks than cores), the ping-pong and the spins measure the
@@ -230,6 +232,11 @@ int main(int argc, char** argv) {
     mdring::options eager_opts;
     eager_opts.eager_rooted = true;
     auto eager = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, eager_opts);
+    // Broadcast and reduce above the one-shot cap streamed over node memory, which is
+    // off by default (tuning.hpp, one_shot_stream_max_bytes).
+    mdring::options stream_opts;
+    stream_opts.tune.one_shot_stream_max_bytes = std::size_t(64) << 10;
+    auto streamed = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, stream_opts);
     std::vector<std::size_t> sizes;
     for (std::size_t b = 8; b <= s.max_bytes; b *= 8) sizes.push_back(b);
     if (sizes.back() != s.max_bytes) sizes.push_back(s.max_bytes);
@@ -240,17 +247,20 @@ int main(int argc, char** argv) {
           floor * 1e6, *std::min_element(floors.begin(), floors.end()) * 1e6,
           *std::max_element(floors.begin(), floors.end()) * 1e6);
       std::printf("%-15s %8s %12s %12s %9s %9s %9s  %-24s %s\n", "call", "bytes", "native us", "mdring us", "md/native",
-                  "md/floor", "nat/floor", "spread (native, mdring)", "eager us (/native)");
+                  "md/floor", "nat/floor", "spread (native, mdring)", "eager us (/native)  streamed us (/native)");
     }
     for (op o : all_ops) {
       if (s.calls.find("," + std::string(name_of(o)) + ",") == std::string::npos) continue;
       for (std::size_t bytes : sizes) {
         const std::size_t n = std::max<std::size_t>(bytes / sizeof(float), 1);
         std::vector<float> send(n * std::size_t(P)), recv(n * std::size_t(P));
-        // 0 native, 1 mdring, 2 mdring with eager_rooted (broadcast and reduce only).
-        const int variants = o == op::broadcast || o == op::reduce ? 3 : 2;
+        // 0 native, 1 mdring, 2 mdring with eager_rooted and 3 streamed (broadcast and
+        // reduce only; streamed above the one-shot cap only, where it differs).
+        const bool rooted = o == op::broadcast || o == op::reduce;
+        const int variants = !rooted ? 2 : comm.runs_one_shot(o, n, sizeof(float)) ? 3 : 4;
         auto run = [&](int v) {
           if (v == 2) call(o, false, eager, send, recv, n);
+          else if (v == 3) call(o, false, streamed, send, recv, n);
           else call(o, v == 0, comm, send, recv, n);
         };
         // Checked once per side, then timed (broadcast's recv is its buffer: refilled per round).
@@ -263,7 +273,7 @@ int main(int argc, char** argv) {
         int all_ok = ok;
         MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
         failures += !all_ok;
-        std::vector<double> t[3];
+        std::vector<double> t[4];
         for (int r = 0; r < s.rounds; ++r)
           for (int v = 0; v < variants; ++v) {
             fill(o, send, recv, n, rank, P);
@@ -281,19 +291,20 @@ int main(int argc, char** argv) {
           auto spread = [](const std::vector<double>& v) {
             return (*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end())) * 1e6;
           };
-          const double eg = variants == 3 ? median(t[2]) : 0;
-          char eager_text[48] = "";
-          if (variants == 3) std::snprintf(eager_text, sizeof eager_text, "%.3f (%.2f)", eg * 1e6, eg / nat);
-          std::printf("%-15s %8zu %12.3f %12.3f %9.2f %9.2f %9.2f  %.3f, %-17.3f %s%s\n", name_of(o), n * sizeof(float),
-                      nat * 1e6, md * 1e6, md / nat, md / floor, nat / floor, spread(t[0]), spread(t[1]), eager_text,
-                      all_ok ? "" : "  WRONG RESULT");
+          const double eg = variants >= 3 ? median(t[2]) : 0, st = variants == 4 ? median(t[3]) : 0;
+          char eager_text[48] = "", stream_text[48] = "";
+          if (variants >= 3) std::snprintf(eager_text, sizeof eager_text, "%.3f (%.2f)", eg * 1e6, eg / nat);
+          if (variants == 4) std::snprintf(stream_text, sizeof stream_text, "%.3f (%.2f)", st * 1e6, st / nat);
+          std::printf("%-15s %8zu %12.3f %12.3f %9.2f %9.2f %9.2f  %.3f, %-17.3f %-19s %s%s\n", name_of(o),
+                      n * sizeof(float), nat * 1e6, md * 1e6, md / nat, md / floor, nat / floor, spread(t[0]),
+                      spread(t[1]), eager_text, stream_text, all_ok ? "" : "  WRONG RESULT");
           if (json)
             std::fprintf(json,
                          "{\"bench\":\"latency\",\"np\":%d,\"op\":\"%s\",\"bytes\":%zu,\"native_us\":%.4f,"
                          "\"mdring_us\":%.4f,\"floor_us\":%.4f,\"rounds\":%d,\"iters\":%d,\"native_spread_us\":%.4f,"
-                         "\"mdring_spread_us\":%.4f,\"eager_us\":%.4f,\"correct\":%s}\n",
+                         "\"mdring_spread_us\":%.4f,\"eager_us\":%.4f,\"streamed_us\":%.4f,\"correct\":%s}\n",
                          P, name_of(o), n * sizeof(float), nat * 1e6, md * 1e6, floor * 1e6, s.rounds, s.iters,
-                         spread(t[0]), spread(t[1]), eg * 1e6, all_ok ? "true" : "false");
+                         spread(t[0]), spread(t[1]), eg * 1e6, st * 1e6, all_ok ? "true" : "false");
         }
       }
     }

@@ -57,28 +57,31 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "rounds' (max - min).", "",
        "Up to `tune.one_shot_max_bytes` (8 KiB per rank) every call here runs one-shot over node memory "
        "(docs/USAGE.md, \"Small calls, one-shot\"): each rank copies what it gives into its staging buffer, "
-       "arrives, waits for every rank and reads. Broadcast and reduce up to `tune.one_shot_stream_max_bytes` "
-       "(64 KiB) run there too, streamed in steps of 8 KiB (docs/DESIGN.md, \"Streamed rooted calls\"); other "
-       "larger calls run their programs. Rooted calls wait for every "
+       "arrives, waits for every rank and reads; larger calls run their programs. Rooted calls wait for every "
        "rank too (so that a failure or a mismatch reaches every rank in the same call). The *eager* column: "
        "broadcast and reduce on a communicator bound with `options.eager_rooted`, whose root (leaves) read "
        "nothing and return once their data is in node memory, up to 15 calls ahead of their slowest reader "
        "(docs/DESIGN.md), as Open MPI's return at the root or the leaves as soon as their part is done: a loop "
-       "of them pipelines, which is why those 8-byte times can be below the floor.", ""]
+       "of them pipelines, which is why those 8-byte times can be below the floor. The *streamed* column: "
+       "broadcast and reduce above the cap on a communicator bound with `tune.one_shot_stream_max_bytes` = "
+       "64 KiB, which runs them over node memory in steps of 8 KiB instead of their programs (off by default: "
+       "docs/DESIGN.md, \"Streamed rooted calls\").", ""]
 for np in sorted({k[0] for k in by}):
     floor = next(r["floor_us"] for r in rows if r["np"] == np)
     out += [f"### {np} processes (floor {floor:.3f} us)", "",
             "| call | bytes | native us | mdring us | mdring / native | mdring / floor | spread native, mdring (us) "
-            "| eager us | eager / native |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+            "| eager us | eager / native | streamed us | streamed / native |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for op in ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"]:
         for r in by.get((np, op), []):
             flag = "" if r["correct"] else " WRONG"
             e = r.get("eager_us", 0)
             eager = f"{e:.3f} | {e / r['native_us']:.2f}" if e > 0 else " | "
+            st = r.get("streamed_us", 0)
+            streamed = f"{st:.3f} | {st / r['native_us']:.2f}" if st > 0 else " | "
             out.append(f"| {op} | {r['bytes']} | {r['native_us']:.3f} | {r['mdring_us']:.3f} | "
                        f"{r['mdring_us'] / r['native_us']:.2f} | {r['mdring_us'] / r['floor_us']:.1f} | "
-                       f"{r['native_spread_us']:.3f}, {r['mdring_spread_us']:.3f}{flag} | {eager} |")
+                       f"{r['native_spread_us']:.3f}, {r['mdring_spread_us']:.3f}{flag} | {eager} | {streamed} |")
     out.append("")
 # Through the interposer: per collective and size, the medians over the rounds.
 pm = collections.defaultdict(list)
@@ -121,6 +124,10 @@ try:
             ax.loglog(x, [r["mdring_us"] for r in rs], "s-", label="mdring")
             if any(r.get("eager_us", 0) > 0 for r in rs):
                 ax.loglog(x, [r["eager_us"] for r in rs], "^-", label="mdring, eager_rooted")
+            if any(r.get("streamed_us", 0) > 0 for r in rs):
+                xs = [r["bytes"] for r in rs if r.get("streamed_us", 0) > 0]
+                ax.loglog(xs, [r["streamed_us"] for r in rs if r.get("streamed_us", 0) > 0], "v-",
+                          label="mdring, streamed (opt-in)")
             ax.loglog(x, [r["floor_us"] for r in rs], "k--", label="floor (ping-pong)")
             ax.set_title(f"{op}, {np} processes")
             ax.set_xlabel("bytes")

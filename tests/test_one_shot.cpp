@@ -343,8 +343,21 @@ TEST_CASE("one-shot, streamed: broadcast and reduce above the cap run in steps o
 TEST_CASE("one-shot, streamed: the default limits, explain(), in flight with other calls, errors") {
   using namespace std::chrono_literals;
   using md::collective;
-  SUBCASE("64 KiB streamed in steps of 8 KiB by default; above it the program; all_reduce never") {
+  md::options streaming;  // off by default (tuning.hpp says why)
+  streaming.tune.one_shot_stream_max_bytes = 64 << 10;
+  SUBCASE("off by default: a broadcast or reduce above the cap runs its program") {
     const auto fails = on_threads("shm:2 x shm:2", md::options{}, [&](auto& comm, std::vector<std::string>& f) {
+      if (comm.runs_one_shot(collective::broadcast, 2049, 4)) f.push_back("8196 B broadcast one-shot");
+      if (comm.runs_one_shot(collective::reduce, 1025, 8)) f.push_back("8200 B reduce one-shot");
+      if (!comm.runs_one_shot(collective::broadcast, 2048, 4)) f.push_back("8 KiB broadcast not one-shot");
+      if (comm.template explain<float>(16384, collective::broadcast).find("one-shot") != std::string::npos)
+        f.push_back("explain(16384 floats, broadcast) says one-shot");
+    });
+    for (auto& f : fails) FAIL_CHECK(f);
+    CHECK(fails.empty());
+  }
+  SUBCASE("asked for, 64 KiB streamed in steps of 8 KiB; above it the program; all_reduce never") {
+    const auto fails = on_threads("shm:2 x shm:2", streaming, [&](auto& comm, std::vector<std::string>& f) {
       const std::pair<bool, bool> asked[] = {{comm.runs_one_shot(collective::broadcast, 16384, 4), true},
                                              {comm.runs_one_shot(collective::broadcast, 16385, 4), false},
                                              {comm.runs_one_shot(collective::reduce, 8192, 8), true},
@@ -369,7 +382,7 @@ TEST_CASE("one-shot, streamed: the default limits, explain(), in flight with oth
     CHECK(fails.empty());
   }
   SUBCASE("nonblocking streamed calls in flight, behind a program and a small call, in order") {
-    const auto fails = on_threads("shm:3", md::options{}, [&](auto& comm, std::vector<std::string>& f) {
+    const auto fails = on_threads("shm:3", streaming, [&](auto& comm, std::vector<std::string>& f) {
       const std::size_t r = comm.rank(), n = 10000;  // 40000 B: 5 steps
       std::vector<float> big(100000, 1.0f), a(n), b(n, float(r)), c(n), s(4, 1.0f);
       for (std::size_t i = 0; i < n; ++i) a[i] = r == 1 ? float(i) : -1.0f;
@@ -392,7 +405,7 @@ TEST_CASE("one-shot, streamed: the default limits, explain(), in flight with oth
     CHECK(fails.empty());
   }
   SUBCASE("different counts: every rank throws at the first step, naming the whole counts") {
-    md::options o;
+    md::options o = streaming;
     o.timeout = 2s;
     std::vector<std::string> what(3);
     md::threads::run(3, [&](md::threads::endpoint ep) {
@@ -413,7 +426,7 @@ TEST_CASE("one-shot, streamed: the default limits, explain(), in flight with oth
     }
   }
   SUBCASE("eager_rooted: a root two steps ahead of an absent reader waits at step 2 and names it") {
-    md::options o;
+    md::options o = streaming;
     o.timeout = 300ms;
     o.eager_rooted = true;
     std::string what;
@@ -529,6 +542,7 @@ TEST_CASE("one-shot: rooted calls in a long random loop with slow readers stay e
     if (mode == 3 || mode == 4) o.tune.shared_staging_bytes = 3000;
     if (mode == 4) o.tune.one_shot_max_bytes = 1024;
     if (mode >= 5) o.tune.one_shot_max_bytes = 256;
+    if (mode >= 4) o.tune.one_shot_stream_max_bytes = 64 << 10;
     const std::size_t largest = mode >= 4 ? 1000 : 200;
     const auto fails = on_threads("shm:4", o, [&](auto& comm, std::vector<std::string>& f) {
       const std::size_t r = comm.rank(), P = comm.size();
