@@ -55,9 +55,10 @@ struct tuning {
   /// processes sharing the 2 cores 0.7 to 0.9 x at 32 KiB, where from 256 KiB the
   /// programs do better. Larger calls on 2 processes gain too (reduce of 2 MiB:
   /// 0.76 x against the programs' 1.1 x). But on a 2-core AMD EPYC VM (2026-12-07)
-  /// the same calls took 1.0 to 4.9 x Open MPI's time, the programs 1.04 to 1.8 x,
-  /// worst where the two cores were 0.21 us apart (a cache line's one-way trip)
-  /// instead of 0.05: each step waits for a trip. So it is off by default (0:
+  /// the same calls took 0.66 to 4.9 x Open MPI's time from run to run, the
+  /// programs 1.04 to 1.8 x, slowest where the two cores were 0.21 us apart (a cache
+  /// line's one-way trip) instead of 0.05: each step waits for a trip; on 4
+  /// processes 1.2 to 2.2 x against 1.0 to 1.3. So it is off by default (0:
   /// never); 65536 turns it on where the ranks' cores are close (measure first:
   /// scripts/bench_latency.sh).
   std::size_t one_shot_stream_max_bytes = 0;
