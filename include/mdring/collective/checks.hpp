@@ -174,66 +174,58 @@ MDRING_COLD std::optional<arg_error> errors_of(F&& f) {
   return f();
 }
 
+// A sendbuf and a recvbuf of send_count and recv_count elements of `bytes` each
+// (send_text, recv_text: where those counts come from): neither null while it must
+// hold elements, and apart unless in place (in_place_rule says what in place is).
+// Checks the predicates first; the errors, in that order, only when one fails.
+inline std::optional<arg_error> two_buffers(const char* name, const void* send, std::size_t send_count,
+                                            const char* send_text, const void* recv, std::size_t recv_count,
+                                            const char* recv_text, std::size_t bytes, bool in_place,
+                                            const char* in_place_rule) {
+  const std::size_t sn = send_count * bytes, rn = recv_count * bytes;
+  if (holds(send, send_count) && holds(recv, recv_count) && apart(send, sn, recv, rn, in_place)) return std::nullopt;
+  return errors_of([&] {
+    return first_error(check_null(name, "sendbuf", send, send_count, send_text),
+                       check_null(name, "recvbuf", recv, recv_count, recv_text),
+                       check_overlap(name, send, sn, recv, rn, in_place, in_place_rule));
+  });
+}
+
 // Each collective's buffer checks (null buffers, partial overlap, in-place rules),
 // the host path's and the GPU path's alike (the GPU path adds alignment); `bytes`
 // is the element's size. The first failure, or none.
 inline std::optional<arg_error> all_reduce_buffers(const char* name, const void* send, const void* recv,
                                                    std::size_t count, std::size_t bytes) {
-  const std::size_t n = count * bytes;
-  if (holds(send, count) && holds(recv, count) && apart(send, n, recv, n, send == recv)) return std::nullopt;
-  return errors_of([&] {
-    return first_error(check_null(name, "sendbuf", send, count), check_null(name, "recvbuf", recv, count),
-                       check_overlap(name, send, n, recv, n, send == recv, "pass the same pointer twice"));
-  });
+  return two_buffers(name, send, count, "count", recv, count, "count", bytes, send == recv,
+                     "pass the same pointer twice");
 }
 inline std::optional<arg_error> reduce_scatter_buffers(const char* name, std::size_t rank, std::size_t size,
                                                        const void* send, const void* recv, std::size_t recvcount,
                                                        std::size_t bytes) {
-  const std::size_t total = recvcount * size;
-  const bool in_place = addr(recv) == addr(send) + rank * recvcount * bytes;
-  if (holds(send, total) && holds(recv, recvcount) && apart(send, total * bytes, recv, recvcount * bytes, in_place))
-    return std::nullopt;
-  return errors_of([&] {
-    return first_error(check_null(name, "sendbuf", send, total, "size() * recvcount"),
-                       check_null(name, "recvbuf", recv, recvcount, "recvcount"),
-                       check_overlap(name, send, total * bytes, recv, recvcount * bytes, in_place,
-                                     "recvbuf must be sendbuf + rank() * recvcount"));
-  });
+  return two_buffers(name, send, recvcount * size, "size() * recvcount", recv, recvcount, "recvcount", bytes,
+                     addr(recv) == addr(send) + rank * recvcount * bytes,
+                     "recvbuf must be sendbuf + rank() * recvcount");
 }
 inline std::optional<arg_error> all_gather_buffers(const char* name, std::size_t rank, std::size_t size,
                                                    const void* send, const void* recv, std::size_t sendcount,
                                                    std::size_t bytes) {
-  const std::size_t total = sendcount * size;
-  const bool in_place = addr(send) == addr(recv) + rank * sendcount * bytes;
-  if (holds(send, sendcount) && holds(recv, total) && apart(send, sendcount * bytes, recv, total * bytes, in_place))
-    return std::nullopt;
-  return errors_of([&] {
-    return first_error(check_null(name, "sendbuf", send, sendcount, "sendcount"),
-                       check_null(name, "recvbuf", recv, total, "size() * sendcount"),
-                       check_overlap(name, send, sendcount * bytes, recv, total * bytes, in_place,
-                                     "sendbuf must be recvbuf + rank() * sendcount"));
-  });
+  return two_buffers(name, send, sendcount, "sendcount", recv, sendcount * size, "size() * sendcount", bytes,
+                     addr(send) == addr(recv) + rank * sendcount * bytes,
+                     "sendbuf must be recvbuf + rank() * sendcount");
 }
 inline std::optional<arg_error> broadcast_buffers(const char* name, std::size_t root, std::size_t size, const void* buf,
                                                   std::size_t count) {
-  if (is_rank(root, size) && holds(buf, count)) return std::nullopt;
-  return errors_of([&] { return first_error(check_root(name, root, size), check_null(name, "buf", buf, count)); });
+  if (!is_rank(root, size)) return root_error(name, root, size);
+  return check_null(name, "buf", buf, count);
 }
 // recvbuf counts at the root only.
 inline std::optional<arg_error> reduce_buffers(const char* name, std::size_t root, std::size_t rank, std::size_t size,
                                                const void* send, const void* recv, std::size_t count,
                                                std::size_t bytes) {
-  const bool is_root = rank == root;
-  const std::size_t n = count * bytes;
-  if (is_rank(root, size) && holds(send, count) &&
-      (!is_root || (holds(recv, count) && apart(send, n, recv, n, send == recv))))
-    return std::nullopt;
-  return errors_of([&] {
-    return first_error(
-        check_root(name, root, size), check_null(name, "sendbuf", send, count),
-        is_root ? check_null(name, "recvbuf", recv, count) : std::nullopt,
-        is_root ? check_overlap(name, send, n, recv, n, send == recv, "pass the same pointer twice") : std::nullopt);
-  });
+  if (!is_rank(root, size)) return root_error(name, root, size);
+  if (rank != root) return check_null(name, "sendbuf", send, count);
+  return two_buffers(name, send, count, "count", recv, count, "count", bytes, send == recv,
+                     "pass the same pointer twice");
 }
 
 }  // namespace detail
