@@ -128,6 +128,22 @@ ncclResult_t check_reduction(nccl_call& c, ncclDataType_t type, ncclRedOp_t op, 
   return describe_op(c.function, op, type, comm->premul, c.op);
 }
 
+// A communicator made from parent's ranks (a split's, a shrink's): rank of size, on
+// the parent's device and store, its keys under prefix; *newcomm once it initializes.
+ncclResult_t init_child(const char* fn, const ncclComm& parent, int rank, int size, bool blocking, std::string prefix,
+                        ncclComm_t* newcomm) {
+  auto c = std::make_unique<ncclComm>();
+  c->rank = rank;
+  c->size = size;
+  c->device = parent.device;
+  c->blocking = blocking;
+  c->store_at = parent.store_at;
+  c->prefix = std::move(prefix);
+  const ncclResult_t r = start_init(fn, *c);
+  if (r == ncclSuccess || r == ncclInProgress) *newcomm = c.release();
+  return r;
+}
+
 }  // namespace
 }  // namespace mdring_nccl
 
@@ -232,24 +248,66 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int ke
         return fail(ncclInternalError, fn, "rank " + std::to_string(r) + " sent a malformed color and key");
     const split_result mine = split_of(all, comm->rank);
     if (!mine.member) return ncclSuccess;
-    auto c = std::make_unique<ncclComm>();
-    c->rank = mine.rank;
-    c->size = int(mine.parents.size());
-    c->device = comm->device;
-    c->blocking = blocking;
-    c->store_at = comm->store_at;
-    c->prefix = prefix + "/color" + std::to_string(color);
-    const ncclResult_t r = start_init(fn, *c);
-    if (r == ncclSuccess || r == ncclInProgress) *newcomm = c.release();
-    return r;
+    return init_child(fn, *comm, mine.rank, int(mine.parents.size()), blocking,
+                      prefix + "/color" + std::to_string(color), newcomm);
   } catch (...) {
     return from_exception(fn);
   }
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommSplit, ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*)
 
-MDRING_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) {
-  return unsupported("ncclCommShrink");
+// Shrink: the ranks not in excludeRanksList, each with the same list (checked
+// through the parent's store), form a new communicator in their parent order. The
+// parent may have failed (a dead peer): that is what shrinking is for. With
+// NCCL_SHRINK_ABORT its calls in flight are stopped first, as ncclCommAbort stops
+// them, but it is not freed (ncclCommAbort or ncclCommDestroy it after).
+MDRING_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                               ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  constexpr const char* fn = "ncclCommShrink";
+  if (!newcomm) return fail(ncclInvalidArgument, fn, "newcomm is NULL");
+  *newcomm = nullptr;
+  if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL (expected a communicator from ncclCommInitRank)");
+  if (comm->aborted.load()) return fail(ncclInvalidUsage, fn, "the communicator was aborted (ncclCommAbort)");
+  if (comm->state.load() == ncclInProgress)
+    return fail(ncclInvalidUsage, fn,
+                "the communicator's nonblocking init has not finished (wait until ncclCommGetAsyncError gives "
+                "ncclSuccess)");
+  if (!comm->store) return fail(ncclInvalidUsage, fn, "the communicator's init failed: " + comm->state_message());
+  shrink_result mine;
+  if (auto r = shrink_of(fn, comm->size, comm->rank, excludeRanksList, excludeRanksCount, shrinkFlags, mine);
+      r != ncclSuccess)
+    return r;
+  bool blocking = comm->blocking;  // without a config, as its parent
+  if (auto r = check_config(fn, config, blocking); r != ncclSuccess) return r;
+  try {
+    if (shrinkFlags == NCCL_SHRINK_ABORT && comm->comm) {
+      const std::string why =
+          "rank " + std::to_string(comm->rank) + " shrank the communicator (ncclCommShrink, NCCL_SHRINK_ABORT)";
+      mdring::cuda::detail::device_peers<device_comm>{*comm->comm}.failed_here(why);
+      if (comm->p2p) comm->p2p->abort(why);
+      if (comm->comm->usable()) mark_broken(*comm->comm, why);
+    }
+  } catch (...) {
+    return from_exception(fn);
+  }
+  std::lock_guard l(comm->calls);
+  try {
+    // The survivors' keys go under the parent's, numbered with its splits (every
+    // survivor has made the same ones); each gives the list it was passed.
+    const std::string prefix = comm->prefix + "/shrink" + std::to_string(comm->children++);
+    const auto got =
+        mdring::rendezvous::all_gather(*comm->store, prefix + "/excluded", std::size_t(mine.rank), mine.parents.size(),
+                                       mine.excluded, mdring::rendezvous::clock::now() + mdring::options{}.timeout);
+    for (std::size_t r = 0; r < got.size(); ++r)
+      if (got[r] != mine.excluded)
+        return fail(ncclInvalidUsage, fn,
+                    "rank " + std::to_string(mine.parents[r]) + " excluded ranks {" + got[r] + "} where rank " +
+                        std::to_string(comm->rank) + " excluded {" + mine.excluded +
+                        "}: every rank that calls ncclCommShrink must pass the same excludeRanksList");
+    return init_child(fn, *comm, mine.rank, int(mine.parents.size()), blocking, prefix + "/comm", newcomm);
+  } catch (...) {
+    return from_exception(fn);
+  }
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommShrink, ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int)
 

@@ -86,8 +86,10 @@ static void without_a_communicator(void) {
   EXPECT_FAIL(ncclAlltoAll(&x, &x, 1, ncclFloat, NULL, 0), ncclInvalidArgument, "ncclAlltoAll: comm is NULL");
   EXPECT_FAIL(ncclGather(&x, &x, 1, ncclFloat, 0, NULL, 0), ncclInvalidArgument, "ncclGather: comm is NULL");
   EXPECT_FAIL(ncclScatter(&x, &x, 1, ncclFloat, 0, NULL, 0), ncclInvalidArgument, "ncclScatter: comm is NULL");
-  EXPECT_FAIL(ncclCommShrink(NULL, NULL, 0, NULL, NULL, 0), ncclInvalidUsage,
-              "ncclCommShrink: not supported by mdring's NCCL library");
+  EXPECT_FAIL(ncclCommShrink(NULL, NULL, 0, NULL, NULL, 0), ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
+  EXPECT_FAIL(ncclCommShrink(NULL, NULL, 0, &comm, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument,
+              "ncclCommShrink: comm is NULL");
+  EXPECT(comm == NULL);
   EXPECT_FAIL(ncclCommInitAll(&comm, 2, NULL), ncclInvalidUsage, "ncclCommInitAll: not supported");
 
   /* A group: nests; a call that fails inside discards it at the outermost end. */
@@ -159,6 +161,22 @@ static void on_a_gpu(void) {
   EXPECT_FAIL(ncclAllReduce(d, e, 8, ncclFloat, (ncclRedOp_t)9, comm, 0), ncclInvalidArgument,
               "ncclAllReduce: op 9 is not a live PreMulSum op of this communicator");
 
+  /* Shrink: this rank excluded is refused; nothing excluded gives a communicator of
+     the same one rank, which computes. */
+  ncclComm_t child = NULL;
+  int self = 0;
+  EXPECT_FAIL(ncclCommShrink(comm, &self, 1, &child, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument,
+              "ncclCommShrink: excludeRanksList[0] is this rank (0)");
+  EXPECT(ncclCommShrink(comm, NULL, 0, &child, NULL, NCCL_SHRINK_DEFAULT) == ncclSuccess && child != NULL);
+  if (child) {
+    EXPECT(ncclCommCount(child, &n) == ncclSuccess && n == 1);
+    EXPECT(ncclAllReduce(d, e, 8, ncclFloat, ncclSum, child, 0) == ncclSuccess);
+    cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
+    EXPECT(ncclCommDestroy(child) == ncclSuccess);
+    child = NULL;
+  }
+
   /* Point to point on one rank: to itself, in a group; the collectives made of it. */
   cudaMemset(e, 0, sizeof host);
   EXPECT(ncclGroupStart() == ncclSuccess);
@@ -190,6 +208,14 @@ static void on_a_gpu(void) {
   EXPECT_FAIL(ncclGroupEnd(), ncclInvalidArgument, "ncclSend: point to point on rank 0: rank 0 sends 32 bytes where");
   ncclResult_t async_error = ncclSuccess;
   EXPECT(ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error == ncclInvalidArgument);
+  /* The broken communicator shrinks (NCCL_SHRINK_ABORT: its calls stopped first) into one that computes. */
+  EXPECT(ncclCommShrink(comm, NULL, 0, &child, NULL, NCCL_SHRINK_ABORT) == ncclSuccess && child != NULL);
+  if (child) {
+    EXPECT(ncclAllReduce(d, e, 8, ncclFloat, ncclSum, child, 0) == ncclSuccess);
+    cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
+    EXPECT(ncclCommDestroy(child) == ncclSuccess);
+  }
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
   cudaFree(d);
   cudaFree(e);

@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace mdring_nccl;
@@ -176,6 +177,54 @@ TEST_CASE("ncclCommSplit: by color, ordered by key then parent rank; NCCL_SPLIT_
   CHECK(check_color("ncclCommSplit", -2) == ncclInvalidArgument);
   CHECK(std::string(last_error()) ==
         "ncclCommSplit: color -2 is negative (expected a color >= 0, or NCCL_SPLIT_NOCOLOR)");
+}
+
+TEST_CASE("ncclCommShrink: the ranks not excluded, in parent order; every bad argument named") {
+  // Parent of 6 ranks, ranks 1 and 4 excluded (given unsorted): 0 2 3 5 go on as 0 1 2 3.
+  const int ex[] = {4, 1};
+  shrink_result r;
+  REQUIRE(shrink_of("ncclCommShrink", 6, 3, ex, 2, NCCL_SHRINK_DEFAULT, r) == ncclSuccess);
+  CHECK(r.parents == std::vector<int>{0, 2, 3, 5});
+  CHECK(r.rank == 2);
+  CHECK(r.excluded == "1 4");  // what every survivor must have given: sorted, whatever the order
+  REQUIRE(shrink_of("ncclCommShrink", 6, 5, ex, 2, NCCL_SHRINK_ABORT, r) == ncclSuccess);
+  CHECK(r.rank == 3);
+  REQUIRE(shrink_of("ncclCommShrink", 6, 0, nullptr, 0, NCCL_SHRINK_DEFAULT, r) == ncclSuccess);
+  CHECK(r.parents == std::vector<int>{0, 1, 2, 3, 4, 5});  // nothing excluded: the same ranks
+  CHECK(r.rank == 0);
+  CHECK(r.excluded.empty());
+
+  auto refused = [&](int size, int me, const int* list, int count, int flags) {
+    shrink_result out;
+    const ncclResult_t code = shrink_of("ncclCommShrink", size, me, list, count, flags, out);
+    CHECK(out.parents.empty());
+    return std::pair{code, std::string(last_error())};
+  };
+  CHECK(refused(6, 0, ex, -1, 0) ==
+        std::pair{ncclInvalidArgument,
+                  std::string("ncclCommShrink: excludeRanksCount -1 is negative (expected 0 or more)")});
+  CHECK(
+      refused(6, 0, nullptr, 2, 0) ==
+      std::pair{ncclInvalidArgument, std::string("ncclCommShrink: excludeRanksList is NULL with excludeRanksCount 2")});
+  CHECK(
+      refused(6, 0, ex, 2, 2) ==
+      std::pair{ncclInvalidArgument,
+                std::string("ncclCommShrink: shrinkFlags 2 is not NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)")});
+  const int out_of_range[] = {1, 6};
+  CHECK(refused(6, 0, out_of_range, 2, 0) ==
+        std::pair{ncclInvalidArgument, std::string("ncclCommShrink: excludeRanksList[1] is 6, not a rank of this "
+                                                   "communicator (expected 0 to 5)")});
+  const int negative[] = {-1};
+  CHECK(refused(6, 0, negative, 1, 0).second ==
+        "ncclCommShrink: excludeRanksList[0] is -1, not a rank of this communicator (expected 0 to 5)");
+  const int twice[] = {2, 3, 2};
+  CHECK(refused(6, 0, twice, 3, 0) ==
+        std::pair{ncclInvalidArgument, std::string("ncclCommShrink: excludeRanksList[2] repeats rank 2")});
+  const int self[] = {5, 1};
+  CHECK(refused(6, 1, self, 2, 0) ==
+        std::pair{ncclInvalidArgument,
+                  std::string("ncclCommShrink: excludeRanksList[1] is this rank (1): the excluded ranks must not call "
+                              "ncclCommShrink, the others call it with the same list")});
 }
 
 namespace {
