@@ -527,19 +527,20 @@ struct decision {
 };
 // An all-reduce, all-gather or reduce-scatter that mdring runs one-shot over node
 // memory (all of comm's ranks on one node, at most tune.one_shot_max_bytes per rank)
-// with less than 1 KiB per rank is taken without measuring: there it took 0.6 to 0.8 x
-// Open MPI's time on 2026-12-02's Xeon VM and about as long (0.9 to 1.2 x, varying run
-// to run) on 2026-12-07's AMD EPYC VM (docs/perf/pmpi-small.md), differences that
-// trials of calls under a microsecond cannot resolve (their medians move by more than
-// that from run to run, and kept MPI's at 8 B where it was 1.7 x). From 1 KiB per rank the
-// measured choice decides: there the calls take a microsecond or more, and the answer
-// depends on the machine (2 processes, each call after a barrier: 0.61 to 0.89 x Open
-// MPI's time at 1 to 4 KiB on 2026-12-02's Xeon VM, 1.07 to 1.45 x on 2026-12-07's
-// AMD EPYC VM). A reduce-scatter, whose ranks read only their block of each peer's
-// data, is taken up to the cap (0.69 to 0.84 x at 1 to 4 KiB per call on the AMD VM,
-// where trials, wanting 15 %, gave the 4 KiB one to MPI). Not a broadcast or reduce: below 512 B Open MPI's are faster
-// in a loop (see choose), and from 4 KiB on 2 processes, 512 B on 4, after a barrier; the measured choice decides
-// those. Nor a communicator of more than 8 ranks, where every rank reads every other's data.
+// with less than 1 KiB per rank is taken without measuring: there it took 0.6 to
+// 0.8 x Open MPI's time on 2026-12-02's Xeon VM and about as long (0.9 to 1.2 x,
+// varying run to run) on 2026-12-07's AMD EPYC VM (docs/perf/pmpi-small.md),
+// differences that trials of calls under a microsecond cannot resolve (their medians
+// move by more than that from run to run, and kept MPI's at 8 B where it was 1.7 x).
+// From 1 KiB per rank the measured choice decides: there the calls take a
+// microsecond or more, and the answer depends on the machine (2 processes, each call
+// after a barrier: 0.61 to 0.89 x Open MPI's time at 1 to 4 KiB on the Xeon VM, 1.07
+// to 1.45 x on the AMD VM). A reduce-scatter, whose ranks read only their block of
+// each peer's data, is taken up to the cap (0.69 to 0.84 x at 1 to 4 KiB per call on
+// the AMD VM, where trials, wanting 15 %, gave the 4 KiB one to MPI). Not a broadcast
+// or reduce: below 512 B Open MPI's are faster in a loop (see choose), and from 4 KiB
+// on 2 processes, 512 B on 4, after a barrier; the measured choice decides those. Nor
+// a communicator of more than 8 ranks, where every rank reads every other's data.
 constexpr std::size_t one_shot_unmeasured_below = 1024;  // bytes per rank
 bool one_shot_first(const comm_state& s, coll c, std::size_t bytes) {
   const md::collective kind = collectives[c].kind;
