@@ -33,6 +33,8 @@ for np in 2 4; do
 done
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 ver=$(mpirun --version 2>/dev/null | head -1)
+# What follows "## Earlier runs and comparisons" in the old file is kept after the new run.
+earlier=$(sed -n '/^## Earlier runs and comparisons/,$p' docs/perf/pmpi-small.md 2>/dev/null || true)
 /usr/bin/python3 - "$work" "$rounds" "$collectives" "$(nproc)" "$cpu" "$ver" >docs/perf/pmpi-small.md <<'PY'
 import datetime, statistics, sys
 work, rounds, colls, cores, cpu, ver = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4], sys.argv[5], sys.argv[6]
@@ -83,4 +85,5 @@ for np in (2, 4):
     for c in colls:
         print(f"| {np} | {names.get(c, c)} | {worst[(np, c, 'default')]:.2f} | {worst[(np, c, 'all')]:.2f} |")
 PY
+[ -n "$earlier" ] && printf '\n%s\n' "$earlier" >>docs/perf/pmpi-small.md
 cat docs/perf/pmpi-small.md
