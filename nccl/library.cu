@@ -293,17 +293,12 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRank
   std::lock_guard l(comm->calls);
   try {
     // The survivors' keys go under the parent's, numbered with its splits (every
-    // survivor has made the same ones); each gives the list it was passed.
+    // survivor has made the same ones); each checks the others were given its list.
     const std::string prefix = comm->prefix + "/shrink" + std::to_string(comm->children++);
-    const auto got =
-        mdring::rendezvous::all_gather(*comm->store, prefix + "/excluded", std::size_t(mine.rank), mine.parents.size(),
-                                       mine.excluded, mdring::rendezvous::clock::now() + mdring::options{}.timeout);
-    for (std::size_t r = 0; r < got.size(); ++r)
-      if (got[r] != mine.excluded)
-        return fail(ncclInvalidUsage, fn,
-                    "rank " + std::to_string(mine.parents[r]) + " excluded ranks {" + got[r] + "} where rank " +
-                        std::to_string(comm->rank) + " excluded {" + mine.excluded +
-                        "}: every rank that calls ncclCommShrink must pass the same excludeRanksList");
+    if (auto r = agree_on_shrink(fn, *comm->store, prefix + "/excluded", comm->rank, mine,
+                                 mdring::rendezvous::clock::now() + mdring::options{}.timeout);
+        r != ncclSuccess)
+      return r;
     return init_child(fn, *comm, mine.rank, int(mine.parents.size()), blocking, prefix + "/comm", newcomm);
   } catch (...) {
     return from_exception(fn);

@@ -11,6 +11,7 @@
 
 #include "errors.hpp"
 
+#include <mdring/rendezvous/store.hpp>
 #include <nccl.h>
 
 #include <algorithm>
@@ -96,6 +97,28 @@ inline ncclResult_t shrink_of(const char* function, int size, int me, const int*
       if (r == me) out.rank = int(out.parents.size());
       out.parents.push_back(r);
     }
+  }
+  return ncclSuccess;
+}
+
+// Every caller of ncclCommShrink (parent rank `me`) puts the list it was given under
+// key/<its parent rank> in the parent's store and reads the lists of the ranks its own
+// list keeps: ncclInvalidUsage naming the first one that differs. Keyed by parent rank,
+// so that callers with other lists never overwrite one another: every caller that reads
+// another list fails, and callers with one list go on together or not at all. A rank
+// the list keeps that never calls leaves the others waiting until `deadline` (the
+// store's timeout_error).
+inline ncclResult_t agree_on_shrink(const char* function, mdring::rendezvous::store& store, const std::string& key,
+                                    int me, const shrink_result& mine, mdring::rendezvous::clock::time_point deadline) {
+  store.set(key + "/" + std::to_string(me), mine.excluded);
+  for (int r : mine.parents) {
+    if (r == me) continue;
+    const std::string theirs = store.get(key + "/" + std::to_string(r), deadline);
+    if (theirs != mine.excluded)
+      return fail(ncclInvalidUsage, function,
+                  "rank " + std::to_string(r) + " excluded ranks {" + theirs + "} where rank " + std::to_string(me) +
+                      " excluded {" + mine.excluded +
+                      "}: every rank that calls ncclCommShrink must pass the same excludeRanksList");
   }
   return ncclSuccess;
 }

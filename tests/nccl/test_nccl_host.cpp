@@ -9,8 +9,14 @@
 #include "../../nccl/split.hpp"
 #include "../../nccl/unique_id.hpp"
 
+#include <mdring/error.hpp>
+#include <mdring/rendezvous/tcp_store.hpp>
+
 #include <cstring>
+#include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -225,6 +231,59 @@ TEST_CASE("ncclCommShrink: the ranks not excluded, in parent order; every bad ar
         std::pair{ncclInvalidArgument,
                   std::string("ncclCommShrink: excludeRanksList[1] is this rank (1): the excluded ranks must not call "
                               "ncclCommShrink, the others call it with the same list")});
+}
+
+TEST_CASE("ncclCommShrink: the callers check through the store that they were all given one list") {
+  namespace rv = mdring::rendezvous;
+  rv::tcp_store_options o;
+  o.secret = "shrink-test";
+  rv::tcp_store server(true, o);
+  o.port = server.port();
+  // Parent ranks `callers` of a parent of 4 call with lists[i]; each on a thread with
+  // its own connection, as processes would be. Returns each caller's result and text.
+  auto shrink_on = [&](const std::string& key, std::vector<int> callers, std::vector<std::vector<int>> lists,
+                       std::chrono::milliseconds wait) {
+    std::vector<std::pair<ncclResult_t, std::string>> out(callers.size());
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < callers.size(); ++i)
+      threads.emplace_back([&, i] {
+        rv::tcp_store client(false, o);
+        shrink_result mine;
+        CHECK(shrink_of("ncclCommShrink", 4, callers[i], lists[i].data(), int(lists[i].size()), 0, mine) ==
+              ncclSuccess);
+        try {
+          out[i].first = agree_on_shrink("ncclCommShrink", client, key, callers[i], mine, rv::clock::now() + wait);
+          out[i].second = out[i].first == ncclSuccess ? "" : last_error();
+        } catch (const mdring::timeout_error& e) {
+          out[i] = {ncclSystemError, e.what()};
+        }
+      });
+    for (auto& t : threads) t.join();
+    return out;
+  };
+  using namespace std::chrono_literals;
+  // Rank 1 excluded (it never calls): 0, 2 and 3 agree.
+  for (const auto& [r, text] : shrink_on("same", {0, 2, 3}, {{1}, {1}, {1}}, 10s)) {
+    CHECK(r == ncclSuccess);
+    CHECK(text.empty());
+  }
+  // Rank 3 was given another list ({1, 2}): every caller reads a list other than its own.
+  const auto other = shrink_on("other", {0, 2, 3}, {{1}, {1}, {2, 1}}, 10s);
+  CHECK(other[0] ==
+        std::pair{ncclInvalidUsage,
+                  std::string("ncclCommShrink: rank 3 excluded ranks {1 2} where rank 0 excluded {1}: every "
+                              "rank that calls ncclCommShrink must pass the same excludeRanksList")});
+  CHECK(other[1].second ==
+        "ncclCommShrink: rank 3 excluded ranks {1 2} where rank 2 excluded {1}: every rank that "
+        "calls ncclCommShrink must pass the same excludeRanksList");
+  CHECK(other[2].second ==
+        "ncclCommShrink: rank 0 excluded ranks {1} where rank 3 excluded {1 2}: every rank that "
+        "calls ncclCommShrink must pass the same excludeRanksList");
+  // Rank 2 is kept but never calls: the others wait for it until their deadline.
+  for (const auto& [r, text] : shrink_on("missing", {0, 3}, {{1}, {1}}, 300ms)) {
+    CHECK(r == ncclSystemError);
+    CHECK(text.find("missing/2") != std::string::npos);
+  }
 }
 
 namespace {
