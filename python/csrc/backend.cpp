@@ -38,6 +38,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -46,9 +47,9 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <thread>
 
 namespace mdring_torch {
@@ -245,8 +246,12 @@ private:
 #endif
 
 class process_group;
+// Every group, for shutdown() at interpreter exit: weak references, so that a
+// group whose last reference goes while shutdown_all() runs is not used after its
+// release (process_group::release_resources erases it, then notifies live_cv).
 std::mutex live_m;
-std::set<process_group*> live;  // for shutdown() at interpreter exit
+std::condition_variable live_cv;
+std::map<process_group*, c10::weak_intrusive_ptr<process_group>> live;
 
 // What creates a group's communicators: the store it binds through and its
 // settings (the CUDA one is bound at the first call on CUDA tensors: collective,
@@ -258,38 +263,53 @@ struct group_origin {
 
 class process_group final : public base_t {
 public:
-  // g: the host communicator (null when built without a host transport: then CPU
-  // tensors are refused).
-  process_group(std::unique_ptr<group> g, group_origin origin, int rank, int size)
-      : base_t(rank, size), g_(std::move(g)), origin_(std::move(origin)), thread_([this] { loop(); }) {
+  // A new group, listed for shutdown_all() (groups are made here only). g: the host
+  // communicator (null when built without a host transport: then CPU tensors are refused).
+  static c10::intrusive_ptr<process_group> make(std::unique_ptr<group> g, group_origin origin, int rank, int size) {
+    auto pg = c10::make_intrusive<process_group>(std::move(g), std::move(origin), rank, size);
     std::lock_guard l(live_m);
-    live.insert(this);
+    live.emplace(pg.get(), c10::weak_intrusive_ptr<process_group>(pg));
+    return pg;
   }
-  ~process_group() override {
+  process_group(std::unique_ptr<group> g, group_origin origin, int rank, int size)
+      : base_t(rank, size),
+        g_(std::move(g)),
+        origin_(std::move(origin)),
+        thread_([this, released = released_] { loop(released); }) {}
+  // The last reference went (on any thread: also the completion thread, in a
+  // Future's callback that held the group, or a garbage collection that ran there).
+  void release_resources() override {
+    shutdown();
     {
       std::lock_guard l(live_m);
-      live.erase(this);
+      live.erase(this);  // (its weak reference: the object is deleted after this returns)
     }
-    shutdown();
+    live_cv.notify_all();
   }
+  ~process_group() override { shutdown(); }
 
   // Finishes what is in flight, then releases the communicators. Idempotent.
+  // Called on the completion thread (the group's last reference went in a callback
+  // there), it cannot join that thread: it finishes the queued calls itself and
+  // leaves the thread to end on its own (loop() sees `released_`).
   void shutdown()
 #if MDRING_TORCH2
       override
 #endif
   {
+    bool own = false;
     {
       std::lock_guard l(q_m_);
-      if (stop_) {
-        if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
-        return;
-      }
       stop_ = true;
+      own = thread_.joinable() && thread_.get_id() == std::this_thread::get_id();
     }
     q_cv_.notify_all();
-    // The completion thread may wait for the GIL in a Future's callback.
-    if (thread_.joinable()) {
+    if (own) {
+      for (pending p; take(p);) finish(p);
+      *released_ = true;
+      thread_.detach();
+    } else if (thread_.joinable()) {
+      // The completion thread may wait for the GIL in a Future's callback.
       if (PyGILState_Check()) {
         pybind11::gil_scoped_release nogil;
         thread_.join();
@@ -321,7 +341,7 @@ public:
     group_config c = origin_.cfg;
     c.rank = s.rank;
     c.size = s.size;
-    auto next = c10::make_intrusive<process_group>(std::move(s.g), group_origin{{}, c}, int(s.rank), int(s.size));
+    auto next = process_group::make(std::move(s.g), group_origin{{}, c}, int(s.rank), int(s.size));
     return {next, std::move(s.kept)};
   }
   // Root's text on every rank (blocking; the host transport): how the survivors
@@ -687,34 +707,51 @@ private:
     return true;
   }
 
-  void loop() {
-    for (;;) {
-      pending p;
-      {
-        std::unique_lock l(q_m_);
-        q_cv_.wait(l, [&] { return stop_ || !q_.empty(); });
-        if (q_.empty()) return;
-        p = std::move(q_.front());
-        q_.pop_front();
-        busy_ = true;  // (nothing_pending: this one is not completed yet)
-      }
-      std::exception_ptr e;
-      for (auto& x : p.ops) {
-        try {
-          x.req.wait();
-          if (!e && x.after) x.after();
-        } catch (const std::exception& ex) {
-          if (!e) e = std::make_exception_ptr(std::runtime_error(std::string("mdring: ") + ex.what()));
-        }
-      }
-      p.ops.clear();
-      p.keep.clear();
-      {
-        std::lock_guard l(q_m_);
-        busy_ = false;  // (before completing: the caller's next call may come at once)
-      }
-      p.w->complete(e);
+  // The completion thread. `released`: set when the group was released on this
+  // thread (shutdown()), which then touches nothing of it again.
+  void loop(std::shared_ptr<std::atomic<bool>> released) {
+    for (pending p; wait_and_take(p);) {
+      finish(p);
+      if (released->load()) return;
     }
+  }
+  // The next queued call (false: stopped, none left).
+  bool wait_and_take(pending& p) {
+    std::unique_lock l(q_m_);
+    q_cv_.wait(l, [&] { return stop_ || !q_.empty(); });
+    return pop(p);
+  }
+  bool take(pending& p) {
+    std::lock_guard l(q_m_);
+    return pop(p);
+  }
+  bool pop(pending& p) {  // (under q_m_)
+    if (q_.empty()) return false;
+    p = std::move(q_.front());
+    q_.pop_front();
+    busy_ = true;  // (nothing_pending: this one is not completed yet)
+    return true;
+  }
+  // Waits for p's calls and completes its work. What follows busy_ may release the
+  // group (the tensors kept, the work's callbacks): nothing of it is touched there.
+  void finish(pending& p) {
+    std::exception_ptr e;
+    for (auto& x : p.ops) {
+      try {
+        x.req.wait();
+        if (!e && x.after) x.after();
+      } catch (const std::exception& ex) {
+        if (!e) e = std::make_exception_ptr(std::runtime_error(std::string("mdring: ") + ex.what()));
+      }
+    }
+    {
+      std::lock_guard l(q_m_);
+      busy_ = false;  // (before completing: the caller's next call may come at once)
+    }
+    p.ops.clear();
+    p.keep.clear();
+    const c10::intrusive_ptr<work> w = std::move(p.w);
+    w->complete(e);
   }
 
   mutable std::mutex issue_m_;
@@ -735,7 +772,8 @@ private:
     const char* s = std::getenv("LOCAL_WORLD_SIZE");
     return s && mdring::detail::oversubscribed(std::strtoul(s, nullptr, 10));
   }();
-  std::thread thread_;
+  std::shared_ptr<std::atomic<bool>> released_ = std::make_shared<std::atomic<bool>>(false);
+  std::thread thread_;  // (last: it starts in the constructor)
 
   static std::chrono::microseconds spin_from_env() {
     const char* s = std::getenv("MDRING_TORCH_SPIN_US");
@@ -837,13 +875,20 @@ void use_node_memory(std::size_t threshold, std::size_t cache) {
 
 // Every live group finishes its work and releases its communicator (at
 // interpreter exit, before MPI_Finalize and before UCX's context goes).
+// A group whose last reference is going on another thread (lock() finds none)
+// finishes there: this waits for it.
 void shutdown_all() {
-  std::vector<process_group*> v;
+  std::vector<c10::intrusive_ptr<process_group>> v;
   {
     std::lock_guard l(live_m);
-    v.assign(live.begin(), live.end());
+    for (auto& [pg, weak] : live)
+      if (auto strong = weak.lock()) v.push_back(std::move(strong));
   }
-  for (auto* pg : v) pg->shutdown();
+  for (auto& pg : v) pg->shutdown();
+  v.clear();  // (a group may be released here)
+  std::unique_lock l(live_m);
+  live_cv.wait(l,
+               [] { return std::none_of(live.begin(), live.end(), [](const auto& e) { return e.second.expired(); }); });
 }
 
 }  // namespace
@@ -887,7 +932,7 @@ PYBIND11_MODULE(_C, m) {
         } catch (const mdring::error& e) {
           TORCH_CHECK(false, e.what());
         }
-        return c10::make_intrusive<process_group>(std::move(g), group_origin{store, c}, rank, size);
+        return process_group::make(std::move(g), group_origin{store, c}, rank, size);
       },
       py::arg("store"), py::arg("transport"), py::arg("world_ranks"), py::arg("rank"), py::arg("size"),
       py::arg("timeout_s"), py::arg("local_size") = 0, py::arg("is_world") = false, py::arg("name") = "");
