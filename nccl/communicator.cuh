@@ -95,7 +95,8 @@ struct ncclComm {
   std::atomic<int> state{ncclInProgress};
   std::thread init;
   std::atomic<bool> aborted{false};
-  std::recursive_mutex calls;  // one call at a time (NCCL asks the same of its users)
+  std::atomic<bool> revoked{false};  // ncclCommRevoke: calls refused; split, shrink and destroy go on
+  std::recursive_mutex calls;        // one call at a time (NCCL asks the same of its users)
   // PreMulSum's premultiplied inputs of reduce_scatter and reduce: cudaMalloc'd (the
   // ipc transport shares it through CUDA IPC, which stream-ordered pools cannot),
   // grown on demand; scratch_done follows its last use on a stream.
@@ -209,10 +210,14 @@ inline ncclResult_t start_init(const char* function, ncclComm& c) {
   return ncclInProgress;
 }
 
-// The communicator a call may use: not NULL, initialized, not aborted or failed.
-inline ncclResult_t usable(const char* function, ncclComm_t c) {
+// The communicator a call may use: not NULL, initialized, not aborted, revoked
+// (unless `revoked_ok`: ncclCommSplit) or failed.
+inline ncclResult_t usable(const char* function, ncclComm_t c, bool revoked_ok = false) {
   if (!c) return fail(ncclInvalidArgument, function, "comm is NULL (expected a communicator from ncclCommInitRank)");
   if (c->aborted.load()) return fail(ncclInvalidUsage, function, "the communicator was aborted (ncclCommAbort)");
+  if (!revoked_ok && c->revoked.load())
+    return fail(ncclInvalidUsage, function,
+                "the communicator was revoked (ncclCommRevoke): shrink it (ncclCommShrink), split it or destroy it");
   const int s = c->state.load();
   if (s == ncclInProgress)
     return fail(ncclInvalidUsage, function,

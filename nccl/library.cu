@@ -229,7 +229,7 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int ke
   constexpr const char* fn = "ncclCommSplit";
   if (!newcomm) return fail(ncclInvalidArgument, fn, "newcomm is NULL");
   *newcomm = nullptr;
-  if (auto r = usable(fn, comm); r != ncclSuccess) return r;
+  if (auto r = usable(fn, comm, true); r != ncclSuccess) return r;
   if (auto r = check_color(fn, color); r != ncclSuccess) return r;
   bool blocking = comm->blocking;  // without a config, as its parent
   if (auto r = check_config(fn, config, blocking); r != ncclSuccess) return r;
@@ -256,6 +256,22 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int ke
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommSplit, ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*)
 
+// Stops c's calls in flight here and on its peers, as ncclCommAbort does (its
+// device waits end; the peers' calls return ncclRemoteError naming this rank), but
+// frees nothing: ncclCommShrink with NCCL_SHRINK_ABORT, ncclCommRevoke.
+static ncclResult_t stop_in_flight(const char* fn, ncclComm& c, const char* what) {
+  try {
+    if (!c.comm) return ncclSuccess;
+    const std::string why = "rank " + std::to_string(c.rank) + " " + what;
+    mdring::cuda::detail::device_peers<device_comm>{*c.comm}.failed_here(why);
+    if (c.p2p) c.p2p->abort(why);
+    if (c.comm->usable()) mark_broken(*c.comm, why);
+    return ncclSuccess;
+  } catch (...) {
+    return from_exception(fn);
+  }
+}
+
 // Shrink: the ranks not in excludeRanksList, each with the same list (checked
 // through the parent's store), form a new communicator in their parent order. The
 // parent may have failed (a dead peer): that is what shrinking is for. With
@@ -279,16 +295,10 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRank
     return r;
   bool blocking = comm->blocking;  // without a config, as its parent
   if (auto r = check_config(fn, config, blocking); r != ncclSuccess) return r;
-  try {
-    if (shrinkFlags == NCCL_SHRINK_ABORT && comm->comm) {
-      const std::string why =
-          "rank " + std::to_string(comm->rank) + " shrank the communicator (ncclCommShrink, NCCL_SHRINK_ABORT)";
-      mdring::cuda::detail::device_peers<device_comm>{*comm->comm}.failed_here(why);
-      if (comm->p2p) comm->p2p->abort(why);
-      if (comm->comm->usable()) mark_broken(*comm->comm, why);
-    }
-  } catch (...) {
-    return from_exception(fn);
+  if (shrinkFlags == NCCL_SHRINK_ABORT) {
+    if (auto r = stop_in_flight(fn, *comm, "shrank the communicator (ncclCommShrink, NCCL_SHRINK_ABORT)");
+        r != ncclSuccess)
+      return r;
   }
   std::lock_guard l(comm->calls);
   try {
@@ -306,13 +316,39 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRank
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommShrink, ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int)
 
-MDRING_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t, int) { return unsupported("ncclCommRevoke"); }
+// Revoke: the calls in flight stop here and on the peers (stop_in_flight), later
+// calls are refused naming it, and the communicator stays a parent for
+// ncclCommShrink (NCCL_SHRINK_DEFAULT then suffices) and ncclCommSplit, or is
+// destroyed. NCCL's way after a failure: every survivor revokes, agrees, shrinks.
+// Quiescent when it returns (ncclCommGetAsyncError: ncclSuccess, also for a
+// nonblocking communicator); a second revoke does nothing.
+MDRING_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  constexpr const char* fn = "ncclCommRevoke";
+  if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL (expected a communicator from ncclCommInitRank)");
+  if (revokeFlags != NCCL_REVOKE_DEFAULT)
+    return fail(ncclInvalidArgument, fn,
+                "revokeFlags is " + std::to_string(revokeFlags) + " (expected NCCL_REVOKE_DEFAULT, 0)");
+  if (comm->aborted.load()) return fail(ncclInvalidUsage, fn, "the communicator was aborted (ncclCommAbort)");
+  if (comm->state.load() == ncclInProgress)
+    return fail(ncclInvalidUsage, fn,
+                "the communicator's nonblocking init has not finished (wait until ncclCommGetAsyncError gives "
+                "ncclSuccess)");
+  if (!comm->store) return fail(ncclInvalidUsage, fn, "the communicator's init failed: " + comm->state_message());
+  if (comm->revoked.exchange(true)) return ncclSuccess;
+  if (auto r = stop_in_flight(fn, *comm, "revoked the communicator (ncclCommRevoke)"); r != ncclSuccess) return r;
+  comm->set_state(ncclSuccess, "");
+  return ncclSuccess;
+}
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommRevoke, ncclComm_t, int)
 
 // Finalize: the calls were enqueued on the callers' streams, which complete them;
 // nothing is left to flush.
 MDRING_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (!comm) return fail(ncclInvalidArgument, "ncclCommFinalize", "comm is NULL");
+  if (comm->revoked.load())
+    return fail(ncclInvalidUsage, "ncclCommFinalize",
+                "the communicator was revoked (ncclCommRevoke): there is nothing to finalize; destroy it "
+                "(ncclCommDestroy)");
   if (comm->init.joinable()) comm->init.join();
   return ncclSuccess;
 }

@@ -9,7 +9,8 @@
  * cudaGetDevice, nothing hangs. With one: a one-rank communicator all-reduces,
  * broadcasts and all-gathers exactly, PreMulSum included, sends to itself in a
  * group, all-to-alls, gathers and scatters exactly, and refuses a send to itself
- * without its receive and a receive of another size. Exits 0 when all hold. */
+ * without its receive and a receive of another size; shrinks it, and revokes one
+ * (calls then refused, shrink and split go on). Exits 0 when all hold. */
 #include <nccl.h>
 
 #include <cuda_runtime.h>
@@ -90,6 +91,7 @@ static void without_a_communicator(void) {
   EXPECT_FAIL(ncclCommShrink(NULL, NULL, 0, &comm, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument,
               "ncclCommShrink: comm is NULL");
   EXPECT(comm == NULL);
+  EXPECT_FAIL(ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT), ncclInvalidArgument, "ncclCommRevoke: comm is NULL");
   EXPECT_FAIL(ncclCommInitAll(&comm, 2, NULL), ncclInvalidUsage, "ncclCommInitAll: not supported");
 
   /* A group: nests; a call that fails inside discards it at the outermost end. */
@@ -215,8 +217,48 @@ static void on_a_gpu(void) {
     cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
     for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
     EXPECT(ncclCommDestroy(child) == ncclSuccess);
+    child = NULL;
   }
   EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+
+  /* Revoke: bad flags named; then calls and finalize refused, the state quiescent,
+     a second revoke harmless; the revoked communicator shrinks (NCCL_SHRINK_DEFAULT)
+     and splits into ones that compute. */
+  comm = NULL;
+  EXPECT(ncclGetUniqueId(&id) == ncclSuccess);
+  EXPECT(ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+  if (comm) {
+    EXPECT_FAIL(ncclCommRevoke(comm, 1), ncclInvalidArgument,
+                "ncclCommRevoke: revokeFlags is 1 (expected NCCL_REVOKE_DEFAULT, 0)");
+    EXPECT(ncclAllReduce(d, e, 8, ncclFloat, ncclSum, comm, 0) == ncclSuccess);
+    EXPECT(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclSuccess);
+    EXPECT(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclSuccess);
+    async_error = ncclInternalError;
+    EXPECT(ncclCommGetAsyncError(comm, &async_error) == ncclSuccess && async_error == ncclSuccess);
+    EXPECT_FAIL(ncclAllReduce(d, e, 8, ncclFloat, ncclSum, comm, 0), ncclInvalidUsage,
+                "ncclAllReduce: the communicator was revoked (ncclCommRevoke)");
+    EXPECT_FAIL(ncclSend(d, 8, ncclFloat, 0, comm, 0), ncclInvalidUsage,
+                "ncclSend: the communicator was revoked (ncclCommRevoke)");
+    EXPECT_FAIL(ncclCommFinalize(comm), ncclInvalidUsage, "ncclCommFinalize: the communicator was revoked");
+    EXPECT(ncclCommShrink(comm, NULL, 0, &child, NULL, NCCL_SHRINK_DEFAULT) == ncclSuccess && child != NULL);
+    if (child) {
+      cudaMemset(e, 0, sizeof host);
+      EXPECT(ncclAllReduce(d, e, 8, ncclFloat, ncclSum, child, 0) == ncclSuccess);
+      cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
+      for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
+      EXPECT(ncclCommDestroy(child) == ncclSuccess);
+      child = NULL;
+    }
+    EXPECT(ncclCommSplit(comm, 0, 0, &child, NULL) == ncclSuccess && child != NULL);
+    if (child) {
+      cudaMemset(e, 0, sizeof host);
+      EXPECT(ncclBroadcast(d, e, 8, ncclFloat, 0, child, 0) == ncclSuccess);
+      cudaMemcpy(back, e, sizeof back, cudaMemcpyDeviceToHost);
+      for (int i = 0; i < 8; ++i) EXPECT(back[i] == host[i]);
+      EXPECT(ncclCommDestroy(child) == ncclSuccess);
+    }
+    EXPECT(ncclCommDestroy(comm) == ncclSuccess);
+  }
   cudaFree(d);
   cudaFree(e);
 }
