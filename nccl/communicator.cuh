@@ -210,6 +210,19 @@ inline ncclResult_t start_init(const char* function, ncclComm& c) {
   return ncclInProgress;
 }
 
+// A communicator that may be shrunk or revoked: not NULL or aborted, its init done
+// and successful; a failure since (a dead peer) is what shrinking is for.
+inline ncclResult_t recoverable(const char* function, ncclComm_t c) {
+  if (!c) return fail(ncclInvalidArgument, function, "comm is NULL (expected a communicator from ncclCommInitRank)");
+  if (c->aborted.load()) return fail(ncclInvalidUsage, function, "the communicator was aborted (ncclCommAbort)");
+  if (c->state.load() == ncclInProgress)
+    return fail(ncclInvalidUsage, function,
+                "the communicator's nonblocking init has not finished (wait until ncclCommGetAsyncError gives "
+                "ncclSuccess)");
+  if (!c->store) return fail(ncclInvalidUsage, function, "the communicator's init failed: " + c->state_message());
+  return ncclSuccess;
+}
+
 // The communicator a call may use: not NULL, initialized, not aborted, revoked
 // (unless `revoked_ok`: ncclCommSplit) or failed.
 inline ncclResult_t usable(const char* function, ncclComm_t c, bool revoked_ok = false) {

@@ -282,13 +282,7 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRank
   constexpr const char* fn = "ncclCommShrink";
   if (!newcomm) return fail(ncclInvalidArgument, fn, "newcomm is NULL");
   *newcomm = nullptr;
-  if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL (expected a communicator from ncclCommInitRank)");
-  if (comm->aborted.load()) return fail(ncclInvalidUsage, fn, "the communicator was aborted (ncclCommAbort)");
-  if (comm->state.load() == ncclInProgress)
-    return fail(ncclInvalidUsage, fn,
-                "the communicator's nonblocking init has not finished (wait until ncclCommGetAsyncError gives "
-                "ncclSuccess)");
-  if (!comm->store) return fail(ncclInvalidUsage, fn, "the communicator's init failed: " + comm->state_message());
+  if (auto r = recoverable(fn, comm); r != ncclSuccess) return r;
   shrink_result mine;
   if (auto r = shrink_of(fn, comm->size, comm->rank, excludeRanksList, excludeRanksCount, shrinkFlags, mine);
       r != ncclSuccess)
@@ -324,16 +318,10 @@ MDRING_NCCL_TWIN(ncclResult_t, ncclCommShrink, ncclComm_t, int*, int, ncclComm_t
 // nonblocking communicator); a second revoke does nothing.
 MDRING_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   constexpr const char* fn = "ncclCommRevoke";
-  if (!comm) return fail(ncclInvalidArgument, fn, "comm is NULL (expected a communicator from ncclCommInitRank)");
+  if (auto r = recoverable(fn, comm); r != ncclSuccess) return r;
   if (revokeFlags != NCCL_REVOKE_DEFAULT)
     return fail(ncclInvalidArgument, fn,
                 "revokeFlags is " + std::to_string(revokeFlags) + " (expected NCCL_REVOKE_DEFAULT, 0)");
-  if (comm->aborted.load()) return fail(ncclInvalidUsage, fn, "the communicator was aborted (ncclCommAbort)");
-  if (comm->state.load() == ncclInProgress)
-    return fail(ncclInvalidUsage, fn,
-                "the communicator's nonblocking init has not finished (wait until ncclCommGetAsyncError gives "
-                "ncclSuccess)");
-  if (!comm->store) return fail(ncclInvalidUsage, fn, "the communicator's init failed: " + comm->state_message());
   if (comm->revoked.exchange(true)) return ncclSuccess;
   if (auto r = stop_in_flight(fn, *comm, "revoked the communicator (ncclCommRevoke)"); r != ncclSuccess) return r;
   comm->set_state(ncclSuccess, "");
