@@ -274,6 +274,12 @@ private:
     eps_.assign(size_, nullptr);
     ep_failed_.assign(size_, 0);
     peers_.resize(size_);
+    // A shrunk communicator's member of this node that died after sending its
+    // address: no endpoint to its worker, whose memory went with it (UCX's attach
+    // fails, "shmat ... Invalid argument", and the failing create is best avoided).
+    std::vector<char> dead(size_, 0);
+    if (gather)
+      for (const auto& [r, pid] : world_.node_peers()) dead[r] = mdring::detail::process_gone(pid);
     for (std::size_t r = 0; r < size_; ++r) {
       peers_[r] = {this, r};
       ucp_ep_params_t ep{};
@@ -283,7 +289,7 @@ private:
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &transport::on_ep_error;
       ep.err_handler.arg = &peers_[r];
-      const ucs_status_t st = all[r].empty() ? UCS_ERR_UNREACHABLE : ucp_ep_create(worker_, &ep, &eps_[r]);
+      const ucs_status_t st = all[r].empty() || dead[r] ? UCS_ERR_UNREACHABLE : ucp_ep_create(worker_, &ep, &eps_[r]);
       // A shrunk communicator's member gone after the agreement: its first call names it.
       if (st != UCS_OK && gather) eps_[r] = nullptr, ep_failed_[r] = 1, ep_status_ = st, ++ep_errors_;
       else ucx::detail::check(st, "ucp_ep_create");
