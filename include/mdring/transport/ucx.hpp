@@ -274,12 +274,9 @@ private:
     eps_.assign(size_, nullptr);
     ep_failed_.assign(size_, 0);
     peers_.resize(size_);
-    // A shrunk communicator's member of this node that died after sending its
-    // address: no endpoint to its worker, whose memory went with it (UCX's attach
-    // fails, "shmat ... Invalid argument", and the failing create is best avoided).
-    std::vector<char> dead(size_, 0);
-    if (gather)
-      for (const auto& [r, pid] : world_.node_peers()) dead[r] = mdring::detail::process_gone(pid);
+    // A shrunk one's member of this node that died after sending its address: no endpoint
+    // (UCX's attach to its memory fails, "shmat ... Invalid argument"; best not tried).
+    const std::vector<char> dead = gather ? world_.ended_node_peers() : std::vector<char>(size_, 0);
     for (std::size_t r = 0; r < size_; ++r) {
       peers_[r] = {this, r};
       ucp_ep_params_t ep{};
@@ -358,11 +355,8 @@ private:
       if (all || (any && some)) return wait_status::ok();
       if (auto f = poll_failure()) return *f;
       if (crowded_ || (spin & 63) == 63) {
-        // A dead process of this node first, then the deadline: a test (deadline
-        // passed) must see it too. A progress agent or request::test() polls by
-        // tests only, and a peer's death may reach no endpoint of this rank (its
-        // messages to us all delivered, ours to it not started): test_ucx_faults
-        // once waited 10 s for one.
+        // A dead process of this node first, then the deadline (a test polls too, and a
+        // peer's death may reach no endpoint of ours: test_ucx_faults once waited 10 s).
         if (auto f = shared_failure(); f.kind != wait_status::done) return f;
         if (deadline_clock::now() >= deadline) {
           for (std::size_t i = 0; i < rs.size(); ++i)

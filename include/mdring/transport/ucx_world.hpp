@@ -219,6 +219,12 @@ public:
   const std::vector<std::string>& hosts() const noexcept { return s_->hosts; }
   /// The other processes of this node: (rank, process id).
   const std::vector<std::pair<std::size_t, long>>& node_peers() const noexcept { return s_->node_peers; }
+  /// For each rank: 1 where it is a process of this node that has ended.
+  std::vector<char> ended_node_peers() const {
+    std::vector<char> ended(s_->size, 0);
+    for (const auto& [r, pid] : s_->node_peers) ended[r] = mdring::detail::process_gone(pid);
+    return ended;
+  }
   ucp_context_h context() const noexcept { return s_->context.get(); }        ///< the UCX context
   std::chrono::milliseconds timeout() const noexcept { return s_->timeout; }  ///< the deadline of every wait
 
