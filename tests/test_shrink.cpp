@@ -243,6 +243,16 @@ TEST_CASE("the agreement: nothing failed, an empty set") {
   for (auto& g : got) CHECK(g == std::vector<char>(n, 0));
 }
 
+TEST_CASE("the agreement: a left-out rank's error says what it saw of each failed rank") {
+  using fs = md::detail::failure_seen;
+  const std::vector<char> failed{1, 1, 0, 1, 1};
+  const std::vector<fs> seen{fs::before, fs::during, fs::before, fs::silent, fs::named_by_others};
+  CHECK(md::detail::seen_from_here(failed, seen, 4, 1500ms) ==
+        "; as this rank saw them: rank 0 gone before the shrink (its process ended or its link failed), rank 1 gone "
+        "during it, rank 3 silent for 1500 ms, rank 4 (this one) named by the others");
+  CHECK(md::detail::seen_from_here(std::vector<char>(5, 0), seen, 4, 1500ms).empty());
+}
+
 TEST_CASE("the agreement: a rank silent from the start costs its round one step, a live coordinator's two") {
   // Rank 3 never answers (a node whose link was cut): every other rank counts it
   // failed after phase 1, so its coordinator round waits one step, not two.
@@ -258,19 +268,23 @@ TEST_CASE("the agreement: a rank silent from the start costs its round one step,
   };
   md::threads::world w(n);
   std::vector<std::vector<char>> got(n);
+  std::vector<std::vector<md::detail::failure_seen>> seen(n);
   std::vector<std::vector<std::pair<std::size_t, double>>> waits(n);
   std::vector<std::thread> pool;
   for (std::size_t r = 0; r + 1 < n; ++r)
     pool.emplace_back([&, r] {
       timed_link link{{w, r, -1}, {}};
-      got[r] = md::detail::agree_on_failed(link, n, r, std::vector<char>(n, 0), step, 0);
+      got[r] = md::detail::agree_on_failed(link, n, r, std::vector<char>(n, 0), step, 0, &seen[r]);
       waits[r] = link.waits;
     });
   for (auto& t : pool) t.join();
   w.leave(n - 1);
+  using fs = md::detail::failure_seen;
   for (std::size_t r = 0; r + 1 < n; ++r) {
     INFO("rank " << r);
     CHECK(got[r] == std::vector<char>{0, 0, 0, 1});
+    CHECK(seen[r][3] == fs::silent);  // what each saw itself
+    CHECK(md::detail::seen_from_here(got[r], seen[r], r, step) == "; as this rank saw them: rank 3 silent for 200 ms");
     REQUIRE(waits[r].size() == n - 1);  // every coordinator but itself
     for (const auto& wait : waits[r]) {
       const std::size_t c = wait.first;  // (no structured binding: clang's INFO lambda cannot capture one)
@@ -576,6 +590,7 @@ TEST_CASE("shrink: a rank that stalls past the deadline is out on every survivor
   md::threads::world w(4);
   std::vector<std::string> shape(4);
   std::vector<std::int64_t> sum(4, -1);
+  std::string why;
   auto errors = on_world(w, [&](md::threads::endpoint ep) {
     auto comm = md::bind(md::parse_topology("shm:4"), ep, opts(800ms));
     std::vector<std::int64_t> x(100, 1);
@@ -585,7 +600,7 @@ TEST_CASE("shrink: a rank that stalls past the deadline is out on every survivor
     } catch (const md::error&) {}
     auto s = md::shrink(comm);
     shape[ep.rank] = s.size() ? s.topology().to_string() : "left out";
-    if (s.size() == 0) return;
+    if (s.size() == 0) return void(why = s.failure());
     std::vector<std::int64_t> y(100, std::int64_t(s.rank()) + 1);
     md::all_reduce(s, y.data(), y.size());
     sum[ep.rank] = y[0];
@@ -596,6 +611,10 @@ TEST_CASE("shrink: a rank that stalls past the deadline is out on every survivor
     CHECK(shape[r] == (r == 2 ? "left out" : "shm:3"));
     if (r != 2) CHECK(sum[r] == 6);
   }
+  // It learns why: the others named it (it heard from every one of them).
+  CHECK(why ==
+        "mdring::shrink left this rank out: shm:4 -> shm:3 (shm coordinate 2 dropped: rank 2 failed); as "
+        "this rank saw them: rank 2 (this one) named by the others");
 }
 
 TEST_CASE("shrink when nothing failed: the same ranks; the old communicator is released") {

@@ -265,7 +265,9 @@ TEST_CASE("a process killed: its node is dropped, the rest go on with exact sums
         CHECK(res.out[r].what ==
               "left out (mdring::shrink left this rank out: shm:2 x ethernet:3 -> shm:2 x "
               "ethernet:2 (ethernet coordinate " +
-                  std::to_string(victim / 2) + " dropped: rank " + std::to_string(victim) + " failed))");
+                  std::to_string(victim / 2) + " dropped: rank " + std::to_string(victim) +
+                  " failed); as this rank saw them: rank " + std::to_string(victim) +
+                  " gone before the shrink (its process ended or its link failed))");
       } else {
         CHECK(res.out[r].what == "shm:2 x ethernet:2 4 " + sum_of(4) + " rank " + std::to_string(next++));
       }

@@ -59,14 +59,24 @@ inline bool unpack_ranks_into(const std::string& s, std::vector<char>& set) {
 enum survivor_phase : std::uint32_t { suspicions = 1, coordinator = 2 };
 constexpr std::uint32_t survivor_tag(std::uint32_t epoch, survivor_phase p) { return ((epoch << 2) | p) & 0x7fff; }
 
+// What this rank itself saw of a rank in the agreed set (for the left-out ranks'
+// errors): nothing (the others named it), gone before the agreement (`known`), gone
+// during it, or silent for its first step.
+enum class failure_seen : unsigned char { named_by_others, before, during, silent };
+
 // See the top. T: a transport that survives failures (or a test's stand-in with
 // the same survivor_send / survivor_recv). `known`: what this rank knows dead
-// (size ranks); returns the agreed set, which may name `rank` itself.
+// (size ranks); returns the agreed set, which may name `rank` itself. `seen`, if
+// given, gets what this rank saw of each rank (failure_seen).
 template <class T>
 std::vector<char> agree_on_failed(T& t, std::size_t size, std::size_t rank, std::vector<char> known,
-                                  std::chrono::milliseconds step, std::uint32_t epoch) {
+                                  std::chrono::milliseconds step, std::uint32_t epoch,
+                                  std::vector<failure_seen>* seen = nullptr) {
   known.resize(size, 0);
   known[rank] = 0;
+  std::vector<failure_seen> saw(size, failure_seen::named_by_others);
+  for (std::size_t r = 0; r < size; ++r)
+    if (known[r]) saw[r] = failure_seen::before;
   // 1. suspicions
   const std::uint32_t tag1 = survivor_tag(epoch, suspicions), tag2 = survivor_tag(epoch, coordinator);
   const std::string mine = pack_ranks(known);
@@ -77,7 +87,10 @@ std::vector<char> agree_on_failed(T& t, std::size_t size, std::size_t rank, std:
   for (std::size_t r = 0; r < size; ++r) {
     if (r == rank) continue;
     const survivor_message m = t.survivor_recv(r, tag1, deadline);
-    if (m.kind != survivor_message::got || !unpack_ranks_into(m.bytes, set)) set[r] = 1;
+    if (m.kind != survivor_message::got || !unpack_ranks_into(m.bytes, set)) {
+      set[r] = 1;
+      if (!known[r]) saw[r] = m.kind == survivor_message::gone ? failure_seen::during : failure_seen::silent;
+    }
   }
   // 2. the rotating coordinator
   for (std::size_t c = 0; c < size; ++c) {
@@ -94,6 +107,7 @@ std::vector<char> agree_on_failed(T& t, std::size_t size, std::size_t rank, std:
     std::vector<char> theirs(size, 0);
     if (m.kind == survivor_message::got && unpack_ranks_into(m.bytes, theirs)) set = std::move(theirs);
   }
+  if (seen) *seen = std::move(saw);
   return set;
 }
 

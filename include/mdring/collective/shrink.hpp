@@ -96,6 +96,31 @@ inline std::string shrink_why(const survivors& s, bool left_out) {
   return left_out ? "mdring::shrink left this rank out: " + s.describe()
                   : "the communicator was shrunk (" + s.describe() + "); use the one mdring::shrink returned";
 }
+// "; as this rank saw them: rank 2 silent for 20000 ms, rank 5 gone before the shrink
+// (...)": why the agreed set holds each rank, from here (a left-out rank's error).
+inline std::string seen_from_here(const std::vector<char>& failed, const std::vector<failure_seen>& seen,
+                                  std::size_t rank, std::chrono::milliseconds step) {
+  std::string s;
+  for (std::size_t r = 0; r < failed.size() && r < seen.size(); ++r) {
+    if (!failed[r]) continue;
+    s += (s.empty() ? "; as this rank saw them: rank " : ", rank ") + std::to_string(r) +
+         (r == rank ? " (this one)" : "");
+    switch (seen[r]) {
+      case failure_seen::before:
+        s += " gone before the shrink (its process ended or its link failed)";
+        break;
+      case failure_seen::during:
+        s += " gone during it";
+        break;
+      case failure_seen::silent:
+        s += " silent for " + std::to_string(step.count()) + " ms";
+        break;
+      default:
+        s += " named by the others";
+    }
+  }
+  return s;
+}
 }  // namespace detail
 
 /// The survivors' communicator after a failure (see the top). Collective over
@@ -118,13 +143,14 @@ communicator<runtime_topology, Transport> shrink(detail::communicator_core<Trans
     for (std::size_t r = 0; r < size; ++r) known[r] = r != rank && t.gone(r);
     const auto step = so.timeout.count() ? so.timeout : comm.get_options().timeout;
     const std::uint32_t epoch = comm.next_shrink();
-    const std::vector<char> failed = detail::agree_on_failed(t, size, rank, std::move(known), step, epoch);
+    std::vector<detail::failure_seen> seen;
+    const std::vector<char> failed = detail::agree_on_failed(t, size, rank, std::move(known), step, epoch, &seen);
     const survivors s = survivors_of(comm.topology(), failed);
     options o = comm.get_options();
     const bool quorum = detail::has_quorum(failed, so.quorum);
     if (!quorum || std::find(s.members.begin(), s.members.end(), rank) == s.members.end()) {
       std::string name = t.name();
-      std::string why = detail::shrink_why(s, true);
+      std::string why = detail::shrink_why(s, true) + detail::seen_from_here(failed, seen, rank, step);
       if (!quorum) {
         why = "mdring::shrink: " + std::to_string(detail::alive_count(failed)) + " of " + std::to_string(size) +
               " ranks are left on this side of the failure" + (failed[0] ? " (rank 0 not among them)" : "") +
