@@ -9,7 +9,9 @@ choose others). The survivors' backward pass fails naming it; each survivor call
 mdring_torch.shrink(), which replaces the default group by one over the survivors
 (with "shm:2 x ethernet:2" the dead rank's node-mate is left out too, and leaves),
 takes the last completed step's model from the new rank 0 (broadcast_object_list:
-the state lives in the survivors' memory), wraps the model in DDP again, and goes
+the state lives in the survivors' memory; the failure can end a call on one
+survivor after the others completed it, so a survivor may be a step ahead, and
+taking rank 0's step puts them all on the same one), wraps the model in DDP again, and goes
 on. Every input is the same on every rank, so the averaged gradient does not depend
 on how many ranks there are: at the end each survivor checks its parameters against
 a run of the same 20 steps in one process, and prints the result.

@@ -19,9 +19,9 @@ export UCX_TLS=tcp UCX_WARN_UNUSED_ENV_VARS=n MDRING_HANG_REPORT=0 OMP_NUM_THREA
 out=$(timeout 240 "$run" --hosts "$hosts" --agent "$agent" --on-failure shrink -x PYTHONPATH -x OMP_NUM_THREADS \
   -x UCX_TLS -x UCX_WARN_UNUSED_ENV_VARS -x MDRING_HANG_REPORT "$python" "$here/examples/torch_elastic.py" 2>&1)
 rc=$?
-echo "$out" | grep -v "UCX  WARN\|^\[" | grep -v ", step 5: mdring" | cut -c1-200
+echo "$out" | grep -v "UCX  WARN\|^\[" | grep -v ", step [45]: mdring" | cut -c1-200
 [ "$rc" -eq 0 ] || fail "mdring-run exited $rc"
-echo "$out" | grep -q "step 5: shrunk to 6 ranks (old ranks \[0, 1, 2, 3, 4, 5\]), ucx, topology shm:2 x ethernet:3" ||
+echo "$out" | grep -q "step [45]: shrunk to 6 ranks (old ranks \[0, 1, 2, 3, 4, 5\]), ucx, topology shm:2 x ethernet:3" ||
   fail "no 'shrunk to 6 ranks ... shm:2 x ethernet:3' line"
 [ "$(echo "$out" | grep -o "of 6, 20 steps, largest difference from one process [0-9.e+-]*: ok" | wc -l)" -eq 6 ] ||
   fail "not 6 survivors equal to the one-process run"
