@@ -237,6 +237,18 @@ inline void issue(ncclComm& comm, const nccl_call& c) {
   });
 }
 
+// Tells comm's peers that it failed here (their device waits on it end; their calls
+// return ncclRemoteError naming `why`), ends its point-to-point link's waits and,
+// with `mark`, marks it unusable (the first reason stays; ncclCommAbort passes
+// false and marks it once it holds comm.calls): a failed call, ncclCommAbort,
+// ncclCommRevoke, ncclCommShrink with NCCL_SHRINK_ABORT. Frees nothing.
+inline void announce_failure(ncclComm& comm, const std::string& why, bool mark = true) {
+  if (!comm.comm) return;
+  mdring::cuda::detail::device_peers<device_comm>{*comm.comm}.failed_here(why);
+  if (comm.p2p) comm.p2p->abort(why);
+  if (mark) mark_broken(*comm.comm, why);
+}
+
 // Runs f (which issues calls of one communicator) under the communicator's lock;
 // a failure is returned and kept for ncclCommGetAsyncError, and one that leaves
 // the communicator unusable is announced to its peers (their waits on this rank end).
@@ -251,12 +263,7 @@ ncclResult_t issue_guarded(ncclComm& comm, const char* function, F&& f) {
     // A bad argument found before the enqueue leaves the communicator usable; one
     // found during it (a buffer CUDA IPC cannot share, ranks that disagree) does not.
     if (r != ncclInvalidArgument || !comm.comm->usable()) comm.set_state(int(r), last_error());
-    if (comm.state.load() != ncclSuccess) {  // every link says so (a second time is harmless)
-      const std::string why = last_error();
-      if (comm.p2p) comm.p2p->abort(why);
-      mdring::cuda::detail::device_peers<device_comm>{*comm.comm}.failed_here(why);
-      if (comm.comm->usable()) mark_broken(*comm.comm, why);
-    }
+    if (comm.state.load() != ncclSuccess) announce_failure(comm, last_error());  // (a second time is harmless)
     return r;
   }
 }

@@ -256,16 +256,12 @@ MDRING_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int ke
 }
 MDRING_NCCL_TWIN(ncclResult_t, ncclCommSplit, ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*)
 
-// Stops c's calls in flight here and on its peers, as ncclCommAbort does (its
-// device waits end; the peers' calls return ncclRemoteError naming this rank), but
-// frees nothing: ncclCommShrink with NCCL_SHRINK_ABORT, ncclCommRevoke.
-static ncclResult_t stop_in_flight(const char* fn, ncclComm& c, const char* what) {
+// Stops c's calls in flight here and on its peers, as ncclCommAbort does, naming
+// this rank and `what` it did, but frees nothing: ncclCommShrink with
+// NCCL_SHRINK_ABORT, ncclCommRevoke.
+static ncclResult_t stop_in_flight(const char* fn, ncclComm& c, const char* what, bool mark = true) {
   try {
-    if (!c.comm) return ncclSuccess;
-    const std::string why = "rank " + std::to_string(c.rank) + " " + what;
-    mdring::cuda::detail::device_peers<device_comm>{*c.comm}.failed_here(why);
-    if (c.p2p) c.p2p->abort(why);
-    if (c.comm->usable()) mark_broken(*c.comm, why);
+    announce_failure(c, "rank " + std::to_string(c.rank) + " " + what, mark);
     return ncclSuccess;
   } catch (...) {
     return from_exception(fn);
@@ -356,14 +352,8 @@ MDRING_NCCL_TWIN(ncclResult_t, ncclCommDestroy, ncclComm_t)
 MDRING_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
   comm->aborted.store(true);
-  try {
-    const std::string why = "rank " + std::to_string(comm->rank) + " aborted the communicator (ncclCommAbort)";
-    if (comm->state.load() != ncclInProgress && comm->comm)
-      mdring::cuda::detail::device_peers<device_comm>{*comm->comm}.failed_here(why);
-    if (comm->state.load() != ncclInProgress && comm->p2p) comm->p2p->abort(why);
-  } catch (...) {  // (only the text's allocation can throw)
-  }
   if (comm->state.load() == ncclInProgress) return ncclSuccess;  // its init thread still uses it: left
+  (void)stop_in_flight("ncclCommAbort", *comm, "aborted the communicator (ncclCommAbort)", false);
   std::unique_lock l(comm->calls, std::try_to_lock);
   if (!l.owns_lock()) return ncclSuccess;
   // Its device state is left, not freed: freeing synchronizes the device, which
