@@ -12,8 +12,11 @@
 // Then the members offer to grow back for 3 s: the dead rank's node-mate, left
 // out by the shrink, joins again (ucx::join), and so does the process mdring-run
 // --replace starts in the dead rank's place (MDRING_JOIN=1, ucx::join_from_env).
-// Rank 0 hands the joiners the step to redo (a trainer would hand them its
-// weights the same way), and the step is done again. Without --on-failure shrink,
+// Rank 0 hands the other survivors, then the joiners, the step to redo (a
+// trainer would hand them its weights the same way), and the step is done again:
+// a failure need not end the same call everywhere (a survivor can fail in step 4
+// while the others, to whom the dead rank had given its part, finished it and
+// fail in step 5), so the survivors take rank 0's. Without --on-failure shrink,
 // mdring-run would stop the others after the first death. Growing needs the
 // job's store, which mdring-run hosts in a process of its own: the job grows back
 // after losing rank 0 too (with MDRING_RUN_STORE=rank0, rank 0 hosts it, and the
@@ -52,8 +55,11 @@ int main(int argc, char** argv) {
       };
       comm = mdring::shrink(comm);
       const bool out = comm.size() == 0;
-      if (!out && comm.rank() == 0)
-        std::printf("step %ld: shrunk to %s (%.1f ms)\n", step, comm.topology().to_string().c_str(), ms());
+      if (!out) {
+        mdring::broadcast(comm, &step, 1, 0);  // every survivor on rank 0's step
+        if (comm.rank() == 0)
+          std::printf("step %ld: shrunk to %s (%.1f ms)\n", step, comm.topology().to_string().c_str(), ms());
+      }
       try {
         if (out) comm = mdring::ucx::join(*world, o, 3s);  // the node-mate of the dead rank
         else comm = mdring::grow(comm, {.size = world->size(), .timeout = 3s});

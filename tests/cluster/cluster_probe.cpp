@@ -31,7 +31,8 @@ using namespace std::chrono_literals;
 // "shrink": calls [at, total) of all_reduce on c, exact sums. A failed call: shrink;
 // a rank left out joins again (w: its world), the members offer to grow back to
 // `size` for 10 s (the joiners: a left-out rank, a replacement of mdring-run
-// --replace), and after a growth rank 0 hands the joiners the call to go on from.
+// --replace), and rank 0 hands the survivors, and after a growth the joiners, the
+// call to go on from.
 template <class Comm>
 int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t at, std::int64_t total, bool grow) {
   const std::string me = std::getenv("RANK") ? std::getenv("RANK") : "?";  // this process in the job as started
@@ -62,6 +63,9 @@ int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t 
           return std::printf("left out (%.120s)\n", j.what()), 0;
         }
       } else {
+        // A failure need not end the same call on every survivor (one may fail in
+        // call k while the others finished it and fail in k + 1): all go on from rank 0's.
+        md::broadcast(c, &at, 1, 0);
         std::fprintf(stderr, "cluster_probe: process %s shrunk: %s (%zu ranks, %.0f ms)\n", me.c_str(),
                      c.topology().to_string().c_str(), c.size(), ms(t0));
         if (!grow || c.size() >= size) continue;
