@@ -54,12 +54,17 @@ int main(int argc, char** argv) {
         return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       };
       comm = mdring::shrink(comm);
-      const bool out = comm.size() == 0;
-      if (!out) {
-        mdring::broadcast(comm, &step, 1, 0);  // every survivor on rank 0's step
-        if (comm.rank() == 0)
-          std::printf("step %ld: shrunk to %s (%.1f ms)\n", step, comm.topology().to_string().c_str(), ms());
+      while (comm.size() != 0) {  // every survivor on rank 0's step
+        try {
+          mdring::broadcast(comm, &step, 1, 0);
+          break;
+        } catch (const mdring::error&) {  // another rank lost meanwhile: shrink again
+          comm = mdring::shrink(comm);
+        }
       }
+      const bool out = comm.size() == 0;
+      if (!out && comm.rank() == 0)
+        std::printf("step %ld: shrunk to %s (%.1f ms)\n", step, comm.topology().to_string().c_str(), ms());
       try {
         if (out) comm = mdring::ucx::join(*world, o, 3s);  // the node-mate of the dead rank
         else comm = mdring::grow(comm, {.size = world->size(), .timeout = 3s});

@@ -64,8 +64,13 @@ int shrink_loop(Comm c, const md::ucx::world* w, std::size_t size, std::int64_t 
         }
       } else {
         // A failure need not end the same call on every survivor (one may fail in
-        // call k while the others finished it and fail in k + 1): all go on from rank 0's.
-        md::broadcast(c, &at, 1, 0);
+        // call k while the others finished it and fail in k + 1): all go on from rank 0's
+        // (another failure meanwhile: the next call fails and they shrink again).
+        try {
+          md::broadcast(c, &at, 1, 0);
+        } catch (const md::error&) {
+          continue;
+        }
         std::fprintf(stderr, "cluster_probe: process %s shrunk: %s (%zu ranks, %.0f ms)\n", me.c_str(),
                      c.topology().to_string().c_str(), c.size(), ms(t0));
         if (!grow || c.size() >= size) continue;
