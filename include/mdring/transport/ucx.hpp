@@ -196,9 +196,7 @@ public:
   bool gone(std::size_t peer) {
     if (peer >= size_ || peer == rank_) return false;
     if (ucp_worker_progress(worker_), !eps_[peer] || ep_failed_[peer]) return true;
-    for (const auto& [r, pid] : world_.node_peers())
-      if (r == peer) return mdring::detail::process_gone(pid);
-    return false;
+    return world_.node_peer_ended(peer);
   }
   ///@}
   /// This rank's transport over `members` (ranks of this one; this rank must be

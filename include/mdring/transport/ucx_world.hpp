@@ -219,6 +219,12 @@ public:
   const std::vector<std::string>& hosts() const noexcept { return s_->hosts; }
   /// The other processes of this node: (rank, process id).
   const std::vector<std::pair<std::size_t, long>>& node_peers() const noexcept { return s_->node_peers; }
+  /// Whether rank r is a process of this node that has ended.
+  bool node_peer_ended(std::size_t r) const noexcept {
+    for (const auto& [p, pid] : s_->node_peers)
+      if (p == r) return mdring::detail::process_gone(pid);
+    return false;
+  }
   /// For each rank: 1 where it is a process of this node that has ended.
   std::vector<char> ended_node_peers() const {
     std::vector<char> ended(s_->size, 0);
