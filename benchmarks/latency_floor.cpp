@@ -12,8 +12,9 @@
 //    and mdring (bound once, `shm:*`) back to back in every round, --iters calls each;
 //    broadcast and reduce also on a communicator bound with options::eager_rooted
 //    (the root, the leaves, return once their data is in node memory: "eager"),
-//    and above the one-shot cap on one bound with tune.one_shot_stream_max_bytes =
-//    64 KiB (streamed over node memory in steps of the cap, off by default: "streamed").
+//    and above the one-shot cap on one bound with tune.one_shot_stream_max_trip_ns =
+//    SIZE_MAX (streamed over node memory in steps of the cap wherever the ranks are:
+//    "streamed"; by default only where bind measured them close, which it prints).
 //    Per size the medians over the rounds, mdring / native and each / the floor.
 // Every rank's results are checked once per size (exact: small integers).
 // Oversubscribed (more ranks than cores), the ping-pong and the spins measure the
@@ -232,11 +233,15 @@ int main(int argc, char** argv) {
     mdring::options eager_opts;
     eager_opts.eager_rooted = true;
     auto eager = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, eager_opts);
-    // Broadcast and reduce above the one-shot cap streamed over node memory, which is
-    // off by default (tuning.hpp, one_shot_stream_max_bytes).
+    // Broadcast and reduce above the one-shot cap streamed over node memory whatever
+    // the ranks' distance (by default only where bind measured them close: tuning.hpp,
+    // one_shot_stream_max_trip_ns).
     mdring::options stream_opts;
-    stream_opts.tune.one_shot_stream_max_bytes = std::size_t(64) << 10;
+    stream_opts.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
     auto streamed = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, stream_opts);
+    // What the default communicator's bind measured and decided.
+    const auto& distance = comm.distance();
+    const bool default_streams = comm.runs_one_shot(mdring::collective::broadcast, 16384, 4);
     std::vector<std::size_t> sizes;
     for (std::size_t b = 8; b <= s.max_bytes; b *= 8) sizes.push_back(b);
     if (sizes.back() != s.max_bytes) sizes.push_back(s.max_bytes);
@@ -246,6 +251,17 @@ int main(int argc, char** argv) {
           "mdring-latency: %d processes; the floor (cache-line ping-pong, one way): %.3f us (rounds %.3f..%.3f)\n", P,
           floor * 1e6, *std::min_element(floors.begin(), floors.end()) * 1e6,
           *std::max_element(floors.begin(), floors.end()) * 1e6);
+      if (distance.measured())
+        std::printf(
+            "mdring-latency: bind measured %u ns from rank 0 to rank %zu (tune.one_shot_stream_max_trip_ns "
+            "%zu): broadcast and reduce above 8 KiB, up to 64 KiB, %s by default\n",
+            distance.trip_ns, distance.farthest, comm.get_options().tune.one_shot_stream_max_trip_ns,
+            default_streams ? "streamed" : "by their programs");
+      else
+        std::printf(
+            "mdring-latency: bind measured nothing (the ranks outnumber the cores): broadcast and reduce "
+            "above 8 KiB, up to 64 KiB, %s by default\n",
+            default_streams ? "streamed" : "by their programs");
       std::printf("%-15s %8s %12s %12s %9s %9s %9s  %-24s %s\n", "call", "bytes", "native us", "mdring us", "md/native",
                   "md/floor", "nat/floor", "spread (native, mdring)", "eager us (/native)  streamed us (/native)");
     }
@@ -302,9 +318,12 @@ int main(int argc, char** argv) {
             std::fprintf(json,
                          "{\"bench\":\"latency\",\"np\":%d,\"op\":\"%s\",\"bytes\":%zu,\"native_us\":%.4f,"
                          "\"mdring_us\":%.4f,\"floor_us\":%.4f,\"rounds\":%d,\"iters\":%d,\"native_spread_us\":%.4f,"
-                         "\"mdring_spread_us\":%.4f,\"eager_us\":%.4f,\"streamed_us\":%.4f,\"correct\":%s}\n",
+                         "\"mdring_spread_us\":%.4f,\"eager_us\":%.4f,\"streamed_us\":%.4f,\"bind_trip_ns\":%d,"
+                         "\"default_streams\":%s,\"correct\":%s}\n",
                          P, name_of(o), n * sizeof(float), nat * 1e6, md * 1e6, floor * 1e6, s.rounds, s.iters,
-                         spread(t[0]), spread(t[1]), eg * 1e6, st * 1e6, all_ok ? "true" : "false");
+                         spread(t[0]), spread(t[1]), eg * 1e6, st * 1e6,
+                         distance.measured() ? int(distance.trip_ns) : -1, default_streams ? "true" : "false",
+                         all_ok ? "true" : "false");
         }
       }
     }

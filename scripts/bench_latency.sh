@@ -63,12 +63,27 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "nothing and return once their data is in node memory, up to 15 calls ahead of their slowest reader "
        "(docs/DESIGN.md), as Open MPI's return at the root or the leaves as soon as their part is done: a loop "
        "of them pipelines, which is why those 8-byte times can be below the floor. The *streamed* column: "
-       "broadcast and reduce above the cap on a communicator bound with `tune.one_shot_stream_max_bytes` = "
-       "64 KiB, which runs them over node memory in steps of 8 KiB instead of their programs (off by default: "
-       "docs/DESIGN.md, \"Streamed rooted calls\").", ""]
+       "broadcast and reduce above the cap on a communicator bound with `tune.one_shot_stream_max_trip_ns` = "
+       "SIZE_MAX, which runs them over node memory in steps of 8 KiB instead of their programs wherever the "
+       "ranks are; by default (the *mdring* column) they stream only where bind measured the ranks' cores "
+       "close, as each section's first line says (docs/DESIGN.md, \"Streamed rooted calls\").", ""]
 for np in sorted({k[0] for k in by}):
     floor = next(r["floor_us"] for r in rows if r["np"] == np)
-    out += [f"### {np} processes (floor {floor:.3f} us)", "",
+    first = next(r for r in rows if r["np"] == np)
+    trip, streams = first.get("bind_trip_ns"), first.get("default_streams")
+    if trip is None:
+        decision = ""
+    elif trip < 0:
+        decision = (" Bind measured nothing (the ranks outnumber the cores): broadcasts and reduces above 8 KiB, up to 64 KiB, run "
+                    + ("streamed" if streams else "their programs") + " by default.")
+    else:
+        decision = (f" Bind measured a cache line's trip of {trip} ns from rank 0 to its farthest peer (limit "
+                    "`tune.one_shot_stream_max_trip_ns` = 100): broadcasts and reduces above 8 KiB, up to 64 KiB, run "
+                    + ("streamed" if streams else "their programs") + " by default.")
+    out += [f"### {np} processes (floor {floor:.3f} us)", ""]
+    if decision:
+        out += [decision.strip(), ""]
+    out += [
             "| call | bytes | native us | mdring us | mdring / native | mdring / floor | spread native, mdring (us) "
             "| eager us | eager / native | streamed us | streamed / native |",
             "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]

@@ -10,6 +10,8 @@
 
 #include "mpi_support.hpp"
 
+#include <thread>
+
 // ---------------------------------------------------------------------------
 TEST_CASE("options.max_message_bytes small: messages split into pieces, results exact") {
   const std::size_t P = world_size(), R = world_rank();
@@ -264,6 +266,64 @@ TEST_CASE("reduce: a shared dimension in one stage, at the root alone or a block
           CHECK(send.guards_intact(-77));
           CHECK(recv.guards_intact(-77));
         }
+    }
+  }
+}
+
+// Streamed rooted calls (tune.one_shot_stream_max_bytes, 64 KiB by default) run only
+// where rank 0 measured at bind that the node's ranks are close (a cache line's trip
+// of at most tune.one_shot_stream_max_trip_ns) and do not outnumber its cores; every
+// rank takes rank 0's verdict. Limits no trip meets (1 ns) or every trip meets (1 s),
+// and SIZE_MAX (no measuring): the same decision everywhere, results exact either way.
+TEST_CASE("streamed rooted calls: rank 0 measures the node at bind, every rank takes its verdict") {
+  const std::size_t P = world_size(), R = world_rank();
+  const bool crowded = P > std::thread::hardware_concurrency();
+  for (std::size_t limit : {std::size_t(1), std::size_t(100), std::size_t(1'000'000'000), SIZE_MAX}) {
+    INFO("one_shot_stream_max_trip_ns " << limit);
+    md::options o;
+    o.tune.one_shot_stream_max_trip_ns = limit;
+    auto comm = md::bind(md::parse_topology("shm:*"), test_world(), o);
+    const auto& d = comm.distance();
+    const std::uint64_t seen[3] = {d.trip_ns, d.farthest, comm.get_options().tune.one_shot_stream_max_bytes};
+    CHECK(identical_everywhere(seen, sizeof seen));
+    const bool flat = comm.runs_one_shot(md::collective::all_reduce, 1, 4);  // every rank on one node
+    CHECK(flat == (P > 1 && comm.get_transport().shared_channels() > 0));
+    const bool measured = flat && limit != SIZE_MAX && !crowded;
+    CHECK(d.measured() == measured);
+    if (measured) CHECK(d.trip_ns > 1);
+    if (measured) CHECK(d.farthest > 0);
+    if (measured) CHECK(d.farthest < P);
+    const bool streams = flat && (limit == SIZE_MAX || (measured && d.trip_ns <= limit));
+    if (limit == 1) CHECK_FALSE(streams);
+    if (limit == 1'000'000'000) CHECK(streams == measured);
+    CHECK(comm.runs_one_shot(md::collective::broadcast, 16384, 4) == streams);
+    CHECK(comm.runs_one_shot(md::collective::reduce, 8192, 8) == streams);
+    CHECK(comm.get_options().tune.one_shot_stream_max_bytes == (flat && !streams ? 0u : 65536u));
+    CHECK(comm.bind_options().tune.one_shot_stream_max_bytes == 65536u);
+    const std::string e = comm.explain<float>(16384, md::collective::broadcast);
+    INFO(e);
+    CHECK((e.find("one-shot: this call runs over node memory in 8 steps of at most 8192 B") != std::string::npos) ==
+          streams);
+    if (flat && !streams && measured)
+      CHECK(e.find("not streamed over node memory: at bind a cache line took " + std::to_string(d.trip_ns) +
+                   " ns from rank 0's core to rank " + std::to_string(d.farthest) +
+                   "'s, over tune.one_shot_stream_max_trip_ns = " + std::to_string(limit) +
+                   ": each step would wait that long") != std::string::npos);
+    if (flat && !streams && !measured)
+      CHECK(e.find("not streamed over node memory: the node's " + std::to_string(P) +
+                   " ranks outnumber its cores, where each step would wait for a descheduled peer") !=
+            std::string::npos);
+    if (!flat || streams) CHECK(e.find("not streamed") == std::string::npos);
+    for (std::size_t root = 0; root < P; ++root) {
+      std::vector<float> b(16384, R == root ? 0.0f : -1.0f);
+      if (R == root)
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(i % 997) + float(root);
+      md::broadcast(comm, b.data(), b.size(), root);
+      CHECK(first_bad(b.size(), [&](std::size_t i) { return b[i] == float(i % 997) + float(root); }) == b.size());
+      std::vector<std::int64_t> x(8192), y(8192, -5);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = val(R, i);
+      md::reduce(comm, x.data(), y.data(), x.size(), root);
+      if (R == root) CHECK(first_bad(y.size(), [&](std::size_t i) { return y[i] == val_sum(P, i); }) == y.size());
     }
   }
 }

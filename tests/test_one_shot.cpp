@@ -273,6 +273,7 @@ TEST_CASE("one-shot, streamed: broadcast and reduce above the cap run in steps o
     md::options o;
     o.tune.one_shot_max_bytes = 64;
     o.tune.one_shot_stream_max_bytes = 4096;
+    o.tune.one_shot_stream_max_trip_ns = SIZE_MAX;  // without measuring (the threads may share cores)
     o.eager_rooted = mode == 1;
     if (mode == 2) o.checks = md::check_level::collective;
     o.reproducible = mode == 3;
@@ -343,15 +344,39 @@ TEST_CASE("one-shot, streamed: broadcast and reduce above the cap run in steps o
 TEST_CASE("one-shot, streamed: the default limits, explain(), in flight with other calls, errors") {
   using namespace std::chrono_literals;
   using md::collective;
-  md::options streaming;  // off by default (tuning.hpp says why)
-  streaming.tune.one_shot_stream_max_bytes = 64 << 10;
-  SUBCASE("off by default: a broadcast or reduce above the cap runs its program") {
+  md::options streaming;  // streamed wherever the path runs, without measuring the ranks' distance
+  streaming.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
+  CHECK(streaming.tune.one_shot_stream_max_bytes == 64 << 10);
+  SUBCASE("by default, on threads: a broadcast or reduce above the cap runs its program, and explain() says why") {
+    // (ranks of one process measure nothing at bind: processes, test_mpi_options.cpp)
     const auto fails = on_threads("shm:2 x shm:2", md::options{}, [&](auto& comm, std::vector<std::string>& f) {
+      if (comm.distance().measured()) f.push_back("threads measured a distance");
       if (comm.runs_one_shot(collective::broadcast, 2049, 4)) f.push_back("8196 B broadcast one-shot");
       if (comm.runs_one_shot(collective::reduce, 1025, 8)) f.push_back("8200 B reduce one-shot");
       if (!comm.runs_one_shot(collective::broadcast, 2048, 4)) f.push_back("8 KiB broadcast not one-shot");
-      if (comm.template explain<float>(16384, collective::broadcast).find("one-shot") != std::string::npos)
-        f.push_back("explain(16384 floats, broadcast) says one-shot");
+      if (comm.get_options().tune.one_shot_stream_max_bytes != 0 ||
+          comm.bind_options().tune.one_shot_stream_max_bytes != 64 << 10)
+        f.push_back("get_options / bind_options: " + std::to_string(comm.get_options().tune.one_shot_stream_max_bytes) +
+                    " / " + std::to_string(comm.bind_options().tune.one_shot_stream_max_bytes));
+      const std::string e = comm.template explain<float>(16384, collective::broadcast);
+      if (e.find("one-shot") != std::string::npos) f.push_back("explain(16384 floats, broadcast) says one-shot");
+      if (e.find("not streamed over node memory: ranks of one process measure nothing at bind, which does not wait "
+                 "for the other ranks (tune.one_shot_stream_max_trip_ns = 100; SIZE_MAX streams without "
+                 "measuring)") == std::string::npos)
+        f.push_back("explain(16384 floats, broadcast) does not say why it is not streamed:\n" + e);
+      if (comm.template explain<float>(16385, collective::broadcast).find("not streamed") != std::string::npos)
+        f.push_back("explain(16385 floats, broadcast), above the limit, speaks of streaming");
+      if (comm.template explain<float>(2048, collective::broadcast).find("not streamed") != std::string::npos)
+        f.push_back("explain(2048 floats, broadcast), one-shot, speaks of streaming");
+      if (comm.template explain<float>(16384, collective::all_reduce).find("not streamed") != std::string::npos)
+        f.push_back("explain(16384 floats, all_reduce) speaks of streaming");
+      // The programs' results.
+      const std::size_t r = comm.rank();
+      std::vector<float> v(16384, float(r + 1)), out(16384, 0.0f);
+      const std::uint64_t before = one_shot_calls(comm);
+      md::reduce(comm, v.data(), out.data(), v.size(), 3);
+      if (one_shot_calls(comm) != before) f.push_back("the 64 KiB reduce was one-shot");
+      if (r == 3 && (out[0] != 10.0f || out[16383] != 10.0f)) f.push_back("64 KiB reduce");
     });
     for (auto& f : fails) FAIL_CHECK(f);
     CHECK(fails.empty());
@@ -452,6 +477,70 @@ TEST_CASE("one-shot, streamed: the default limits, explain(), in flight with oth
   }
 }
 
+TEST_CASE("one-shot, streamed: the knobs on threads (SIZE_MAX streams, 0 never), and ranks that differ in them") {
+  // How bind measures the distance between processes: test_mpi_options.cpp and
+  // test_transport.cpp ("node distance"); ranks of one process measure nothing.
+  using md::collective;
+  struct seen {
+    std::size_t stream = 9, asked = 9;
+    bool runs = false, measured = true, exact = false;
+    std::string explain;
+    std::uint64_t one_shot = 0;
+  };
+  const auto bind_and_call = [](const md::options& o) {
+    std::vector<seen> out(2);
+    md::threads::run(2, [&](md::threads::endpoint ep) {
+      auto comm = md::bind(md::parse_topology("shm:2"), ep, o);
+      seen& s = out[ep.rank];
+      s.measured = comm.distance().measured();
+      s.stream = comm.get_options().tune.one_shot_stream_max_bytes;
+      s.asked = comm.bind_options().tune.one_shot_stream_max_bytes;
+      s.runs = comm.runs_one_shot(collective::broadcast, 16384, 4);
+      s.explain = comm.template explain<float>(16384, collective::reduce, md::sum, 1);
+      std::vector<float> b(16384, ep.rank == 1 ? 2.5f : 0.0f), x(16384, float(ep.rank + 1)), y(16384, 0.0f);
+      const std::uint64_t before = one_shot_calls(comm);
+      md::broadcast(comm, b.data(), b.size(), 1);
+      md::reduce(comm, x.data(), y.data(), x.size(), 1);
+      s.one_shot = one_shot_calls(comm) - before;
+      s.exact = b[0] == 2.5f && b[16383] == 2.5f && (ep.rank != 1 || (y[0] == 3.0f && y[16383] == 3.0f));
+    });
+    return out;
+  };
+  for (int mode = 0; mode < 3; ++mode) {
+    md::options o;  // 0: the default (not measured: programs); 1: SIZE_MAX (streamed); 2: 0 (never)
+    if (mode == 1) o.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
+    if (mode == 2) o.tune.one_shot_stream_max_bytes = 0;
+    const auto s = bind_and_call(o);
+    for (std::size_t r = 0; r < 2; ++r) {
+      INFO("mode " << mode << " rank " << r << ": " << s[r].explain);
+      CHECK_FALSE(s[r].measured);
+      CHECK(s[r].runs == (mode == 1));
+      CHECK(s[r].one_shot == (mode == 1 ? 2u : 0u));
+      CHECK(s[r].exact);
+      CHECK(s[r].stream == (mode == 1 ? 65536u : 0u));
+      CHECK(s[r].asked == (mode == 2 ? 0u : 65536u));
+      CHECK((s[r].explain.find("one-shot: this call runs over node memory in 8 steps of at most 8192 B") !=
+             std::string::npos) == (mode == 1));
+      CHECK((s[r].explain.find("not streamed over node memory") != std::string::npos) == (mode == 0));
+    }
+  }
+  {  // Ranks that set different limits: the bind fails, naming the knob (threads: the
+     // rank that binds second finds the difference; the first binds)
+    std::vector<std::string> what(2);
+    md::threads::run(2, [&](md::threads::endpoint ep) {
+      md::options o;
+      o.tune.one_shot_stream_max_trip_ns = ep.rank == 0 ? 100 : SIZE_MAX;
+      try {
+        auto comm = md::bind(md::parse_topology("shm:2"), ep, o);
+      } catch (const md::error& e) {
+        what[ep.rank] = e.what();
+      }
+    });
+    INFO("rank 0: " << what[0] << "\nrank 1: " << what[1]);
+    CHECK((what[0] + what[1]).find("one-shot stream trip 100") != std::string::npos);
+  }
+}
+
 TEST_CASE("one-shot, eager_rooted: a broadcast's root and a reduce's leaves return once their data is in node memory") {
   // Rooted calls with options::eager_rooted: a rank that only gives data does not wait
   // for the others; it waits only before writing a slot or buffer that a rank has not
@@ -542,7 +631,8 @@ TEST_CASE("one-shot: rooted calls in a long random loop with slow readers stay e
     if (mode == 3 || mode == 4) o.tune.shared_staging_bytes = 3000;
     if (mode == 4) o.tune.one_shot_max_bytes = 1024;
     if (mode >= 5) o.tune.one_shot_max_bytes = 256;
-    if (mode >= 4) o.tune.one_shot_stream_max_bytes = 64 << 10;
+    if (mode >= 4) o.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
+    if (mode < 4) o.tune.one_shot_stream_max_bytes = 0;
     const std::size_t largest = mode >= 4 ? 1000 : 200;
     const auto fails = on_threads("shm:4", o, [&](auto& comm, std::vector<std::string>& f) {
       const std::size_t r = comm.rank(), P = comm.size();

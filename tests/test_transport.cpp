@@ -8,7 +8,10 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <new>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace md = mdring;
 using tt = md::threads::transport;
@@ -140,4 +143,123 @@ TEST_CASE("transport: a failure passed on names the rank that failed first") {
   CHECK(w.failed_rank() == 0);
   w.fail(1, "later");
   CHECK(w.failed_rank() == 0);
+}
+
+// ---- transport/node_distance.hpp: rank 0 times a cache line's trip to each other
+// rank of a node at bind; every rank returns rank 0's verdict.
+namespace {
+// p ranks' access slots, each followed by its two staging buffers, in zeroed memory
+// (as a node window or a threads world gives them), and each rank's access group.
+struct node_regions {
+  static constexpr std::size_t staging = 4096;
+  std::size_t p;
+  unsigned char* mem;
+  std::vector<md::detail::access_slot*> slots;
+  explicit node_regions(std::size_t ranks)
+      : p(ranks), mem(new(std::align_val_t{64}) unsigned char[ranks * md::detail::access_region_bytes(staging)]()) {
+    for (std::size_t j = 0; j < p; ++j)
+      slots.push_back(reinterpret_cast<md::detail::access_slot*>(mem + j * md::detail::access_region_bytes(staging)));
+  }
+  ~node_regions() { ::operator delete[](mem, std::align_val_t{64}); }
+  node_regions(const node_regions&) = delete;
+  node_regions& operator=(const node_regions&) = delete;
+  md::detail::access_group group(std::size_t me) const { return {slots.data(), p, me, staging}; }
+};
+md::wait_status no_failure() { return md::wait_status::ok(); }
+// Every rank of `ranks` runs the protocol on its own thread; what each returned.
+std::vector<md::detail::node_distance> measure_on_threads(node_regions& n, bool measure, std::uint32_t stop_ns) {
+  std::vector<md::detail::node_distance> out(n.p);
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < n.p; ++r)
+    threads.emplace_back(
+        [&, r] { out[r] = md::detail::measure_node_distance(n.group(r), measure, stop_ns, soon(), no_failure); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+}  // namespace
+
+TEST_CASE("node distance: rank 0 measures every peer, and every rank returns its verdict") {
+  node_regions n(3);
+  const auto d = measure_on_threads(n, true, md::detail::node_distance::unmeasured - 1);
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    CHECK(d[r].measured());
+    CHECK(d[r].trip_ns > 0);
+    CHECK(d[r].trip_ns == d[0].trip_ns);
+    CHECK(d[r].farthest == d[0].farthest);
+    CHECK((d[r].farthest == 1 || d[r].farthest == 2));
+  }
+}
+
+TEST_CASE("node distance: rank 0 stops at the first peer over stop_ns; unmeasured where it does not measure") {
+  {  // every trip takes more than 0 ns: rank 0 measures rank 1 and stops there
+    node_regions n(4);
+    const auto d = measure_on_threads(n, true, 0);
+    for (std::size_t r = 0; r < 4; ++r) {
+      INFO("rank " << r);
+      CHECK(d[r].measured());
+      CHECK(d[r].farthest == 1);
+      CHECK(d[r].trip_ns == d[0].trip_ns);
+    }
+  }
+  {  // rank 0 alone decides: its peers pass measure = true and follow it
+    node_regions n(3);
+    std::vector<md::detail::node_distance> d(3);
+    std::vector<std::thread> threads;
+    for (std::size_t r = 0; r < 3; ++r)
+      threads.emplace_back(
+          [&, r] { d[r] = md::detail::measure_node_distance(n.group(r), r != 0, 1000, soon(), no_failure); });
+    for (auto& t : threads) t.join();
+    for (std::size_t r = 0; r < 3; ++r) {
+      INFO("rank " << r);
+      CHECK_FALSE(d[r].measured());
+      CHECK(d[r].farthest == 0);
+    }
+  }
+  {  // one rank: nothing to measure
+    node_regions n(1);
+    CHECK_FALSE(md::detail::measure_node_distance(n.group(0), true, 1000, soon(), no_failure).measured());
+  }
+}
+
+TEST_CASE("node distance: an absent or failed peer ends the wait with an error naming it, by the deadline") {
+  using namespace std::chrono_literals;
+  node_regions n(2);
+  const auto start = md::deadline_clock::now();
+  // Rank 0 alone: rank 1 never answers its first ping.
+  try {
+    md::detail::measure_node_distance(n.group(0), true, 1000, start + 100ms, no_failure);
+    FAIL("no timeout_error");
+  } catch (const md::timeout_error& e) {
+    CHECK(e.peer() == 1);
+    CHECK(std::string(e.what()).find("rank 1 did not answer") != std::string::npos);
+    CHECK(std::string(e.what()).find("options.timeout") != std::string::npos);
+  }
+  CHECK(md::deadline_clock::now() - start < 5s);
+  // Rank 1 alone (on fresh regions): rank 0 never sends its verdict.
+  node_regions m(2);
+  try {
+    md::detail::measure_node_distance(m.group(1), true, 1000, md::deadline_clock::now() + 100ms, no_failure);
+    FAIL("no timeout_error");
+  } catch (const md::timeout_error& e) {
+    CHECK(e.peer() == 0);
+  }
+  // The awaited peer failed: remote_error naming it at once; another rank's failure
+  // does not end the wait (that rank may have answered and failed in its first call).
+  node_regions f(3);
+  const auto failed_rank = [](std::size_t who) {
+    return [who] { return md::wait_status{md::wait_status::peer_failed, 0, who, "killed"}; };
+  };
+  try {
+    md::detail::measure_node_distance(f.group(0), true, 1000, md::deadline_clock::now() + 10s, failed_rank(1));
+    FAIL("no remote_error");
+  } catch (const md::remote_error& e) {
+    CHECK(e.failed_rank() == 1);
+    CHECK(std::string(e.what()).find("rank 1 failed while the node's ranks measured their distance: killed") !=
+          std::string::npos);
+  }
+  node_regions g(3);
+  CHECK_THROWS_AS(
+      md::detail::measure_node_distance(g.group(0), true, 1000, md::deadline_clock::now() + 100ms, failed_rank(2)),
+      md::timeout_error);
 }

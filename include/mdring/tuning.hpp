@@ -48,20 +48,27 @@ struct tuning {
   /// the one-shot path, streamed: in steps of the one-shot cap (one_shot_max_bytes,
   /// or a data buffer if smaller), the giving ranks writing step k + 1 into their
   /// other data buffer while the others read step k. No program and no message;
-  /// the call's stages are the steps. Measured on 2 processes of a 2-core Xeon
-  /// against Open MPI's shared-memory path and mdring's programs in one run
-  /// (docs/perf/latency.md): broadcast 32 to 64 KiB 0.2 to 0.3 x Open MPI's time
-  /// (the programs: 1.1 to 1.2 x), reduce 0.5 to 0.6 x (the programs: 1.5 x); on 4
-  /// processes sharing the 2 cores 0.7 to 0.9 x at 32 KiB, where from 256 KiB the
-  /// programs do better. Larger calls on 2 processes gain too (reduce of 2 MiB:
-  /// 0.76 x against the programs' 1.1 x). But on a 2-core AMD EPYC VM (2026-12-07)
-  /// the same calls took 0.66 to 4.9 x Open MPI's time from run to run, the
-  /// programs 1.04 to 1.8 x, slowest where the two cores were 0.21 us apart (a cache
-  /// line's one-way trip) instead of 0.05: each step waits for a trip; on 4
-  /// processes 1.2 to 2.2 x against 1.0 to 1.3. So it is off by default (0:
-  /// never); 65536 turns it on where the ranks' cores are close (measure first:
-  /// scripts/bench_latency.sh).
-  std::size_t one_shot_stream_max_bytes = 0;
+  /// the call's stages are the steps. Only where the node's ranks are close
+  /// (one_shot_stream_max_trip_ns, below): bind sets this to 0 elsewhere, which
+  /// get_options() then shows. Measured on 2 processes against Open MPI's
+  /// shared-memory path and mdring's programs in one run (docs/perf/latency.md): on a
+  /// 2-core Xeon VM broadcast 32 to 64 KiB 0.2 to 0.3 x Open MPI's time (the
+  /// programs: 1.1 to 1.2 x), reduce 0.5 to 0.6 x (the programs: 1.5 x); on a 2-core
+  /// AMD EPYC VM 0.66 to 0.89 x (the programs: 1.09 to 1.41 x) where its two cores
+  /// were 0.05 us apart (a cache line's one-way trip), but 2.3 to 4.9 x (the
+  /// programs: 1.04 to 1.8 x) where they were 0.2 us apart. 0: never.
+  std::size_t one_shot_stream_max_bytes = std::size_t(64) << 10;
+  /// Streamed calls (above) run only where, at bind, rank 0 measured a cache line's
+  /// one-way trip to every other rank of the node of at most this many nanoseconds
+  /// (transport/node_distance.hpp: the least of 8 batches of 32 round trips, about
+  /// 0.1 ms per peer), and never where the node's ranks outnumber its cores (there a
+  /// step waits for a descheduled peer: 4 processes on 2 cores took 1.2 to 2.2 x
+  /// Open MPI's time streamed against 1.0 to 1.3 x through the programs). The rule
+  /// sits between the two distances measured above. Ranks of one process (the
+  /// threads transport) measure nothing, since their bind does not wait for each
+  /// other: they stream only with SIZE_MAX. SIZE_MAX: stream without measuring,
+  /// oversubscribed too.
+  std::size_t one_shot_stream_max_trip_ns = 100;
   ///@{
   /// Shared access between processes, buffers the peers cannot map (not from
   /// node_alloc: the heap, a PyTorch tensor, an MPI program's malloc): seconds per

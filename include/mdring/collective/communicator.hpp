@@ -28,6 +28,7 @@
 #include "../reduce/ops.hpp"
 #include "../topology/ring.hpp"
 #include "../topology/runtime.hpp"
+#include "../transport/node_distance.hpp"
 #include "../transport/shared_access.hpp"
 #include "../transport/transport.hpp"
 #include "communicator_base.hpp"
@@ -118,6 +119,7 @@ public:
         for (std::size_t r = 0; r < L.size; ++r) all[r] = r;
         flat_ = std::make_unique<typename Transport::channel>(tr_->make_channel(L.ndims(), all, L.rank));
         if (!tr_->shared(*flat_)) flat_.reset();
+        if (flat_) decide_streaming();
       }
     ws_ = std::make_unique<call_workspace<Transport>>(L, o, std::move(w),
                                                       !Transport::same_address_space && o.shared_memory);
@@ -142,6 +144,18 @@ public:
   // shrink left out.
   Transport& get_transport() { return (void)released("get_transport"), *tr_; }
   const Transport& get_transport() const { return (void)released("get_transport"), *tr_; }
+
+  // The options as bound, before bind resolved them for this communicator (what
+  // get_options() shows): a communicator made from this one (shrink, grow) binds
+  // with these and resolves them afresh.
+  options bind_options() const {
+    options o = get_options();
+    if (stream_requested_) o.tune.one_shot_stream_max_bytes = stream_requested_;
+    return o;
+  }
+  // The node's distance as rank 0 measured it at bind for streamed rooted calls
+  // (transport/node_distance.hpp): unmeasured where it did not.
+  const node_distance& distance() const noexcept { return distance_; }
 
   // Who moves this communicator's nonblocking calls on: agent or in_wait
   // (options::progress with automatic resolved for this transport).
@@ -181,8 +195,16 @@ public:
     if constexpr (shared_access_transport<Transport>)
       for (std::size_t d = 0; d < L.ndims(); ++d)
         if (L.extents[d] > 1 && tr_->shared(channels_[d])) access[d] = dim_access{true, staging, false};
-    return plan_of_call<T, Op>(L, get_options(), kind, count, root, access, !Transport::same_address_space,
-                               &ws_->measured_plans(), one_shot_staging());
+    plan pl = plan_of_call<T, Op>(L, get_options(), kind, count, root, access, !Transport::same_address_space,
+                                  &ws_->measured_plans(), one_shot_staging());
+    if (stream_requested_ && pl.one_shot.empty()) {
+      // A call that would have streamed over node memory, had bind not found the ranks far apart.
+      options asked = bind_options();
+      const std::size_t elem = pl.elem_size;
+      if (one_shot_applies({kind, count, elem, L.size, root}, asked, one_shot_staging(), L.written_extents))
+        pl.streaming = stream_refusal();
+    }
+    return pl;
   }
   /// Whether a call of `kind` on `count` elements of `elem_size` bytes (count as the collective takes
   /// it: per rank for all_gather and reduce_scatter) runs by the one-shot path over node memory (all
@@ -207,6 +229,45 @@ private:
     if constexpr (shared_access_transport<Transport>)
       if (flat_) return one_shot<Transport>::capacity(tr_->group(*flat_).staging_bytes());
     return 0;
+  }
+
+  // Whether broadcasts and reduces above the one-shot cap stream over node memory
+  // (tuning::one_shot_stream_max_trip_ns): rank 0 measures how far the other ranks'
+  // cores are, and where they are not all close, or the node's ranks outnumber its
+  // cores, this communicator runs those calls by their programs. Every rank decides
+  // the same: by rank 0's measurement and the options in the fingerprint. Ranks of
+  // one process (the threads transport) measure nothing: their bind does not wait
+  // for each other (a rank may bind later, or fail before it binds), and a
+  // measurement at bind would make it wait.
+  MDRING_COLD void decide_streaming() {
+    tuning& u = mutable_options().tune;
+    if (u.one_shot_stream_max_bytes <= u.one_shot_max_bytes || u.one_shot_stream_max_trip_ns == SIZE_MAX) return;
+    if constexpr (!Transport::same_address_space) {
+      const access_group& g = tr_->group(*flat_);
+      const std::uint32_t stop = u.one_shot_stream_max_trip_ns >= node_distance::unmeasured
+                                     ? node_distance::unmeasured - 1
+                                     : std::uint32_t(u.one_shot_stream_max_trip_ns);
+      distance_ = measure_node_distance(g, g.spins() > 1, stop, deadline_clock::now() + get_options().timeout,
+                                        [this] { return tr_->shared_failure(); });
+      if (distance_.measured() && distance_.trip_ns <= u.one_shot_stream_max_trip_ns) return;
+    }
+    stream_requested_ = u.one_shot_stream_max_bytes;
+    u.one_shot_stream_max_bytes = 0;
+  }
+  // What explain() says of a call that did not stream because of decide_streaming.
+  std::string stream_refusal() const {
+    const std::string limit =
+        "tune.one_shot_stream_max_trip_ns = " + std::to_string(bind_options().tune.one_shot_stream_max_trip_ns);
+    if (Transport::same_address_space)
+      return "not streamed over node memory: ranks of one process measure nothing at bind, which does not wait for "
+             "the other ranks (" +
+             limit + "; SIZE_MAX streams without measuring)";
+    if (!distance_.measured())
+      return "not streamed over node memory: the node's " + std::to_string(layout().size) +
+             " ranks outnumber its cores, where each step would wait for a descheduled peer (" + limit + ")";
+    return "not streamed over node memory: at bind a cache line took " + std::to_string(distance_.trip_ns) +
+           " ns from rank 0's core to rank " + std::to_string(distance_.farthest) + "'s, over " + limit +
+           ": each step would wait that long";
   }
 
   // Throws communicator_error naming `fn` where there is no transport (released).
@@ -240,6 +301,8 @@ private:
   std::unique_ptr<typename Transport::channel> flat_;  // over every rank, where they share a node (one-shot path)
   std::unique_ptr<call_workspace<Transport>> ws_;
   std::uint32_t shrinks_ = 0;
+  node_distance distance_;            // decide_streaming's measurement
+  std::size_t stream_requested_ = 0;  // tune.one_shot_stream_max_bytes as bound, where decide_streaming cleared it
 };
 
 template <transport Transport>

@@ -135,7 +135,7 @@ communicator<runtime_topology, ucx::transport> grow(communicator<Topology, ucx::
   const ucx::world& w = comm.get_transport().get_world();
   ucp_worker_h worker = comm.get_transport().worker();
   rendezvous::store& st = w.store();
-  const options o = comm.get_options();
+  const options o = comm.bind_options();
   const auto deadline = rendezvous::clock::now() + (go.timeout.count() ? go.timeout : o.timeout);
   std::int64_t gen = 0;  // rank 0 counts the generation; -1: it could not reach the store
   std::string unreachable = "rank 0 could not reach it";

@@ -146,7 +146,7 @@ communicator<runtime_topology, Transport> shrink(detail::communicator_core<Trans
     std::vector<detail::failure_seen> seen;
     const std::vector<char> failed = detail::agree_on_failed(t, size, rank, std::move(known), step, epoch, &seen);
     const survivors s = survivors_of(comm.topology(), failed);
-    options o = comm.get_options();
+    options o = comm.bind_options();  // resolved afresh for the survivors
     const bool quorum = detail::has_quorum(failed, so.quorum);
     if (!quorum || std::find(s.members.begin(), s.members.end(), rank) == s.members.end()) {
       std::string name = t.name();
