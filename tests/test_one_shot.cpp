@@ -12,6 +12,7 @@
 #include "test_support.hpp"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <latch>
 #include <chrono>
@@ -477,7 +478,9 @@ TEST_CASE("one-shot, streamed: the default limits, explain(), in flight with oth
   }
 }
 
-TEST_CASE("one-shot, streamed: the knobs on threads (SIZE_MAX streams, 0 never), and ranks that differ in them") {
+TEST_CASE(
+    "one-shot, streamed: the knobs on threads (SIZE_MAX streams, 0 never; MDRING_STREAM=1, 0), and ranks that differ "
+    "in them") {
   // How bind measures the distance between processes: test_mpi_options.cpp and
   // test_transport.cpp ("node distance"); ranks of one process measure nothing.
   using md::collective;
@@ -506,13 +509,18 @@ TEST_CASE("one-shot, streamed: the knobs on threads (SIZE_MAX streams, 0 never),
     });
     return out;
   };
-  for (int mode = 0; mode < 3; ++mode) {
-    md::options o;  // 0: the default (not measured: programs); 1: SIZE_MAX (streamed); 2: 0 (never)
-    if (mode == 1) o.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
-    if (mode == 2) o.tune.one_shot_stream_max_bytes = 0;
+  for (int m = 0; m < 5; ++m) {
+    // 0: the default (not measured: programs); 1: SIZE_MAX (streamed); 2: 0 (never);
+    // 3 and 4: 1 and 2 set by MDRING_STREAM=1 and 0 (options' defaults, read when built)
+    if (m >= 3) ::setenv("MDRING_STREAM", m == 3 ? "1" : "0", 1);
+    md::options o;
+    ::unsetenv("MDRING_STREAM");
+    if (m == 1) o.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
+    if (m == 2) o.tune.one_shot_stream_max_bytes = 0;
+    const int mode = m == 3 ? 1 : m == 4 ? 2 : m;
     const auto s = bind_and_call(o);
     for (std::size_t r = 0; r < 2; ++r) {
-      INFO("mode " << mode << " rank " << r << ": " << s[r].explain);
+      INFO("mode " << m << " rank " << r << ": " << s[r].explain);
       CHECK_FALSE(s[r].measured);
       CHECK(s[r].runs == (mode == 1));
       CHECK(s[r].one_shot == (mode == 1 ? 2u : 0u));

@@ -122,6 +122,26 @@ TEST_CASE("the other MDRING_* defaults: known values used, others named once") {
   }
   CHECK(!md::options{}.eager_rooted);  // off by default
   {
+    // MDRING_STREAM: the streamed rooted calls' default (tuning.hpp), for programs
+    // that do not build their options (the interposer, torch).
+    const md::tuning plain;
+    CHECK(md::options{}.tune.one_shot_stream_max_bytes == plain.one_shot_stream_max_bytes);
+    CHECK(md::options{}.tune.one_shot_stream_max_trip_ns == 100);
+    env_var e("MDRING_STREAM", "1");  // always, without measuring
+    CHECK(md::options{}.tune.one_shot_stream_max_trip_ns == SIZE_MAX);
+    CHECK(md::options{}.tune.one_shot_stream_max_bytes == std::size_t(64) << 10);
+    env_var f("MDRING_STREAM", "0");  // never
+    CHECK(md::options{}.tune.one_shot_stream_max_bytes == 0);
+    CHECK(md::options{}.tune.one_shot_stream_max_trip_ns == 100);
+    env_var g("MDRING_STREAM", "auto");
+    CHECK(md::options{}.tune.one_shot_stream_max_bytes == std::size_t(64) << 10);
+    CHECK(md::options{}.tune.one_shot_stream_max_trip_ns == 100);
+    env_var h("MDRING_STREAM", "yes");
+    const md::tuning t = rejected("MDRING_STREAM", "yes", md::detail::default_tuning, "auto, 0 or 1");
+    CHECK(t.one_shot_stream_max_bytes == plain.one_shot_stream_max_bytes);
+    CHECK(t.one_shot_stream_max_trip_ns == plain.one_shot_stream_max_trip_ns);
+  }
+  {
     env_var e("MDRING_HANG_REPORT", "0");
     CHECK(!md::detail::default_hang_report());
   }

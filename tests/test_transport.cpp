@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -151,12 +153,13 @@ namespace {
 // p ranks' access slots, each followed by its two staging buffers, in zeroed memory
 // (as a node window or a threads world gives them), and each rank's access group.
 struct node_regions {
-  static constexpr std::size_t staging = 4096;
-  std::size_t p;
+  std::size_t p, staging;
   unsigned char* mem;
   std::vector<md::detail::access_slot*> slots;
-  explicit node_regions(std::size_t ranks)
-      : p(ranks), mem(new(std::align_val_t{64}) unsigned char[ranks * md::detail::access_region_bytes(staging)]()) {
+  explicit node_regions(std::size_t ranks, std::size_t staging_bytes = 4096)
+      : p(ranks),
+        staging(staging_bytes),
+        mem(new(std::align_val_t{64}) unsigned char[ranks * md::detail::access_region_bytes(staging_bytes)]()) {
     for (std::size_t j = 0; j < p; ++j)
       slots.push_back(reinterpret_cast<md::detail::access_slot*>(mem + j * md::detail::access_region_bytes(staging)));
   }
@@ -219,6 +222,53 @@ TEST_CASE("node distance: rank 0 stops at the first peer over stop_ns; unmeasure
   {  // one rank: nothing to measure
     node_regions n(1);
     CHECK_FALSE(md::detail::measure_node_distance(n.group(0), true, 1000, soon(), no_failure).measured());
+  }
+  {  // staging buffers too small for the line (tune.shared_staging_bytes 0 or 16): every
+     // rank returns unmeasured at once, without waiting for the others or writing
+    for (std::size_t staging : {0u, 16u}) {
+      node_regions n(2, staging);
+      for (std::size_t r = 0; r < 2; ++r) {
+        INFO("staging " << staging << ", rank " << r << " alone");
+        CHECK_FALSE(md::detail::measure_node_distance(n.group(r), true, 1000, soon(), no_failure).measured());
+      }
+      const std::size_t bytes = 2 * md::detail::access_region_bytes(staging);
+      CHECK(std::count(n.mem, n.mem + bytes, 0) == std::ptrdiff_t(bytes));
+    }
+  }
+}
+
+TEST_CASE("node distance: a peer may write its own line as soon as it returned (its first call), rank 0 still ends") {
+  // A reduce's leaf or a broadcast's root with eager_rooted waits for nobody in its
+  // first call: it writes its data buffer 0 while rank 0 may still be waiting for a
+  // slower peer's acknowledgement. 8 ranks on this machine's cores: some are
+  // descheduled while the others return and write.
+  for (bool measure : {false, true}) {
+    node_regions n(8);
+    std::vector<md::detail::node_distance> out(8);
+    std::vector<std::thread> threads;
+    for (std::size_t r = 0; r < 8; ++r)
+      threads.emplace_back([&, r] {
+        const md::detail::access_group g = n.group(r);
+        out[r] = md::detail::measure_node_distance(g, measure, 1000000, soon(), no_failure);
+        if (r == 0) return;
+        md::detail::distance_line& mine = md::detail::distance_line_of(g, r);
+        const auto until = md::deadline_clock::now() + std::chrono::milliseconds(20);
+        while (md::deadline_clock::now() < until)  // what a call's data copy does to the line
+          for (std::uint32_t v : {0xffffffffu, 0x00ffffffu, 0u}) {
+            mine.ping.store(v, std::memory_order_relaxed);
+            mine.verdict.store(v, std::memory_order_relaxed);
+            mine.trip_ns.store(v, std::memory_order_relaxed);
+            mine.pong.store(v, std::memory_order_relaxed);
+            mine.acks.store(v, std::memory_order_relaxed);
+          }
+      });
+    for (auto& t : threads) t.join();
+    for (std::size_t r = 0; r < 8; ++r) {
+      INFO("measure " << measure << ", rank " << r);
+      CHECK(out[r].measured() == measure);
+      CHECK(out[r].trip_ns == out[0].trip_ns);
+      CHECK(out[r].farthest == out[0].farthest);
+    }
   }
 }
 

@@ -9,8 +9,8 @@
 // The defaults can also be set from the environment (read when an options object
 // is constructed): MDRING_TIMEOUT=<seconds>, MDRING_CHECKS=local|collective,
 // MDRING_PROGRESS=agent|in_wait, MDRING_PROFILE=<file>, MDRING_PLANNING=measure,
-// MDRING_WISDOM=<file>, MDRING_REPRODUCIBLE=1, MDRING_ACCUMULATION=float32 and
-// MDRING_EAGER_ROOTED=1.
+// MDRING_WISDOM=<file>, MDRING_REPRODUCIBLE=1, MDRING_ACCUMULATION=float32,
+// MDRING_EAGER_ROOTED=1 and MDRING_STREAM=0|1|auto.
 #pragma once
 
 #include "config.hpp"
@@ -239,6 +239,17 @@ inline bool default_eager_rooted() {
   const char* s = env_choice("MDRING_EAGER_ROOTED", {"0", "1"}, "0 or 1");
   return s && std::string_view(s) == "1";
 }
+// MDRING_STREAM: whether broadcasts and reduces above the one-shot cap stream over
+// node memory (tuning::one_shot_stream_max_bytes): auto (bind measures the node's
+// ranks: tuning::one_shot_stream_max_trip_ns), 1 (always, without measuring) or 0 (never).
+inline tuning default_tuning() {
+  tuning t;
+  if (const char* s = env_choice("MDRING_STREAM", {"auto", "0", "1"}, "auto, 0 or 1")) {
+    if (std::string_view(s) == "0") t.one_shot_stream_max_bytes = 0;
+    if (std::string_view(s) == "1") t.one_shot_stream_max_trip_ns = SIZE_MAX;
+  }
+  return t;
+}
 inline bool default_reproducible() {
   const char* s = env_choice("MDRING_REPRODUCIBLE", {"0", "1"}, "0 or 1");
   return s && std::string_view(s) == "1";
@@ -380,7 +391,10 @@ struct options {
   std::vector<device_transport> device_transports{};
   std::pmr::memory_resource* device_memory = nullptr;  ///< where device scratch comes from (nullptr: cudaMalloc)
 
-  tuning tune{};  ///< the knobs of the cost model and the executors (tuning.hpp)
+  /// the knobs of the cost model and the executors (tuning.hpp); MDRING_STREAM=0|1|auto
+  /// sets the default of the streamed rooted calls (one_shot_stream_max_bytes 0, or
+  /// one_shot_stream_max_trip_ns SIZE_MAX: streamed without measuring; auto: measured).
+  tuning tune = detail::default_tuning();
 };
 
 namespace detail {

@@ -67,7 +67,8 @@ struct tuning {
   /// sits between the two distances measured above. Ranks of one process (the
   /// threads transport) measure nothing, since their bind does not wait for each
   /// other: they stream only with SIZE_MAX. SIZE_MAX: stream without measuring,
-  /// oversubscribed too.
+  /// oversubscribed too. MDRING_STREAM=1 sets options{}' default to SIZE_MAX,
+  /// MDRING_STREAM=0 sets one_shot_stream_max_bytes to 0 (options.hpp).
   std::size_t one_shot_stream_max_trip_ns = 100;
   ///@{
   /// Shared access between processes, buffers the peers cannot map (not from

@@ -18,16 +18,20 @@
 //   rank 0   for each peer r, batches x rounds times: ping = (r, k), wait for r's pong == k
 //            (the least batch, halved, is the trip to r; at most distance_budget per
 //            peer, on a machine busy with other work); then trip and verdict = 1 + the
-//            farthest peer; then waits for every peer's pong == ack
+//            farthest peer; then waits for every peer's bit in its own acks word
 //   rank r   answers each ping (r, k) with pong = k until the verdict is set, reads it
-//            and the trip, and acknowledges
+//            and the trip, and sets its bit in rank 0's acks word
 //
 // Rank 0 alone decides whether to measure (`measure`: not where the node's ranks
 // outnumber its cores, where a trip is a scheduler's time slice); a peer answers what
 // it is asked. A batch of rounds spins; a wait that spinning does not end yields and
 // watches the deadline and failed() (a peer's failure), as every shared-access wait.
 // After the acknowledgements nobody reads the lines again, so the one-shot path may
-// write data buffer 0 from its first call on.
+// write data buffer 0 from its first call on. The acknowledgements are in rank 0's
+// line, not the peers': a peer that returned may write its own buffer at once (a
+// reduce's leaf or a broadcast's root, with eager_rooted, waits for nobody), while
+// rank 0 writes its own only after every peer acknowledged. A window too small for
+// the line (tune.shared_staging_bytes below 32) measures nothing, on every rank.
 #pragma once
 
 #include "../config.hpp"
@@ -62,9 +66,11 @@ struct alignas(64) distance_line {
   std::atomic<std::uint32_t> ping;     // rank 0's: the peer (high 8 bits) and the round (low 24)
   std::atomic<std::uint32_t> verdict;  // rank 0's: 0 until done, then 1 + the farthest peer
   std::atomic<std::uint32_t> trip_ns;  // rank 0's: node_distance::trip_ns, set before verdict
-  std::atomic<std::uint32_t> pong;     // a peer's: the round it answers, then ack
+  std::atomic<std::uint32_t> pong;     // a peer's: the round it answers
+  std::atomic<std::uint64_t> acks;     // rank 0's: bit r set by peer r once it read the verdict
 };
-static_assert(sizeof(distance_line) == 64 && std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(sizeof(distance_line) == 64 && std::atomic<std::uint32_t>::is_always_lock_free &&
+              std::atomic<std::uint64_t>::is_always_lock_free && access_group::max_ranks <= 64);
 
 // Batches of round trips to each peer, and rounds per batch: 8 x 32 round trips
 // cost about 100 us per peer at 0.2 us a trip; the least batch leaves out a batch
@@ -73,7 +79,6 @@ inline constexpr std::uint32_t distance_batches = 8, distance_rounds = 32;
 // At most this long per peer (a machine busy with other work: then the batches that
 // fit, or the part of the first one, and the peer counts as far).
 inline constexpr std::chrono::milliseconds distance_budget{2};
-inline constexpr std::uint32_t distance_ack = 0xffffffu;
 
 inline distance_line& distance_line_of(const access_group& g, std::size_t j) noexcept {
   return *reinterpret_cast<distance_line*>(g.region(j));
@@ -91,12 +96,12 @@ void distance_wait(Ready&& ready, std::size_t peer, deadline_clock::time_point d
       MDRING_CPU_RELAX();
       continue;
     }
-    std::this_thread::yield();
-    if ((spins & 255u) != 0) continue;
-    if (auto st = failed(); st.kind == wait_status::peer_failed && st.failed_rank == peer && !ready())
-      throw remote_error("mdring bind: rank " + std::to_string(st.failed_rank) +
-                             " failed while the node's ranks measured their distance: " + st.reason,
-                         st.failed_rank);
+    std::this_thread::yield();  // then the deadline each time (a yield may give up a time slice)
+    if ((spins & 255u) == 0)
+      if (auto st = failed(); st.kind == wait_status::peer_failed && st.failed_rank == peer && !ready())
+        throw remote_error("mdring bind: rank " + std::to_string(st.failed_rank) +
+                               " failed while the node's ranks measured their distance: " + st.reason,
+                           st.failed_rank);
     if (deadline_clock::now() >= deadline && !ready())
       throw timeout_error("mdring bind: rank " + std::to_string(peer) +
                               " did not answer while the node's ranks measured their distance (a cache line's trip "
@@ -112,10 +117,11 @@ template <class Failed>
 node_distance measure_node_distance(const access_group& g, bool measure, std::uint32_t stop_ns,
                                     deadline_clock::time_point deadline, Failed&& failed) {
   const std::size_t p = g.size(), me = g.index();
-  distance_line& zero = distance_line_of(g, 0);
   node_distance d;
+  if (2 * g.staging_bytes() < sizeof(distance_line) || p < 2 || p > access_group::max_ranks) return d;
+  distance_line& zero = distance_line_of(g, 0);
   if (me == 0) {
-    if (measure && p > 1 && p <= 256) {
+    if (measure) {
       d.trip_ns = 0;
       for (std::size_t r = 1; r < p && d.trip_ns <= stop_ns; ++r) {
         distance_line& peer = distance_line_of(g, r);
@@ -144,11 +150,11 @@ node_distance measure_node_distance(const access_group& g, bool measure, std::ui
     }
     zero.trip_ns.store(d.trip_ns, std::memory_order_relaxed);
     zero.verdict.store(std::uint32_t(1 + d.farthest), std::memory_order_release);
-    for (std::size_t r = 1; r < p; ++r) {
-      distance_line& peer = distance_line_of(g, r);
-      distance_wait([&] { return peer.pong.load(std::memory_order_acquire) == distance_ack; }, r, deadline, failed);
-    }
-    zero.ping.store(0, std::memory_order_relaxed);  // as the window began (nobody reads it now)
+    for (std::size_t r = 1; r < p; ++r)
+      distance_wait([&] { return (zero.acks.load(std::memory_order_acquire) >> r & 1u) != 0; }, r, deadline, failed);
+    // As the window began (nobody reads them now).
+    zero.ping.store(0, std::memory_order_relaxed);
+    zero.acks.store(0, std::memory_order_relaxed);
     return d;
   }
   distance_line& mine = distance_line_of(g, me);
@@ -163,7 +169,7 @@ node_distance measure_node_distance(const access_group& g, bool measure, std::ui
     if (verdict != 0) {
       d.trip_ns = zero.trip_ns.load(std::memory_order_relaxed);
       d.farthest = verdict - 1;
-      mine.pong.store(distance_ack, std::memory_order_release);
+      zero.acks.fetch_or(std::uint64_t(1) << me, std::memory_order_acq_rel);
       return d;
     }
     mine.pong.store(k++, std::memory_order_release);
