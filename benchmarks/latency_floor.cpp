@@ -236,8 +236,9 @@ int main(int argc, char** argv) {
     // Broadcast and reduce above the one-shot cap streamed over node memory whatever
     // the ranks' distance (by default only where bind measured them close: tuning.hpp,
     // one_shot_stream_max_trip_ns).
-    mdring::options stream_opts;
+    mdring::options stream_opts;  // (whatever MDRING_STREAM says)
     stream_opts.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
+    stream_opts.tune.one_shot_stream_max_bytes = std::size_t(64) << 10;
     auto streamed = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, stream_opts);
     // What the default communicator's bind measured and decided.
     const auto& distance = comm.distance();
@@ -251,17 +252,28 @@ int main(int argc, char** argv) {
           "mdring-latency: %d processes; the floor (cache-line ping-pong, one way): %.3f us (rounds %.3f..%.3f)\n", P,
           floor * 1e6, *std::min_element(floors.begin(), floors.end()) * 1e6,
           *std::max_element(floors.begin(), floors.end()) * 1e6);
-      if (distance.measured())
+      const mdring::tuning& asked = comm.bind_options().tune;
+      const char* decided = default_streams ? "streamed" : "by their programs";
+      if (asked.one_shot_stream_max_bytes == 0)
+        std::printf(
+            "mdring-latency: streaming off (tune.one_shot_stream_max_bytes 0, as MDRING_STREAM=0 sets): "
+            "broadcast and reduce above 8 KiB, up to 64 KiB, %s by default\n",
+            decided);
+      else if (asked.one_shot_stream_max_trip_ns == SIZE_MAX)
+        std::printf(
+            "mdring-latency: bind measured nothing (tune.one_shot_stream_max_trip_ns SIZE_MAX, as "
+            "MDRING_STREAM=1 sets): broadcast and reduce above 8 KiB, up to 64 KiB, %s by default\n",
+            decided);
+      else if (distance.measured())
         std::printf(
             "mdring-latency: bind measured %u ns from rank 0 to rank %zu (tune.one_shot_stream_max_trip_ns "
             "%zu): broadcast and reduce above 8 KiB, up to 64 KiB, %s by default\n",
-            distance.trip_ns, distance.farthest, comm.get_options().tune.one_shot_stream_max_trip_ns,
-            default_streams ? "streamed" : "by their programs");
+            distance.trip_ns, distance.farthest, asked.one_shot_stream_max_trip_ns, decided);
       else
         std::printf(
             "mdring-latency: bind measured nothing (the ranks outnumber the cores): broadcast and reduce "
             "above 8 KiB, up to 64 KiB, %s by default\n",
-            default_streams ? "streamed" : "by their programs");
+            decided);
       std::printf("%-15s %8s %12s %12s %9s %9s %9s  %-24s %s\n", "call", "bytes", "native us", "mdring us", "md/native",
                   "md/floor", "nat/floor", "spread (native, mdring)", "eager us (/native)  streamed us (/native)");
     }
