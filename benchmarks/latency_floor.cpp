@@ -14,7 +14,8 @@
 //    (the root, the leaves, return once their data is in node memory: "eager"),
 //    and above the one-shot cap on one bound with tune.one_shot_stream_max_trip_ns =
 //    SIZE_MAX (streamed over node memory in steps of the cap wherever the ranks are:
-//    "streamed"; by default only where bind measured them close, which it prints).
+//    "streamed"; by default at once where bind measured them close, which it prints,
+//    and elsewhere as each size class's first calls timed it: the "default" column).
 //    Per size the medians over the rounds, mdring / native and each / the floor.
 // Every rank's results are checked once per size (exact: small integers).
 // Oversubscribed (more ranks than cores), the ping-pong and the spins measure the
@@ -240,9 +241,11 @@ int main(int argc, char** argv) {
     stream_opts.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
     stream_opts.tune.one_shot_stream_max_bytes = std::size_t(64) << 10;
     auto streamed = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, stream_opts);
-    // What the default communicator's bind measured and decided.
+    // What the default communicator's bind measured and decided (where it left the
+    // choice to the calls, each size class's is printed in its row once timed).
     const auto& distance = comm.distance();
     const bool default_streams = comm.runs_one_shot(mdring::collective::broadcast, 16384, 4);
+    const bool timed = comm.explain<float>(16384, mdring::collective::broadcast).find("by timing") != std::string::npos;
     std::vector<std::size_t> sizes;
     for (std::size_t b = 8; b <= s.max_bytes; b *= 8) sizes.push_back(b);
     if (sizes.back() != s.max_bytes) sizes.push_back(s.max_bytes);
@@ -253,7 +256,9 @@ int main(int argc, char** argv) {
           floor * 1e6, *std::min_element(floors.begin(), floors.end()) * 1e6,
           *std::max_element(floors.begin(), floors.end()) * 1e6);
       const mdring::tuning& asked = comm.bind_options().tune;
-      const char* decided = default_streams ? "streamed" : "by their programs";
+      const char* decided = default_streams ? "streamed"
+                            : timed         ? "streamed or by their programs as their first calls time it"
+                                            : "by their programs";
       if (asked.one_shot_stream_max_bytes == 0)
         std::printf(
             "mdring-latency: streaming off (tune.one_shot_stream_max_bytes 0, as MDRING_STREAM=0 sets): "
@@ -275,7 +280,8 @@ int main(int argc, char** argv) {
             "above 8 KiB, up to 64 KiB, %s by default\n",
             decided);
       std::printf("%-15s %8s %12s %12s %9s %9s %9s  %-24s %s\n", "call", "bytes", "native us", "mdring us", "md/native",
-                  "md/floor", "nat/floor", "spread (native, mdring)", "eager us (/native)  streamed us (/native)");
+                  "md/floor", "nat/floor", "spread (native, mdring)",
+                  "eager us (/native)  streamed us (/native)  default");
     }
     for (op o : all_ops) {
       if (s.calls.find("," + std::string(name_of(o)) + ",") == std::string::npos) continue;
@@ -314,6 +320,8 @@ int main(int argc, char** argv) {
             MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             t[v].push_back(dt);
           }
+        // The way the default communicator took above the cap (after its first calls' timing).
+        const bool row_streams = variants == 4 && comm.runs_one_shot(o, n, sizeof(float));
         if (rank == 0) {
           const double nat = median(t[0]), md = median(t[1]);
           auto spread = [](const std::vector<double>& v) {
@@ -323,19 +331,23 @@ int main(int argc, char** argv) {
           char eager_text[48] = "", stream_text[48] = "";
           if (variants >= 3) std::snprintf(eager_text, sizeof eager_text, "%.3f (%.2f)", eg * 1e6, eg / nat);
           if (variants == 4) std::snprintf(stream_text, sizeof stream_text, "%.3f (%.2f)", st * 1e6, st / nat);
-          std::printf("%-15s %8zu %12.3f %12.3f %9.2f %9.2f %9.2f  %.3f, %-17.3f %-19s %s%s\n", name_of(o),
+          std::printf("%-15s %8zu %12.3f %12.3f %9.2f %9.2f %9.2f  %.3f, %-17.3f %-19s %-21s %s%s\n", name_of(o),
                       n * sizeof(float), nat * 1e6, md * 1e6, md / nat, md / floor, nat / floor, spread(t[0]),
-                      spread(t[1]), eager_text, stream_text, all_ok ? "" : "  WRONG RESULT");
+                      spread(t[1]), eager_text, stream_text,
+                      variants < 4  ? ""
+                      : row_streams ? "streamed"
+                                    : "program",
+                      all_ok ? "" : "  WRONG RESULT");
           if (json)
             std::fprintf(json,
                          "{\"bench\":\"latency\",\"np\":%d,\"op\":\"%s\",\"bytes\":%zu,\"native_us\":%.4f,"
                          "\"mdring_us\":%.4f,\"floor_us\":%.4f,\"rounds\":%d,\"iters\":%d,\"native_spread_us\":%.4f,"
                          "\"mdring_spread_us\":%.4f,\"eager_us\":%.4f,\"streamed_us\":%.4f,\"bind_trip_ns\":%d,"
-                         "\"default_streams\":%s,\"correct\":%s}\n",
+                         "\"default_streams\":%s,\"row_streams\":%s,\"timed\":%s,\"correct\":%s}\n",
                          P, name_of(o), n * sizeof(float), nat * 1e6, md * 1e6, floor * 1e6, s.rounds, s.iters,
                          spread(t[0]), spread(t[1]), eg * 1e6, st * 1e6,
                          distance.measured() ? int(distance.trip_ns) : -1, default_streams ? "true" : "false",
-                         all_ok ? "true" : "false");
+                         row_streams ? "true" : "false", timed ? "true" : "false", all_ok ? "true" : "false");
         }
       }
     }

@@ -65,8 +65,10 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "of them pipelines, which is why those 8-byte times can be below the floor. The *streamed* column: "
        "broadcast and reduce above the cap on a communicator bound with `tune.one_shot_stream_max_trip_ns` = "
        "SIZE_MAX, which runs them over node memory in steps of 8 KiB instead of their programs wherever the "
-       "ranks are; by default (the *mdring* column) they stream only where bind measured the ranks' cores "
-       "close, as each section's first line says (docs/DESIGN.md, \"Streamed rooted calls\").", ""]
+       "ranks are; by default (the *mdring* column) they stream at once where bind measured the ranks' cores "
+       "close, and elsewhere (unless the ranks outnumber the cores) as each size class's first calls timed both "
+       "ways, as each section's first line and the *default* column say (docs/DESIGN.md, \"Streamed rooted "
+       "calls\").", ""]
 for np in sorted({k[0] for k in by}):
     floor = next(r["floor_us"] for r in rows if r["np"] == np)
     first = next(r for r in rows if r["np"] == np)
@@ -78,15 +80,18 @@ for np in sorted({k[0] for k in by}):
                     + ("streamed" if streams else "their programs") + " by default.")
     else:
         decision = (f" Bind measured a cache line's trip of {trip} ns from rank 0 to its farthest peer (limit "
-                    "`tune.one_shot_stream_max_trip_ns` = 100): broadcasts and reduces above 8 KiB, up to 64 KiB, run "
-                    + ("streamed" if streams else "their programs") + " by default.")
+                    "`tune.one_shot_stream_max_trip_ns` = 100): broadcasts and reduces above 8 KiB, up to 64 KiB, "
+                    + ("run streamed by default." if streams else
+                       "run streamed or by their programs as each size class's first calls timed both ways "
+                       "(`tune.one_shot_stream_trials`): the *default* column says which." if first.get("timed") else
+                       "run their programs by default."))
     out += [f"### {np} processes (floor {floor:.3f} us)", ""]
     if decision:
         out += [decision.strip(), ""]
     out += [
             "| call | bytes | native us | mdring us | mdring / native | mdring / floor | spread native, mdring (us) "
-            "| eager us | eager / native | streamed us | streamed / native |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+            "| eager us | eager / native | streamed us | streamed / native | default |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
     for op in ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"]:
         for r in by.get((np, op), []):
             flag = "" if r["correct"] else " WRONG"
@@ -94,9 +99,10 @@ for np in sorted({k[0] for k in by}):
             eager = f"{e:.3f} | {e / r['native_us']:.2f}" if e > 0 else " | "
             st = r.get("streamed_us", 0)
             streamed = f"{st:.3f} | {st / r['native_us']:.2f}" if st > 0 else " | "
+            way = ("streamed" if r.get("row_streams") else "program") if st > 0 else ""
             out.append(f"| {op} | {r['bytes']} | {r['native_us']:.3f} | {r['mdring_us']:.3f} | "
                        f"{r['mdring_us'] / r['native_us']:.2f} | {r['mdring_us'] / r['floor_us']:.1f} | "
-                       f"{r['native_spread_us']:.3f}, {r['mdring_spread_us']:.3f}{flag} | {eager} | {streamed} |")
+                       f"{r['native_spread_us']:.3f}, {r['mdring_spread_us']:.3f}{flag} | {eager} | {streamed} | {way} |")
     out.append("")
 # Through the interposer: per collective and size, the medians over the rounds.
 pm = collections.defaultdict(list)
@@ -142,7 +148,7 @@ try:
             if any(r.get("streamed_us", 0) > 0 for r in rs):
                 xs = [r["bytes"] for r in rs if r.get("streamed_us", 0) > 0]
                 ax.loglog(xs, [r["streamed_us"] for r in rs if r.get("streamed_us", 0) > 0], "v-",
-                          label="mdring, streamed (opt-in)")
+                          label="mdring, always streamed")
             ax.loglog(x, [r["floor_us"] for r in rs], "k--", label="floor (ping-pong)")
             ax.set_title(f"{op}, {np} processes")
             ax.set_xlabel("bytes")

@@ -30,7 +30,7 @@ run_kind() {
       preset=tsan
       tests=(test_transport test_requests test_collectives test_collectives_ops test_collectives_planning
              test_errors test_errors_bind test_errors_peers test_program test_hang_report test_tcp_store
-             test_one_shot test_p2p_mailbox)
+             test_one_shot test_one_shot_timing test_p2p_mailbox)
       [ $ci = 1 ] && tests=(test_requests test_hang_report)
       export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
       ;;

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -82,6 +84,28 @@ std::vector<std::string> random_calls(auto& comm, std::size_t calls, std::uint64
     }
     if (fails.size() > 5) break;
   }
+  return fails;
+}
+
+// Runs body(comm, failures) on a threads communicator of topology `topo` bound with o,
+// one thread per rank; returns every rank's failures (and what a rank threw), each
+// prefixed with the topology.
+template <class Body>
+std::vector<std::string> on_threads(const std::string& topo, const md::options& o, Body&& body) {
+  const md::runtime_topology t = md::parse_topology(topo);
+  std::vector<std::string> fails;
+  std::mutex m;
+  md::threads::run(t.size(), [&](md::threads::endpoint ep) {
+    auto comm = md::bind(t, ep, o);
+    std::vector<std::string> mine;
+    try {
+      body(comm, mine);
+    } catch (const std::exception& e) {
+      mine.push_back(std::string("rank ") + std::to_string(comm.rank()) + ": " + e.what());
+    }
+    std::lock_guard l(m);
+    for (auto& f : mine) fails.push_back(topo + ": " + f);
+  });
   return fails;
 }
 

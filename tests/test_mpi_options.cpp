@@ -270,11 +270,13 @@ TEST_CASE("reduce: a shared dimension in one stage, at the root alone or a block
   }
 }
 
-// Streamed rooted calls (tune.one_shot_stream_max_bytes, 64 KiB by default) run only
-// where rank 0 measured at bind that the node's ranks are close (a cache line's trip
-// of at most tune.one_shot_stream_max_trip_ns) and do not outnumber its cores; every
-// rank takes rank 0's verdict. Limits no trip meets (1 ns) or every trip meets (1 s),
-// and SIZE_MAX (no measuring): the same decision everywhere, results exact either way.
+// Streamed rooted calls (tune.one_shot_stream_max_bytes, 64 KiB by default) run at
+// once where rank 0 measured at bind that the node's ranks are close (a cache line's
+// trip of at most tune.one_shot_stream_max_trip_ns); where it measured them farther,
+// each size class's first calls time both ways and every rank takes the way its
+// slowest rank found faster (plan/stream_choice.hpp); where they outnumber the
+// cores, the programs. Limits no trip meets (1 ns) or every trip meets (1 s), and
+// SIZE_MAX (no measuring): the same decision everywhere, results exact either way.
 TEST_CASE("streamed rooted calls: rank 0 measures the node at bind, every rank takes its verdict") {
   const std::size_t P = world_size(), R = world_rank();
   const bool crowded = P > std::thread::hardware_concurrency();
@@ -305,15 +307,42 @@ TEST_CASE("streamed rooted calls: rank 0 measures the node at bind, every rank t
     CHECK((e.find("one-shot: this call runs over node memory in 8 steps of at most 8192 B") != std::string::npos) ==
           streams);
     if (flat && !streams && measured)
-      CHECK(e.find("not streamed over node memory: at bind a cache line took " + std::to_string(d.trip_ns) +
-                   " ns from rank 0's core to rank " + std::to_string(d.farthest) +
-                   "'s, over tune.one_shot_stream_max_trip_ns = " + std::to_string(limit) +
-                   ": each step would wait that long") != std::string::npos);
+      CHECK(e.find("streamed or not by timing: the first 8 broadcasts of 32769 to 65536 B alternate between the "
+                   "stages below and streaming over node memory, then every rank takes the way whose slowest rank "
+                   "was faster (tune.one_shot_stream_trials = 4; at bind a cache line took " +
+                   std::to_string(d.trip_ns) + " ns from rank 0's core to rank " + std::to_string(d.farthest) +
+                   "'s, over tune.one_shot_stream_max_trip_ns = " + std::to_string(limit) + "); 0 of them so far") !=
+            std::string::npos);
     if (flat && !streams && !measured)
       CHECK(e.find("not streamed over node memory: the node's " + std::to_string(P) +
                    " ranks outnumber its cores, where each step would wait for a descheduled peer") !=
             std::string::npos);
     if (!flat || streams) CHECK(e.find("not streamed") == std::string::npos);
+    // Timed: 8 broadcasts and 8 reduces of each class alternate, the 9th of each goes
+    // the way every rank decided (the same everywhere), all exact.
+    const bool timed = flat && !streams && measured;
+    for (std::size_t k = 0; k < (timed ? 10 : 1); ++k) {
+      const std::size_t root = k % P;
+      std::vector<float> b(12000, -1.0f);  // 48000 B: the 64 KiB class
+      if (R == root)
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(i % 991) + float(k);
+      md::broadcast(comm, b.data(), b.size(), root);
+      CHECK(first_bad(b.size(), [&](std::size_t i) { return b[i] == float(i % 991) + float(k); }) == b.size());
+      std::vector<double> x(5000, double(R + k)), y(5000, -5.0);  // 40000 B
+      md::reduce(comm, x.data(), y.data(), x.size(), root);
+      if (R == root)
+        CHECK(first_bad(y.size(), [&](std::size_t i) { return y[i] == double(P * (P - 1) / 2 + P * k); }) == y.size());
+    }
+    if (timed) {
+      const bool chosen[2] = {comm.runs_one_shot(md::collective::broadcast, 16384, 4),
+                              comm.runs_one_shot(md::collective::reduce, 8192, 8)};
+      CHECK(identical_everywhere(chosen, sizeof chosen));
+      const std::string after = comm.explain<float>(16384, md::collective::broadcast);
+      INFO(after);
+      CHECK(after.find(chosen[0] ? "; chosen by timing the first 8 broadcasts of 32769 to 65536 B both ways: "
+                                 : "not streamed over node memory: the first 8 broadcasts of 32769 to 65536 B were "
+                                   "timed both ways") != std::string::npos);
+    }
     for (std::size_t root = 0; root < P; ++root) {
       std::vector<float> b(16384, R == root ? 0.0f : -1.0f);
       if (R == root)

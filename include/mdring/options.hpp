@@ -241,7 +241,9 @@ inline bool default_eager_rooted() {
 }
 // MDRING_STREAM: whether broadcasts and reduces above the one-shot cap stream over
 // node memory (tuning::one_shot_stream_max_bytes): auto (bind measures the node's
-// ranks: tuning::one_shot_stream_max_trip_ns), 1 (always, without measuring) or 0 (never).
+// ranks, tuning::one_shot_stream_max_trip_ns, and where that does not decide the first
+// calls time both ways, tuning::one_shot_stream_trials), 1 (always, without measuring)
+// or 0 (never).
 inline tuning default_tuning() {
   tuning t;
   if (const char* s = env_choice("MDRING_STREAM", {"auto", "0", "1"}, "auto, 0 or 1")) {
@@ -393,7 +395,8 @@ struct options {
 
   /// the knobs of the cost model and the executors (tuning.hpp); MDRING_STREAM=0|1|auto
   /// sets the default of the streamed rooted calls (one_shot_stream_max_bytes 0, or
-  /// one_shot_stream_max_trip_ns SIZE_MAX: streamed without measuring; auto: measured).
+  /// one_shot_stream_max_trip_ns SIZE_MAX: streamed without measuring; auto: measured,
+  /// and timed on the first calls where the measure does not decide).
   tuning tune = detail::default_tuning();
 };
 

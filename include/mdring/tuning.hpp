@@ -48,9 +48,10 @@ struct tuning {
   /// the one-shot path, streamed: in steps of the one-shot cap (one_shot_max_bytes,
   /// or a data buffer if smaller), the giving ranks writing step k + 1 into their
   /// other data buffer while the others read step k. No program and no message;
-  /// the call's stages are the steps. Only where the node's ranks are close
-  /// (one_shot_stream_max_trip_ns, below): bind sets this to 0 elsewhere, which
-  /// get_options() then shows. Measured on 2 processes against Open MPI's
+  /// the call's stages are the steps. At once where the node's ranks are close
+  /// (one_shot_stream_max_trip_ns, below), elsewhere as timing the first calls
+  /// decides (one_shot_stream_trials); bind sets this to 0 where it does not stream
+  /// at once, which get_options() then shows. Measured on 2 processes against Open MPI's
   /// shared-memory path and mdring's programs in one run (docs/perf/latency.md): on a
   /// 2-core Xeon VM broadcast 32 to 64 KiB 0.2 to 0.3 x Open MPI's time (the
   /// programs: 1.1 to 1.2 x), reduce 0.5 to 0.6 x (the programs: 1.5 x); on a 2-core
@@ -58,18 +59,30 @@ struct tuning {
   /// were 0.05 us apart (a cache line's one-way trip), but 2.3 to 4.9 x (the
   /// programs: 1.04 to 1.8 x) where they were 0.2 us apart. 0: never.
   std::size_t one_shot_stream_max_bytes = std::size_t(64) << 10;
-  /// Streamed calls (above) run only where, at bind, rank 0 measured a cache line's
-  /// one-way trip to every other rank of the node of at most this many nanoseconds
-  /// (transport/node_distance.hpp: the least of 8 batches of 32 round trips, about
-  /// 0.1 ms per peer), and never where the node's ranks outnumber its cores (there a
-  /// step waits for a descheduled peer: 4 processes on 2 cores took 1.2 to 2.2 x
-  /// Open MPI's time streamed against 1.0 to 1.3 x through the programs). The rule
-  /// sits between the two distances measured above. Ranks of one process (the
-  /// threads transport) measure nothing, since their bind does not wait for each
-  /// other: they stream only with SIZE_MAX. SIZE_MAX: stream without measuring,
+  /// Streamed calls (above) run at once where, at bind, rank 0 measured a cache
+  /// line's one-way trip to every other rank of the node of at most this many
+  /// nanoseconds (transport/node_distance.hpp: the least of 8 batches of 32 round
+  /// trips, about 0.1 ms per peer), and never where the node's ranks outnumber its
+  /// cores (there a step waits for a descheduled peer: 4 processes on 2 cores took
+  /// 1.2 to 2.2 x Open MPI's time streamed against 1.0 to 1.3 x through the
+  /// programs). The rule sits between the two distances measured above. Anywhere
+  /// else (farther; ranks of one process, the threads transport, which measure
+  /// nothing since their bind does not wait for each other) the calls time both
+  /// ways (one_shot_stream_trials). SIZE_MAX: stream without measuring,
   /// oversubscribed too. MDRING_STREAM=1 sets options{}' default to SIZE_MAX,
   /// MDRING_STREAM=0 sets one_shot_stream_max_bytes to 0 (options.hpp).
   std::size_t one_shot_stream_max_trip_ns = 100;
+  /// Where bind measured the ranks farther apart than the limit above, or ranks of
+  /// one process measured nothing (and they do not outnumber the cores), the
+  /// distance does not decide: the communicator times
+  /// both ways on the first calls of each collective and size class (bytes rounded
+  /// up to a power of two), this many calls each, alternating, then every rank
+  /// takes the way whose slowest rank was faster (plan/stream_choice.hpp; the call
+  /// after the trials first exchanges each rank's times over node memory). On a
+  /// 2-core AMD EPYC VM whose cores were 0.2 us apart, where the distance chose the
+  /// programs, this streamed 32 and 64 KiB broadcasts (0.5 to 0.9 x Open MPI's time
+  /// against 1.2 to 1.5 x). 0: the distance alone decides (no streaming there).
+  std::size_t one_shot_stream_trials = 4;
   ///@{
   /// Shared access between processes, buffers the peers cannot map (not from
   /// node_alloc: the heap, a PyTorch tensor, an MPI program's malloc): seconds per

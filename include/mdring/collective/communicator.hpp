@@ -38,6 +38,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -123,6 +124,8 @@ public:
       }
     ws_ = std::make_unique<call_workspace<Transport>>(L, o, std::move(w),
                                                       !Transport::same_address_space && o.shared_memory);
+    // Where the distance did not decide, the calls themselves do (plan/stream_choice.hpp).
+    if (stream_timed_) ws_->streams().arm(stream_requested_, bind_options().tune.one_shot_stream_trials);
     progress_mode mode = o.progress;
     if (mode == progress_mode::automatic)
       mode = background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
@@ -199,10 +202,19 @@ public:
                                   &ws_->measured_plans(), one_shot_staging());
     if (stream_requested_ && pl.one_shot.empty()) {
       // A call that would have streamed over node memory, had bind not found the ranks far apart.
-      options asked = bind_options();
-      const std::size_t elem = pl.elem_size;
-      if (one_shot_applies({kind, count, elem, L.size, root}, asked, one_shot_staging(), L.written_extents))
-        pl.streaming = stream_refusal();
+      const one_shot_call c{kind, count, pl.elem_size, L.size, root};
+      if (one_shot_applies(c, get_options(), one_shot_staging(), L.written_extents, stream_requested_)) {
+        const stream_choice& ch = ws_->streams();
+        if (!ch.armed()) {
+          pl.streaming = stream_refusal();
+        } else {
+          const std::size_t slot = stream_choice::slot_of(kind, one_shot_bytes(c));
+          if (ch.at(slot).decided == 1)
+            pl.one_shot =
+                one_shot_text(c, get_options(), one_shot_staging(), stream_requested_) + "; " + stream_timing(slot);
+          else pl.streaming = stream_timing(slot);
+        }
+      }
     }
     return pl;
   }
@@ -211,8 +223,14 @@ public:
   /// ranks on one node, at most tune.one_shot_max_bytes per rank: plan/one_shot.hpp), as explain()
   /// says. The same on every rank for the same arguments; false once shrink released the communicator.
   bool runs_one_shot(collective kind, std::size_t count, std::size_t elem_size) const noexcept {
-    return tr_ && one_shot_applies({kind, count, elem_size, layout().size, 0}, get_options(), one_shot_staging(),
-                                   layout().written_extents);
+    if (!tr_) return false;
+    const one_shot_call c{kind, count, elem_size, layout().size, 0};
+    if (one_shot_applies(c, get_options(), one_shot_staging(), layout().written_extents)) return true;
+    // A broadcast or reduce whose size class streams by its first calls' times.
+    const stream_choice& ch = ws_->streams();
+    return ch.armed() && one_shot_streamed(c, get_options(), one_shot_staging(), ch.requested()) &&
+           one_shot_applies(c, get_options(), one_shot_staging(), layout().written_extents, ch.requested()) &&
+           ch.at(stream_choice::slot_of(kind, one_shot_bytes(c))).decided == 1;
   }
   template <class T = float, class Op = sum_t>
   std::string explain(std::size_t count, collective kind = collective::all_reduce, Op op = {},
@@ -233,41 +251,83 @@ private:
 
   // Whether broadcasts and reduces above the one-shot cap stream over node memory
   // (tuning::one_shot_stream_max_trip_ns): rank 0 measures how far the other ranks'
-  // cores are, and where they are not all close, or the node's ranks outnumber its
-  // cores, this communicator runs those calls by their programs. Every rank decides
-  // the same: by rank 0's measurement and the options in the fingerprint. Ranks of
-  // one process (the threads transport) measure nothing: their bind does not wait
-  // for each other (a rank may bind later, or fail before it binds), and a
-  // measurement at bind would make it wait.
+  // cores are, and where they are all close, those calls stream. Where the node's
+  // ranks outnumber its cores, they run their programs. Anywhere else (the ranks
+  // far apart, or ranks of one process, which measure nothing), their first calls
+  // time both ways and decide (tuning::one_shot_stream_trials, plan/stream_choice.hpp;
+  // the constructor arms it; 0 trials: their programs). Every rank decides the same:
+  // by rank 0's measurement and the options in the fingerprint. Ranks of one process
+  // (the threads transport) measure nothing at bind: their bind does not wait for
+  // each other (a rank may bind later, or fail before it binds), and a measurement
+  // at bind would make it wait.
   MDRING_COLD void decide_streaming() {
     tuning& u = mutable_options().tune;
     if (u.one_shot_stream_max_bytes <= u.one_shot_max_bytes || u.one_shot_stream_max_trip_ns == SIZE_MAX) return;
+    const access_group& g = tr_->group(*flat_);
+    const bool crowded = g.spins() <= 1;  // (the transport found the node's ranks outnumbering its cores)
     if constexpr (!Transport::same_address_space) {
-      const access_group& g = tr_->group(*flat_);
       const std::uint32_t stop = u.one_shot_stream_max_trip_ns >= node_distance::unmeasured
                                      ? node_distance::unmeasured - 1
                                      : std::uint32_t(u.one_shot_stream_max_trip_ns);
-      distance_ = measure_node_distance(g, g.spins() > 1, stop, deadline_clock::now() + get_options().timeout,
+      distance_ = measure_node_distance(g, !crowded, stop, deadline_clock::now() + get_options().timeout,
                                         [this] { return tr_->shared_failure(); });
       if (distance_.measured() && distance_.trip_ns <= u.one_shot_stream_max_trip_ns) return;
     }
     stream_requested_ = u.one_shot_stream_max_bytes;
     u.one_shot_stream_max_bytes = 0;
+    crowded_ = crowded;
+    stream_timed_ = !crowded && u.one_shot_stream_trials > 0 && (Transport::same_address_space || distance_.measured());
   }
-  // What explain() says of a call that did not stream because of decide_streaming.
+  // What explain() says of a call that did not stream because of decide_streaming
+  // (and was not timed: stream_timing).
   std::string stream_refusal() const {
     const std::string limit =
         "tune.one_shot_stream_max_trip_ns = " + std::to_string(bind_options().tune.one_shot_stream_max_trip_ns);
-    if (Transport::same_address_space)
-      return "not streamed over node memory: ranks of one process measure nothing at bind, which does not wait for "
-             "the other ranks (" +
-             limit + "; SIZE_MAX streams without measuring)";
-    if (!distance_.measured())
+    if (crowded_)
       return "not streamed over node memory: the node's " + std::to_string(layout().size) +
              " ranks outnumber its cores, where each step would wait for a descheduled peer (" + limit + ")";
+    if (Transport::same_address_space)
+      return "not streamed over node memory: ranks of one process measure nothing at bind, which does not wait for "
+             "the other ranks, and tune.one_shot_stream_trials = 0 times nothing (" +
+             limit + "; SIZE_MAX streams without measuring)";
+    if (!distance_.measured())
+      return "not streamed over node memory: bind could not measure how far the node's ranks are (" + limit + ")";
     return "not streamed over node memory: at bind a cache line took " + std::to_string(distance_.trip_ns) +
            " ns from rank 0's core to rank " + std::to_string(distance_.farthest) + "'s, over " + limit +
-           ": each step would wait that long";
+           ", and tune.one_shot_stream_trials = 0 times nothing";
+  }
+
+  // What explain() says of a call whose size class streams or not by timing (plan/stream_choice.hpp).
+  std::string stream_timing(std::size_t slot) const {
+    const stream_choice& ch = ws_->streams();
+    const stream_choice::entry& e = ch.at(slot);
+    const std::size_t hi = stream_choice::class_max(slot), n = 2 * ch.trials();
+    const std::string cls =
+        std::string(stream_choice::kind_of(slot) == collective::broadcast ? "broadcasts" : "reduces") + " of " +
+        std::to_string(hi / 2 + 1) + " to " + std::to_string(hi) + " B";
+    const std::string limit =
+        "tune.one_shot_stream_max_trip_ns = " + std::to_string(bind_options().tune.one_shot_stream_max_trip_ns);
+    const std::string why = "tune.one_shot_stream_trials = " + std::to_string(ch.trials()) + "; " +
+                            (distance_.measured() ? "at bind a cache line took " + std::to_string(distance_.trip_ns) +
+                                                        " ns from rank 0's core to rank " +
+                                                        std::to_string(distance_.farthest) + "'s, over " + limit
+                                                  : "ranks of one process measure nothing at bind, " + limit);
+    auto us = [](std::uint64_t ns) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.2f us", double(ns) / 1e3);
+      return std::string(b);
+    };
+    if (e.decided < 0)
+      return "streamed or not by timing: the first " + std::to_string(n) + " " + cls +
+             " alternate between the stages below and streaming over node memory, then every rank takes "
+             "the way whose slowest rank was faster (" +
+             why + "); " + std::to_string(e.calls) + " of them so far";
+    const std::string times = "the slowest rank's least time was " + us(e.slowest[1]) + " streamed against " +
+                              us(e.slowest[0]) + " by the program";
+    if (e.decided == 1)
+      return "chosen by timing the first " + std::to_string(n) + " " + cls + " both ways: " + times + " (" + why + ")";
+    return "not streamed over node memory: the first " + std::to_string(n) + " " + cls + " were timed both ways and " +
+           times + " (" + why + ")";
   }
 
   // Throws communicator_error naming `fn` where there is no transport (released).
@@ -303,6 +363,8 @@ private:
   std::uint32_t shrinks_ = 0;
   node_distance distance_;            // decide_streaming's measurement
   std::size_t stream_requested_ = 0;  // tune.one_shot_stream_max_bytes as bound, where decide_streaming cleared it
+  bool crowded_ = false;              // decide_streaming: the node's ranks outnumber its cores
+  bool stream_timed_ = false;         // decide_streaming: the calls decide by timing both ways
 };
 
 template <transport Transport>

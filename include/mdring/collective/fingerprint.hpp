@@ -78,6 +78,7 @@ MDRING_COLD inline std::string fingerprint_core(const runtime_topology& written,
   num("one-shot", u.one_shot_max_bytes);
   num("one-shot stream", u.one_shot_stream_max_bytes);
   num("one-shot stream trip", u.one_shot_stream_max_trip_ns);
+  num("one-shot stream trials", u.one_shot_stream_trials);
   real("cma gamma", u.cma_gamma);
   real("copy gamma", u.copy_gamma);
   num("stream min", u.stream_min_bytes);

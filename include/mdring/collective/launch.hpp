@@ -34,6 +34,7 @@
 #include "request.hpp"
 #include "status.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -135,9 +136,14 @@ public:
   void begin(communicator_core<Transport>& comm, const char* name, step_ops<Transport>& ops, std::size_t elem_size,
              bool commutative, Start&& start) {
     const host_binding<Transport> b = binding_of(comm);
+    trial_.reset();
     if (one_shot<Transport>::available(b)) {
       fast_.emplace(b, name, ops, elem_size);
       start(*fast_);
+      // A call timed to choose between streaming and the program (plan/stream_choice.hpp):
+      // from here to its end.
+      if ((trial_ = b.workspace.streams().take_pending()))
+        choice_ = &b.workspace.streams(), began_ = trial_clock::now();
       if (fast_->taken()) return;
       fast_.reset();
     } else {
@@ -148,12 +154,18 @@ public:
   }
   // Moves it on (see engine::run); `moved` is set when a step passed.
   bool run(bool block, bool& moved) {
-    if (fast_) return advance(*fast_, block, moved);
-    return advance(*eng_, block, moved);
+    const bool finished = fast_ ? advance(*fast_, block, moved) : advance(*eng_, block, moved);
+    if (finished && trial_) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(trial_clock::now() - began_).count();
+      choice_->record(trial_->slot, trial_->w, std::uint64_t(ns));
+      trial_.reset();
+    }
+    return finished;
   }
   void reset() noexcept { fast_.reset(), eng_.reset(); }
 
 private:
+  using trial_clock = std::chrono::steady_clock;
   template <class E>
   static bool advance(E& e, bool block, bool& moved) {
     const auto before = e.progress();
@@ -163,6 +175,9 @@ private:
   }
   std::optional<one_shot<Transport>> fast_;
   std::optional<engine<Transport>> eng_;
+  std::optional<stream_choice::trial> trial_;
+  stream_choice* choice_ = nullptr;
+  trial_clock::time_point began_{};
 };
 
 // Steps 3 to 5 of a call, when its turn comes: at once for a blocking call with

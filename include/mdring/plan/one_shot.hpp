@@ -63,14 +63,21 @@ constexpr std::size_t one_shot_cap(const options& o, std::size_t staging) noexce
   return o.tune.one_shot_max_bytes < staging ? o.tune.one_shot_max_bytes : staging;
 }
 
+/// The streamed calls' limit in the functions below: tune.one_shot_stream_max_bytes
+/// (stream_limit_of_options), or the bytes given (plan/stream_choice.hpp: a
+/// communicator whose calls time both ways asks with the limit as bound).
+inline constexpr std::size_t stream_limit_of_options = std::size_t(-1);
+
 /// Whether call c, a broadcast or reduce too large for one step of the one-shot
-/// path but within tune.one_shot_stream_max_bytes, runs over it streamed, in steps
-/// of the cap (one_shot_steps); only where one_shot_applies.
-constexpr bool one_shot_streamed(const one_shot_call& c, const options& o, std::size_t staging) noexcept {
+/// path but within the streamed limit (tune.one_shot_stream_max_bytes), runs over it
+/// streamed, in steps of the cap (one_shot_steps); only where one_shot_applies.
+constexpr bool one_shot_streamed(const one_shot_call& c, const options& o, std::size_t staging,
+                                 std::size_t stream_limit = stream_limit_of_options) noexcept {
   if (c.kind != collective::broadcast && c.kind != collective::reduce) return false;
   const std::size_t cap = one_shot_cap(o, staging);
   if (c.elem_size == 0 || cap < c.elem_size || c.count <= cap / c.elem_size) return false;
-  return c.count <= o.tune.one_shot_stream_max_bytes / c.elem_size;
+  const std::size_t limit = stream_limit == stream_limit_of_options ? o.tune.one_shot_stream_max_bytes : stream_limit;
+  return c.count <= limit / c.elem_size;
 }
 
 /// Whether call c runs by the one-shot path under options o, where the whole
@@ -78,7 +85,8 @@ constexpr bool one_shot_streamed(const one_shot_call& c, const options& o, std::
 /// data; `written`: the topology's extents as written (under options.reproducible
 /// the fold nests over those of more than one rank, at most 8 of them).
 constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::size_t staging,
-                                std::span<const std::size_t> written = {}) noexcept {
+                                std::span<const std::size_t> written = {},
+                                std::size_t stream_limit = stream_limit_of_options) noexcept {
   if (c.count == 0 || c.ranks < 2 || staging == 0) return false;
   std::size_t nested = 0;
   for (std::size_t e : written) nested += e > 1;
@@ -89,7 +97,7 @@ constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::s
     for (accumulation a : o.dimension_accumulation)
       if (a == accumulation::float32) return false;
   const std::size_t cap = one_shot_cap(o, staging);
-  if (one_shot_streamed(c, o, staging)) return true;
+  if (one_shot_streamed(c, o, staging, stream_limit)) return true;
   // one_shot_bytes(c) <= cap, without a product that could overflow
   if (c.elem_size == 0 || c.count > cap / c.elem_size) return false;
   const std::size_t bytes = c.count * c.elem_size;
@@ -98,13 +106,15 @@ constexpr bool one_shot_applies(const one_shot_call& c, const options& o, std::s
 
 /// The elements of call c that one step of the one-shot path carries: all of them,
 /// or when streamed, as many as the cap holds (the last step the rest).
-constexpr std::size_t one_shot_step_count(const one_shot_call& c, const options& o, std::size_t staging) noexcept {
-  return one_shot_streamed(c, o, staging) ? one_shot_cap(o, staging) / c.elem_size : c.count;
+constexpr std::size_t one_shot_step_count(const one_shot_call& c, const options& o, std::size_t staging,
+                                          std::size_t stream_limit = stream_limit_of_options) noexcept {
+  return one_shot_streamed(c, o, staging, stream_limit) ? one_shot_cap(o, staging) / c.elem_size : c.count;
 }
 
 /// What explain() says of a call that runs one-shot (plan::one_shot); `staging`
 /// as for one_shot_applies.
-inline std::string one_shot_text(const one_shot_call& c, const options& o, std::size_t staging) {
+inline std::string one_shot_text(const one_shot_call& c, const options& o, std::size_t staging,
+                                 std::size_t stream_limit = stream_limit_of_options) {
   const std::string b = std::to_string(one_shot_bytes(c)) + " B";
   const char* what =
       c.kind == collective::broadcast ? "the root copies its buffer into its staging buffer, the others copy it out"
@@ -116,12 +126,13 @@ inline std::string one_shot_text(const one_shot_call& c, const options& o, std::
           ? "each rank copies its whole sendbuf into its staging buffer and folds its block from all of them"
           : "each rank copies its sendbuf into its staging buffer and every rank folds all of them";
   const std::string ranks = "all " + std::to_string(c.ranks) + " ranks share a node; ";
-  if (one_shot_streamed(c, o, staging)) {
-    const std::size_t step = one_shot_step_count(c, o, staging), steps = (c.count + step - 1) / step;
+  if (one_shot_streamed(c, o, staging, stream_limit)) {
+    const std::size_t step = one_shot_step_count(c, o, staging, stream_limit), steps = (c.count + step - 1) / step;
+    const std::size_t limit = stream_limit == stream_limit_of_options ? o.tune.one_shot_stream_max_bytes : stream_limit;
     return "this call runs over node memory in " + std::to_string(steps) + " steps of at most " +
            std::to_string(step * c.elem_size) + " B instead of the stages below (" + ranks + b +
-           ", above the one-shot cap and at most tune.one_shot_stream_max_bytes = " +
-           std::to_string(o.tune.one_shot_stream_max_bytes) + " B): in each, " + what +
+           ", above the one-shot cap and at most tune.one_shot_stream_max_bytes = " + std::to_string(limit) +
+           " B): in each, " + what +
            ", in rank order, while the next step is written into the other buffer; no messages";
   }
   return "this call runs in one step over node memory instead of the stages below (" + ranks + b +

@@ -16,7 +16,9 @@
 #include "core.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <span>
 
 MDRING_NAMESPACE_BEGIN
 
@@ -40,6 +42,38 @@ public:
 protected:
   ~step_ops() = default;
 };
+
+// The one-shot path's fold (one_shot.hpp) of n elements of elem bytes from k inputs,
+// in[self] this rank's own and the others its peers' data in node memory. From 1 KiB,
+// with at most fold_near_ranks inputs, the peers' data are first copied into this
+// rank's cache, a chunk at a time: the fold's loads from lines in another core's
+// cache stall where memcpy moves them at full speed (on a 2-core AMD EPYC VM a 4 KiB
+// reduce of 2 processes took 1.09 us folding in place and 0.71 us copying first, a
+// 64 KiB streamed one 13.8 and 12.7 us). Element by element the same fold: the bits
+// do not change.
+inline constexpr std::size_t fold_near_ranks = 8, fold_near_chunk = 2048, fold_near_min_bytes = 1024;
+template <transport Transport>
+void fold_all_near(step_ops<Transport>& ops, void* out, const void* const* in, std::size_t k, std::size_t self,
+                   std::size_t n, std::size_t elem, std::span<const std::size_t> nest) {
+  if (k > fold_near_ranks || elem > fold_near_chunk || n * elem < fold_near_min_bytes)
+    return ops.fold_all(out, in, k, n, nest);
+  alignas(64) unsigned char near[fold_near_ranks - 1][fold_near_chunk];
+  const void* part[fold_near_ranks];
+  const std::size_t step = fold_near_chunk / elem;
+  for (std::size_t at = 0; at < n; at += step) {
+    const std::size_t m = n - at < step ? n - at : step;
+    for (std::size_t j = 0, c = 0; j < k; ++j) {
+      const unsigned char* src = static_cast<const unsigned char*>(in[j]) + at * elem;
+      if (j == self) {
+        part[j] = src;  // (this rank's own: its sendbuf, or what it just wrote)
+      } else {
+        std::memcpy(near[c], src, m * elem);
+        part[j] = near[c++];
+      }
+    }
+    ops.fold_all(static_cast<unsigned char*>(out) + at * elem, part, k, m, nest);
+  }
+}
 
 template <class T, class Op, transport Transport>
 class local_ops final : public step_ops<Transport> {

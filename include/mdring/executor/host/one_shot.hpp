@@ -47,6 +47,7 @@
 #include "../../transport/shared_access.hpp"
 #include "core.hpp"
 #include "local_ops.hpp"
+#include "one_shot_layout.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -58,61 +59,6 @@
 MDRING_NAMESPACE_BEGIN
 
 namespace detail {
-
-// The first cache line of each staging buffer of the flat channel: the stage its
-// owner has arrived at, with the call's signature and, when they fit, its data. A
-// reader waits on this line and finds everything a small call needs in it: one
-// cache line moves from writer to reader (the slot's arrive word, which the owner
-// also bumps for sleepers, stays in the owner's cache while nobody sleeps). Larger
-// data follows the line. Node windows and the threads transport's regions start
-// zeroed, and only the one-shot path writes here.
-struct alignas(64) one_shot_line {
-  static constexpr std::size_t payload = 48;  // bytes of data that fit in the line
-  unsigned char data[payload];
-  std::uint64_t signature;
-  std::atomic<std::uint32_t> stage;
-  std::atomic<std::uint32_t> failed;  // the owner's communicator broke
-};
-static_assert(sizeof(one_shot_line) == 64 && std::atomic<std::uint32_t>::is_always_lock_free);
-
-// How the one-shot path lays out a rank's two staging buffers of `staging` bytes
-// each (contiguous): two data buffers of `data` bytes for larger data (stage s uses
-// buffer s % 2), then a ring of slots of `slot_lines` cache lines (stage s uses slot
-// s % ring: its line, and after it the data that do not fit in the line, up to
-// slot_bytes()). The deeper the ring, the further a rank that only gives runs
-// ahead of its readers; the default 16 KiB staging makes 16 slots of 8 lines (448 B
-// of data each) and two buffers of 12 KiB. The ring is a power of two (a call's slot
-// is a mask of its stage, no division on the call's path).
-struct one_shot_layout {
-  static constexpr std::size_t max_ring = 16, max_slot_lines = 8;
-  std::size_t ring = 0;        // slots (0: too small for the path)
-  std::size_t slot_lines = 1;  // cache lines per slot, the first one_shot_line
-  std::size_t data = 0;        // bytes per data buffer, a multiple of 64
-  constexpr explicit one_shot_layout(std::size_t staging) noexcept {
-    const std::size_t lines = 2 * staging / sizeof(one_shot_line);
-    if (lines < 2) return;
-    // Shifts only: a call lays this out afresh (it is a few instructions, not a division).
-    unsigned log_ring = 1;
-    while (log_ring < 4 && (std::size_t(2) << log_ring) <= lines / 8) ++log_ring;
-    static_assert(max_ring == 16);
-    ring = std::size_t(1) << log_ring;
-    const std::size_t l = lines >> (log_ring + 2);  // at most half the lines for the ring
-    slot_lines = l < 1 ? 1 : l > max_slot_lines ? max_slot_lines : l;
-    data = (lines - ring * slot_lines) / 2 * sizeof(one_shot_line);
-  }
-  // Where the ring starts in a rank's region: after the data buffers (with the ring
-  // in front, 4 KiB all_reduce and all_gather took 1.06 to 1.10 x as long here).
-  constexpr std::size_t ring_offset() const noexcept { return 2 * data; }
-  // The bytes of data that a slot holds (in its line's payload, or in the lines after it).
-  constexpr std::size_t slot_bytes() const noexcept {
-    const std::size_t after = (slot_lines - 1) * sizeof(one_shot_line);
-    return after > one_shot_line::payload ? after : one_shot_line::payload;
-  }
-};
-static_assert(one_shot_layout(16384).ring == 16 && one_shot_layout(16384).slot_lines == 8 &&
-              one_shot_layout(16384).data == 12288 && one_shot_layout(16384).slot_bytes() == 448 &&
-              one_shot_layout(128).ring == 2 && one_shot_layout(128).slot_lines == 1 &&
-              one_shot_layout(128).data == 64 && one_shot_layout(32).ring == 0 && one_shot_layout(3000).ring == 8);
 
 template <transport Transport>
 class one_shot {
@@ -189,13 +135,50 @@ private:
     layout_ = one_shot_layout(group().staging_bytes());
     const one_shot_call c{kind, count, elem_, ranks(), root};
     taken_ = one_shot_applies(c, b_.opts, layout_.data, b_.layout.written_extents);
+    std::size_t stream_limit = stream_limit_of_options;
+    if (!taken_ && b_.workspace.streams().armed()) {  // (bind left streaming to the calls: timed)
+      const std::size_t asked = b_.workspace.streams().requested();
+      if (one_shot_streamed(c, b_.opts, layout_.data, asked) &&
+          one_shot_applies(c, b_.opts, layout_.data, b_.layout.written_extents, asked)) {
+        taken_ = streams_by_timing(c);
+        stream_limit = asked;
+      }
+    }
     b_.workspace.note_one_shot(taken_);
     if (!taken_) return;
-    step_count_ = one_shot_step_count(c, b_.opts, layout_.data);
+    step_count_ = one_shot_step_count(c, b_.opts, layout_.data, stream_limit);
     waits_all_ = !b_.opts.eager_rooted || b_.opts.checks == check_level::collective ||
                  (kind != collective::broadcast && kind != collective::reduce);
     b_.board.begin_program((count + step_count_ - 1) / step_count_);
     begin_step();
+  }
+
+  // A broadcast or reduce that would stream but for bind's distance: its size class
+  // streams or not as its first calls' times say (plan/stream_choice.hpp); the call
+  // after the trials first exchanges them. A trial is left pending for the caller
+  // to time (collective/launch.hpp call_runner).
+  bool streams_by_timing(const one_shot_call& c) {
+    stream_choice& ch = b_.workspace.streams();
+    const std::size_t slot = stream_choice::slot_of(c.kind, one_shot_bytes(c));
+    if (ch.must_agree(slot)) exchange_times(slot);
+    return ch.begin(slot) == stream_choice::way::stream;
+  }
+  // Every rank's least times of slot's trials (program, streamed) over node memory,
+  // a one-shot all_gather of 16 bytes per rank that waits for every rank (a failure
+  // or the deadline throw, as in any call), and the decision all ranks make from them.
+  MDRING_COLD void exchange_times(std::size_t slot) {
+    stream_choice& ch = b_.workspace.streams();
+    std::uint64_t mine[2], all[2 * access_group::max_ranks];
+    ch.times(slot, mine);
+    // (a failure names what waited: "mdring::reduce (exchanging its first calls' times): ...")
+    one_shot x(b_,
+               kind_ == collective::broadcast ? "broadcast (exchanging its first calls' times)"
+                                              : "reduce (exchanging its first calls' times)",
+               ops_, sizeof(std::uint64_t));
+    x.take(collective::all_gather, mine, all, 2, 0);
+    if (!x.taken()) return ch.decide(slot, nullptr, 0);  // (a cap under 16 bytes: the programs)
+    x.run(true);
+    ch.decide(slot, all, ranks());
   }
 
   // The next step of the call (the only one unless streamed: plan/one_shot.hpp):
@@ -355,7 +338,7 @@ private:
         const std::size_t off = kind_ == collective::reduce_scatter ? me() * n * e : 0;
         for (std::size_t j = 0; j < p; ++j)
           in[j] = j == me() && kind_ == collective::reduce ? send_part() : static_cast<const char*>(data_of(j)) + off;
-        ops_.fold_all(recv, in, p, n, nest());
+        fold_all_near(ops_, recv, in, p, me(), n, e, nest());
         return;
       }
     }

@@ -18,6 +18,7 @@
 #include "../../plan/bound_layout.hpp"
 #include "../../plan/call.hpp"
 #include "../../plan/program_cache.hpp"
+#include "../../plan/stream_choice.hpp"
 #include "../../plan/wisdom.hpp"
 #include "../../transport/transport.hpp"
 #include "scratch.hpp"
@@ -118,6 +119,11 @@ public:
   // The stage at which this rank last wrote its one-shot data buffer `parity` (0: not yet).
   std::uint32_t one_shot_buffer(std::size_t parity) const noexcept { return one_shot_buffer_[parity]; }
   void note_one_shot_buffer(std::size_t parity, std::uint32_t stage) noexcept { one_shot_buffer_[parity] = stage; }
+  // Broadcasts and reduces above the one-shot cap: streamed or by their programs, as
+  // timing both on their first calls decided (plan/stream_choice.hpp; armed at bind
+  // where the distance did not decide).
+  stream_choice& streams() noexcept { return streams_; }
+  const stream_choice& streams() const noexcept { return streams_; }
 
   // Measured planning: the plans measured so far, and what is being measured.
   wisdom& measured_plans() noexcept { return wisdom_; }
@@ -148,6 +154,7 @@ private:
   bool last_one_shot_ = false;
   std::uint32_t one_shot_peers_ = 0;
   std::uint32_t one_shot_buffer_[2] = {0, 0};
+  stream_choice streams_;
 };
 
 }  // namespace detail
