@@ -15,7 +15,10 @@
 //    and above the one-shot cap on one bound with tune.one_shot_stream_max_trip_ns =
 //    SIZE_MAX (streamed over node memory in steps of the cap wherever the ranks are:
 //    "streamed"; by default at once where bind measured them close, which it prints,
-//    and elsewhere as each size class's first calls timed it: the "default" column).
+//    and elsewhere as each size class's first calls timed it: the "default" column),
+//    and on one bound with a distance limit no trip meets, so that the first calls of
+//    each size class time both ways wherever the ranks are ("timed", with the way
+//    it chose: tune.one_shot_stream_trials), to compare the choice with both ways.
 //    Per size the medians over the rounds, mdring / native and each / the floor.
 // Every rank's results are checked once per size (exact: small integers).
 // Oversubscribed (more ranks than cores), the ping-pong and the spins measure the
@@ -241,6 +244,13 @@ int main(int argc, char** argv) {
     stream_opts.tune.one_shot_stream_max_trip_ns = SIZE_MAX;
     stream_opts.tune.one_shot_stream_max_bytes = std::size_t(64) << 10;
     auto streamed = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, stream_opts);
+    // The same calls left to timing whatever the distance (a limit no trip meets: the
+    // first calls of each size class time the program against streaming, then every
+    // rank takes the faster; tune.one_shot_stream_trials), to compare with both ways.
+    mdring::options timed_opts;
+    timed_opts.tune.one_shot_stream_max_trip_ns = 1;
+    timed_opts.tune.one_shot_stream_max_bytes = std::size_t(64) << 10;
+    auto timing = mdring::bind(mdring::ring<mdring::shm>, MPI_COMM_WORLD, timed_opts);
     // What the default communicator's bind measured and decided (where it left the
     // choice to the calls, each size class's is printed in its row once timed).
     const auto& distance = comm.distance();
@@ -281,20 +291,23 @@ int main(int argc, char** argv) {
             decided);
       std::printf("%-15s %8s %12s %12s %9s %9s %9s  %-24s %s\n", "call", "bytes", "native us", "mdring us", "md/native",
                   "md/floor", "nat/floor", "spread (native, mdring)",
-                  "eager us (/native)  streamed us (/native)  default");
+                  "eager us (/native)  streamed us (/native)  timed us (/native), chose   default");
     }
     for (op o : all_ops) {
       if (s.calls.find("," + std::string(name_of(o)) + ",") == std::string::npos) continue;
       for (std::size_t bytes : sizes) {
         const std::size_t n = std::max<std::size_t>(bytes / sizeof(float), 1);
         std::vector<float> send(n * std::size_t(P)), recv(n * std::size_t(P));
-        // 0 native, 1 mdring, 2 mdring with eager_rooted and 3 streamed (broadcast and
-        // reduce only; streamed above the one-shot cap only, where it differs).
+        // 0 native, 1 mdring, 2 mdring with eager_rooted, 3 streamed and 4 timed
+        // (broadcast and reduce only; the last two above the one-shot cap only).
         const bool rooted = o == op::broadcast || o == op::reduce;
-        const int variants = !rooted ? 2 : comm.runs_one_shot(o, n, sizeof(float)) ? 3 : 4;
+        const bool above_cap = rooted && n * sizeof(float) > mdring::options{}.tune.one_shot_max_bytes &&
+                               n * sizeof(float) <= stream_opts.tune.one_shot_stream_max_bytes;
+        const int variants = !rooted ? 2 : above_cap ? 5 : 3;
         auto run = [&](int v) {
           if (v == 2) call(o, false, eager, send, recv, n);
           else if (v == 3) call(o, false, streamed, send, recv, n);
+          else if (v == 4) call(o, false, timing, send, recv, n);
           else call(o, v == 0, comm, send, recv, n);
         };
         // Checked once per side, then timed (broadcast's recv is its buffer: refilled per round).
@@ -307,7 +320,7 @@ int main(int argc, char** argv) {
         int all_ok = ok;
         MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
         failures += !all_ok;
-        std::vector<double> t[4];
+        std::vector<double> t[5];
         for (int r = 0; r < s.rounds; ++r)
           for (int v = 0; v < variants; ++v) {
             fill(o, send, recv, n, rank, P);
@@ -321,20 +334,25 @@ int main(int argc, char** argv) {
             t[v].push_back(dt);
           }
         // The way the default communicator took above the cap (after its first calls' timing).
-        const bool row_streams = variants == 4 && comm.runs_one_shot(o, n, sizeof(float));
+        const bool row_streams = variants == 5 && comm.runs_one_shot(o, n, sizeof(float));
+        const bool timed_streams = variants == 5 && timing.runs_one_shot(o, n, sizeof(float));
         if (rank == 0) {
           const double nat = median(t[0]), md = median(t[1]);
           auto spread = [](const std::vector<double>& v) {
             return (*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end())) * 1e6;
           };
-          const double eg = variants >= 3 ? median(t[2]) : 0, st = variants == 4 ? median(t[3]) : 0;
-          char eager_text[48] = "", stream_text[48] = "";
+          const double eg = variants >= 3 ? median(t[2]) : 0, st = variants == 5 ? median(t[3]) : 0,
+                       tm = variants == 5 ? median(t[4]) : 0;
+          char eager_text[48] = "", stream_text[48] = "", timed_text[64] = "";
           if (variants >= 3) std::snprintf(eager_text, sizeof eager_text, "%.3f (%.2f)", eg * 1e6, eg / nat);
-          if (variants == 4) std::snprintf(stream_text, sizeof stream_text, "%.3f (%.2f)", st * 1e6, st / nat);
-          std::printf("%-15s %8zu %12.3f %12.3f %9.2f %9.2f %9.2f  %.3f, %-17.3f %-19s %-21s %s%s\n", name_of(o),
+          if (variants == 5) std::snprintf(stream_text, sizeof stream_text, "%.3f (%.2f)", st * 1e6, st / nat);
+          if (variants == 5)
+            std::snprintf(timed_text, sizeof timed_text, "%.3f (%.2f) %s", tm * 1e6, tm / nat,
+                          timed_streams ? "streamed" : "program");
+          std::printf("%-15s %8zu %12.3f %12.3f %9.2f %9.2f %9.2f  %.3f, %-17.3f %-19s %-21s %-29s %s%s\n", name_of(o),
                       n * sizeof(float), nat * 1e6, md * 1e6, md / nat, md / floor, nat / floor, spread(t[0]),
-                      spread(t[1]), eager_text, stream_text,
-                      variants < 4  ? ""
+                      spread(t[1]), eager_text, stream_text, timed_text,
+                      variants < 5  ? ""
                       : row_streams ? "streamed"
                                     : "program",
                       all_ok ? "" : "  WRONG RESULT");
@@ -342,10 +360,11 @@ int main(int argc, char** argv) {
             std::fprintf(json,
                          "{\"bench\":\"latency\",\"np\":%d,\"op\":\"%s\",\"bytes\":%zu,\"native_us\":%.4f,"
                          "\"mdring_us\":%.4f,\"floor_us\":%.4f,\"rounds\":%d,\"iters\":%d,\"native_spread_us\":%.4f,"
-                         "\"mdring_spread_us\":%.4f,\"eager_us\":%.4f,\"streamed_us\":%.4f,\"bind_trip_ns\":%d,"
+                         "\"mdring_spread_us\":%.4f,\"eager_us\":%.4f,\"streamed_us\":%.4f,\"timed_us\":%.4f,"
+                         "\"timed_streams\":%s,\"bind_trip_ns\":%d,"
                          "\"default_streams\":%s,\"row_streams\":%s,\"timed\":%s,\"correct\":%s}\n",
                          P, name_of(o), n * sizeof(float), nat * 1e6, md * 1e6, floor * 1e6, s.rounds, s.iters,
-                         spread(t[0]), spread(t[1]), eg * 1e6, st * 1e6,
+                         spread(t[0]), spread(t[1]), eg * 1e6, st * 1e6, tm * 1e6, timed_streams ? "true" : "false",
                          distance.measured() ? int(distance.trip_ns) : -1, default_streams ? "true" : "false",
                          row_streams ? "true" : "false", timed ? "true" : "false", all_ok ? "true" : "false");
         }

@@ -68,7 +68,11 @@ out = ["## Small calls: the floor and MPI's shared-memory path", "",
        "ranks are; by default (the *mdring* column) they stream at once where bind measured the ranks' cores "
        "close, and elsewhere (unless the ranks outnumber the cores) as each size class's first calls timed both "
        "ways, as each section's first line and the *default* column say (docs/DESIGN.md, \"Streamed rooted "
-       "calls\").", ""]
+       "calls\"). The *timed* columns: the same calls on a communicator bound with a distance limit no trip meets "
+       "(`tune.one_shot_stream_max_trip_ns` = 1), so that each size class's first 8 calls time the program against "
+       "streaming wherever the ranks are (`tune.one_shot_stream_trials`), and the way it chose: what the timing "
+       "gives against both ways in the same run (where the ranks outnumber the cores it times nothing and runs the "
+       "programs).", ""]
 for np in sorted({k[0] for k in by}):
     floor = next(r["floor_us"] for r in rows if r["np"] == np)
     first = next(r for r in rows if r["np"] == np)
@@ -90,8 +94,9 @@ for np in sorted({k[0] for k in by}):
         out += [decision.strip(), ""]
     out += [
             "| call | bytes | native us | mdring us | mdring / native | mdring / floor | spread native, mdring (us) "
-            "| eager us | eager / native | streamed us | streamed / native | default |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+            "| eager us | eager / native | streamed us | streamed / native | timed us | timed / native | timed chose "
+            "| default |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for op in ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter"]:
         for r in by.get((np, op), []):
             flag = "" if r["correct"] else " WRONG"
@@ -100,9 +105,12 @@ for np in sorted({k[0] for k in by}):
             st = r.get("streamed_us", 0)
             streamed = f"{st:.3f} | {st / r['native_us']:.2f}" if st > 0 else " | "
             way = ("streamed" if r.get("row_streams") else "program") if st > 0 else ""
+            tm = r.get("timed_us", 0)
+            timed = (f"{tm:.3f} | {tm / r['native_us']:.2f} | " + ("streamed" if r.get("timed_streams") else "program")
+                     if tm > 0 else " | | ")
             out.append(f"| {op} | {r['bytes']} | {r['native_us']:.3f} | {r['mdring_us']:.3f} | "
                        f"{r['mdring_us'] / r['native_us']:.2f} | {r['mdring_us'] / r['floor_us']:.1f} | "
-                       f"{r['native_spread_us']:.3f}, {r['mdring_spread_us']:.3f}{flag} | {eager} | {streamed} | {way} |")
+                       f"{r['native_spread_us']:.3f}, {r['mdring_spread_us']:.3f}{flag} | {eager} | {streamed} | {timed} | {way} |")
     out.append("")
 # Through the interposer: per collective and size, the medians over the rounds.
 pm = collections.defaultdict(list)
