@@ -78,10 +78,11 @@ struct tuning {
   /// both ways on the first calls of each collective and size class (bytes rounded
   /// up to a power of two), this many calls each, alternating, then every rank
   /// takes the way whose slowest rank was faster (plan/stream_choice.hpp; the call
-  /// after the trials first exchanges each rank's times over node memory). On a
-  /// 2-core AMD EPYC VM whose cores were 0.2 us apart, where the distance chose the
-  /// programs, this streamed 32 and 64 KiB broadcasts (0.5 to 0.9 x Open MPI's time
-  /// against 1.2 to 1.5 x). 0: the distance alone decides (no streaming there).
+  /// after the trials first exchanges each rank's times over node memory). On 2
+  /// processes of a 2-core AMD EPYC VM whose cores were 0.23 us apart, where the
+  /// distance chose the programs (1.15 to 1.47 x Open MPI's time), this streamed 32
+  /// and 64 KiB broadcasts and reduces (0.58 to 1.07 x). 0: the distance alone
+  /// decides (no streaming there).
   std::size_t one_shot_stream_trials = 4;
   ///@{
   /// Shared access between processes, buffers the peers cannot map (not from
