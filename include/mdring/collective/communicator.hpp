@@ -114,18 +114,19 @@ public:
     // The flat channel of the one-shot path (executor/host/one_shot.hpp): every rank
     // opens it where the options let small calls take it (each rank decides the
     // same), and it is used where the transport gave it shared access.
+    bool timed = false;  // (decide_streaming: the calls time both ways)
     if constexpr (shared_access_transport<Transport>)
       if (o.shared_memory && o.tune.one_shot_max_bytes > 0 && L.size > 1 && L.size <= access_group::max_ranks) {
         std::vector<std::size_t> all(L.size);
         for (std::size_t r = 0; r < L.size; ++r) all[r] = r;
         flat_ = std::make_unique<typename Transport::channel>(tr_->make_channel(L.ndims(), all, L.rank));
         if (!tr_->shared(*flat_)) flat_.reset();
-        if (flat_) decide_streaming();
+        if (flat_) timed = decide_streaming();
       }
     ws_ = std::make_unique<call_workspace<Transport>>(L, o, std::move(w),
                                                       !Transport::same_address_space && o.shared_memory);
     // Where the distance did not decide, the calls themselves do (plan/stream_choice.hpp).
-    if (stream_timed_) ws_->streams().arm(stream_requested_, bind_options().tune.one_shot_stream_trials);
+    if (timed) ws_->streams().arm(stream_requested_, bind_options().tune.one_shot_stream_trials);
     progress_mode mode = o.progress;
     if (mode == progress_mode::automatic)
       mode = background_progress_allowed(*tr_) ? progress_mode::agent : progress_mode::in_wait;
@@ -209,7 +210,7 @@ public:
           pl.streaming = stream_refusal();
         } else {
           const std::size_t slot = stream_choice::slot_of(kind, one_shot_bytes(c));
-          if (ch.at(slot).decided == 1)
+          if (ch.chose_stream(slot))
             pl.one_shot =
                 one_shot_text(c, get_options(), one_shot_staging(), stream_requested_) + "; " + stream_timing(slot);
           else pl.streaming = stream_timing(slot);
@@ -226,11 +227,12 @@ public:
     if (!tr_) return false;
     const one_shot_call c{kind, count, elem_size, layout().size, 0};
     if (one_shot_applies(c, get_options(), one_shot_staging(), layout().written_extents)) return true;
-    // A broadcast or reduce whose size class streams by its first calls' times.
+    // A broadcast or reduce whose size class streams by its first calls' times (applying
+    // only under the limit as bound, it is one that streams).
     const stream_choice& ch = ws_->streams();
-    return ch.armed() && one_shot_streamed(c, get_options(), one_shot_staging(), ch.requested()) &&
+    return ch.armed() &&
            one_shot_applies(c, get_options(), one_shot_staging(), layout().written_extents, ch.requested()) &&
-           ch.at(stream_choice::slot_of(kind, one_shot_bytes(c))).decided == 1;
+           ch.chose_stream(stream_choice::slot_of(kind, one_shot_bytes(c)));
   }
   template <class T = float, class Op = sum_t>
   std::string explain(std::size_t count, collective kind = collective::all_reduce, Op op = {},
@@ -259,31 +261,35 @@ private:
   // by rank 0's measurement and the options in the fingerprint. Ranks of one process
   // (the threads transport) measure nothing at bind: their bind does not wait for
   // each other (a rank may bind later, or fail before it binds), and a measurement
-  // at bind would make it wait.
-  MDRING_COLD void decide_streaming() {
+  // at bind would make it wait. Returns whether the calls time both ways.
+  MDRING_COLD bool decide_streaming() {
     tuning& u = mutable_options().tune;
-    if (u.one_shot_stream_max_bytes <= u.one_shot_max_bytes || u.one_shot_stream_max_trip_ns == SIZE_MAX) return;
-    const access_group& g = tr_->group(*flat_);
-    const bool crowded = g.spins() <= 1;  // (the transport found the node's ranks outnumbering its cores)
+    if (u.one_shot_stream_max_bytes <= u.one_shot_max_bytes || u.one_shot_stream_max_trip_ns == SIZE_MAX) return false;
+    const bool crowded = this->crowded();
     if constexpr (!Transport::same_address_space) {
+      const access_group& g = tr_->group(*flat_);
       const std::uint32_t stop = u.one_shot_stream_max_trip_ns >= node_distance::unmeasured
                                      ? node_distance::unmeasured - 1
                                      : std::uint32_t(u.one_shot_stream_max_trip_ns);
       distance_ = measure_node_distance(g, !crowded, stop, deadline_clock::now() + get_options().timeout,
                                         [this] { return tr_->shared_failure(); });
-      if (distance_.measured() && distance_.trip_ns <= u.one_shot_stream_max_trip_ns) return;
+      if (distance_.measured() && distance_.trip_ns <= u.one_shot_stream_max_trip_ns) return false;
     }
     stream_requested_ = u.one_shot_stream_max_bytes;
     u.one_shot_stream_max_bytes = 0;
-    crowded_ = crowded;
-    stream_timed_ = !crowded && u.one_shot_stream_trials > 0 && (Transport::same_address_space || distance_.measured());
+    return !crowded && u.one_shot_stream_trials > 0 && (Transport::same_address_space || distance_.measured());
+  }
+  // The transport found the node's ranks outnumbering its cores (its waits yield at
+  // once); only where the flat channel exists.
+  bool crowded() const noexcept { return tr_->group(*flat_).spins() <= 1; }
+  std::string stream_limit_text() const {
+    return "tune.one_shot_stream_max_trip_ns = " + std::to_string(bind_options().tune.one_shot_stream_max_trip_ns);
   }
   // What explain() says of a call that did not stream because of decide_streaming
   // (and was not timed: stream_timing).
   std::string stream_refusal() const {
-    const std::string limit =
-        "tune.one_shot_stream_max_trip_ns = " + std::to_string(bind_options().tune.one_shot_stream_max_trip_ns);
-    if (crowded_)
+    const std::string limit = stream_limit_text();
+    if (crowded())
       return "not streamed over node memory: the node's " + std::to_string(layout().size) +
              " ranks outnumber its cores, where each step would wait for a descheduled peer (" + limit + ")";
     if (Transport::same_address_space)
@@ -305,8 +311,7 @@ private:
     const std::string cls =
         std::string(stream_choice::kind_of(slot) == collective::broadcast ? "broadcasts" : "reduces") + " of " +
         std::to_string(hi / 2 + 1) + " to " + std::to_string(hi) + " B";
-    const std::string limit =
-        "tune.one_shot_stream_max_trip_ns = " + std::to_string(bind_options().tune.one_shot_stream_max_trip_ns);
+    const std::string limit = stream_limit_text();
     const std::string why = "tune.one_shot_stream_trials = " + std::to_string(ch.trials()) + "; " +
                             (distance_.measured() ? "at bind a cache line took " + std::to_string(distance_.trip_ns) +
                                                         " ns from rank 0's core to rank " +
@@ -363,8 +368,6 @@ private:
   std::uint32_t shrinks_ = 0;
   node_distance distance_;            // decide_streaming's measurement
   std::size_t stream_requested_ = 0;  // tune.one_shot_stream_max_bytes as bound, where decide_streaming cleared it
-  bool crowded_ = false;              // decide_streaming: the node's ranks outnumber its cores
-  bool stream_timed_ = false;         // decide_streaming: the calls decide by timing both ways
 };
 
 template <transport Transport>

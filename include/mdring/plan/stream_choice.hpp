@@ -76,6 +76,8 @@ public:
   static std::size_t class_max(std::size_t slot) noexcept { return std::size_t(1) << (slot % classes); }
 
   const entry& at(std::size_t slot) const noexcept { return entries_[slot]; }
+  // The exchange decided that `slot` streams.
+  bool chose_stream(std::size_t slot) const noexcept { return entries_[slot].decided == 1; }
   // The next call of `slot` must exchange the times first.
   bool must_agree(std::size_t slot) const noexcept {
     const entry& e = entries_[slot];

@@ -137,9 +137,9 @@ private:
     taken_ = one_shot_applies(c, b_.opts, layout_.data, b_.layout.written_extents);
     std::size_t stream_limit = stream_limit_of_options;
     if (!taken_ && b_.workspace.streams().armed()) {  // (bind left streaming to the calls: timed)
+      // (a call that applies only under the limit as bound is one that streams)
       const std::size_t asked = b_.workspace.streams().requested();
-      if (one_shot_streamed(c, b_.opts, layout_.data, asked) &&
-          one_shot_applies(c, b_.opts, layout_.data, b_.layout.written_extents, asked)) {
+      if (one_shot_applies(c, b_.opts, layout_.data, b_.layout.written_extents, asked)) {
         taken_ = streams_by_timing(c);
         stream_limit = asked;
       }
