@@ -50,6 +50,11 @@ if(MDRING_BUILD_DOCS AND DOXYGEN_FOUND AND NOT TARGET docs)
     DEPENDS "${PROJECT_SOURCE_DIR}/docs/API.md" ${_mdring_docs_deps}
     COMMENT "Generating the API reference with Doxygen"
     VERBATIM)
+  # Installed where it was generated (the docs target, or configure's make docs),
+  # into <docdir>/html (share/doc/mdring/html).
+  if(MDRING_INSTALL)
+    install(DIRECTORY "${_mdring_docs_out}/html/" DESTINATION "${CMAKE_INSTALL_DOCDIR}/html" OPTIONAL)
+  endif()
 endif()
 
 if(NOT DOXYGEN_FOUND)

@@ -7,7 +7,8 @@
 #    not there or holds no nvcc, a directory for a part that takes none, a stray word,
 #    a CMake missing or too old, a part asked for that cannot be built).
 # 2. From a directory of its own (VPATH), the headers alone: installation directories
-#    inside and outside the prefix, make install with and without DESTDIR, the
+#    inside and outside the prefix, make docs where doxygen is (the API reference
+#    installed into DOCDIR/html), make install with and without DESTDIR, the
 #    pkg-config file and the CMake package of the install each building and running a
 #    threads all_reduce, config.status, make uninstall (nothing left), make distclean.
 # 3. Where MPI is: ./configure in (a copy of) the sources, CXXFLAGS given, the
@@ -72,7 +73,10 @@ echo "configure test: $n bad arguments refused, each named"
 prefix=$work/prefix elsewhere=$work/elsewhere
 mkdir -p "$work/b"
 cd "$work/b"
-"$src/configure" --prefix="$prefix" --libdir="$prefix/lib64" --includedir="$elsewhere/include" "${off[@]}" >"$work/configure.out"
+docs=--disable-docs  # (the API reference too, where doxygen is: make docs, installed into DOCDIR/html)
+command -v doxygen >/dev/null && docs=--with-docs
+"$src/configure" --prefix="$prefix" --libdir="$prefix/lib64" --includedir="$elsewhere/include" "${off[@]}" $docs \
+  >"$work/configure.out"
 grep -q "mdring [0-9.]*: the headers" "$work/configure.out" || {
   cat "$work/configure.out"
   fail "configure printed no summary"
@@ -89,9 +93,17 @@ grep -q "^CMAKE_INSTALL_INCLUDEDIR:PATH=$elsewhere/include$" cmake-build/CMakeCa
 grep -q "^CMAKE_BUILD_TYPE:STRING=RelWithDebInfo$" cmake-build/CMakeCache.txt ||
   fail "without CXXFLAGS the build type is not RelWithDebInfo (-O2 -g)"
 make >"$work/make.out"
+want=("$prefix/lib64/pkgconfig/mdring.pc" "$prefix/share/cmake/mdring/mdringConfig.cmake"
+  "$elsewhere/include/mdring/mdring.hpp")
+if [ "$docs" = --with-docs ]; then
+  make docs >"$work/docs.out" 2>&1 || {
+    tail -20 "$work/docs.out"
+    fail "make docs failed"
+  }
+  want+=("$prefix/share/doc/mdring/html/index.html")
+fi
 make install DESTDIR="$work/stage" >"$work/install.out"
-for f in "$prefix/lib64/pkgconfig/mdring.pc" "$prefix/share/cmake/mdring/mdringConfig.cmake" \
-  "$elsewhere/include/mdring/mdring.hpp"; do
+for f in "${want[@]}"; do
   [ -f "$work/stage$f" ] || fail "make install DESTDIR=$work/stage put no $work/stage$f"
 done
 [ ! -e "$prefix" ] || fail "make install DESTDIR=... wrote into the prefix itself"
