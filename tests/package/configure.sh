@@ -8,9 +8,10 @@
 #    a CMake missing or too old, a part asked for that cannot be built).
 # 2. From a directory of its own (VPATH), the headers alone: installation directories
 #    inside and outside the prefix, make docs where doxygen is (the API reference
-#    installed into DOCDIR/html), make install with and without DESTDIR, the
-#    pkg-config file and the CMake package of the install each building and running a
-#    threads all_reduce, config.status, make uninstall (nothing left), make distclean.
+#    installed into DOCDIR/html), make install with and without DESTDIR, make
+#    installcheck (examples/make built and run on the installed pkg-config files),
+#    the CMake package building and running a threads all_reduce, config.status, make
+#    uninstall (nothing left), make distclean.
 # 3. Where MPI is: ./configure in (a copy of) the sources, CXXFLAGS given, the
 #    interposer asked for: make builds libmdring-pmpi.so with those flags alone, make
 #    install puts it and mdring-pmpi.pc in the libdir.
@@ -111,14 +112,18 @@ make uninstall DESTDIR="$work/stage" >/dev/null
 [ -z "$(find "$work/stage" -type f)" ] || fail "make uninstall DESTDIR=... left $(find "$work/stage" -type f | head -3)"
 make install >"$work/install.out"
 [ -f "$elsewhere/include/mdring/mdring.hpp" ] || fail "make install put no headers in --includedir"
+if command -v pkg-config >/dev/null; then
+  make installcheck CXXFLAGS=-O0 >"$work/installcheck.out" 2>&1 || {
+    tail -20 "$work/installcheck.out"
+    fail "make installcheck failed"
+  }
+  grep -q "every element is" "$work/installcheck.out" || fail "make installcheck ran no example"
+fi
 # pkg-config, as a make-built code finds it
 if command -v pkg-config >/dev/null; then
   export PKG_CONFIG_PATH=$prefix/lib64/pkgconfig
   flags=$(pkg-config --cflags --libs mdring)
   [[ "$flags" == *"-I$elsewhere/include"* ]] || fail "pkg-config --cflags mdring ($flags) does not name --includedir"
-  # shellcheck disable=SC2086 # (pkg-config's words)
-  "$cxx" -std=c++20 -O0 "$src/tests/package/consumer/threads.cpp" $flags -o "$work/threads_pc"
-  "$work/threads_pc" >/dev/null || fail "the program built with pkg-config's flags failed"
 fi
 # the CMake package
 cmake -S "$src/tests/package/consumer" -B "$work/consumer" -DCMAKE_CXX_COMPILER="$cxx" -DMDRING_MODE=find_package \
