@@ -6,6 +6,8 @@
 #    no Makefile (an unknown option or part, a relative prefix, a directory that is
 #    not there or holds no nvcc, a directory for a part that takes none, a stray word,
 #    a CMake missing or too old, a part asked for that cannot be built).
+#    And the arguments Debian's dh_auto_configure passes (${prefix} in directories,
+#    CPPFLAGS, --disable-option-checking with an option not mdring's, -n) taken.
 # 2. From a directory of its own (VPATH), the headers alone: installation directories
 #    inside and outside the prefix, make docs where doxygen is (the API reference
 #    installed into DOCDIR/html), make install with and without DESTDIR, make
@@ -15,6 +17,7 @@
 # 3. Where MPI is: ./configure in (a copy of) the sources, CXXFLAGS given, the
 #    interposer asked for: make builds libmdring-pmpi.so with those flags alone, make
 #    install puts it and mdring-pmpi.pc in the libdir.
+# shellcheck disable=SC2016 # (${prefix} in single quotes: configure expands it, as autoconf's make does)
 set -euo pipefail
 src=$(cd "$1" && pwd)
 work=$2
@@ -58,6 +61,10 @@ expect_error "--enable-tools=/usr: --enable-tools takes no value" --enable-tools
 expect_error "--without-mpi takes no value" --without-mpi=/usr
 expect_error "--libdir needs a directory" --libdir=
 expect_error "--bindir=bin: expected an absolute directory" --bindir=bin
+expect_error "--includedir=inc/usr/local: expected an absolute directory" '--includedir=inc${prefix}'
+expect_error "--disable-shared: mdring's libraries" --disable-shared
+expect_error "--host=aarch64-linux-gnu differs from --build=x86_64-linux-gnu" --build=x86_64-linux-gnu \
+  --host=aarch64-linux-gnu
 expect_error "unexpected argument: stray" stray
 expect_error "unexpected argument: 9X=1" 9X=1
 expect_error "no CMake found as '$work/no-cmake'" --cmake="$work/no-cmake"
@@ -69,6 +76,27 @@ expect_error "pmpi (libmdring-pmpi.so, the MPI interposer): needs MPI" "${off[@]
 grep -q "CMake failed" "$work/error$n/err" || fail "the refused --with-pmpi does not say that CMake failed"
 grep -q "MDRING_REQUIRE=pmpi" "$work/error$n/config.log" || fail "config.log does not hold CMake's command line"
 echo "configure test: $n bad arguments refused, each named"
+
+# ---- 1b. what Debian's dh_auto_configure passes every configure -----------------------------
+mkdir -p "$work/dh"
+(cd "$work/dh" && CPPFLAGS="-Wdate-time -D_FORTIFY_SOURCE=2" "$src/configure" --build=x86_64-linux-gnu \
+  --prefix=/usr '--includedir=${prefix}/include' '--mandir=${prefix}/share/man' '--infodir=${prefix}/share/info' \
+  --sysconfdir=/etc --localstatedir=/var --disable-option-checking --disable-silent-rules \
+  '--libdir=${prefix}/lib/x86_64-linux-gnu' --runstatedir=/run --disable-maintainer-mode \
+  --disable-dependency-tracking --enable-fancy-thing -n "${off[@]}" >out 2>err) || {
+  cat "$work/dh/err"
+  fail "configure with dh_auto_configure's arguments failed"
+}
+grep -q "enable-fancy-thing is not an option of mdring's; ignored" "$work/dh/err" ||
+  fail "--disable-option-checking did not turn an unknown option into a note"
+[ ! -e "$work/dh/Makefile" ] || fail "--no-create wrote a Makefile"
+cache=$work/dh/cmake-build/CMakeCache.txt
+for want in "CMAKE_INSTALL_LIBDIR:PATH=lib/x86_64-linux-gnu" "CMAKE_INSTALL_INCLUDEDIR:PATH=include" \
+  "CMAKE_INSTALL_SYSCONFDIR:PATH=/etc" "CMAKE_VERBOSE_MAKEFILE:BOOL=ON" \
+  "CMAKE_CXX_FLAGS:STRING=-Wdate-time -D_FORTIFY_SOURCE=2" "CMAKE_BUILD_TYPE:STRING=RelWithDebInfo"; do
+  grep -qxF "$want" "$cache" || fail "dh's arguments: CMakeCache.txt has no line $want"
+done
+echo "configure test: dh_auto_configure's arguments taken (\${prefix} expanded, CPPFLAGS, silent rules, option checking off)"
 
 # ---- 2. the headers, from a directory of its own -------------------------------------------
 prefix=$work/prefix elsewhere=$work/elsewhere
