@@ -25,6 +25,10 @@ cxx=${3:-c++}
 rm -rf "$work"
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
+# Directories outside the prefix, and outside the sources (CMake refuses an installed
+# include directory under the source or build tree, where ctest's WORK_DIR is).
+outside=$(mktemp -d "${TMPDIR:-/tmp}/mdring-configure.XXXXXX")
+trap 'rm -rf "$outside"' EXIT
 export CXX=$cxx
 unset CXXFLAGS CMAKE MAKEFLAGS
 fail() {
@@ -99,7 +103,7 @@ done
 echo "configure test: dh_auto_configure's arguments taken (\${prefix} expanded, CPPFLAGS, silent rules, option checking off)"
 
 # ---- 2. the headers, from a directory of its own -------------------------------------------
-prefix=$work/prefix elsewhere=$work/elsewhere
+prefix=$work/prefix elsewhere=$outside/elsewhere
 mkdir -p "$work/b"
 cd "$work/b"
 docs=--disable-docs  # (the API reference too, where doxygen is: make docs, installed into DOCDIR/html)
@@ -186,7 +190,7 @@ mkdir -p "$work/src"
   (cd "$work/src" && tar -xf -)
 cd "$work/src"
 rm -f Makefile config.status config.log
-./configure -q --prefix="$work/p2" --libdir="$work/p2lib" --includedir="$work/p2inc" "${off[@]}" --with-mpi --with-pmpi \
+./configure -q --prefix="$work/p2" --libdir="$outside/p2lib" --includedir="$outside/p2inc" "${off[@]}" --with-mpi --with-pmpi \
   --without-boost-mpi CXXFLAGS="-O1" CFLAGS="-O1"
 grep -q "^CMAKE_BUILD_TYPE:STRING=None$" cmake-build/CMakeCache.txt || fail "with CXXFLAGS given the build type is not None"
 grep -q "^CMAKE_CXX_FLAGS:STRING=-O1$" cmake-build/CMakeCache.txt || fail "CXXFLAGS=-O1 did not become CMAKE_CXX_FLAGS"
@@ -195,10 +199,10 @@ make -j2 >make.out 2>&1 || {
   fail "make failed"
 }
 make install >install.out
-lib=$work/p2lib/libmdring-pmpi.so
-[ -f "$lib" ] || fail "make install put no libmdring-pmpi.so in --libdir ($work/p2lib)"
+lib=$outside/p2lib/libmdring-pmpi.so
+[ -f "$lib" ] || fail "make install put no libmdring-pmpi.so in --libdir ($outside/p2lib)"
 nm -D --defined-only "$lib" | grep -q " T MPI_Allreduce$" || fail "$lib does not export MPI_Allreduce"
-[ -f "$work/p2lib/pkgconfig/mdring-pmpi.pc" ] || fail "make install put no mdring-pmpi.pc in --libdir"
+[ -f "$outside/p2lib/pkgconfig/mdring-pmpi.pc" ] || fail "make install put no mdring-pmpi.pc in --libdir"
 # The CMake package with both directories outside the prefix: the interposer found,
 # mdring::separate's library source where it was installed.
 mkdir -p "$work/pmpi_consumer"
