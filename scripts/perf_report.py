@@ -108,7 +108,7 @@ def render(d):
       "(`tuning::nontemporal_bytes`). MPI gets the same buffers.\n")
     p("- **heap buffers** (`--alloc heap`): ordinary memory, which peers reach by cross-memory "
       "attach (process_vm_readv / writev: one kernel copy per 256 KiB piece); an all_reduce from "
-      "1 MiB (`tuning::stream_min_bytes`) instead streams them through node memory from its second "
+      "256 KiB (`tuning::stream_min_bytes`) instead streams them through node memory from its second "
       "call on: each rank copies the blocks its peers fold into a block of node memory they map, "
       "and the all-gather reads the peers' results from theirs (docs/DESIGN.md, the pull form).\n")
     p("With 4 processes on 2 cores a waiting rank yields its core at once instead of spinning "

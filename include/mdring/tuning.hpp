@@ -95,11 +95,15 @@ struct tuning {
   /// more synchronization per segment). Not below stream_min_bytes: a smaller call's
   /// buffers sit in the cache, where cross-memory attach is about as fast as the
   /// copy and the synchronization. Measured on a 2-core EPYC (docs/PERFORMANCE.md):
-  /// cross-memory attach about 4.5 GB/s from memory, a copy about 7 GB/s, equal
-  /// times at 1 MiB. cma_gamma 0: never stream.
+  /// cross-memory attach about 4.5 GB/s from memory, a copy about 7 GB/s. It was 1 MiB,
+  /// where the two took equal times on 2026-11-27's kernel; on 2026-12-08's the same
+  /// VM's cross-memory attach was slower (the commit of 11-27 measured the same), and
+  /// streaming took 0.78 and 0.73 x its time at 256 and 512 KiB on 2 processes (1.09
+  /// and 1.01 x Open MPI's instead of 1.40 and 1.38), 0.66 to 0.68 x on 4, but 1.3 x
+  /// at 128 KiB on 2. cma_gamma 0: never stream.
   double cma_gamma = 1.0 / 4.5e9;
   double copy_gamma = 1.0 / 7e9;
-  std::size_t stream_min_bytes = std::size_t(1) << 20;
+  std::size_t stream_min_bytes = std::size_t(256) << 10;
   ///@}
   /// A broadcast over one such dimension of three ranks or more streams a root's
   /// unmapped buffer from this size (the root copies it into node memory, the others

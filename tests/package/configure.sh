@@ -83,7 +83,7 @@ echo "configure test: $n bad arguments refused, each named"
 
 # ---- 1b. what Debian's dh_auto_configure passes every configure -----------------------------
 mkdir -p "$work/dh"
-(cd "$work/dh" && CPPFLAGS="-Wdate-time -D_FORTIFY_SOURCE=2" "$src/configure" --build=x86_64-linux-gnu \
+(cd "$work/dh" && CPPFLAGS="-Wdate-time -D_FORTIFY_SOURCE=2" "$src/configure" --with-fancy-lib --build=x86_64-linux-gnu \
   --prefix=/usr '--includedir=${prefix}/include' '--mandir=${prefix}/share/man' '--infodir=${prefix}/share/info' \
   --sysconfdir=/etc --localstatedir=/var --disable-option-checking --disable-silent-rules \
   '--libdir=${prefix}/lib/x86_64-linux-gnu' --runstatedir=/run --disable-maintainer-mode \
@@ -91,8 +91,10 @@ mkdir -p "$work/dh"
   cat "$work/dh/err"
   fail "configure with dh_auto_configure's arguments failed"
 }
-grep -q "enable-fancy-thing is not an option of mdring's; ignored" "$work/dh/err" ||
-  fail "--disable-option-checking did not turn an unknown option into a note"
+for o in --with-fancy-lib --enable-fancy-thing; do  # (before and after --disable-option-checking)
+  grep -q -- "$o is not an option of mdring's; ignored" "$work/dh/err" ||
+    fail "--disable-option-checking did not turn $o into a note"
+done
 [ ! -e "$work/dh/Makefile" ] || fail "--no-create wrote a Makefile"
 cache=$work/dh/cmake-build/CMakeCache.txt
 for want in "CMAKE_INSTALL_LIBDIR:PATH=lib/x86_64-linux-gnu" "CMAKE_INSTALL_INCLUDEDIR:PATH=include" \
@@ -194,6 +196,9 @@ rm -f Makefile config.status config.log
   --without-boost-mpi CXXFLAGS="-O1" CFLAGS="-O1"
 grep -q "^CMAKE_BUILD_TYPE:STRING=None$" cmake-build/CMakeCache.txt || fail "with CXXFLAGS given the build type is not None"
 grep -q "^CMAKE_CXX_FLAGS:STRING=-O1$" cmake-build/CMakeCache.txt || fail "CXXFLAGS=-O1 did not become CMAKE_CXX_FLAGS"
+if make docs >docs.out 2>&1; then fail "make docs passed where configure left the API reference out"; fi
+grep -q "make docs: the API reference was left out (configure --with-docs" docs.out ||
+  fail "make docs without the API reference does not say why: $(cat docs.out)"
 make -j2 >make.out 2>&1 || {
   tail -30 make.out
   fail "make failed"
