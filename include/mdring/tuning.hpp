@@ -97,10 +97,12 @@ struct tuning {
   /// copy and the synchronization. Measured on a 2-core EPYC (docs/PERFORMANCE.md):
   /// cross-memory attach about 4.5 GB/s from memory, a copy about 7 GB/s. It was 1 MiB,
   /// where the two took equal times on 2026-11-27's kernel; on 2026-12-08's the same
-  /// VM's cross-memory attach was slower (the commit of 11-27 measured the same), and
-  /// streaming took 0.78 and 0.73 x its time at 256 and 512 KiB on 2 processes (1.09
-  /// and 1.01 x Open MPI's instead of 1.40 and 1.38), 0.66 to 0.68 x on 4, but 1.3 x
-  /// at 128 KiB on 2. cma_gamma 0: never stream.
+  /// VM's cross-memory attach was slower (the commit of 11-27 measured the same): at 256
+  /// and 512 KiB, 2 processes, streaming took 0.82 to 1.01 x Open MPI's time where
+  /// attaching took 1.07 to 1.35 x (the variants' order rotated; the VM's speed moved
+  /// by 2 x within minutes), 4 processes 0.46 to 0.54 x against 0.71 to 0.85 x; at
+  /// 128 KiB streaming lost on 2 (1.0 to 1.2 x against 0.6 to 0.7 x). cma_gamma 0:
+  /// never stream.
   double cma_gamma = 1.0 / 4.5e9;
   double copy_gamma = 1.0 / 7e9;
   std::size_t stream_min_bytes = std::size_t(256) << 10;
