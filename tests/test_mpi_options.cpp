@@ -151,6 +151,7 @@ TEST_CASE("buffers from node_alloc: peers map them, results exact, guards intact
         md::options o;
         o.tune.nontemporal_bytes = nt;
         o.tune.stream_blocks_min_bytes = std::size_t(-1);  // heap stays heap (streaming: below)
+        o.tune.stream_min_bytes = std::size_t(-1);
         auto comm = md::bind(md::parse_topology(topo), test_world(), o);
         const bool node = where == 0 || (where == 1 && R % 2 == 0);
         for (std::size_t n : {std::size_t(5), std::size_t(1009), std::size_t(20011), std::size_t(65537)}) {
